@@ -1,0 +1,130 @@
+//! The host backend's compute loops, generic over the element type.
+
+use super::{rand_bits, BinaryOp, ReduceOp, UnaryOp};
+use crate::element::{Element, Float};
+use crate::error::{Error, Result};
+use crate::shape::{Layout, Reduction};
+
+pub(super) fn arange<T: Element>(out: &mut [T], start: f64, step: f64) {
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = T::from_f64(start + i as f64 * step);
+    }
+}
+
+pub(super) fn rand<T: Float>(out: &mut [T], seed: u64) {
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = T::from_bits_uniform(rand_bits(seed, i as u64));
+    }
+}
+
+pub(super) fn unary<T: Element>(op: UnaryOp, x: &[T], out: &mut [T]) {
+    let f: fn(T) -> T = match op {
+        UnaryOp::Neg => T::neg,
+        // NaN stays NaN, as in torch.relu.
+        UnaryOp::Relu => |v| if v < T::ZERO { T::ZERO } else { v },
+        UnaryOp::Exp | UnaryOp::Sqrt => unreachable!("float-only ops are dispatched to unary_float"),
+    };
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = f(v);
+    }
+}
+
+pub(super) fn unary_float<T: Float>(op: UnaryOp, x: &[T], out: &mut [T]) {
+    match op {
+        UnaryOp::Exp => out.iter_mut().zip(x).for_each(|(o, &v)| *o = v.exp()),
+        UnaryOp::Sqrt => out.iter_mut().zip(x).for_each(|(o, &v)| *o = v.sqrt()),
+        UnaryOp::Neg | UnaryOp::Relu => unary(op, x, out),
+    }
+}
+
+fn apply<T: Element>(op: BinaryOp, a: T, b: T) -> Option<T> {
+    Some(match op {
+        BinaryOp::Add => a.add(b),
+        BinaryOp::Sub => a.sub(b),
+        BinaryOp::Mul => a.mul(b),
+        BinaryOp::Div => return a.div(b),
+    })
+}
+
+pub(super) fn binary<T: Element>(
+    op: BinaryOp,
+    l: &[T],
+    r: &[T],
+    out: &mut [T],
+    out_shape: &[usize],
+    layout: &Layout,
+) -> Result<()> {
+    let mut ok = true;
+    let mut put = |o: &mut T, a: T, b: T| match apply(op, a, b) {
+        Some(v) => *o = v,
+        None => ok = false,
+    };
+    match layout {
+        Layout::Same => out.iter_mut().zip(l.iter().zip(r)).for_each(|(o, (&a, &b))| put(o, a, b)),
+        Layout::RhsScalar => out.iter_mut().zip(l).for_each(|(o, &a)| put(o, a, r[0])),
+        Layout::LhsScalar => out.iter_mut().zip(r).for_each(|(o, &b)| put(o, l[0], b)),
+        Layout::Strided { lhs, rhs } => {
+            // An odometer over the output index, moving both operand offsets with it.
+            let rank = out_shape.len();
+            let mut idx = vec![0usize; rank];
+            let (mut li, mut ri) = (0usize, 0usize);
+            for o in out.iter_mut() {
+                put(o, l[li], r[ri]);
+                for d in (0..rank).rev() {
+                    idx[d] += 1;
+                    li += lhs[d];
+                    ri += rhs[d];
+                    if idx[d] < out_shape[d] {
+                        break;
+                    }
+                    li -= lhs[d] * idx[d];
+                    ri -= rhs[d] * idx[d];
+                    idx[d] = 0;
+                }
+            }
+        }
+    }
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument { op: "div", reason: "integer division by zero".into() })
+    }
+}
+
+pub(super) fn reduce<T: Element>(op: ReduceOp, x: &[T], out: &mut [T], r: Reduction) {
+    for o in 0..r.outer {
+        for i in 0..r.inner {
+            let at = |j: usize| x[(o * r.len + j) * r.inner + i];
+            out[o * r.inner + i] = match op {
+                ReduceOp::Max => (1..r.len).fold(at(0), |m, j| m.max_of(at(j))),
+                ReduceOp::Sum | ReduceOp::Mean if T::DTYPE.is_float() => {
+                    // Accumulate in f64: the host is the reference the GPU is checked against.
+                    let s: f64 = (0..r.len).map(|j| at(j).to_f64()).sum();
+                    T::from_f64(if op == ReduceOp::Mean { s / r.len as f64 } else { s })
+                }
+                ReduceOp::Sum | ReduceOp::Mean => (0..r.len).fold(T::ZERO, |s, j| s.add(at(j))),
+            };
+        }
+    }
+}
+
+pub(super) fn matmul<T: Element>(a: &[T], b: &[T], out: &mut [T], m: usize, k: usize, n: usize) {
+    out.fill(T::ZERO);
+    for i in 0..m {
+        let row = &mut out[i * n..(i + 1) * n];
+        for p in 0..k {
+            let av = a[i * k + p];
+            for (o, &bv) in row.iter_mut().zip(&b[p * n..(p + 1) * n]) {
+                *o = o.add(av.mul(bv));
+            }
+        }
+    }
+}
+
+pub(super) fn transpose<T: Element>(x: &[T], out: &mut [T], rows: usize, cols: usize) {
+    for i in 0..rows {
+        for j in 0..cols {
+            out[j * rows + i] = x[i * cols + j];
+        }
+    }
+}

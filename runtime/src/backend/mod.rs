@@ -1,0 +1,202 @@
+//! The one backend trait, and the choice of backend for the process.
+//!
+//! Ops above this module see only [`Backend`] and [`Buffer`]; the host simulation and
+//! the CUDA implementation live behind it. Host placements (`cpu`, `pinned`) always run
+//! on the host implementation; `cuda:N` runs on the backend chosen by `LOCUS_BACKEND`.
+
+pub(crate) mod host;
+mod host_kernels;
+
+use std::sync::OnceLock;
+
+use crate::device::DeviceId;
+use crate::element::{DType, Scalar};
+use crate::error::{Error, Result};
+use crate::shape::{Layout, Reduction};
+
+pub(crate) use host::HostBuffer;
+
+/// Device memory of one backend.
+#[derive(Debug)]
+pub(crate) enum Buffer {
+    Host(HostBuffer),
+}
+
+/// An elementwise op of one operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum UnaryOp {
+    Neg,
+    Relu,
+    Exp,
+    Sqrt,
+}
+
+/// An elementwise op of two operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+impl BinaryOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+        }
+    }
+}
+
+/// A reduction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReduceOp {
+    Sum,
+    Mean,
+    Max,
+}
+
+/// What a backend does. Every method gets the device it runs on; buffers passed in
+/// belong to that device. Element counts and shapes have been checked by the caller.
+pub(crate) trait Backend: Send + Sync + 'static {
+    /// `host` or `cuda`.
+    fn name(&self) -> &'static str;
+    /// The number of CUDA devices this backend drives.
+    fn device_count(&self) -> usize;
+
+    /// Bytes held on `device` by live buffers, and their high-water mark.
+    fn memory(&self, device: DeviceId) -> Result<(usize, usize)>;
+    /// Restarts the high-water mark of `device` from what is held now.
+    fn reset_peak(&self, device: DeviceId) -> Result<()>;
+
+    /// A buffer of `bytes` bytes holding a copy of `data`.
+    fn upload(&self, device: DeviceId, data: &[u8]) -> Result<Buffer>;
+    /// Copies all of `buf` into `out` (same length).
+    fn download(&self, device: DeviceId, buf: &Buffer, out: &mut [u8]) -> Result<()>;
+    /// A copy of `buf` (on `src`) on `dst`, both devices of this backend.
+    fn copy(&self, src: DeviceId, buf: &Buffer, dst: DeviceId) -> Result<Buffer>;
+
+    /// `len` elements equal to `value`.
+    fn fill(&self, device: DeviceId, dtype: DType, len: usize, value: Scalar) -> Result<Buffer>;
+    /// `start + i * step` for i in 0..len, computed in f64 and converted.
+    fn arange(&self, device: DeviceId, dtype: DType, len: usize, start: f64, step: f64) -> Result<Buffer>;
+    /// Uniform `[0, 1)` values; element i depends only on `seed` and i (see [`rand_bits`]).
+    fn rand(&self, device: DeviceId, dtype: DType, len: usize, seed: u64) -> Result<Buffer>;
+
+    fn unary(&self, device: DeviceId, op: UnaryOp, dtype: DType, x: &Buffer, len: usize) -> Result<Buffer>;
+    #[allow(clippy::too_many_arguments)]
+    fn binary(
+        &self,
+        device: DeviceId,
+        op: BinaryOp,
+        dtype: DType,
+        lhs: &Buffer,
+        rhs: &Buffer,
+        out_shape: &[usize],
+        layout: &Layout,
+    ) -> Result<Buffer>;
+    fn binary_scalar(
+        &self,
+        device: DeviceId,
+        op: BinaryOp,
+        dtype: DType,
+        lhs: &Buffer,
+        len: usize,
+        rhs: Scalar,
+    ) -> Result<Buffer>;
+    fn reduce(&self, device: DeviceId, op: ReduceOp, dtype: DType, x: &Buffer, r: Reduction) -> Result<Buffer>;
+    /// `[m, k] x [k, n]`, row-major.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul(
+        &self,
+        device: DeviceId,
+        dtype: DType,
+        a: &Buffer,
+        b: &Buffer,
+        m: usize,
+        k: usize,
+        n: usize,
+    ) -> Result<Buffer>;
+    /// The transpose of a row-major `[rows, cols]` matrix.
+    fn transpose(&self, device: DeviceId, dtype: DType, x: &Buffer, rows: usize, cols: usize) -> Result<Buffer>;
+    /// The buffers one after another (`lens[i]` elements of `parts[i]`).
+    fn concat(&self, device: DeviceId, dtype: DType, parts: &[(&Buffer, usize)]) -> Result<Buffer>;
+    /// Elements `offset..offset + len` of `x`.
+    fn slice(&self, device: DeviceId, dtype: DType, x: &Buffer, offset: usize, len: usize) -> Result<Buffer>;
+}
+
+/// The random bits of element `i` under `seed` (SplitMix64 of a counter), shared by all
+/// backends so that `rand` gives the same values everywhere.
+pub(crate) fn rand_bits(seed: u64, i: u64) -> u64 {
+    let mut z = seed.wrapping_add(i.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+static SELECTED: OnceLock<Result<&'static dyn Backend>> = OnceLock::new();
+
+/// The backend chosen by `LOCUS_BACKEND` (`auto` when unset), set up on first use.
+pub(crate) fn selected() -> Result<&'static dyn Backend> {
+    SELECTED.get_or_init(choose).clone()
+}
+
+fn choose() -> Result<&'static dyn Backend> {
+    let requested = std::env::var("LOCUS_BACKEND").unwrap_or_else(|_| "auto".into());
+    let no_backend = |reason: String| Error::NoBackend { requested: requested.clone(), reason };
+    match requested.trim() {
+        "host" => Ok(host::backend()?),
+        "cuda" => Err(no_backend("this build of locus has no CUDA backend yet; run with LOCUS_BACKEND=host".into())),
+        "auto" | "" => {
+            let b = host::backend()?;
+            eprintln!(
+                "locus: no CUDA device found, using the host backend ({} simulated CUDA devices; \
+                 set LOCUS_HOST_DEVICES to change, LOCUS_BACKEND=cuda to require a GPU)",
+                b.device_count()
+            );
+            Ok(b)
+        }
+        other => Err(no_backend(format!("`{other}` is not a backend"))),
+    }
+}
+
+/// The backend that runs ops on `device`, after checking that the device exists.
+pub(crate) fn for_device(device: DeviceId) -> Result<&'static dyn Backend> {
+    match device {
+        DeviceId::Cpu | DeviceId::Pinned => Ok(host::backend()?),
+        DeviceId::Cuda(ordinal) => {
+            let b = selected()?;
+            let count = b.device_count();
+            if ordinal as usize >= count {
+                return Err(Error::NoSuchDevice { ordinal, count });
+            }
+            Ok(b)
+        }
+    }
+}
+
+/// Whether two backend references are the same object.
+pub(crate) fn same(a: &dyn Backend, b: &dyn Backend) -> bool {
+    std::ptr::addr_eq(a as *const dyn Backend, b as *const dyn Backend)
+}
+
+/// The name of the selected backend: `"host"` or `"cuda"`.
+///
+/// ```
+/// assert!(matches!(locus_runtime::backend_name().unwrap(), "host" | "cuda"));
+/// ```
+pub fn backend_name() -> Result<&'static str> {
+    Ok(selected()?.name())
+}
+
+/// The number of CUDA devices (real, or simulated by the host backend).
+///
+/// ```
+/// assert!(locus_runtime::device_count().unwrap() >= 1);
+/// ```
+pub fn device_count() -> Result<usize> {
+    Ok(selected()?.device_count())
+}

@@ -1,0 +1,181 @@
+//! Placement types: where a tensor lives, as a type.
+//!
+//! Static placements ([`Cpu`], [`Pinned`], [`Cuda<N>`]) are zero-sized; [`Dyn`] carries
+//! a [`DeviceId`] chosen at run time.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::error::Error;
+use crate::placement::SamePlacement;
+
+/// A run-time device name: `cpu`, `pinned` or `cuda:N`.
+///
+/// ```
+/// use locus_runtime::DeviceId;
+/// let id: DeviceId = "cuda:1".parse().unwrap();
+/// assert_eq!(id, DeviceId::Cuda(1));
+/// assert_eq!(id.to_string(), "cuda:1");
+/// assert!("gpu1".parse::<DeviceId>().is_err());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DeviceId {
+    /// Pageable host memory.
+    Cpu,
+    /// Page-locked host memory.
+    Pinned,
+    /// The CUDA device with this ordinal.
+    Cuda(u32),
+}
+
+impl DeviceId {
+    /// True for `cpu` and `pinned`: memory the host can read directly.
+    pub fn is_host(self) -> bool {
+        matches!(self, DeviceId::Cpu | DeviceId::Pinned)
+    }
+
+    /// The CUDA ordinal, if this is a CUDA device.
+    pub fn ordinal(self) -> Option<u32> {
+        match self {
+            DeviceId::Cuda(n) => Some(n),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for DeviceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceId::Cpu => f.write_str("cpu"),
+            DeviceId::Pinned => f.write_str("pinned"),
+            DeviceId::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+impl FromStr for DeviceId {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Error> {
+        let bad = |reason: &str| Error::ParseDevice { input: s.to_string(), reason: reason.to_string() };
+        let t = s.trim();
+        match t {
+            "cpu" => return Ok(DeviceId::Cpu),
+            "pinned" => return Ok(DeviceId::Pinned),
+            "cuda" => return Err(bad("give the ordinal too, as in `cuda:0`")),
+            _ => {}
+        }
+        let Some(rest) = t.strip_prefix("cuda:") else {
+            return Err(bad("expected `cpu`, `pinned` or `cuda:N`"));
+        };
+        if rest.is_empty() || !rest.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad("the ordinal after `cuda:` must be a non-negative integer"));
+        }
+        rest.parse::<u32>().map(DeviceId::Cuda).map_err(|_| bad("the ordinal is too large"))
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A placement: where a tensor's memory lives.
+///
+/// Implemented by [`Cpu`], [`Pinned`], [`Cuda<N>`] and [`Dyn`] only. The supertrait
+/// `SamePlacement<Self>` lets generic code combine two tensors of one placement `D`
+/// with no extra bound.
+///
+/// ```
+/// use locus_runtime::{Cuda, Device, DeviceId};
+/// assert_eq!(Cuda::<3>.id(), DeviceId::Cuda(3));
+/// ```
+pub trait Device: Copy + Send + Sync + fmt::Debug + 'static + SamePlacement<Self> + sealed::Sealed {
+    /// The run-time name of this placement.
+    fn id(&self) -> DeviceId;
+}
+
+/// A placement known at compile time, constructible from its type alone.
+///
+/// ```
+/// use locus_runtime::{Pinned, StaticDevice, DeviceId};
+/// assert_eq!(Pinned::ID, DeviceId::Pinned);
+/// ```
+pub trait StaticDevice: Device + Default {
+    /// The run-time name of this placement.
+    const ID: DeviceId;
+}
+
+/// Pageable host memory (an ordinary `Vec`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Cpu;
+
+/// Page-locked host memory: fast, async-capable copies to and from a GPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Pinned;
+
+/// The CUDA device with ordinal `N`, known at compile time.
+///
+/// An ordinal beyond the device count is [`Error::NoSuchDevice`] at first use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Cuda<const N: usize>;
+
+/// A placement chosen at run time. Ops on `Dyn` tensors check placements when they run
+/// and return [`Error::DeviceMismatch`] when operands differ.
+///
+/// ```
+/// use locus_runtime::{Device, DeviceId, Dyn};
+/// let d = Dyn::new(DeviceId::Cuda(1));
+/// assert_eq!(d.id().to_string(), "cuda:1");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Dyn(DeviceId);
+
+impl Dyn {
+    /// A run-time placement on `id`.
+    pub const fn new(id: DeviceId) -> Self {
+        Dyn(id)
+    }
+}
+
+impl From<DeviceId> for Dyn {
+    fn from(id: DeviceId) -> Self {
+        Dyn(id)
+    }
+}
+
+impl sealed::Sealed for Cpu {}
+impl sealed::Sealed for Pinned {}
+impl<const N: usize> sealed::Sealed for Cuda<N> {}
+impl sealed::Sealed for Dyn {}
+
+impl Device for Cpu {
+    fn id(&self) -> DeviceId {
+        DeviceId::Cpu
+    }
+}
+impl Device for Pinned {
+    fn id(&self) -> DeviceId {
+        DeviceId::Pinned
+    }
+}
+impl<const N: usize> Device for Cuda<N> {
+    fn id(&self) -> DeviceId {
+        Self::ID
+    }
+}
+impl Device for Dyn {
+    fn id(&self) -> DeviceId {
+        self.0
+    }
+}
+
+impl StaticDevice for Cpu {
+    const ID: DeviceId = DeviceId::Cpu;
+}
+impl StaticDevice for Pinned {
+    const ID: DeviceId = DeviceId::Pinned;
+}
+impl<const N: usize> StaticDevice for Cuda<N> {
+    // An ordinal past u32 saturates, so it can never alias a real device.
+    const ID: DeviceId = DeviceId::Cuda(if N > u32::MAX as usize { u32::MAX } else { N as u32 });
+}

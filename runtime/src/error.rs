@@ -1,0 +1,58 @@
+//! The one error type of locus.
+
+use crate::device::DeviceId;
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in locus. Each variant names the device and the op, and
+/// its message says what to do about it.
+///
+/// ```
+/// use locus_runtime::{DeviceId, Error};
+/// let e = Error::DeviceMismatch { op: "add", lhs: DeviceId::Cuda(0), rhs: DeviceId::Cuda(1) };
+/// assert_eq!(e.to_string(), "add: lhs is on cuda:0 but rhs is on cuda:1; move one with .to(..) or .to_dyn(..) first");
+/// ```
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A CUDA ordinal at or beyond the device count.
+    #[error("no such device cuda:{ordinal}: {count} device(s) available (ordinals 0..{count})")]
+    NoSuchDevice { ordinal: u32, count: usize },
+
+    /// Two operands of a run-time-checked op live on different placements.
+    #[error("{op}: lhs is on {lhs} but rhs is on {rhs}; move one with .to(..) or .to_dyn(..) first")]
+    DeviceMismatch { op: &'static str, lhs: DeviceId, rhs: DeviceId },
+
+    /// Operand shapes that the op cannot combine.
+    #[error("{op}: shapes {lhs:?} and {rhs:?} do not fit together")]
+    ShapeMismatch { op: &'static str, lhs: Vec<usize>, rhs: Vec<usize> },
+
+    /// An argument the op cannot take (bad dim, zero step, wrong element count, ...).
+    #[error("{op}: {reason}")]
+    InvalidArgument { op: &'static str, reason: String },
+
+    /// An allocation larger than the device has free.
+    #[error("out of memory on {device}: requested {requested} bytes, {free} bytes free")]
+    OutOfMemory { device: DeviceId, requested: usize, free: usize },
+
+    /// A driver call that failed.
+    #[error("{call} failed on {device}: {code}")]
+    Driver { device: DeviceId, call: &'static str, code: String },
+
+    /// A kernel that failed to compile, load or launch.
+    #[error("kernel `{name}` on {device}: {message}")]
+    Kernel { device: DeviceId, name: String, message: String },
+
+    /// No backend could be set up.
+    #[error("no backend: {reason} (LOCUS_BACKEND is `{requested}`; use `auto`, `cuda` or `host`)")]
+    NoBackend { requested: String, reason: String },
+
+    /// A device name that does not parse.
+    #[error("`{input}` is not a device: {reason}")]
+    ParseDevice { input: String, reason: String },
+
+    /// A data-loader worker failed while producing a batch.
+    #[error("loader worker failed on batch {batch}: {message}")]
+    LoaderWorker { batch: usize, message: String },
+}

@@ -1,0 +1,35 @@
+//! The runtime of [locus](https://docs.rs/locus): placements, tensors, ops and the
+//! host and cuda backends. Use it through the `locus` facade crate.
+//!
+//! ```
+//! use locus_runtime::{Cuda, Tensor};
+//! let x = Tensor::<Cuda<0>>::rand([4, 3], 0)?;
+//! let w = Tensor::<Cuda<0>>::ones([3, 2])?;
+//! let y = x.matmul(&w)?.relu()?;
+//! assert_eq!(y.shape(), &[4, 2]);
+//! # Ok::<(), locus_runtime::Error>(())
+//! ```
+
+mod backend;
+mod device;
+mod element;
+mod error;
+mod memory;
+mod placement;
+mod shape;
+mod storage;
+mod tensor;
+
+pub use backend::{backend_name, device_count};
+pub use device::{Cpu, Cuda, Device, DeviceId, Dyn, Pinned, StaticDevice};
+pub use element::{DType, Element, Float, Scalar};
+pub use error::{Error, Result};
+pub use memory::{max_memory_allocated, memory_allocated, reset_peak_memory_stats};
+pub use placement::SamePlacement;
+pub use tensor::Tensor;
+
+/// Items the macros of `locus-macros` expand to. Not public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::placement::Unplaced;
+}

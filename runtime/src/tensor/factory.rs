@@ -1,0 +1,182 @@
+//! Making tensors: zeros, ones, full, from data, ranges and seeded random values.
+
+use super::Tensor;
+use crate::backend::{self, Buffer};
+use crate::device::{Device, StaticDevice};
+use crate::element::{Element, Float};
+use crate::error::{Error, Result};
+use crate::shape;
+use crate::storage::Storage;
+
+impl<D: Device, T: Element> Tensor<D, T> {
+    fn make(
+        device: D,
+        op: &'static str,
+        shape: &[usize],
+        f: impl FnOnce(&'static dyn crate::backend::Backend, usize) -> Result<Buffer>,
+    ) -> Result<Self> {
+        let len = shape::numel(op, shape)?;
+        let id = device.id();
+        let buf = f(backend::for_device(id)?, len)?;
+        Ok(Self::from_storage(device, Storage::new(buf, id, T::DTYPE, len), shape.to_vec()))
+    }
+
+    /// Zeros of `shape` on `device`.
+    ///
+    /// ```
+    /// use locus_runtime::{Dyn, Tensor};
+    /// let t = Tensor::<Dyn>::zeros_on(Dyn::new("cuda:0".parse()?), [2])?;
+    /// assert_eq!(t.to_vec()?, vec![0.0, 0.0]);
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn zeros_on(device: D, shape: impl AsRef<[usize]>) -> Result<Self> {
+        Self::full_on(device, shape, T::ZERO)
+    }
+
+    /// Ones of `shape` on `device`.
+    pub fn ones_on(device: D, shape: impl AsRef<[usize]>) -> Result<Self> {
+        Self::full_on(device, shape, T::ONE)
+    }
+
+    /// `value` everywhere in `shape` on `device`.
+    pub fn full_on(device: D, shape: impl AsRef<[usize]>, value: T) -> Result<Self> {
+        let id = device.id();
+        Self::make(device, "full", shape.as_ref(), |b, len| b.fill(id, T::DTYPE, len, value.to_scalar()))
+    }
+
+    /// `data` (row-major) as a tensor of `shape` on `device`.
+    pub fn from_slice_on(device: D, data: &[T], shape: impl AsRef<[usize]>) -> Result<Self> {
+        let shape = shape.as_ref();
+        let len = shape::numel("from_slice", shape)?;
+        if len != data.len() {
+            return Err(Error::InvalidArgument {
+                op: "from_slice",
+                reason: format!("{} elements do not fill shape {shape:?} ({len} elements)", data.len()),
+            });
+        }
+        let id = device.id();
+        Self::make(device, "from_slice", shape, |b, _| b.upload(id, bytemuck::cast_slice(data)))
+    }
+
+    /// `data` (row-major) as a tensor of `shape` on `device`.
+    pub fn from_vec_on(device: D, data: Vec<T>, shape: impl AsRef<[usize]>) -> Result<Self> {
+        Self::from_slice_on(device, &data, shape)
+    }
+
+    /// `start, start + step, …` up to but not including `end`, on `device`.
+    pub fn arange_on(device: D, start: T, end: T, step: T) -> Result<Self> {
+        let (s, e, st) = (start.to_f64(), end.to_f64(), step.to_f64());
+        let bad = |reason: &str| Error::InvalidArgument { op: "arange", reason: reason.into() };
+        if st == 0.0 || !st.is_finite() || !s.is_finite() || !e.is_finite() {
+            return Err(bad("start, end and step must be finite and step non-zero"));
+        }
+        if (e - s) * st < 0.0 {
+            return Err(bad("the step goes away from end"));
+        }
+        let n = ((e - s) / st).ceil();
+        if n > usize::MAX as f64 / 2.0 {
+            return Err(bad("too many elements"));
+        }
+        let n = n as usize;
+        let id = device.id();
+        Self::make(device, "arange", &[n], |b, len| b.arange(id, T::DTYPE, len, s, st))
+    }
+}
+
+impl<D: Device, T: Float> Tensor<D, T> {
+    /// Uniform values in `[0, 1)` on `device`, the same for the same `seed` on every
+    /// device and backend.
+    pub fn rand_on(device: D, shape: impl AsRef<[usize]>, seed: u64) -> Result<Self> {
+        let id = device.id();
+        Self::make(device, "rand", shape.as_ref(), |b, len| b.rand(id, T::DTYPE, len, seed))
+    }
+}
+
+impl<D: StaticDevice, T: Element> Tensor<D, T> {
+    /// Zeros of `shape`.
+    ///
+    /// ```
+    /// use locus_runtime::{Cuda, Tensor};
+    /// let t = Tensor::<Cuda<0>, i32>::zeros([2, 2])?;
+    /// assert_eq!(t.to_vec()?, vec![0; 4]);
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn zeros(shape: impl AsRef<[usize]>) -> Result<Self> {
+        Self::zeros_on(D::default(), shape)
+    }
+
+    /// Ones of `shape`.
+    ///
+    /// ```
+    /// use locus_runtime::{Cpu, Tensor};
+    /// assert_eq!(Tensor::<Cpu, u8>::ones([3])?.to_vec()?, vec![1, 1, 1]);
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn ones(shape: impl AsRef<[usize]>) -> Result<Self> {
+        Self::ones_on(D::default(), shape)
+    }
+
+    /// `value` everywhere in `shape`.
+    ///
+    /// ```
+    /// use locus_runtime::{Cpu, Tensor};
+    /// assert_eq!(Tensor::<Cpu, f64>::full([2], 0.5)?.to_vec()?, vec![0.5, 0.5]);
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn full(shape: impl AsRef<[usize]>, value: T) -> Result<Self> {
+        Self::full_on(D::default(), shape, value)
+    }
+
+    /// `data` (row-major) as a tensor of `shape`; the lengths must agree.
+    ///
+    /// ```
+    /// use locus_runtime::{Cuda, Tensor};
+    /// let t = Tensor::<Cuda<1>>::from_vec(vec![1.0, 2.0], [2, 1])?;
+    /// assert_eq!(t.shape(), &[2, 1]);
+    /// assert!(Tensor::<Cuda<1>>::from_vec(vec![1.0], [2]).is_err());
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn from_vec(data: Vec<T>, shape: impl AsRef<[usize]>) -> Result<Self> {
+        Self::from_vec_on(D::default(), data, shape)
+    }
+
+    /// A copy of `data` (row-major) as a tensor of `shape`.
+    ///
+    /// ```
+    /// use locus_runtime::{Pinned, Tensor};
+    /// let t = Tensor::<Pinned, i32>::from_slice(&[1, 2, 3], [3])?;
+    /// assert_eq!(t.to_vec()?, vec![1, 2, 3]);
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn from_slice(data: &[T], shape: impl AsRef<[usize]>) -> Result<Self> {
+        Self::from_slice_on(D::default(), data, shape)
+    }
+
+    /// `start, start + step, …` up to but not including `end` (1-D).
+    ///
+    /// ```
+    /// use locus_runtime::{Cpu, Tensor};
+    /// assert_eq!(Tensor::<Cpu>::arange(0.0, 1.0, 0.25)?.to_vec()?, vec![0.0, 0.25, 0.5, 0.75]);
+    /// assert!(Tensor::<Cpu>::arange(0.0, 1.0, 0.0).is_err());
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn arange(start: T, end: T, step: T) -> Result<Self> {
+        Self::arange_on(D::default(), start, end, step)
+    }
+}
+
+impl<D: StaticDevice, T: Float> Tensor<D, T> {
+    /// Uniform values in `[0, 1)`, reproducible from `seed` on every device and backend.
+    ///
+    /// ```
+    /// use locus_runtime::{Cuda, Tensor};
+    /// let a = Tensor::<Cuda<0>>::rand([4], 7)?.to_vec()?;
+    /// let b = Tensor::<Cuda<1>>::rand([4], 7)?.to_vec()?;
+    /// assert_eq!(a, b);
+    /// assert!(a.iter().all(|v| (0.0..1.0).contains(v)));
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn rand(shape: impl AsRef<[usize]>, seed: u64) -> Result<Self> {
+        Self::rand_on(D::default(), shape, seed)
+    }
+}

@@ -1,0 +1,203 @@
+//! `Tensor<D, T>`: a contiguous n-dimensional array of `T` on placement `D`.
+
+mod arith;
+mod factory;
+mod ops;
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use crate::backend::{self, Backend, Buffer};
+use crate::device::{Device, DeviceId, Dyn, StaticDevice};
+use crate::element::Element;
+use crate::error::{Error, Result};
+use crate::shape;
+use crate::storage::Storage;
+
+/// A contiguous, row-major n-dimensional array of `T` whose placement is the type `D`.
+///
+/// Ops take their operands' placement and return `Result`: ops of two tensors on
+/// different static placements do not compile, and everything that can fail at run
+/// time (shapes, memory, a missing device) is an `Err`.
+///
+/// ```
+/// use locus_runtime::{Cuda, Tensor};
+/// let x = Tensor::<Cuda<0>>::from_vec(vec![1.0, 2.0, 3.0, 4.0], [2, 2])?;
+/// let y = (&x * 2.0)?;
+/// assert_eq!(y.to_vec()?, vec![2.0, 4.0, 6.0, 8.0]);
+/// assert_eq!(y.shape(), &[2, 2]);
+/// assert_eq!(y.device().to_string(), "cuda:0");
+/// # Ok::<(), locus_runtime::Error>(())
+/// ```
+pub struct Tensor<D: Device, T: Element = f32> {
+    storage: Arc<Storage>,
+    shape: Vec<usize>,
+    placement: D,
+    _elem: PhantomData<T>,
+}
+
+impl<D: Device, T: Element> Clone for Tensor<D, T> {
+    /// Shares the storage: tensors are immutable, so a clone is as good as a copy.
+    fn clone(&self) -> Self {
+        Tensor {
+            storage: Arc::clone(&self.storage),
+            shape: self.shape.clone(),
+            placement: self.placement,
+            _elem: PhantomData,
+        }
+    }
+}
+
+impl<D: Device, T: Element> fmt::Debug for Tensor<D, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Tensor<{}>[{}; {:?}]", self.device(), T::DTYPE, self.shape)
+    }
+}
+
+impl<D: Device, T: Element> Tensor<D, T> {
+    pub(crate) fn from_storage(placement: D, storage: Storage, shape: Vec<usize>) -> Self {
+        debug_assert_eq!(storage.device, placement.id());
+        debug_assert_eq!(storage.dtype, T::DTYPE);
+        Tensor { storage: Arc::new(storage), shape, placement, _elem: PhantomData }
+    }
+
+    /// A tensor of `shape` over a new buffer on this tensor's device.
+    pub(crate) fn with_buffer(&self, buf: Buffer, shape: Vec<usize>) -> Self {
+        let len = shape.iter().product();
+        Self::from_storage(self.placement, Storage::new(buf, self.device(), T::DTYPE, len), shape)
+    }
+
+    pub(crate) fn buffer(&self) -> &Buffer {
+        &self.storage.buf
+    }
+
+    pub(crate) fn backend(&self) -> Result<&'static dyn Backend> {
+        backend::for_device(self.device())
+    }
+
+    /// The dims, outermost first. A scalar (0-d) tensor has none.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The number of dims.
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// The number of elements.
+    pub fn numel(&self) -> usize {
+        self.storage.len
+    }
+
+    /// Where the data lives, as a run-time name.
+    pub fn device(&self) -> DeviceId {
+        self.placement.id()
+    }
+
+    /// The placement value (zero-sized for static placements).
+    pub fn placement(&self) -> D {
+        self.placement
+    }
+
+    /// The elements in row-major order, copied to the host.
+    ///
+    /// ```
+    /// use locus_runtime::{Cpu, Tensor};
+    /// let t = Tensor::<Cpu, i32>::arange(0, 4, 1)?;
+    /// assert_eq!(t.to_vec()?, vec![0, 1, 2, 3]);
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        let bytes = self.storage.read_bytes()?;
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
+    }
+
+    /// The one element of a tensor with exactly one element.
+    ///
+    /// ```
+    /// use locus_runtime::{Cuda, Tensor};
+    /// let t = Tensor::<Cuda<0>>::ones([3])?;
+    /// assert_eq!(t.sum()?.item()?, 3.0);
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn item(&self) -> Result<T> {
+        if self.numel() != 1 {
+            return Err(Error::InvalidArgument {
+                op: "item",
+                reason: format!("a tensor of shape {:?} has {} elements, not one", self.shape, self.numel()),
+            });
+        }
+        Ok(self.to_vec()?[0])
+    }
+
+    /// The same elements under another shape with the same element count (no copy).
+    ///
+    /// ```
+    /// use locus_runtime::{Cpu, Tensor};
+    /// let t = Tensor::<Cpu>::zeros([2, 3])?.reshape([3, 2])?;
+    /// assert_eq!(t.shape(), &[3, 2]);
+    /// assert!(t.reshape([4]).is_err());
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn reshape(&self, shape: impl AsRef<[usize]>) -> Result<Self> {
+        let shape = shape.as_ref();
+        if shape::numel("reshape", shape)? != self.numel() {
+            return Err(Error::ShapeMismatch { op: "reshape", lhs: self.shape.clone(), rhs: shape.to_vec() });
+        }
+        Ok(Tensor { shape: shape.to_vec(), ..self.clone() })
+    }
+
+    /// A copy on placement `E`: the one op that crosses placements (PyTorch's `copy_`).
+    ///
+    /// ```
+    /// use locus_runtime::{Cpu, Cuda, Tensor};
+    /// let a = Tensor::<Cuda<0>>::ones([2])?;
+    /// let b = a.to::<Cuda<1>>()?;
+    /// assert_eq!(b.to::<Cpu>()?.to_vec()?, vec![1.0, 1.0]);
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn to<E: StaticDevice>(&self) -> Result<Tensor<E, T>> {
+        self.copy_to(E::default())
+    }
+
+    /// A copy on the run-time placement `id`.
+    pub fn to_dyn(&self, id: DeviceId) -> Result<Tensor<Dyn, T>> {
+        self.copy_to(Dyn::new(id))
+    }
+
+    fn copy_to<E: Device>(&self, dst: E) -> Result<Tensor<E, T>> {
+        let storage = if dst.id() == self.device() {
+            // Same memory: share it rather than copy, as torch's `.to` does.
+            backend::for_device(dst.id())?;
+            Arc::clone(&self.storage)
+        } else {
+            Arc::new(self.storage.copy_to(dst.id())?)
+        };
+        Ok(Tensor { storage, shape: self.shape.clone(), placement: dst, _elem: PhantomData })
+    }
+
+    /// The same tensor with its placement checked at run time from now on (no copy).
+    ///
+    /// ```
+    /// use locus_runtime::{Cuda, Tensor};
+    /// let d = Tensor::<Cuda<1>>::zeros([2])?.into_dyn();
+    /// assert_eq!(d.device().to_string(), "cuda:1");
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn into_dyn(self) -> Tensor<Dyn, T> {
+        let placement = Dyn::new(self.device());
+        Tensor { storage: self.storage, shape: self.shape, placement, _elem: PhantomData }
+    }
+
+    /// Checks that the operands share a placement at run time (always true for two
+    /// static placements, which the type system has already matched).
+    pub(crate) fn same_device<E: Device>(&self, op: &'static str, rhs: &Tensor<E, T>) -> Result<()> {
+        if self.device() == rhs.device() {
+            Ok(())
+        } else {
+            Err(Error::DeviceMismatch { op, lhs: self.device(), rhs: rhs.device() })
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! Named ops: activations, reductions, matmul, concatenation, chunking, transpose.
+
+use std::marker::PhantomData;
+
+use super::Tensor;
+use crate::backend::{ReduceOp, UnaryOp};
+use crate::device::Device;
+use crate::element::{Element, Float};
+use crate::error::{Error, Result};
+use crate::placement::SamePlacement;
+use crate::shape::Reduction;
+
+impl<D: Device, T: Element> Tensor<D, T> {
+    /// `max(x, 0)` elementwise.
+    ///
+    /// ```
+    /// use locus_runtime::{Cpu, Tensor};
+    /// let t = Tensor::<Cpu>::from_vec(vec![-1.0, 2.0], [2])?;
+    /// assert_eq!(t.relu()?.to_vec()?, vec![0.0, 2.0]);
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn relu(&self) -> Result<Self> {
+        self.unary(UnaryOp::Relu)
+    }
+
+    fn reduce(&self, op: ReduceOp, r: Reduction, shape: Vec<usize>) -> Result<Self> {
+        let buf = self.backend()?.reduce(self.device(), op, T::DTYPE, self.buffer(), r)?;
+        Ok(self.with_buffer(buf, shape))
+    }
+
+    /// The sum of all elements, as a 0-d tensor on the same device (integers wrap).
+    ///
+    /// ```
+    /// use locus_runtime::{Cuda, Tensor};
+    /// let t = Tensor::<Cuda<0>, i32>::arange(1, 5, 1)?;
+    /// assert_eq!(t.sum()?.item()?, 10);
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn sum(&self) -> Result<Self> {
+        self.reduce(ReduceOp::Sum, Reduction::all(self.numel()), vec![])
+    }
+
+    /// Sums over `dim`, which is removed from the shape.
+    ///
+    /// ```
+    /// use locus_runtime::{Cpu, Tensor};
+    /// let t = Tensor::<Cpu>::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [2, 3])?;
+    /// assert_eq!(t.sum_dim(0)?.to_vec()?, vec![5.0, 7.0, 9.0]);
+    /// assert_eq!(t.sum_dim(1)?.to_vec()?, vec![6.0, 15.0]);
+    /// assert!(t.sum_dim(2).is_err());
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn sum_dim(&self, dim: usize) -> Result<Self> {
+        self.check_dim("sum_dim", dim)?;
+        let mut shape = self.shape.clone();
+        shape.remove(dim);
+        self.reduce(ReduceOp::Sum, Reduction::over(&self.shape, dim), shape)
+    }
+
+    /// The largest element, as a 0-d tensor; an empty tensor is an error. NaN wins.
+    ///
+    /// ```
+    /// use locus_runtime::{Cpu, Tensor};
+    /// let t = Tensor::<Cpu, i32>::from_vec(vec![3, -7, 5], [3])?;
+    /// assert_eq!(t.max()?.item()?, 5);
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn max(&self) -> Result<Self> {
+        if self.numel() == 0 {
+            return Err(Error::InvalidArgument { op: "max", reason: "an empty tensor has no maximum".into() });
+        }
+        self.reduce(ReduceOp::Max, Reduction::all(self.numel()), vec![])
+    }
+
+    fn check_dim(&self, op: &'static str, dim: usize) -> Result<()> {
+        if dim >= self.rank() {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!("dim {dim} is out of range for a tensor of shape {:?}", self.shape),
+            });
+        }
+        Ok(())
+    }
+
+    fn check_rank(&self, op: &'static str, rank: usize) -> Result<()> {
+        if self.rank() != rank {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!("needs a {rank}-d tensor, got shape {:?}", self.shape),
+            });
+        }
+        Ok(())
+    }
+
+    /// The matrix product of two 2-d tensors, `[m, k] x [k, n] -> [m, n]`.
+    ///
+    /// ```
+    /// use locus_runtime::{Cuda, Tensor};
+    /// let a = Tensor::<Cuda<0>>::from_vec(vec![1.0, 2.0, 3.0, 4.0], [2, 2])?;
+    /// let i = Tensor::<Cuda<0>>::from_vec(vec![1.0, 0.0, 0.0, 1.0], [2, 2])?;
+    /// assert_eq!(a.matmul(&i)?.to_vec()?, a.to_vec()?);
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn matmul<E: Device>(&self, rhs: &Tensor<E, T>) -> Result<Self>
+    where
+        D: SamePlacement<E>,
+    {
+        self.same_device("matmul", rhs)?;
+        self.check_rank("matmul", 2)?;
+        rhs.check_rank("matmul", 2)?;
+        let (m, k, k2, n) = (self.shape[0], self.shape[1], rhs.shape[0], rhs.shape[1]);
+        if k != k2 {
+            return Err(Error::ShapeMismatch { op: "matmul", lhs: self.shape.clone(), rhs: rhs.shape.clone() });
+        }
+        let buf = self.backend()?.matmul(self.device(), T::DTYPE, self.buffer(), rhs.buffer(), m, k, n)?;
+        Ok(self.with_buffer(buf, vec![m, n]))
+    }
+
+    /// The transpose of a 2-d tensor.
+    ///
+    /// ```
+    /// use locus_runtime::{Cpu, Tensor};
+    /// let t = Tensor::<Cpu>::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [2, 3])?;
+    /// let tt = t.transpose()?;
+    /// assert_eq!(tt.shape(), &[3, 2]);
+    /// assert_eq!(tt.to_vec()?, vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn transpose(&self) -> Result<Self> {
+        self.check_rank("transpose", 2)?;
+        let (rows, cols) = (self.shape[0], self.shape[1]);
+        let buf = self.backend()?.transpose(self.device(), T::DTYPE, self.buffer(), rows, cols)?;
+        Ok(self.with_buffer(buf, vec![cols, rows]))
+    }
+
+    /// `self` followed by `rhs` along dim 0; the other dims must agree.
+    ///
+    /// ```
+    /// use locus_runtime::{Cuda, Tensor};
+    /// let a = Tensor::<Cuda<1>>::zeros([1, 2])?;
+    /// let b = Tensor::<Cuda<1>>::ones([2, 2])?;
+    /// assert_eq!(a.cat(&b)?.to_vec()?, vec![0.0, 0.0, 1.0, 1.0, 1.0, 1.0]);
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn cat<E: Device>(&self, rhs: &Tensor<E, T>) -> Result<Self>
+    where
+        D: SamePlacement<E>,
+    {
+        self.same_device("cat", rhs)?;
+        // Same device (checked above), so rhs may be seen under this placement.
+        let rhs = Tensor::<D, T> {
+            storage: rhs.storage.clone(),
+            shape: rhs.shape.clone(),
+            placement: self.placement,
+            _elem: PhantomData,
+        };
+        Self::concat(&[self, &rhs])
+    }
+
+    /// The tensors one after another along dim 0 (PyTorch's `torch.cat(list)`); all
+    /// on one device, with equal trailing dims.
+    ///
+    /// ```
+    /// use locus_runtime::{Cpu, Tensor};
+    /// let parts = [Tensor::<Cpu>::ones([1])?, Tensor::<Cpu>::zeros([2])?];
+    /// let all = Tensor::concat(&[&parts[0], &parts[1]])?;
+    /// assert_eq!(all.to_vec()?, vec![1.0, 0.0, 0.0]);
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn concat(parts: &[&Self]) -> Result<Self> {
+        let Some(first) = parts.first() else {
+            return Err(Error::InvalidArgument { op: "cat", reason: "no tensors to concatenate".into() });
+        };
+        first.check_nonscalar("cat")?;
+        let mut rows = 0usize;
+        for p in parts {
+            first.same_device("cat", p)?;
+            p.check_nonscalar("cat")?;
+            if p.shape[1..] != first.shape[1..] {
+                return Err(Error::ShapeMismatch { op: "cat", lhs: first.shape.clone(), rhs: p.shape.clone() });
+            }
+            rows += p.shape[0];
+        }
+        let bufs: Vec<_> = parts.iter().map(|p| (p.buffer(), p.numel())).collect();
+        let buf = first.backend()?.concat(first.device(), T::DTYPE, &bufs)?;
+        let mut shape = first.shape.clone();
+        shape[0] = rows;
+        Ok(first.with_buffer(buf, shape))
+    }
+
+    fn check_nonscalar(&self, op: &'static str) -> Result<()> {
+        if self.rank() == 0 {
+            return Err(Error::InvalidArgument { op, reason: "a 0-d tensor has no dim 0".into() });
+        }
+        Ok(())
+    }
+
+    /// Splits along dim 0 into at most `n` pieces of `ceil(len / n)` rows, the last one
+    /// smaller if need be (PyTorch's `chunk`).
+    ///
+    /// ```
+    /// use locus_runtime::{Cpu, Tensor};
+    /// let t = Tensor::<Cpu, i32>::arange(0, 5, 1)?;
+    /// let parts: Vec<Vec<i32>> = t.chunk(2)?.iter().map(|p| p.to_vec()).collect::<Result<_, _>>()?;
+    /// assert_eq!(parts, vec![vec![0, 1, 2], vec![3, 4]]);
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn chunk(&self, n: usize) -> Result<Vec<Self>> {
+        self.check_nonscalar("chunk")?;
+        if n == 0 {
+            return Err(Error::InvalidArgument { op: "chunk", reason: "cannot split into 0 chunks".into() });
+        }
+        let len = self.shape[0];
+        let step = len.div_ceil(n).max(1);
+        let row: usize = self.shape[1..].iter().product();
+        let backend = self.backend()?;
+        let mut out = Vec::new();
+        let mut start = 0;
+        while start < len {
+            let rows = step.min(len - start);
+            let buf = backend.slice(self.device(), T::DTYPE, self.buffer(), start * row, rows * row)?;
+            let mut shape = self.shape.clone();
+            shape[0] = rows;
+            out.push(self.with_buffer(buf, shape));
+            start += rows;
+        }
+        Ok(out)
+    }
+}
+
+impl<D: Device, T: Float> Tensor<D, T> {
+    /// `e^x` elementwise.
+    ///
+    /// ```
+    /// use locus_runtime::{Cpu, Tensor};
+    /// assert_eq!(Tensor::<Cpu>::zeros([1])?.exp()?.to_vec()?, vec![1.0]);
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn exp(&self) -> Result<Self> {
+        self.unary(UnaryOp::Exp)
+    }
+
+    /// The square root elementwise (NaN for negative values).
+    ///
+    /// ```
+    /// use locus_runtime::{Cpu, Tensor};
+    /// assert_eq!(Tensor::<Cpu>::full([1], 9.0)?.sqrt()?.to_vec()?, vec![3.0]);
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn sqrt(&self) -> Result<Self> {
+        self.unary(UnaryOp::Sqrt)
+    }
+
+    /// The mean of all elements, as a 0-d tensor (NaN for an empty tensor, as in PyTorch).
+    ///
+    /// ```
+    /// use locus_runtime::{Cpu, Tensor};
+    /// assert_eq!(Tensor::<Cpu>::arange(1.0, 5.0, 1.0)?.mean()?.item()?, 2.5);
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn mean(&self) -> Result<Self> {
+        self.reduce(ReduceOp::Mean, Reduction::all(self.numel()), vec![])
+    }
+}

@@ -1,0 +1,23 @@
+//! # locus — typed GPU device placement
+//!
+//! Device ids live in types: `Tensor<Cuda<1>>`, `Tensor<Cpu>`, `Tensor<Pinned>`. An op
+//! that mixes two GPUs, or a GPU and the host, does not compile; explicit copies
+//! (`.to::<Cuda<0>>()`) are the one way across. `Tensor<Dyn>` checks placements at run
+//! time instead.
+//!
+//! ```
+//! use locus::{Cuda, Tensor};
+//! let a = Tensor::<Cuda<0>>::ones([2, 2])?;
+//! let b = Tensor::<Cuda<1>>::full([2, 2], 3.0)?;
+//! let c = (&a + &b.to::<Cuda<0>>()?)?;
+//! assert_eq!(c.to_vec()?, vec![4.0; 4]);
+//! # Ok::<(), locus::Error>(())
+//! ```
+//!
+//! Without a GPU, locus runs on its host backend, which simulates `LOCUS_HOST_DEVICES`
+//! (default 2) CUDA devices in host memory; `LOCUS_BACKEND=host|cuda|auto` chooses.
+
+pub use locus_runtime::*;
+
+#[doc(hidden)]
+pub use locus_runtime::__private;

@@ -1,0 +1,10 @@
+// Gathering pieces from two GPUs onto one: copy, then concatenate.
+use locus::{Cuda, Tensor};
+
+fn main() -> locus::Result<()> {
+    let a = Tensor::<Cuda<0>>::zeros([1, 2])?;
+    let b = Tensor::<Cuda<1>>::ones([1, 2])?;
+    let c = a.cat(&b.to::<Cuda<0>>()?)?;
+    assert_eq!(c.shape(), &[2, 2]);
+    Ok(())
+}

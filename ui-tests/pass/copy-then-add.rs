@@ -1,0 +1,10 @@
+// Copying one operand to the other's GPU makes the add compile.
+use locus::{Cuda, Tensor};
+
+fn main() -> locus::Result<()> {
+    let a = Tensor::<Cuda<0>>::ones([2])?;
+    let b = Tensor::<Cuda<1>>::ones([2])?;
+    let c = (&a + &b.to::<Cuda<0>>()?)?;
+    assert_eq!(c.to_vec()?, vec![2.0, 2.0]);
+    Ok(())
+}
