@@ -4,10 +4,11 @@
 //! Runs on a GPU machine, and anywhere else on the host backend:
 //!     cargo run --release --example quickstart
 
-use locus::{Cpu, Cuda, Tensor};
+use locus::{Cpu, Cuda, StaticDevice, Tensor};
 
 fn main() -> locus::Result<()> {
-    println!("backend: {} ({} CUDA devices)", locus::backend_name()?, locus::device_count()?);
+    let gpus = locus::device_count()?;
+    println!("backend: {} ({gpus} CUDA device(s))", locus::backend_name()?);
 
     // A tiny layer on cuda:0: relu(x @ w + b). The placement is part of each type.
     let x = Tensor::<Cuda<0>>::rand([4, 3], 42)?;
@@ -16,12 +17,24 @@ fn main() -> locus::Result<()> {
     let h = (x.matmul(&w)? + &b)?.relu()?;
     println!("h = relu(x @ w + b) on {}: shape {:?}", h.device(), h.shape());
 
-    // Data on cuda:1 cannot join in directly: `&h + &y` would not compile
+    // The second placement is cuda:1 when there is one. On a one-GPU machine,
+    // `Cuda<1>` is an error at first use, and the host stands in for it.
+    match Tensor::<Cuda<1>>::zeros([1]) {
+        Ok(_) => second_placement::<Cuda<1>>(&h),
+        Err(e) => {
+            println!("{e}: using the host as the second placement");
+            second_placement::<Cpu>(&h)
+        }
+    }
+}
+
+fn second_placement<Other: StaticDevice>(h: &Tensor<Cuda<0>>) -> locus::Result<()> {
+    // Data on another placement cannot join in directly: `h + &y` would not compile
     // ("tensors on `Cuda<0>` and `Cuda<1>` cannot be used in one op").
     // An explicit copy is the way across.
-    let y = Tensor::<Cuda<1>>::full([4, 2], 1.0)?;
-    let z = (&h + &y.to::<Cuda<0>>()?)?;
-    println!("z = h + y (copied from cuda:1): sum = {:.4}", z.sum()?.item()?);
+    let y = Tensor::<Other>::full([4, 2], 1.0)?;
+    let z = (h + &y.to::<Cuda<0>>()?)?;
+    println!("z = h + y (copied from {}): sum = {:.4}", y.device(), z.sum()?.item()?);
 
     // Back to the host for printing.
     let host: Tensor<Cpu> = z.to::<Cpu>()?;
@@ -29,7 +42,7 @@ fn main() -> locus::Result<()> {
 
     // With placements chosen at run time (`Dyn`), the same mistake compiles and is
     // caught when it runs, with both devices named.
-    let a = h.into_dyn();
+    let a = h.clone().into_dyn();
     let c = y.into_dyn();
     match &a + &c {
         Ok(_) => println!("unexpected: a mixed-device add succeeded"),

@@ -1,16 +1,72 @@
-//! CUDA C sources of the locus kernels, embedded for NVRTC, and the table of their
-//! names. Builds with no CUDA installed: nothing here is compiled until run time.
+//! CUDA C sources of the locus kernels, embedded for NVRTC. Builds with no CUDA
+//! installed: nothing here is compiled until run time, by the runtime's cuda backend,
+//! once per device for that device's architecture.
+//!
+//! Kernel names follow `{op}_{variant}_{dtype}` (`add_same_f32`, `sum_partial_i32`) or
+//! `{op}_{dtype}` (`relu_f64`, `fill_u8`), with dtype one of `f32`, `f64`, `i32`, `u8`.
 
-/// One source file of kernels: its name and CUDA C text.
-#[derive(Clone, Copy, Debug)]
-pub struct Source {
-    /// The file name under `kernels/`.
-    pub name: &'static str,
-    /// The CUDA C source.
-    pub code: &'static str,
-    /// The `extern "C"` kernels it defines.
-    pub kernels: &'static [&'static str],
+/// Definitions every source uses; prepended to each source before compiling.
+pub const COMMON: &str = include_str!("../cuda/common.cuh");
+
+/// One source file of kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// Unary and binary elementwise ops: `{neg,relu,exp,sqrt}_{T}`,
+    /// `{add,sub,mul,div}_{same,scalar,bcast}_{T}`.
+    Elementwise,
+    /// `{sum,mean,max}_{partial,final,single,cols,rows}_{T}`.
+    Reduce,
+    /// `transpose_{T}` and integer `matmul_{T}`.
+    Matrix,
+    /// `fill_{T}`, `arange_{T}`, `rand_{f32,f64}`.
+    Init,
 }
 
-/// Every kernel source of locus.
-pub const SOURCES: &[Source] = &[];
+impl Source {
+    /// Every source.
+    pub const ALL: [Source; 4] = [Source::Elementwise, Source::Reduce, Source::Matrix, Source::Init];
+
+    /// The file name under `kernels/cuda/`.
+    pub const fn file(self) -> &'static str {
+        match self {
+            Source::Elementwise => "elementwise.cu",
+            Source::Reduce => "reduce.cu",
+            Source::Matrix => "matrix.cu",
+            Source::Init => "init.cu",
+        }
+    }
+
+    /// The CUDA C text of the file (without [`COMMON`]).
+    pub const fn code(self) -> &'static str {
+        match self {
+            Source::Elementwise => include_str!("../cuda/elementwise.cu"),
+            Source::Reduce => include_str!("../cuda/reduce.cu"),
+            Source::Matrix => include_str!("../cuda/matrix.cu"),
+            Source::Init => include_str!("../cuda/init.cu"),
+        }
+    }
+
+    /// The complete program text handed to NVRTC.
+    pub fn program(self) -> String {
+        format!("{COMMON}\n#line 1 \"{}\"\n{}", self.file(), self.code())
+    }
+
+    /// Position in [`Source::ALL`].
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_source_is_embedded_and_defines_extern_c_kernels() {
+        for s in Source::ALL {
+            assert!(s.code().contains("extern \"C\" __global__"), "{}", s.file());
+            assert!(s.program().starts_with(COMMON));
+            assert_eq!(Source::ALL[s.index()], s);
+        }
+    }
+}

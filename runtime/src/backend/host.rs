@@ -5,9 +5,9 @@
 //! `Error::OutOfMemory` as on a GPU. `cpu` and `pinned` memory are ordinary host memory
 //! on every backend, and run here.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
+use super::account::MemoryAccount;
 use super::host_kernels as k;
 use super::{Backend, BinaryOp, Buffer, ReduceOp, UnaryOp};
 use crate::device::DeviceId;
@@ -17,59 +17,6 @@ use crate::shape::{Layout, Reduction};
 
 const DEFAULT_DEVICES: usize = 2;
 const DEFAULT_DEVICE_MEMORY: usize = 16 << 30;
-
-/// The bytes held on one device, with their high-water mark.
-#[derive(Debug)]
-pub(crate) struct MemoryAccount {
-    device: DeviceId,
-    capacity: usize,
-    allocated: AtomicUsize,
-    peak: AtomicUsize,
-}
-
-impl MemoryAccount {
-    fn new(device: DeviceId, capacity: usize) -> Self {
-        MemoryAccount { device, capacity, allocated: AtomicUsize::new(0), peak: AtomicUsize::new(0) }
-    }
-
-    fn reserve(&self, bytes: usize) -> Result<()> {
-        let oom = |held: usize| Error::OutOfMemory {
-            device: self.device,
-            requested: bytes,
-            free: self.capacity.saturating_sub(held),
-        };
-        let mut held = self.allocated.load(Ordering::Relaxed);
-        loop {
-            let next = held.checked_add(bytes).filter(|&n| n <= self.capacity).ok_or_else(|| oom(held))?;
-            match self.allocated.compare_exchange_weak(held, next, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => {
-                    self.peak.fetch_max(next, Ordering::Relaxed);
-                    return Ok(());
-                }
-                Err(now) => held = now,
-            }
-        }
-    }
-
-    fn release(&self, bytes: usize) {
-        self.allocated.fetch_sub(bytes, Ordering::Relaxed);
-    }
-
-    /// Bytes held now.
-    pub fn allocated(&self) -> usize {
-        self.allocated.load(Ordering::Relaxed)
-    }
-
-    /// The most bytes held since the last [`MemoryAccount::reset_peak`].
-    pub fn peak(&self) -> usize {
-        self.peak.load(Ordering::Relaxed)
-    }
-
-    /// Starts the high-water mark again from what is held now.
-    pub fn reset_peak(&self) {
-        self.peak.store(self.allocated(), Ordering::Relaxed);
-    }
-}
 
 /// Host memory of one device, 8-byte aligned so that any element type can view it.
 #[derive(Debug)]
@@ -201,6 +148,7 @@ impl HostBackend {
 fn host_buf(b: &Buffer) -> &HostBuffer {
     match b {
         Buffer::Host(h) => h,
+        Buffer::Cuda(_) => unreachable!("the host backend was handed device memory"),
     }
 }
 

@@ -4,6 +4,8 @@
 //! the CUDA implementation live behind it. Host placements (`cpu`, `pinned`) always run
 //! on the host implementation; `cuda:N` runs on the backend chosen by `LOCUS_BACKEND`.
 
+mod account;
+mod cuda;
 pub(crate) mod host;
 mod host_kernels;
 
@@ -20,6 +22,7 @@ pub(crate) use host::HostBuffer;
 #[derive(Debug)]
 pub(crate) enum Buffer {
     Host(HostBuffer),
+    Cuda(cuda::CudaBuffer),
 }
 
 /// An elementwise op of one operand.
@@ -149,16 +152,22 @@ fn choose() -> Result<&'static dyn Backend> {
     let no_backend = |reason: String| Error::NoBackend { requested: requested.clone(), reason };
     match requested.trim() {
         "host" => Ok(host::backend()?),
-        "cuda" => Err(no_backend("this build of locus has no CUDA backend yet; run with LOCUS_BACKEND=host".into())),
-        "auto" | "" => {
-            let b = host::backend()?;
-            eprintln!(
-                "locus: no CUDA device found, using the host backend ({} simulated CUDA devices; \
-                 set LOCUS_HOST_DEVICES to change, LOCUS_BACKEND=cuda to require a GPU)",
-                b.device_count()
-            );
-            Ok(b)
-        }
+        "cuda" => match cuda::open() {
+            Ok(b) => Ok(Box::leak(Box::new(b))),
+            Err(why) => Err(no_backend(format!("{why}; or set LOCUS_BACKEND=host to run on the host backend"))),
+        },
+        "auto" | "" => match cuda::open() {
+            Ok(b) => Ok(Box::leak(Box::new(b))),
+            Err(why) => {
+                let b = host::backend()?;
+                eprintln!(
+                    "locus: using the host backend, {} simulated CUDA devices (no GPU: {why}). \
+                     LOCUS_HOST_DEVICES sets the count; LOCUS_BACKEND=cuda requires a GPU.",
+                    b.device_count()
+                );
+                Ok(b)
+            }
+        },
         other => Err(no_backend(format!("`{other}` is not a backend"))),
     }
 }

@@ -1,0 +1,35 @@
+// Initialisers: fill, arange and seeded uniform random values.
+
+template <typename T> __device__ void fill(T* out, u64 n, T v) {
+    GRID_LOOP(i, n) out[i] = v;
+}
+
+// start + i * step in f64 without contraction to an FMA, so the value is the same as
+// the host backend's.
+template <typename T> __device__ void arange(T* out, u64 n, f64 start, f64 step) {
+    GRID_LOOP(i, n) out[i] = (T)__dadd_rn(start, __dmul_rn((f64)i, step));
+}
+
+// SplitMix64 of a counter: the same bits as the host backend's rand_bits.
+__device__ __forceinline__ u64 rand_bits(u64 seed, u64 i) {
+    u64 z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+extern "C" __global__ void rand_f32(f32* out, u64 n, u64 seed) {
+    GRID_LOOP(i, n) out[i] = (f32)(rand_bits(seed, i) >> 40) * (1.0f / 16777216.0f);
+}
+extern "C" __global__ void rand_f64(f64* out, u64 n, u64 seed) {
+    GRID_LOOP(i, n) out[i] = (f64)(rand_bits(seed, i) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+#define INIT(T)                                                                                      \
+    extern "C" __global__ void fill_##T(T* out, u64 n, T v) { fill<T>(out, n, v); }                  \
+    extern "C" __global__ void arange_##T(T* out, u64 n, f64 start, f64 step) { arange<T>(out, n, start, step); }
+
+INIT(f32)
+INIT(f64)
+INIT(i32)
+INIT(u8)

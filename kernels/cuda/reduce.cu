@@ -1,0 +1,133 @@
+// Reductions: sum, mean and max over all elements (two passes: per-block partials,
+// then one block) and over one dim of a [outer, len, inner] view.
+//
+// Float sums accumulate in f64 and integer sums in unsigned 32-bit (wrapping), as the
+// host backend does, so both give the same answers.
+
+template <typename T> struct SumAcc { typedef f64 A; };
+template <> struct SumAcc<i32> { typedef unsigned A; };
+template <> struct SumAcc<u8> { typedef unsigned A; };
+
+template <typename T> struct Sum {
+    typedef typename SumAcc<T>::A A;
+    static __device__ A init() { return (A)0; }
+    static __device__ A load(T v) { return (A)v; }
+    static __device__ A combine(A a, A b) { return a + b; }
+    static __device__ T finish(A a, u64) { return (T)a; }
+};
+
+template <typename T> struct Mean {
+    typedef f64 A;
+    static __device__ A init() { return 0.0; }
+    static __device__ A load(T v) { return (A)v; }
+    static __device__ A combine(A a, A b) { return a + b; }
+    static __device__ T finish(A a, u64 len) { return (T)(a / (f64)len); }
+};
+
+template <typename T> struct MaxInit { static __device__ T v() { return (T)0; } };
+template <> struct MaxInit<f32> { static __device__ f32 v() { return -__int_as_float(0x7f800000); } };
+template <> struct MaxInit<f64> { static __device__ f64 v() { return -__longlong_as_double(0x7ff0000000000000ll); } };
+template <> struct MaxInit<i32> { static __device__ i32 v() { return (i32)0x80000000; } };
+
+template <typename T> struct MaxAcc { typedef T A; };
+template <> struct MaxAcc<u8> { typedef unsigned A; };  // shuffles need 32-bit values
+
+template <typename T> struct Max {
+    typedef typename MaxAcc<T>::A A;
+    static __device__ A init() { return (A)MaxInit<T>::v(); }
+    static __device__ A load(T v) { return (A)v; }
+    static __device__ A combine(A a, A b) { return op_max(a, b); }
+    static __device__ T finish(A a, u64) { return (T)a; }
+};
+
+// The reduction of v over the block, valid in thread 0. Block size: a multiple of 32.
+template <typename R> __device__ typename R::A block_reduce(typename R::A v) {
+    typedef typename R::A A;
+    __shared__ A partial[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = R::combine(v, __shfl_down_sync(0xffffffffu, v, o));
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < (int)(blockDim.x >> 5) ? partial[lane] : R::init();
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v = R::combine(v, __shfl_down_sync(0xffffffffu, v, o));
+    }
+    return v;
+}
+
+// Pass 1: each block reduces a grid-stride share of x into partial[blockIdx.x].
+template <typename T, typename R> __device__ void reduce_partial(const T* x, u64 n, typename R::A* partial) {
+    typename R::A v = R::init();
+    GRID_LOOP(i, n) v = R::combine(v, R::load(x[i]));
+    v = block_reduce<R>(v);
+    if (threadIdx.x == 0) partial[blockIdx.x] = v;
+}
+
+// Pass 2 (one block): partials to the result; `len` is the element count (for mean).
+template <typename T, typename R>
+__device__ void reduce_final(const typename R::A* partial, u64 nparts, T* out, u64 len) {
+    typename R::A v = R::init();
+    for (u64 i = threadIdx.x; i < nparts; i += blockDim.x) v = R::combine(v, partial[i]);
+    v = block_reduce<R>(v);
+    if (threadIdx.x == 0) *out = R::finish(v, len);
+}
+
+// One block: all of x to the result (small inputs, one launch).
+template <typename T, typename R> __device__ void reduce_single(const T* x, u64 n, T* out) {
+    typename R::A v = R::init();
+    for (u64 i = threadIdx.x; i < n; i += blockDim.x) v = R::combine(v, R::load(x[i]));
+    v = block_reduce<R>(v);
+    if (threadIdx.x == 0) *out = R::finish(v, n);
+}
+
+// Over `len` of [outer, len, inner] with inner > 1: one thread per output, so that
+// neighbouring threads read neighbouring elements.
+template <typename T, typename R> __device__ void reduce_cols(const T* x, T* out, u64 outer, u64 len, u64 inner) {
+    GRID_LOOP(o, outer * inner) {
+        const u64 a = o / inner, b = o % inner;
+        const T* p = x + a * len * inner + b;
+        typename R::A v = R::init();
+        for (u64 j = 0; j < len; j++) v = R::combine(v, R::load(p[j * inner]));
+        out[o] = R::finish(v, len);
+    }
+}
+
+// Over `len` of [outer, len] (inner == 1): one block per row.
+template <typename T, typename R> __device__ void reduce_rows(const T* x, T* out, u64 outer, u64 len) {
+    for (u64 row = blockIdx.x; row < outer; row += gridDim.x) {
+        const T* p = x + row * len;
+        typename R::A v = R::init();
+        for (u64 j = threadIdx.x; j < len; j += blockDim.x) v = R::combine(v, R::load(p[j]));
+        v = block_reduce<R>(v);
+        if (threadIdx.x == 0) out[row] = R::finish(v, len);
+        __syncthreads();
+    }
+}
+
+#define REDUCE(NAME, R, T)                                                                                      \
+    extern "C" __global__ void NAME##_partial_##T(const T* x, u64 n, R<T>::A* partial) {                        \
+        reduce_partial<T, R<T> >(x, n, partial);                                                                \
+    }                                                                                                           \
+    extern "C" __global__ void NAME##_final_##T(const R<T>::A* partial, u64 nparts, T* out, u64 len) {          \
+        reduce_final<T, R<T> >(partial, nparts, out, len);                                                      \
+    }                                                                                                           \
+    extern "C" __global__ void NAME##_single_##T(const T* x, u64 n, T* out) { reduce_single<T, R<T> >(x, n, out); } \
+    extern "C" __global__ void NAME##_cols_##T(const T* x, T* out, u64 outer, u64 len, u64 inner) {             \
+        reduce_cols<T, R<T> >(x, out, outer, len, inner);                                                       \
+    }                                                                                                           \
+    extern "C" __global__ void NAME##_rows_##T(const T* x, T* out, u64 outer, u64 len) {                        \
+        reduce_rows<T, R<T> >(x, out, outer, len);                                                              \
+    }
+
+REDUCE(sum, Sum, f32)
+REDUCE(sum, Sum, f64)
+REDUCE(sum, Sum, i32)
+REDUCE(sum, Sum, u8)
+REDUCE(mean, Mean, f32)
+REDUCE(mean, Mean, f64)
+REDUCE(max, Max, f32)
+REDUCE(max, Max, f64)
+REDUCE(max, Max, i32)
+REDUCE(max, Max, u8)

@@ -1,0 +1,189 @@
+//! One CUDA device: its primary context, locus' stream on it, compiled kernels, the
+//! cuBLAS handle and the memory account.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::{result, sys, CudaContext, CudaModule, DriverError};
+use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+use locus_kernels::Source;
+
+use crate::backend::account::MemoryAccount;
+use crate::device::DeviceId;
+use crate::error::{Error, Result};
+
+thread_local! {
+    /// The ordinal whose context locus last made current on this thread.
+    static BOUND: Cell<Option<u32>> = const { Cell::new(None) };
+}
+
+/// A raw driver handle that may move between threads (the driver allows it).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Handle<T>(pub T);
+unsafe impl<T> Send for Handle<T> {}
+unsafe impl<T> Sync for Handle<T> {}
+
+pub(crate) struct DeviceState {
+    pub ordinal: u32,
+    pub ctx: Arc<CudaContext>,
+    /// The stream locus uses on this device unless another is made current.
+    pub stream: Handle<sys::CUstream>,
+    pub sm_count: u32,
+    pub arch: (i32, i32),
+    pub account: MemoryAccount,
+    modules: [OnceLock<std::result::Result<Arc<CudaModule>, Error>>; 4],
+    functions: Mutex<HashMap<String, Handle<sys::CUfunction>>>,
+    blas: OnceLock<std::result::Result<Handle<cudarc::cublas::sys::cublasHandle_t>, Error>>,
+}
+
+impl std::fmt::Debug for DeviceState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cuda:{} (sm_{}{})", self.ordinal, self.arch.0, self.arch.1)
+    }
+}
+
+/// A driver error as a locus error naming the device and the call.
+pub(crate) fn driver(device: u32, call: &'static str) -> impl FnOnce(DriverError) -> Error {
+    move |e| {
+        let code = e.error_name().map(|c| c.to_string_lossy().into_owned()).unwrap_or_else(|_| format!("{:?}", e.0));
+        Error::Driver { device: DeviceId::Cuda(device), call, code }
+    }
+}
+
+impl DeviceState {
+    pub fn open(ordinal: u32) -> Result<Self> {
+        let d = |call| driver(ordinal, call);
+        let ctx = CudaContext::new(ordinal as usize).map_err(d("cuDevicePrimaryCtxRetain"))?;
+        BOUND.with(|b| b.set(Some(ordinal)));
+        let stream = result::stream::create(result::stream::StreamKind::NonBlocking).map_err(d("cuStreamCreate"))?;
+        let sm_count = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(d("cuDeviceGetAttribute"))? as u32;
+        let arch = ctx.compute_capability().map_err(d("cuDeviceGetAttribute"))?;
+        keep_pool_memory(&ctx, ordinal)?;
+        Ok(DeviceState {
+            ordinal,
+            ctx,
+            stream: Handle(stream),
+            sm_count,
+            arch,
+            account: MemoryAccount::new(DeviceId::Cuda(ordinal), usize::MAX),
+            modules: Default::default(),
+            functions: Mutex::new(HashMap::new()),
+            blas: OnceLock::new(),
+        })
+    }
+
+    pub fn id(&self) -> DeviceId {
+        DeviceId::Cuda(self.ordinal)
+    }
+
+    /// Makes this device's context current on the calling thread; no driver call when
+    /// locus already made it current here.
+    pub fn bind(&self) -> Result<()> {
+        if BOUND.with(|b| b.get()) == Some(self.ordinal) {
+            return Ok(());
+        }
+        unsafe { result::ctx::set_current(self.ctx.cu_ctx()) }.map_err(driver(self.ordinal, "cuCtxSetCurrent"))?;
+        BOUND.with(|b| b.set(Some(self.ordinal)));
+        Ok(())
+    }
+
+    fn module(&self, source: Source) -> Result<&Arc<CudaModule>> {
+        let m = self.modules[source.index()].get_or_init(|| {
+            let opts = CompileOptions {
+                options: vec![
+                    format!("--gpu-architecture=compute_{}{}", self.arch.0, self.arch.1),
+                    "-std=c++17".into(),
+                ],
+                name: Some(source.file().into()),
+                ..Default::default()
+            };
+            let kernel_err = |message: String| Error::Kernel { device: self.id(), name: source.file().into(), message };
+            let ptx = compile_ptx_with_opts(source.program(), opts).map_err(|e| kernel_err(format!("NVRTC: {e:?}")))?;
+            let m = self.ctx.load_module(ptx).map_err(|e| kernel_err(format!("cuModuleLoadData: {e:?}")));
+            // cudarc may have changed the current context.
+            BOUND.with(|b| b.set(None));
+            m
+        });
+        m.as_ref().map_err(Clone::clone)
+    }
+
+    /// The kernel `name` from `source`, compiled and loaded on first use.
+    pub fn function(&self, source: Source, name: &str) -> Result<sys::CUfunction> {
+        if let Some(f) = self.functions.lock().map_err(|_| poisoned(self.id()))?.get(name) {
+            return Ok(f.0);
+        }
+        let module = self.module(source)?;
+        let f = module.load_function(name).map_err(|e| Error::Kernel {
+            device: self.id(),
+            name: name.into(),
+            message: format!("{e:?}"),
+        })?;
+        let raw = f.cu_function();
+        // The module (kept in self.modules) owns the function; the handle stays valid.
+        self.functions.lock().map_err(|_| poisoned(self.id()))?.insert(name.to_string(), Handle(raw));
+        Ok(raw)
+    }
+
+    /// Launches `f` on `stream` with the given geometry and argument pointers.
+    pub fn launch(
+        &self,
+        f: sys::CUfunction,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        stream: sys::CUstream,
+        args: &mut [*mut c_void],
+    ) -> Result<()> {
+        self.bind()?;
+        unsafe { result::launch_kernel(f, grid, block, 0, stream, args) }
+            .map_err(driver(self.ordinal, "cuLaunchKernel"))
+    }
+
+    /// The cuBLAS handle of this device, created on first use.
+    pub fn blas(&self) -> Result<cudarc::cublas::sys::cublasHandle_t> {
+        let h = self.blas.get_or_init(|| {
+            self.bind()?;
+            let h = cudarc::cublas::result::create_handle().map_err(|e| Error::Kernel {
+                device: self.id(),
+                name: "cublasCreate".into(),
+                message: format!("{e:?}"),
+            })?;
+            Ok(Handle(h))
+        });
+        h.as_ref().map(|h| h.0).map_err(Clone::clone)
+    }
+
+    /// A grid size for `work` items at `block` threads each: enough blocks to fill the
+    /// device, then grid-stride loops.
+    pub fn grid(&self, work: u64, block: u32) -> u32 {
+        let fill = self.sm_count.max(1) as u64 * (2048 / block as u64).max(1);
+        work.div_ceil(block as u64).clamp(1, fill) as u32
+    }
+}
+
+fn poisoned(device: DeviceId) -> Error {
+    Error::Kernel { device, name: "kernel table".into(), message: "a thread panicked while loading a kernel".into() }
+}
+
+/// Keeps freed stream-ordered memory in the device's pool instead of returning it to
+/// the driver at every synchronisation, so that allocation is a cheap pool hit.
+fn keep_pool_memory(ctx: &CudaContext, ordinal: u32) -> Result<()> {
+    if !ctx.has_async_alloc() {
+        return Ok(());
+    }
+    unsafe {
+        let pool = result::device::get_default_mem_pool(ctx.cu_device())
+            .map_err(driver(ordinal, "cuDeviceGetDefaultMemPool"))?;
+        let mut threshold: u64 = u64::MAX;
+        result::mem_pool::set_attribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            &mut threshold as *mut u64 as *mut c_void,
+        )
+        .map_err(driver(ordinal, "cuMemPoolSetAttribute"))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,536 @@
+//! The cuda backend: cudarc 0.19 driver calls, NVRTC-compiled kernels from
+//! `locus-kernels`, cuBLAS for float matmul. Loaded dynamically: a machine without
+//! CUDA builds and runs locus on the host backend instead.
+
+mod buffer;
+mod device;
+
+use std::ffi::c_void;
+use std::sync::OnceLock;
+
+use cudarc::cublas::sys::cublasOperation_t;
+use cudarc::driver::{result, sys};
+use locus_kernels::Source;
+
+pub(crate) use buffer::CudaBuffer;
+use device::{driver, DeviceState};
+
+use super::{Backend, BinaryOp, Buffer, ReduceOp, UnaryOp};
+use crate::device::DeviceId;
+use crate::element::{DType, Scalar};
+use crate::error::{Error, Result};
+use crate::shape::{Layout, Reduction};
+
+/// Pointers to the kernel arguments, in order (each must be a named local).
+macro_rules! args {
+    ($($a:expr),* $(,)?) => { [$(&$a as *const _ as *mut c_void),*] };
+}
+
+pub(crate) struct CudaBackend {
+    devices: Vec<OnceLock<Result<&'static DeviceState>>>,
+}
+
+/// The cuda backend, if this machine can run it; else why not, as a sentence.
+pub(crate) fn open() -> std::result::Result<CudaBackend, String> {
+    unsafe {
+        if !sys::is_culib_present() {
+            return Err("no CUDA driver found (libcuda.so); install the NVIDIA driver".into());
+        }
+        if !cudarc::nvrtc::sys::is_culib_present() {
+            return Err(
+                "the CUDA driver is present but NVRTC (libnvrtc.so) is not; install the CUDA toolkit's NVRTC".into()
+            );
+        }
+        if !cudarc::cublas::sys::is_culib_present() {
+            return Err(
+                "the CUDA driver is present but cuBLAS (libcublas.so) is not; install the CUDA toolkit's cuBLAS".into(),
+            );
+        }
+    }
+    result::init().map_err(|e| format!("cuInit failed: {e:?}"))?;
+    let count = result::device::get_count().map_err(|e| format!("cuDeviceGetCount failed: {e:?}"))?;
+    if count < 1 {
+        return Err("the CUDA driver reports no devices (check CUDA_VISIBLE_DEVICES)".into());
+    }
+    Ok(CudaBackend { devices: (0..count).map(|_| OnceLock::new()).collect() })
+}
+
+fn sfx(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "f32",
+        DType::F64 => "f64",
+        DType::I32 => "i32",
+        DType::U8 => "u8",
+    }
+}
+
+fn cuda(b: &Buffer) -> &CudaBuffer {
+    match b {
+        Buffer::Cuda(c) => c,
+        Buffer::Host(_) => unreachable!("the cuda backend was handed host memory"),
+    }
+}
+
+/// Up to 8 dims of a broadcast, with per-operand strides; matches `Bcast` in
+/// elementwise.cu.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Bcast {
+    rank: i32,
+    shape: [u64; 8],
+    lhs: [u64; 8],
+    rhs: [u64; 8],
+}
+
+/// Merges neighbouring dims that both operands walk contiguously, then packs them.
+fn bcast(op: &'static str, shape: &[usize], lhs: &[usize], rhs: &[usize]) -> Result<Bcast> {
+    let mut dims: Vec<(u64, u64, u64)> = Vec::new();
+    for i in 0..shape.len() {
+        let (n, l, r) = (shape[i] as u64, lhs[i] as u64, rhs[i] as u64);
+        if n == 1 {
+            continue;
+        }
+        match dims.last_mut() {
+            Some(last) if last.1 == l * n && last.2 == r * n => *last = (last.0 * n, l, r),
+            _ => dims.push((n, l, r)),
+        }
+    }
+    if dims.len() > 8 {
+        return Err(Error::InvalidArgument {
+            op,
+            reason: format!("broadcasting over {} non-mergeable dims; the cuda backend takes at most 8", dims.len()),
+        });
+    }
+    let mut b = Bcast { rank: dims.len() as i32, shape: [1; 8], lhs: [0; 8], rhs: [0; 8] };
+    for (i, (n, l, r)) in dims.into_iter().enumerate() {
+        (b.shape[i], b.lhs[i], b.rhs[i]) = (n, l, r);
+    }
+    Ok(b)
+}
+
+fn blas_err(device: DeviceId, call: &str, e: impl std::fmt::Debug) -> Error {
+    Error::Kernel { device, name: call.into(), message: format!("{e:?}") }
+}
+
+impl CudaBackend {
+    fn dev(&self, id: DeviceId) -> Result<&'static DeviceState> {
+        let ordinal = id.ordinal().unwrap_or(u32::MAX);
+        let count = self.devices.len();
+        let slot = self.devices.get(ordinal as usize).ok_or(Error::NoSuchDevice { ordinal, count })?;
+        slot.get_or_init(|| DeviceState::open(ordinal).map(|d| &*Box::leak(Box::new(d)))).clone()
+    }
+
+    fn alloc(&self, id: DeviceId, dtype: DType, len: usize) -> Result<(&'static DeviceState, CudaBuffer)> {
+        let dev = self.dev(id)?;
+        let bytes =
+            len.checked_mul(dtype.size()).ok_or(Error::OutOfMemory { device: id, requested: usize::MAX, free: 0 })?;
+        Ok((dev, CudaBuffer::alloc(dev, bytes)?))
+    }
+
+    /// A new `len`-element buffer written by one 1-d launch of `name` over `work` items.
+    fn produce(
+        &self,
+        id: DeviceId,
+        dtype: DType,
+        len: usize,
+        (source, name): (Source, &str),
+        work: u64,
+        args: impl FnOnce(u64) -> Vec<*mut c_void>,
+    ) -> Result<Buffer> {
+        let (dev, out) = self.alloc(id, dtype, len)?;
+        if len > 0 {
+            let f = dev.function(source, name)?;
+            let mut a = args(out.ptr());
+            dev.launch(f, (dev.grid(work, 256), 1, 1), (256, 1, 1), dev.stream.0, &mut a)?;
+        }
+        Ok(Buffer::Cuda(out))
+    }
+
+    /// Runs `launch` with an error flag for integer division, and reports a zero divisor.
+    fn with_div_check(
+        &self,
+        dev: &'static DeviceState,
+        check: bool,
+        launch: impl FnOnce(u64) -> Result<()>,
+    ) -> Result<()> {
+        if !check {
+            return launch(0);
+        }
+        let flag = CudaBuffer::alloc(dev, 4)?;
+        let s = dev.stream.0;
+        unsafe { result::memset_d8_async(flag.ptr(), 0, 4, s) }.map_err(driver(dev.ordinal, "cuMemsetD8Async"))?;
+        launch(flag.ptr())?;
+        let mut hit = [0i32];
+        unsafe { result::memcpy_dtoh_async(&mut hit, flag.ptr(), s) }
+            .map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"))?;
+        unsafe { result::stream::synchronize(s) }.map_err(driver(dev.ordinal, "cuStreamSynchronize"))?;
+        if hit[0] != 0 {
+            return Err(Error::InvalidArgument { op: "div", reason: "integer division by zero".into() });
+        }
+        Ok(())
+    }
+
+    fn dtod(dev: &DeviceState, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        unsafe { result::memcpy_dtod_async(dst, src, bytes, dev.stream.0) }
+            .map_err(driver(dev.ordinal, "cuMemcpyDtoDAsync"))
+    }
+}
+
+macro_rules! with_scalar {
+    ($s:expr, $v:ident => $body:expr) => {
+        match $s {
+            Scalar::F32($v) => $body,
+            Scalar::F64($v) => $body,
+            Scalar::I32($v) => $body,
+            Scalar::U8($v) => $body,
+        }
+    };
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn device_count(&self) -> usize {
+        self.devices.len()
+    }
+
+    fn memory(&self, device: DeviceId) -> Result<(usize, usize)> {
+        let a = &self.dev(device)?.account;
+        Ok((a.allocated(), a.peak()))
+    }
+
+    fn reset_peak(&self, device: DeviceId) -> Result<()> {
+        self.dev(device)?.account.reset_peak();
+        Ok(())
+    }
+
+    fn upload(&self, device: DeviceId, data: &[u8]) -> Result<Buffer> {
+        let (dev, out) = self.alloc(device, DType::U8, data.len())?;
+        if !data.is_empty() {
+            // From pageable memory the driver stages the data before returning, so `data`
+            // may be dropped as soon as this call is done.
+            unsafe { result::memcpy_htod_async(out.ptr(), data, dev.stream.0) }
+                .map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"))?;
+        }
+        Ok(Buffer::Cuda(out))
+    }
+
+    fn download(&self, _device: DeviceId, buf: &Buffer, out: &mut [u8]) -> Result<()> {
+        let b = cuda(buf);
+        let dev = b.device();
+        if out.len() != b.bytes() {
+            return Err(Error::InvalidArgument { op: "to_vec", reason: "host buffer of the wrong length".into() });
+        }
+        if out.is_empty() {
+            return Ok(());
+        }
+        dev.bind()?;
+        unsafe {
+            result::memcpy_dtoh_async(out, b.ptr(), dev.stream.0).map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"))?;
+            result::stream::synchronize(dev.stream.0).map_err(driver(dev.ordinal, "cuStreamSynchronize"))
+        }
+    }
+
+    fn copy(&self, _src: DeviceId, buf: &Buffer, dst: DeviceId) -> Result<Buffer> {
+        let b = cuda(buf);
+        let (from, bytes) = (b.device(), b.bytes());
+        let (to, out) = self.alloc(dst, DType::U8, bytes)?;
+        if bytes == 0 {
+            return Ok(Buffer::Cuda(out));
+        }
+        if std::ptr::eq(from, to) {
+            Self::dtod(to, out.ptr(), b.ptr(), bytes)?;
+            return Ok(Buffer::Cuda(out));
+        }
+        // Across devices: the copy waits for the source's stream, and the source's
+        // stream (which frees it) waits for the copy.
+        let d = |call| driver(to.ordinal, call);
+        unsafe {
+            from.bind()?;
+            let ready =
+                result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).map_err(d("cuEventCreate"))?;
+            result::event::record(ready, from.stream.0).map_err(d("cuEventRecord"))?;
+            to.bind()?;
+            result::stream::wait_event(to.stream.0, ready, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+                .map_err(d("cuStreamWaitEvent"))?;
+            result::memcpy_peer_async(to.ctx.cu_ctx(), out.ptr(), from.ctx.cu_ctx(), b.ptr(), bytes, to.stream.0)
+                .map_err(d("cuMemcpyPeerAsync"))?;
+            let done =
+                result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).map_err(d("cuEventCreate"))?;
+            result::event::record(done, to.stream.0).map_err(d("cuEventRecord"))?;
+            from.bind()?;
+            result::stream::wait_event(from.stream.0, done, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+                .map_err(d("cuStreamWaitEvent"))?;
+            // Destroying a recorded event is deferred by the driver until it completes.
+            result::event::destroy(ready).map_err(d("cuEventDestroy"))?;
+            result::event::destroy(done).map_err(d("cuEventDestroy"))?;
+        }
+        Ok(Buffer::Cuda(out))
+    }
+
+    fn fill(&self, device: DeviceId, dtype: DType, len: usize, value: Scalar) -> Result<Buffer> {
+        let name = format!("fill_{}", sfx(dtype));
+        let n = len as u64;
+        with_scalar!(value, v => self.produce(device, dtype, len, (Source::Init, &name), n, |out| {
+            args![out, n, v].to_vec()
+        }))
+    }
+
+    fn arange(&self, device: DeviceId, dtype: DType, len: usize, start: f64, step: f64) -> Result<Buffer> {
+        let name = format!("arange_{}", sfx(dtype));
+        let n = len as u64;
+        self.produce(device, dtype, len, (Source::Init, &name), n, |out| args![out, n, start, step].to_vec())
+    }
+
+    fn rand(&self, device: DeviceId, dtype: DType, len: usize, seed: u64) -> Result<Buffer> {
+        if !dtype.is_float() {
+            return Err(Error::InvalidArgument { op: "rand", reason: format!("{dtype} is not a float type") });
+        }
+        let name = format!("rand_{}", sfx(dtype));
+        let n = len as u64;
+        self.produce(device, dtype, len, (Source::Init, &name), n, |out| args![out, n, seed].to_vec())
+    }
+
+    fn unary(&self, device: DeviceId, op: UnaryOp, dtype: DType, x: &Buffer, len: usize) -> Result<Buffer> {
+        let opname = match op {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Relu => "relu",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Sqrt => "sqrt",
+        };
+        if matches!(op, UnaryOp::Exp | UnaryOp::Sqrt) && !dtype.is_float() {
+            return Err(Error::InvalidArgument { op: opname, reason: format!("needs a float type, not {dtype}") });
+        }
+        let name = format!("{opname}_{}", sfx(dtype));
+        let (xp, n) = (cuda(x).ptr(), len as u64);
+        let work = n.div_ceil(16 / dtype.size() as u64);
+        self.produce(device, dtype, len, (Source::Elementwise, &name), work, |out| args![xp, out, n].to_vec())
+    }
+
+    fn binary(
+        &self,
+        device: DeviceId,
+        op: BinaryOp,
+        dtype: DType,
+        lhs: &Buffer,
+        rhs: &Buffer,
+        out_shape: &[usize],
+        layout: &Layout,
+    ) -> Result<Buffer> {
+        let len: usize = out_shape.iter().product();
+        let (dev, out) = self.alloc(device, dtype, len)?;
+        if len == 0 {
+            return Ok(Buffer::Cuda(out));
+        }
+        let (a, b, o, n) = (cuda(lhs).ptr(), cuda(rhs).ptr(), out.ptr(), len as u64);
+        let check = op == BinaryOp::Div && !dtype.is_float();
+        let geometry = match layout {
+            Layout::Same => None,
+            Layout::RhsScalar => Some(bcast(op.name(), &[len], &[1], &[0])?),
+            Layout::LhsScalar => Some(bcast(op.name(), &[len], &[0], &[1])?),
+            Layout::Strided { lhs, rhs } => Some(bcast(op.name(), out_shape, lhs, rhs)?),
+        };
+        self.with_div_check(dev, check, |err| match geometry {
+            None => {
+                let f = dev.function(Source::Elementwise, &format!("{}_same_{}", op.name(), sfx(dtype)))?;
+                let grid = dev.grid(n.div_ceil(16 / dtype.size() as u64), 256);
+                dev.launch(f, (grid, 1, 1), (256, 1, 1), dev.stream.0, &mut args![a, b, o, n, err])
+            }
+            Some(bc) => {
+                let f = dev.function(Source::Elementwise, &format!("{}_bcast_{}", op.name(), sfx(dtype)))?;
+                dev.launch(f, (dev.grid(n, 256), 1, 1), (256, 1, 1), dev.stream.0, &mut args![a, b, o, n, bc, err])
+            }
+        })?;
+        Ok(Buffer::Cuda(out))
+    }
+
+    fn binary_scalar(
+        &self,
+        device: DeviceId,
+        op: BinaryOp,
+        dtype: DType,
+        lhs: &Buffer,
+        len: usize,
+        rhs: Scalar,
+    ) -> Result<Buffer> {
+        let (dev, out) = self.alloc(device, dtype, len)?;
+        if len == 0 {
+            return Ok(Buffer::Cuda(out));
+        }
+        let zero_divisor = matches!(rhs, Scalar::I32(0) | Scalar::U8(0));
+        if op == BinaryOp::Div && zero_divisor {
+            return Err(Error::InvalidArgument { op: "div", reason: "integer division by zero".into() });
+        }
+        let f = dev.function(Source::Elementwise, &format!("{}_scalar_{}", op.name(), sfx(dtype)))?;
+        let (a, o, n, err) = (cuda(lhs).ptr(), out.ptr(), len as u64, 0u64);
+        let grid = dev.grid(n.div_ceil(16 / dtype.size() as u64), 256);
+        with_scalar!(rhs, s => dev.launch(f, (grid, 1, 1), (256, 1, 1), dev.stream.0, &mut args![a, s, o, n, err]))?;
+        Ok(Buffer::Cuda(out))
+    }
+
+    fn reduce(&self, device: DeviceId, op: ReduceOp, dtype: DType, x: &Buffer, r: Reduction) -> Result<Buffer> {
+        let opname = match op {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Mean => "mean",
+            ReduceOp::Max => "max",
+        };
+        if op == ReduceOp::Mean && !dtype.is_float() {
+            return Err(Error::InvalidArgument { op: "mean", reason: format!("needs a float type, not {dtype}") });
+        }
+        let (dev, out) = self.alloc(device, dtype, r.out_len())?;
+        if r.out_len() == 0 {
+            return Ok(Buffer::Cuda(out));
+        }
+        let k = |variant: &str| dev.function(Source::Reduce, &format!("{opname}_{variant}_{}", sfx(dtype)));
+        let (xp, o, s) = (cuda(x).ptr(), out.ptr(), dev.stream.0);
+        let (outer, len, inner) = (r.outer as u64, r.len as u64, r.inner as u64);
+        if outer == 1 && inner == 1 {
+            if len <= 1 << 16 {
+                dev.launch(k("single")?, (1, 1, 1), (1024, 1, 1), s, &mut args![xp, len, o])?;
+            } else {
+                // Accumulator width: f64 for float sums and means and for f64 max, else 4 bytes.
+                let acc = if op != ReduceOp::Max && dtype.is_float() || dtype == DType::F64 { 8 } else { 4 };
+                let blocks = dev.grid(len.div_ceil(4), 1024);
+                let partial = CudaBuffer::alloc(dev, blocks as usize * acc)?;
+                let (p, nparts) = (partial.ptr(), blocks as u64);
+                dev.launch(k("partial")?, (blocks, 1, 1), (1024, 1, 1), s, &mut args![xp, len, p])?;
+                dev.launch(k("final")?, (1, 1, 1), (1024, 1, 1), s, &mut args![p, nparts, o, len])?;
+            }
+        } else if inner == 1 {
+            let grid = outer.min(dev.sm_count as u64 * 16) as u32;
+            dev.launch(k("rows")?, (grid, 1, 1), (256, 1, 1), s, &mut args![xp, o, outer, len])?;
+        } else {
+            let grid = dev.grid(outer * inner, 256);
+            dev.launch(k("cols")?, (grid, 1, 1), (256, 1, 1), s, &mut args![xp, o, outer, len, inner])?;
+        }
+        Ok(Buffer::Cuda(out))
+    }
+
+    fn matmul(
+        &self,
+        device: DeviceId,
+        dtype: DType,
+        a: &Buffer,
+        b: &Buffer,
+        m: usize,
+        k: usize,
+        n: usize,
+    ) -> Result<Buffer> {
+        let (dev, out) = self.alloc(device, dtype, m * n)?;
+        if m == 0 || n == 0 {
+            return Ok(Buffer::Cuda(out));
+        }
+        let (ap, bp, o, s) = (cuda(a).ptr(), cuda(b).ptr(), out.ptr(), dev.stream.0);
+        if k == 0 {
+            unsafe { result::memset_d8_async(o, 0, m * n * dtype.size(), s) }
+                .map_err(driver(dev.ordinal, "cuMemsetD8Async"))?;
+            return Ok(Buffer::Cuda(out));
+        }
+        let too_big = |what: usize| what > i32::MAX as usize;
+        if dtype.is_float() {
+            if too_big(m) || too_big(n) || too_big(k) {
+                return Err(Error::InvalidArgument {
+                    op: "matmul",
+                    reason: "dims beyond i32::MAX do not fit cuBLAS".into(),
+                });
+            }
+            let h = dev.blas()?;
+            let (mi, ni, ki) = (m as i32, n as i32, k as i32);
+            // Row-major C = A B is column-major C^T = B^T A^T: swap operands, no transposes.
+            let nn = cublasOperation_t::CUBLAS_OP_N;
+            unsafe {
+                cudarc::cublas::result::set_stream(h, s as _).map_err(|e| blas_err(device, "cublasSetStream", e))?;
+                if dtype == DType::F32 {
+                    let (one, zero) = (1.0f32, 0.0f32);
+                    cudarc::cublas::result::sgemm(
+                        h,
+                        nn,
+                        nn,
+                        ni,
+                        mi,
+                        ki,
+                        &one,
+                        bp as *const f32,
+                        ni,
+                        ap as *const f32,
+                        ki,
+                        &zero,
+                        o as *mut f32,
+                        ni,
+                    )
+                    .map_err(|e| blas_err(device, "cublasSgemm", e))?;
+                } else {
+                    let (one, zero) = (1.0f64, 0.0f64);
+                    cudarc::cublas::result::dgemm(
+                        h,
+                        nn,
+                        nn,
+                        ni,
+                        mi,
+                        ki,
+                        &one,
+                        bp as *const f64,
+                        ni,
+                        ap as *const f64,
+                        ki,
+                        &zero,
+                        o as *mut f64,
+                        ni,
+                    )
+                    .map_err(|e| blas_err(device, "cublasDgemm", e))?;
+                }
+            }
+        } else {
+            let (gx, gy) = (n.div_ceil(16), m.div_ceil(16));
+            if gx > i32::MAX as usize || gy > 65535 {
+                return Err(Error::InvalidArgument {
+                    op: "matmul",
+                    reason: format!("[{m}, {k}] x [{k}, {n}] is too large for the integer kernel"),
+                });
+            }
+            let (m, k, n) = (m as u64, k as u64, n as u64);
+            let f = dev.function(Source::Matrix, &format!("matmul_{}", sfx(dtype)))?;
+            dev.launch(f, (gx as u32, gy as u32, 1), (16, 16, 1), s, &mut args![ap, bp, o, m, k, n])?;
+        }
+        Ok(Buffer::Cuda(out))
+    }
+
+    fn transpose(&self, device: DeviceId, dtype: DType, x: &Buffer, rows: usize, cols: usize) -> Result<Buffer> {
+        let (dev, out) = self.alloc(device, dtype, rows * cols)?;
+        if rows == 0 || cols == 0 {
+            return Ok(Buffer::Cuda(out));
+        }
+        let (gx, gy) = (cols.div_ceil(32), rows.div_ceil(32));
+        if gx > i32::MAX as usize || gy > 65535 {
+            return Err(Error::InvalidArgument { op: "transpose", reason: format!("[{rows}, {cols}] is too large") });
+        }
+        let (xp, o, r, c) = (cuda(x).ptr(), out.ptr(), rows as u64, cols as u64);
+        let f = dev.function(Source::Matrix, &format!("transpose_{}", sfx(dtype)))?;
+        dev.launch(f, (gx as u32, gy as u32, 1), (32, 8, 1), dev.stream.0, &mut args![xp, o, r, c])?;
+        Ok(Buffer::Cuda(out))
+    }
+
+    fn concat(&self, device: DeviceId, dtype: DType, parts: &[(&Buffer, usize)]) -> Result<Buffer> {
+        let len = parts.iter().map(|p| p.1).sum();
+        let (dev, out) = self.alloc(device, dtype, len)?;
+        let mut at = out.ptr();
+        for (buf, _) in parts {
+            let b = cuda(buf);
+            Self::dtod(dev, at, b.ptr(), b.bytes())?;
+            at += b.bytes() as u64;
+        }
+        Ok(Buffer::Cuda(out))
+    }
+
+    fn slice(&self, device: DeviceId, dtype: DType, x: &Buffer, offset: usize, len: usize) -> Result<Buffer> {
+        let (dev, out) = self.alloc(device, dtype, len)?;
+        let src = cuda(x).ptr() + (offset * dtype.size()) as u64;
+        Self::dtod(dev, out.ptr(), src, len * dtype.size())?;
+        Ok(Buffer::Cuda(out))
+    }
+}
