@@ -90,7 +90,7 @@ fn reductions_match_the_host_one_block_and_two_pass() -> locus::Result<()> {
             close(&gs.to_vec()?, &cs.to_vec()?, 1e-5);
         }
     }
-    let (g, c) = both(&(0..6000).map(|i| (i % 251) as i32 - 125).collect::<Vec<_>>(), &[60, 100]);
+    let (g, c) = both(&(0..6000).map(|i: i32| (i % 251) - 125).collect::<Vec<_>>(), &[60, 100]);
     assert_eq!(g.sum_dim(1)?.to_vec()?, c.sum_dim(1)?.to_vec()?);
     assert_eq!(g.sum_dim(0)?.to_vec()?, c.sum_dim(0)?.to_vec()?);
     Ok(())
