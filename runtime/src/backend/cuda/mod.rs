@@ -135,12 +135,14 @@ impl CudaBackend {
         len: usize,
         (source, name): (Source, &str),
         work: u64,
-        args: impl FnOnce(u64) -> Vec<*mut c_void>,
+        args: impl FnOnce(&u64) -> Vec<*mut c_void>,
     ) -> Result<Buffer> {
         let (dev, out) = self.alloc(id, dtype, len)?;
         if len > 0 {
             let f = dev.function(source, name)?;
-            let mut a = args(out.ptr());
+            // The argument pointers point at this local, which outlives the launch.
+            let ptr = out.ptr();
+            let mut a = args(&ptr);
             dev.launch(f, (dev.grid(work, 256), 1, 1), (256, 1, 1), dev.stream.0, &mut a)?;
         }
         Ok(Buffer::Cuda(out))
@@ -277,14 +279,14 @@ impl Backend for CudaBackend {
         let name = format!("fill_{}", sfx(dtype));
         let n = len as u64;
         with_scalar!(value, v => self.produce(device, dtype, len, (Source::Init, &name), n, |out| {
-            args![out, n, v].to_vec()
+            args![*out, n, v].to_vec()
         }))
     }
 
     fn arange(&self, device: DeviceId, dtype: DType, len: usize, start: f64, step: f64) -> Result<Buffer> {
         let name = format!("arange_{}", sfx(dtype));
         let n = len as u64;
-        self.produce(device, dtype, len, (Source::Init, &name), n, |out| args![out, n, start, step].to_vec())
+        self.produce(device, dtype, len, (Source::Init, &name), n, |out| args![*out, n, start, step].to_vec())
     }
 
     fn rand(&self, device: DeviceId, dtype: DType, len: usize, seed: u64) -> Result<Buffer> {
@@ -293,7 +295,7 @@ impl Backend for CudaBackend {
         }
         let name = format!("rand_{}", sfx(dtype));
         let n = len as u64;
-        self.produce(device, dtype, len, (Source::Init, &name), n, |out| args![out, n, seed].to_vec())
+        self.produce(device, dtype, len, (Source::Init, &name), n, |out| args![*out, n, seed].to_vec())
     }
 
     fn unary(&self, device: DeviceId, op: UnaryOp, dtype: DType, x: &Buffer, len: usize) -> Result<Buffer> {
@@ -309,7 +311,7 @@ impl Backend for CudaBackend {
         let name = format!("{opname}_{}", sfx(dtype));
         let (xp, n) = (cuda(x).ptr(), len as u64);
         let work = n.div_ceil(16 / dtype.size() as u64);
-        self.produce(device, dtype, len, (Source::Elementwise, &name), work, |out| args![xp, out, n].to_vec())
+        self.produce(device, dtype, len, (Source::Elementwise, &name), work, |out| args![xp, *out, n].to_vec())
     }
 
     fn binary(
