@@ -18,6 +18,7 @@ mod memory;
 mod placement;
 mod shape;
 mod storage;
+mod stream;
 mod tensor;
 
 pub use backend::{backend_name, device_count};
@@ -26,6 +27,7 @@ pub use element::{DType, Element, Float, Scalar};
 pub use error::{Error, Result};
 pub use memory::{max_memory_allocated, memory_allocated, reset_peak_memory_stats};
 pub use placement::SamePlacement;
+pub use stream::{cross_stream_waits, current_stream, on_stream, synchronize, Event, Stream};
 pub use tensor::Tensor;
 
 /// Items the macros of `locus-macros` expand to. Not public API.

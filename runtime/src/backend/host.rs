@@ -5,11 +5,13 @@
 //! `Error::OutOfMemory` as on a GPU. `cpu` and `pinned` memory are ordinary host memory
 //! on every backend, and run here.
 
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
 
 use super::account::MemoryAccount;
 use super::host_kernels as k;
-use super::{Backend, BinaryOp, Buffer, ReduceOp, UnaryOp};
+use super::{count_cross_stream_wait, Backend, BinaryOp, Buffer, RawEvent, RawStream, ReduceOp, UnaryOp};
 use crate::device::DeviceId;
 use crate::element::{with_dtype, DType, Element, Scalar};
 use crate::error::{Error, Result};
@@ -24,6 +26,8 @@ pub(crate) struct HostBuffer {
     words: Vec<u64>,
     len: usize,
     account: &'static MemoryAccount,
+    /// The simulated stream that wrote this memory.
+    stream: u64,
 }
 
 impl HostBuffer {
@@ -36,7 +40,7 @@ impl HostBuffer {
             return Err(Error::OutOfMemory { device: account.device, requested: len, free: 0 });
         }
         words.resize(nwords, 0);
-        Ok(HostBuffer { words, len, account })
+        Ok(HostBuffer { words, len, account, stream: current_stream(account.device) })
     }
 
     pub fn bytes(&self) -> &[u8] {
@@ -145,10 +149,40 @@ impl HostBackend {
     }
 }
 
+/// The id of the simulated stream current for `device` on this thread (0: the default).
+fn current_stream(device: DeviceId) -> u64 {
+    match crate::stream::current(device) {
+        Some(RawStream::Host { id, .. }) => id,
+        _ => 0,
+    }
+}
+
+/// The host memory of `b`, about to be read on the current stream. Work on the host is
+/// sequential, so a read on another stream than the writer's needs no wait; it is
+/// counted as the cuda backend counts its event waits.
 fn host_buf(b: &Buffer) -> &HostBuffer {
+    let h = host_mem(b);
+    if h.stream != current_stream(h.account.device) {
+        count_cross_stream_wait();
+    }
+    h
+}
+
+fn host_mem(b: &Buffer) -> &HostBuffer {
     match b {
         Buffer::Host(h) => h,
         Buffer::Cuda(_) => unreachable!("the host backend was handed device memory"),
+    }
+}
+
+static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
+
+fn host_event(e: &RawEvent) -> Result<&Mutex<Option<Instant>>> {
+    match e {
+        RawEvent::Host(e) => Ok(e),
+        RawEvent::Cuda(_) => {
+            Err(Error::InvalidArgument { op: "event", reason: "a cuda event was handed to the host backend".into() })
+        }
     }
 }
 
@@ -168,6 +202,70 @@ impl Backend for HostBackend {
 
     fn reset_peak(&self, device: DeviceId) -> Result<()> {
         host().account(device)?.reset_peak();
+        Ok(())
+    }
+
+    fn default_stream(&self, device: DeviceId) -> Result<RawStream> {
+        host().account(device)?;
+        Ok(RawStream::Host { device, id: 0 })
+    }
+
+    fn new_stream(&self, device: DeviceId) -> Result<RawStream> {
+        host().account(device)?;
+        Ok(RawStream::Host { device, id: NEXT_STREAM.fetch_add(1, Ordering::Relaxed) })
+    }
+
+    fn sync_stream(&self, _stream: &RawStream) -> Result<()> {
+        Ok(())
+    }
+
+    fn sync_device(&self, device: DeviceId) -> Result<()> {
+        host().account(device).map(|_| ())
+    }
+
+    fn new_event(&self, device: DeviceId, _timing: bool) -> Result<RawEvent> {
+        host().account(device)?;
+        Ok(RawEvent::Host(Arc::new(Mutex::new(None))))
+    }
+
+    fn record_event(&self, event: &RawEvent, _stream: &RawStream) -> Result<()> {
+        *host_event(event)?.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        Ok(())
+    }
+
+    fn wait_event(&self, _stream: &RawStream, event: &RawEvent) -> Result<()> {
+        host_event(event).map(|_| ())
+    }
+
+    fn sync_event(&self, event: &RawEvent) -> Result<()> {
+        host_event(event).map(|_| ())
+    }
+
+    fn event_done(&self, event: &RawEvent) -> Result<bool> {
+        host_event(event).map(|_| true)
+    }
+
+    fn elapsed_ms(&self, start: &RawEvent, end: &RawEvent) -> Result<f32> {
+        let read = |e| -> Result<Instant> {
+            host_event(e)?.lock().unwrap_or_else(|p| p.into_inner()).ok_or_else(|| Error::InvalidArgument {
+                op: "elapsed",
+                reason: "both events must be recorded first".into(),
+            })
+        };
+        let (a, b) = (read(start)?, read(end)?);
+        Ok(match b.checked_duration_since(a) {
+            Some(d) => d.as_secs_f32() * 1e3,
+            None => -(a.duration_since(b).as_secs_f32() * 1e3),
+        })
+    }
+
+    fn use_on(&self, buf: &Buffer, stream: &RawStream) -> Result<()> {
+        let h = host_mem(buf);
+        if let RawStream::Host { id, .. } = stream {
+            if *id != h.stream {
+                count_cross_stream_wait();
+            }
+        }
         Ok(())
     }
 

@@ -9,7 +9,9 @@ mod cuda;
 pub(crate) mod host;
 mod host_kernels;
 
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
 
 use crate::device::DeviceId;
 use crate::element::{DType, Scalar};
@@ -23,6 +25,44 @@ pub(crate) use host::HostBuffer;
 pub(crate) enum Buffer {
     Host(HostBuffer),
     Cuda(cuda::CudaBuffer),
+}
+
+/// A stream of one backend: on the host a number (work there is sequential), on CUDA a
+/// reference-counted driver stream.
+#[derive(Clone, Debug)]
+pub(crate) enum RawStream {
+    Host { device: DeviceId, id: u64 },
+    Cuda(Arc<cuda::StreamObj>),
+}
+
+impl RawStream {
+    /// Whether both name the same stream.
+    pub fn same(&self, other: &RawStream) -> bool {
+        match (self, other) {
+            (RawStream::Host { device: a, id: x }, RawStream::Host { device: b, id: y }) => a == b && x == y,
+            (RawStream::Cuda(a), RawStream::Cuda(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+/// An event of one backend: on the host the instant it was recorded.
+#[derive(Clone, Debug)]
+pub(crate) enum RawEvent {
+    Host(Arc<Mutex<Option<Instant>>>),
+    Cuda(Arc<cuda::EventObj>),
+}
+
+static CROSS_STREAM_WAITS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts a wait inserted because a tensor was used on a stream other than its writer's.
+pub(crate) fn count_cross_stream_wait() {
+    CROSS_STREAM_WAITS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// How many cross-stream waits locus has inserted in this process.
+pub(crate) fn cross_stream_waits() -> u64 {
+    CROSS_STREAM_WAITS.load(Ordering::Relaxed)
 }
 
 /// An elementwise op of one operand.
@@ -74,6 +114,30 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn memory(&self, device: DeviceId) -> Result<(usize, usize)>;
     /// Restarts the high-water mark of `device` from what is held now.
     fn reset_peak(&self, device: DeviceId) -> Result<()>;
+
+    /// The stream ops use on `device` when no other is made current.
+    fn default_stream(&self, device: DeviceId) -> Result<RawStream>;
+    /// A new stream on `device`.
+    fn new_stream(&self, device: DeviceId) -> Result<RawStream>;
+    /// Waits on the host for everything queued on `stream`.
+    fn sync_stream(&self, stream: &RawStream) -> Result<()>;
+    /// Waits on the host for all work on `device`.
+    fn sync_device(&self, device: DeviceId) -> Result<()>;
+    /// A new event on `device`; `timing` events can measure elapsed time.
+    fn new_event(&self, device: DeviceId, timing: bool) -> Result<RawEvent>;
+    /// Records `event` at the current end of `stream`.
+    fn record_event(&self, event: &RawEvent, stream: &RawStream) -> Result<()>;
+    /// Makes `stream` wait (on the device) for `event`.
+    fn wait_event(&self, stream: &RawStream, event: &RawEvent) -> Result<()>;
+    /// Waits on the host for `event`.
+    fn sync_event(&self, event: &RawEvent) -> Result<()>;
+    /// Whether the work before `event` has finished.
+    fn event_done(&self, event: &RawEvent) -> Result<bool>;
+    /// Milliseconds between two completed events.
+    fn elapsed_ms(&self, start: &RawEvent, end: &RawEvent) -> Result<f32>;
+    /// Marks `buf` as used on `stream` (PyTorch's `record_stream`): `stream` first
+    /// waits for the buffer's writer, and the buffer is freed only after `stream` is done.
+    fn use_on(&self, buf: &Buffer, stream: &RawStream) -> Result<()>;
 
     /// A buffer of `bytes` bytes holding a copy of `data`.
     fn upload(&self, device: DeviceId, data: &[u8]) -> Result<Buffer>;

@@ -194,10 +194,14 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// Checks that the operands share a placement at run time (always true for two
     /// static placements, which the type system has already matched).
     pub(crate) fn same_device<E: Device>(&self, op: &'static str, rhs: &Tensor<E, T>) -> Result<()> {
-        if self.device() == rhs.device() {
+        self.same_device_as(op, rhs.device())
+    }
+
+    pub(crate) fn same_device_as(&self, op: &'static str, other: DeviceId) -> Result<()> {
+        if self.device() == other {
             Ok(())
         } else {
-            Err(Error::DeviceMismatch { op, lhs: self.device(), rhs: rhs.device() })
+            Err(Error::DeviceMismatch { op, lhs: self.device(), rhs: other })
         }
     }
 }

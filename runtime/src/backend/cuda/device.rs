@@ -10,6 +10,7 @@ use cudarc::driver::{result, sys, CudaContext, CudaModule, DriverError};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use locus_kernels::Source;
 
+use super::stream::StreamObj;
 use crate::backend::account::MemoryAccount;
 use crate::device::DeviceId;
 use crate::error::{Error, Result};
@@ -29,7 +30,7 @@ pub(crate) struct DeviceState {
     pub ordinal: u32,
     pub ctx: Arc<CudaContext>,
     /// The stream locus uses on this device unless another is made current.
-    pub stream: Handle<sys::CUstream>,
+    pub stream: Arc<StreamObj>,
     pub sm_count: u32,
     pub arch: (i32, i32),
     pub account: MemoryAccount,
@@ -57,7 +58,7 @@ impl DeviceState {
         let d = |call| driver(ordinal, call);
         let ctx = CudaContext::new(ordinal as usize).map_err(d("cuDevicePrimaryCtxRetain"))?;
         BOUND.with(|b| b.set(Some(ordinal)));
-        let stream = result::stream::create(result::stream::StreamKind::NonBlocking).map_err(d("cuStreamCreate"))?;
+        let stream = Arc::new(StreamObj::create(ordinal, ctx.cu_ctx())?);
         let sm_count = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(d("cuDeviceGetAttribute"))? as u32;
@@ -66,7 +67,7 @@ impl DeviceState {
         Ok(DeviceState {
             ordinal,
             ctx,
-            stream: Handle(stream),
+            stream,
             sm_count,
             arch,
             account: MemoryAccount::new(DeviceId::Cuda(ordinal), usize::MAX),
@@ -83,12 +84,7 @@ impl DeviceState {
     /// Makes this device's context current on the calling thread; no driver call when
     /// locus already made it current here.
     pub fn bind(&self) -> Result<()> {
-        if BOUND.with(|b| b.get()) == Some(self.ordinal) {
-            return Ok(());
-        }
-        unsafe { result::ctx::set_current(self.ctx.cu_ctx()) }.map_err(driver(self.ordinal, "cuCtxSetCurrent"))?;
-        BOUND.with(|b| b.set(Some(self.ordinal)));
-        Ok(())
+        set_current(self.ordinal, self.ctx.cu_ctx())
     }
 
     fn module(&self, source: Source) -> Result<&Arc<CudaModule>> {
@@ -162,6 +158,17 @@ impl DeviceState {
         let fill = self.sm_count.max(1) as u64 * (2048 / block as u64).max(1);
         work.div_ceil(block as u64).clamp(1, fill) as u32
     }
+}
+
+/// Makes `ctx` (of device `ordinal`) current on the calling thread, with no driver call
+/// when locus already made it current here.
+pub(crate) fn set_current(ordinal: u32, ctx: sys::CUcontext) -> Result<()> {
+    if BOUND.with(|b| b.get()) == Some(ordinal) {
+        return Ok(());
+    }
+    unsafe { result::ctx::set_current(ctx) }.map_err(driver(ordinal, "cuCtxSetCurrent"))?;
+    BOUND.with(|b| b.set(Some(ordinal)));
+    Ok(())
 }
 
 fn poisoned(device: DeviceId) -> Error {

@@ -4,6 +4,7 @@
 
 mod buffer;
 mod device;
+mod stream;
 
 use std::ffi::c_void;
 use std::sync::OnceLock;
@@ -12,10 +13,13 @@ use cudarc::cublas::sys::cublasOperation_t;
 use cudarc::driver::{result, sys};
 use locus_kernels::Source;
 
+use std::sync::Arc;
+
 pub(crate) use buffer::CudaBuffer;
 use device::{driver, DeviceState};
+pub(crate) use stream::{EventObj, StreamObj};
 
-use super::{Backend, BinaryOp, Buffer, ReduceOp, UnaryOp};
+use super::{Backend, BinaryOp, Buffer, RawEvent, RawStream, ReduceOp, UnaryOp};
 use crate::device::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
@@ -120,65 +124,100 @@ impl CudaBackend {
         slot.get_or_init(|| DeviceState::open(ordinal).map(|d| &*Box::leak(Box::new(d)))).clone()
     }
 
-    fn alloc(&self, id: DeviceId, dtype: DType, len: usize) -> Result<(&'static DeviceState, CudaBuffer)> {
-        let dev = self.dev(id)?;
-        let bytes =
-            len.checked_mul(dtype.size()).ok_or(Error::OutOfMemory { device: id, requested: usize::MAX, free: 0 })?;
-        Ok((dev, CudaBuffer::alloc(dev, bytes)?))
+    /// The stream ops on `dev` use on this thread: the one `on_stream` made current, else
+    /// the device's default stream.
+    fn stream(&self, dev: &'static DeviceState) -> Arc<StreamObj> {
+        match crate::stream::current(dev.id()) {
+            Some(RawStream::Cuda(s)) => s,
+            _ => Arc::clone(&dev.stream),
+        }
     }
 
-    /// A new `len`-element buffer written by one 1-d launch of `name` over `work` items.
+    /// The device, its current stream, and `len` new elements on it; `inputs` are made
+    /// ready to be read on that stream.
+    fn alloc(
+        &self,
+        id: DeviceId,
+        dtype: DType,
+        len: usize,
+        inputs: &[&Buffer],
+    ) -> Result<(&'static DeviceState, Arc<StreamObj>, CudaBuffer)> {
+        let dev = self.dev(id)?;
+        let s = self.stream(dev);
+        for b in inputs {
+            cuda(b).use_on(&s)?;
+        }
+        let bytes =
+            len.checked_mul(dtype.size()).ok_or(Error::OutOfMemory { device: id, requested: usize::MAX, free: 0 })?;
+        let out = CudaBuffer::alloc(dev, &s, bytes)?;
+        Ok((dev, s, out))
+    }
+
+    /// A new `len`-element buffer written by one 1-d launch of kernel `name` over `work`
+    /// items.
     fn produce(
         &self,
         id: DeviceId,
         dtype: DType,
         len: usize,
-        (source, name): (Source, &str),
-        work: u64,
+        (source, name, work): (Source, &str, u64),
+        inputs: &[&Buffer],
         args: impl FnOnce(&u64) -> Vec<*mut c_void>,
     ) -> Result<Buffer> {
-        let (dev, out) = self.alloc(id, dtype, len)?;
+        let (dev, s, out) = self.alloc(id, dtype, len, inputs)?;
         if len > 0 {
             let f = dev.function(source, name)?;
             // The argument pointers point at this local, which outlives the launch.
             let ptr = out.ptr();
             let mut a = args(&ptr);
-            dev.launch(f, (dev.grid(work, 256), 1, 1), (256, 1, 1), dev.stream.0, &mut a)?;
+            dev.launch(f, (dev.grid(work, 256), 1, 1), (256, 1, 1), s.raw.0, &mut a)?;
         }
         Ok(Buffer::Cuda(out))
     }
 
     /// Runs `launch` with an error flag for integer division, and reports a zero divisor.
-    fn with_div_check(
-        &self,
-        dev: &'static DeviceState,
-        check: bool,
-        launch: impl FnOnce(u64) -> Result<()>,
-    ) -> Result<()> {
+    fn with_div_check(&self, s: &StreamObj, check: bool, launch: impl FnOnce(u64) -> Result<()>) -> Result<()> {
         if !check {
             return launch(0);
         }
-        let flag = CudaBuffer::alloc(dev, 4)?;
-        let s = dev.stream.0;
-        unsafe { result::memset_d8_async(flag.ptr(), 0, 4, s) }.map_err(driver(dev.ordinal, "cuMemsetD8Async"))?;
+        let dev = self.dev(DeviceId::Cuda(s.ordinal))?;
+        let flag = CudaBuffer::alloc(dev, &self.stream(dev), 4)?;
+        let d = |call| driver(s.ordinal, call);
+        unsafe { result::memset_d8_async(flag.ptr(), 0, 4, s.raw.0) }.map_err(d("cuMemsetD8Async"))?;
         launch(flag.ptr())?;
         let mut hit = [0i32];
-        unsafe { result::memcpy_dtoh_async(&mut hit, flag.ptr(), s) }
-            .map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"))?;
-        unsafe { result::stream::synchronize(s) }.map_err(driver(dev.ordinal, "cuStreamSynchronize"))?;
+        unsafe { result::memcpy_dtoh_async(&mut hit, flag.ptr(), s.raw.0) }.map_err(d("cuMemcpyDtoHAsync"))?;
+        s.synchronize()?;
         if hit[0] != 0 {
             return Err(Error::InvalidArgument { op: "div", reason: "integer division by zero".into() });
         }
         Ok(())
     }
 
-    fn dtod(dev: &DeviceState, dst: u64, src: u64, bytes: usize) -> Result<()> {
+    fn dtod(s: &StreamObj, dst: u64, src: u64, bytes: usize) -> Result<()> {
         if bytes == 0 {
             return Ok(());
         }
-        unsafe { result::memcpy_dtod_async(dst, src, bytes, dev.stream.0) }
-            .map_err(driver(dev.ordinal, "cuMemcpyDtoDAsync"))
+        unsafe { result::memcpy_dtod_async(dst, src, bytes, s.raw.0) }.map_err(driver(s.ordinal, "cuMemcpyDtoDAsync"))
     }
+
+    fn raw_stream(&self, stream: &RawStream) -> Result<Arc<StreamObj>> {
+        match stream {
+            RawStream::Cuda(s) => Ok(Arc::clone(s)),
+            RawStream::Host { .. } => Err(foreign("stream")),
+        }
+    }
+
+    fn raw_event<'e>(&self, ev: &'e RawEvent) -> Result<&'e EventObj> {
+        match ev {
+            RawEvent::Cuda(e) => Ok(e),
+            RawEvent::Host(_) => Err(foreign("event")),
+        }
+    }
+}
+
+fn foreign(what: &str) -> Error {
+    Error::InvalidArgument { op: "stream", reason: format!("a host-backend {what} was handed to the cuda backend") }
 }
 
 macro_rules! with_scalar {
@@ -211,12 +250,75 @@ impl Backend for CudaBackend {
         Ok(())
     }
 
+    fn default_stream(&self, device: DeviceId) -> Result<RawStream> {
+        Ok(RawStream::Cuda(Arc::clone(&self.dev(device)?.stream)))
+    }
+
+    fn new_stream(&self, device: DeviceId) -> Result<RawStream> {
+        let dev = self.dev(device)?;
+        dev.bind()?;
+        Ok(RawStream::Cuda(Arc::new(StreamObj::create(dev.ordinal, dev.ctx.cu_ctx())?)))
+    }
+
+    fn sync_stream(&self, stream: &RawStream) -> Result<()> {
+        let s = self.raw_stream(stream)?;
+        self.dev(DeviceId::Cuda(s.ordinal))?.bind()?;
+        s.synchronize()
+    }
+
+    fn sync_device(&self, device: DeviceId) -> Result<()> {
+        let dev = self.dev(device)?;
+        dev.bind()?;
+        result::ctx::synchronize().map_err(driver(dev.ordinal, "cuCtxSynchronize"))
+    }
+
+    fn new_event(&self, device: DeviceId, timing: bool) -> Result<RawEvent> {
+        let dev = self.dev(device)?;
+        Ok(RawEvent::Cuda(Arc::new(EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), timing)?)))
+    }
+
+    fn record_event(&self, event: &RawEvent, stream: &RawStream) -> Result<()> {
+        let (e, s) = (self.raw_event(event)?, self.raw_stream(stream)?);
+        self.dev(DeviceId::Cuda(s.ordinal))?.bind()?;
+        e.record(&s)
+    }
+
+    fn wait_event(&self, stream: &RawStream, event: &RawEvent) -> Result<()> {
+        let (e, s) = (self.raw_event(event)?, self.raw_stream(stream)?);
+        self.dev(DeviceId::Cuda(s.ordinal))?.bind()?;
+        s.wait(e)
+    }
+
+    fn sync_event(&self, event: &RawEvent) -> Result<()> {
+        let e = self.raw_event(event)?;
+        self.dev(DeviceId::Cuda(e.ordinal))?.bind()?;
+        e.synchronize()
+    }
+
+    fn event_done(&self, event: &RawEvent) -> Result<bool> {
+        let e = self.raw_event(event)?;
+        self.dev(DeviceId::Cuda(e.ordinal))?.bind()?;
+        e.is_complete()
+    }
+
+    fn elapsed_ms(&self, start: &RawEvent, end: &RawEvent) -> Result<f32> {
+        let (a, b) = (self.raw_event(start)?, self.raw_event(end)?);
+        self.dev(DeviceId::Cuda(a.ordinal))?.bind()?;
+        a.elapsed_ms(b)
+    }
+
+    fn use_on(&self, buf: &Buffer, stream: &RawStream) -> Result<()> {
+        let s = self.raw_stream(stream)?;
+        cuda(buf).device().bind()?;
+        cuda(buf).use_on(&s)
+    }
+
     fn upload(&self, device: DeviceId, data: &[u8]) -> Result<Buffer> {
-        let (dev, out) = self.alloc(device, DType::U8, data.len())?;
+        let (dev, s, out) = self.alloc(device, DType::U8, data.len(), &[])?;
         if !data.is_empty() {
             // From pageable memory the driver stages the data before returning, so `data`
             // may be dropped as soon as this call is done.
-            unsafe { result::memcpy_htod_async(out.ptr(), data, dev.stream.0) }
+            unsafe { result::memcpy_htod_async(out.ptr(), data, s.raw.0) }
                 .map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"))?;
         }
         Ok(Buffer::Cuda(out))
@@ -231,54 +333,40 @@ impl Backend for CudaBackend {
         if out.is_empty() {
             return Ok(());
         }
+        let s = self.stream(dev);
+        b.use_on(&s)?;
         dev.bind()?;
-        unsafe {
-            result::memcpy_dtoh_async(out, b.ptr(), dev.stream.0).map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"))?;
-            result::stream::synchronize(dev.stream.0).map_err(driver(dev.ordinal, "cuStreamSynchronize"))
-        }
+        unsafe { result::memcpy_dtoh_async(out, b.ptr(), s.raw.0) }
+            .map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"))?;
+        s.synchronize()
     }
 
     fn copy(&self, _src: DeviceId, buf: &Buffer, dst: DeviceId) -> Result<Buffer> {
         let b = cuda(buf);
         let (from, bytes) = (b.device(), b.bytes());
-        let (to, out) = self.alloc(dst, DType::U8, bytes)?;
+        if std::ptr::eq(from, self.dev(dst)?) {
+            let (_, s, out) = self.alloc(dst, DType::U8, bytes, &[buf])?;
+            Self::dtod(&s, out.ptr(), b.ptr(), bytes)?;
+            return Ok(Buffer::Cuda(out));
+        }
+        let (to, s, out) = self.alloc(dst, DType::U8, bytes, &[])?;
         if bytes == 0 {
             return Ok(Buffer::Cuda(out));
         }
-        if std::ptr::eq(from, to) {
-            Self::dtod(to, out.ptr(), b.ptr(), bytes)?;
-            return Ok(Buffer::Cuda(out));
-        }
-        // Across devices: the copy waits for the source's stream, and the source's
-        // stream (which frees it) waits for the copy.
-        let d = |call| driver(to.ordinal, call);
-        unsafe {
-            from.bind()?;
-            let ready =
-                result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).map_err(d("cuEventCreate"))?;
-            result::event::record(ready, from.stream.0).map_err(d("cuEventRecord"))?;
-            to.bind()?;
-            result::stream::wait_event(to.stream.0, ready, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
-                .map_err(d("cuStreamWaitEvent"))?;
-            result::memcpy_peer_async(to.ctx.cu_ctx(), out.ptr(), from.ctx.cu_ctx(), b.ptr(), bytes, to.stream.0)
-                .map_err(d("cuMemcpyPeerAsync"))?;
-            let done =
-                result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).map_err(d("cuEventCreate"))?;
-            result::event::record(done, to.stream.0).map_err(d("cuEventRecord"))?;
-            from.bind()?;
-            result::stream::wait_event(from.stream.0, done, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
-                .map_err(d("cuStreamWaitEvent"))?;
-            // Destroying a recorded event is deferred by the driver until it completes.
-            result::event::destroy(ready).map_err(d("cuEventDestroy"))?;
-            result::event::destroy(done).map_err(d("cuEventDestroy"))?;
-        }
+        // Across devices: the copy waits for the source's writer, and the source's free
+        // waits for the copy.
+        s.wait_for(b.stream())?;
+        to.bind()?;
+        unsafe { result::memcpy_peer_async(to.ctx.cu_ctx(), out.ptr(), from.ctx.cu_ctx(), b.ptr(), bytes, s.raw.0) }
+            .map_err(driver(to.ordinal, "cuMemcpyPeerAsync"))?;
+        b.stream().wait_for(&s)?;
         Ok(Buffer::Cuda(out))
     }
 
     fn fill(&self, device: DeviceId, dtype: DType, len: usize, value: Scalar) -> Result<Buffer> {
         let name = format!("fill_{}", sfx(dtype));
         let n = len as u64;
-        with_scalar!(value, v => self.produce(device, dtype, len, (Source::Init, &name), n, |out| {
+        with_scalar!(value, v => self.produce(device, dtype, len, (Source::Init, &name, n), &[], |out| {
             args![*out, n, v].to_vec()
         }))
     }
@@ -286,7 +374,7 @@ impl Backend for CudaBackend {
     fn arange(&self, device: DeviceId, dtype: DType, len: usize, start: f64, step: f64) -> Result<Buffer> {
         let name = format!("arange_{}", sfx(dtype));
         let n = len as u64;
-        self.produce(device, dtype, len, (Source::Init, &name), n, |out| args![*out, n, start, step].to_vec())
+        self.produce(device, dtype, len, (Source::Init, &name, n), &[], |out| args![*out, n, start, step].to_vec())
     }
 
     fn rand(&self, device: DeviceId, dtype: DType, len: usize, seed: u64) -> Result<Buffer> {
@@ -295,7 +383,7 @@ impl Backend for CudaBackend {
         }
         let name = format!("rand_{}", sfx(dtype));
         let n = len as u64;
-        self.produce(device, dtype, len, (Source::Init, &name), n, |out| args![*out, n, seed].to_vec())
+        self.produce(device, dtype, len, (Source::Init, &name, n), &[], |out| args![*out, n, seed].to_vec())
     }
 
     fn unary(&self, device: DeviceId, op: UnaryOp, dtype: DType, x: &Buffer, len: usize) -> Result<Buffer> {
@@ -311,7 +399,7 @@ impl Backend for CudaBackend {
         let name = format!("{opname}_{}", sfx(dtype));
         let (xp, n) = (cuda(x).ptr(), len as u64);
         let work = n.div_ceil(16 / dtype.size() as u64);
-        self.produce(device, dtype, len, (Source::Elementwise, &name), work, |out| args![xp, *out, n].to_vec())
+        self.produce(device, dtype, len, (Source::Elementwise, &name, work), &[x], |out| args![xp, *out, n].to_vec())
     }
 
     fn binary(
@@ -325,7 +413,7 @@ impl Backend for CudaBackend {
         layout: &Layout,
     ) -> Result<Buffer> {
         let len: usize = out_shape.iter().product();
-        let (dev, out) = self.alloc(device, dtype, len)?;
+        let (dev, s, out) = self.alloc(device, dtype, len, &[lhs, rhs])?;
         if len == 0 {
             return Ok(Buffer::Cuda(out));
         }
@@ -337,15 +425,15 @@ impl Backend for CudaBackend {
             Layout::LhsScalar => Some(bcast(op.name(), &[len], &[0], &[1])?),
             Layout::Strided { lhs, rhs } => Some(bcast(op.name(), out_shape, lhs, rhs)?),
         };
-        self.with_div_check(dev, check, |err| match geometry {
+        self.with_div_check(&s, check, |err| match geometry {
             None => {
                 let f = dev.function(Source::Elementwise, &format!("{}_same_{}", op.name(), sfx(dtype)))?;
                 let grid = dev.grid(n.div_ceil(16 / dtype.size() as u64), 256);
-                dev.launch(f, (grid, 1, 1), (256, 1, 1), dev.stream.0, &mut args![a, b, o, n, err])
+                dev.launch(f, (grid, 1, 1), (256, 1, 1), s.raw.0, &mut args![a, b, o, n, err])
             }
             Some(bc) => {
                 let f = dev.function(Source::Elementwise, &format!("{}_bcast_{}", op.name(), sfx(dtype)))?;
-                dev.launch(f, (dev.grid(n, 256), 1, 1), (256, 1, 1), dev.stream.0, &mut args![a, b, o, n, bc, err])
+                dev.launch(f, (dev.grid(n, 256), 1, 1), (256, 1, 1), s.raw.0, &mut args![a, b, o, n, bc, err])
             }
         })?;
         Ok(Buffer::Cuda(out))
@@ -360,7 +448,7 @@ impl Backend for CudaBackend {
         len: usize,
         rhs: Scalar,
     ) -> Result<Buffer> {
-        let (dev, out) = self.alloc(device, dtype, len)?;
+        let (dev, stream, out) = self.alloc(device, dtype, len, &[lhs])?;
         if len == 0 {
             return Ok(Buffer::Cuda(out));
         }
@@ -371,7 +459,7 @@ impl Backend for CudaBackend {
         let f = dev.function(Source::Elementwise, &format!("{}_scalar_{}", op.name(), sfx(dtype)))?;
         let (a, o, n, err) = (cuda(lhs).ptr(), out.ptr(), len as u64, 0u64);
         let grid = dev.grid(n.div_ceil(16 / dtype.size() as u64), 256);
-        with_scalar!(rhs, s => dev.launch(f, (grid, 1, 1), (256, 1, 1), dev.stream.0, &mut args![a, s, o, n, err]))?;
+        with_scalar!(rhs, v => dev.launch(f, (grid, 1, 1), (256, 1, 1), stream.raw.0, &mut args![a, v, o, n, err]))?;
         Ok(Buffer::Cuda(out))
     }
 
@@ -384,12 +472,12 @@ impl Backend for CudaBackend {
         if op == ReduceOp::Mean && !dtype.is_float() {
             return Err(Error::InvalidArgument { op: "mean", reason: format!("needs a float type, not {dtype}") });
         }
-        let (dev, out) = self.alloc(device, dtype, r.out_len())?;
+        let (dev, stream, out) = self.alloc(device, dtype, r.out_len(), &[x])?;
         if r.out_len() == 0 {
             return Ok(Buffer::Cuda(out));
         }
         let k = |variant: &str| dev.function(Source::Reduce, &format!("{opname}_{variant}_{}", sfx(dtype)));
-        let (xp, o, s) = (cuda(x).ptr(), out.ptr(), dev.stream.0);
+        let (xp, o, s) = (cuda(x).ptr(), out.ptr(), stream.raw.0);
         let (outer, len, inner) = (r.outer as u64, r.len as u64, r.inner as u64);
         if outer == 1 && inner == 1 {
             if len <= 1 << 16 {
@@ -398,7 +486,7 @@ impl Backend for CudaBackend {
                 // Accumulator width: f64 for float sums and means and for f64 max, else 4 bytes.
                 let acc = if op != ReduceOp::Max && dtype.is_float() || dtype == DType::F64 { 8 } else { 4 };
                 let blocks = dev.grid(len.div_ceil(4), 1024);
-                let partial = CudaBuffer::alloc(dev, blocks as usize * acc)?;
+                let partial = CudaBuffer::alloc(dev, &stream, blocks as usize * acc)?;
                 let (p, nparts) = (partial.ptr(), blocks as u64);
                 dev.launch(k("partial")?, (blocks, 1, 1), (1024, 1, 1), s, &mut args![xp, len, p])?;
                 dev.launch(k("final")?, (1, 1, 1), (1024, 1, 1), s, &mut args![p, nparts, o, len])?;
@@ -423,11 +511,11 @@ impl Backend for CudaBackend {
         k: usize,
         n: usize,
     ) -> Result<Buffer> {
-        let (dev, out) = self.alloc(device, dtype, m * n)?;
+        let (dev, stream, out) = self.alloc(device, dtype, m * n, &[a, b])?;
         if m == 0 || n == 0 {
             return Ok(Buffer::Cuda(out));
         }
-        let (ap, bp, o, s) = (cuda(a).ptr(), cuda(b).ptr(), out.ptr(), dev.stream.0);
+        let (ap, bp, o, s) = (cuda(a).ptr(), cuda(b).ptr(), out.ptr(), stream.raw.0);
         if k == 0 {
             unsafe { result::memset_d8_async(o, 0, m * n * dtype.size(), s) }
                 .map_err(driver(dev.ordinal, "cuMemsetD8Async"))?;
@@ -503,7 +591,7 @@ impl Backend for CudaBackend {
     }
 
     fn transpose(&self, device: DeviceId, dtype: DType, x: &Buffer, rows: usize, cols: usize) -> Result<Buffer> {
-        let (dev, out) = self.alloc(device, dtype, rows * cols)?;
+        let (dev, s, out) = self.alloc(device, dtype, rows * cols, &[x])?;
         if rows == 0 || cols == 0 {
             return Ok(Buffer::Cuda(out));
         }
@@ -513,26 +601,27 @@ impl Backend for CudaBackend {
         }
         let (xp, o, r, c) = (cuda(x).ptr(), out.ptr(), rows as u64, cols as u64);
         let f = dev.function(Source::Matrix, &format!("transpose_{}", sfx(dtype)))?;
-        dev.launch(f, (gx as u32, gy as u32, 1), (32, 8, 1), dev.stream.0, &mut args![xp, o, r, c])?;
+        dev.launch(f, (gx as u32, gy as u32, 1), (32, 8, 1), s.raw.0, &mut args![xp, o, r, c])?;
         Ok(Buffer::Cuda(out))
     }
 
     fn concat(&self, device: DeviceId, dtype: DType, parts: &[(&Buffer, usize)]) -> Result<Buffer> {
         let len = parts.iter().map(|p| p.1).sum();
-        let (dev, out) = self.alloc(device, dtype, len)?;
+        let inputs: Vec<&Buffer> = parts.iter().map(|p| p.0).collect();
+        let (_, s, out) = self.alloc(device, dtype, len, &inputs)?;
         let mut at = out.ptr();
         for (buf, _) in parts {
             let b = cuda(buf);
-            Self::dtod(dev, at, b.ptr(), b.bytes())?;
+            Self::dtod(&s, at, b.ptr(), b.bytes())?;
             at += b.bytes() as u64;
         }
         Ok(Buffer::Cuda(out))
     }
 
     fn slice(&self, device: DeviceId, dtype: DType, x: &Buffer, offset: usize, len: usize) -> Result<Buffer> {
-        let (dev, out) = self.alloc(device, dtype, len)?;
+        let (_, s, out) = self.alloc(device, dtype, len, &[x])?;
         let src = cuda(x).ptr() + (offset * dtype.size()) as u64;
-        Self::dtod(dev, out.ptr(), src, len * dtype.size())?;
+        Self::dtod(&s, out.ptr(), src, len * dtype.size())?;
         Ok(Buffer::Cuda(out))
     }
 }

@@ -1,0 +1,233 @@
+//! Streams and events, typed to their device.
+//!
+//! Each device has a default stream; [`on_stream`] makes another one current for its
+//! device on the calling thread. A tensor remembers the stream that wrote it: using it on
+//! another stream first makes that stream wait for the writer (an event, not a host
+//! wait), and its memory is freed only after every stream that used it. A program that
+//! uses one stream records no events at all.
+
+use std::cell::RefCell;
+use std::time::Duration;
+
+use crate::backend::{self, RawEvent, RawStream};
+use crate::device::{Device, DeviceId, StaticDevice};
+use crate::element::Element;
+use crate::error::Result;
+use crate::placement::SamePlacement;
+use crate::tensor::Tensor;
+
+thread_local! {
+    /// Streams made current by `on_stream`, innermost last.
+    static CURRENT: RefCell<Vec<(DeviceId, RawStream)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The stream `on_stream` made current for `device` on this thread, if any.
+pub(crate) fn current(device: DeviceId) -> Option<RawStream> {
+    CURRENT.with(|c| {
+        let c = c.borrow();
+        if c.is_empty() {
+            return None;
+        }
+        c.iter().rev().find(|(d, _)| *d == device).map(|(_, s)| s.clone())
+    })
+}
+
+/// A stream of work on device `D`.
+///
+/// ```
+/// use locus_runtime::{on_stream, Cuda, Stream, Tensor};
+/// let s = Stream::<Cuda<0>>::new()?;
+/// let y = on_stream(&s, || (Tensor::<Cuda<0>>::ones([4])? * 2.0))?;
+/// s.synchronize()?;
+/// assert_eq!(y.to_vec()?, vec![2.0; 4]);
+/// # Ok::<(), locus_runtime::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Stream<D: Device> {
+    raw: RawStream,
+    device: D,
+}
+
+impl<D: Device> Stream<D> {
+    /// A new stream on `device`.
+    pub fn new_on(device: D) -> Result<Self> {
+        let raw = backend::for_device(device.id())?.new_stream(device.id())?;
+        Ok(Stream { raw, device })
+    }
+
+    /// The default stream of `device`: the one ops use when no other is current.
+    pub fn default_on(device: D) -> Result<Self> {
+        let raw = backend::for_device(device.id())?.default_stream(device.id())?;
+        Ok(Stream { raw, device })
+    }
+
+    /// The device this stream runs on.
+    pub fn device(&self) -> DeviceId {
+        self.device.id()
+    }
+
+    /// Waits on the host until everything queued on this stream has run.
+    pub fn synchronize(&self) -> Result<()> {
+        backend::for_device(self.device())?.sync_stream(&self.raw)
+    }
+
+    /// A new event recorded at the current end of this stream.
+    pub fn record_event(&self) -> Result<Event<D>> {
+        let e = Event::new_on(self.device)?;
+        e.record(self)?;
+        Ok(e)
+    }
+
+    /// Makes this stream wait (on the device, not the host) until `event` has happened.
+    pub fn wait_event(&self, event: &Event<D>) -> Result<()> {
+        backend::for_device(self.device())?.wait_event(&self.raw, &event.raw)
+    }
+
+    /// Whether both handles name the same stream.
+    pub fn same_as(&self, other: &Stream<D>) -> bool {
+        self.raw.same(&other.raw)
+    }
+}
+
+impl<D: StaticDevice> Stream<D> {
+    /// A new stream on `D`.
+    pub fn new() -> Result<Self> {
+        Self::new_on(D::default())
+    }
+
+    /// The default stream of `D`.
+    ///
+    /// ```
+    /// use locus_runtime::{Cuda, Stream};
+    /// let a = Stream::<Cuda<0>>::default_stream()?;
+    /// assert!(a.same_as(&Stream::<Cuda<0>>::default_stream()?));
+    /// assert!(!a.same_as(&Stream::<Cuda<0>>::new()?));
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn default_stream() -> Result<Self> {
+        Self::default_on(D::default())
+    }
+}
+
+/// Runs `f` with `stream` current for its device on this thread, then restores the
+/// previous one (also when `f` panics). Ops on that device inside `f` queue on `stream`.
+pub fn on_stream<D: Device, R>(stream: &Stream<D>, f: impl FnOnce() -> R) -> R {
+    struct Pop;
+    impl Drop for Pop {
+        fn drop(&mut self) {
+            CURRENT.with(|c| c.borrow_mut().pop());
+        }
+    }
+    CURRENT.with(|c| c.borrow_mut().push((stream.device(), stream.raw.clone())));
+    let _pop = Pop;
+    f()
+}
+
+/// The stream ops on `D` use on this thread now.
+///
+/// ```
+/// use locus_runtime::{current_stream, on_stream, Cuda, Stream};
+/// let s = Stream::<Cuda<0>>::new()?;
+/// assert!(current_stream(Cuda::<0>)?.same_as(&Stream::default_stream()?));
+/// on_stream(&s, || assert!(current_stream(Cuda::<0>).unwrap().same_as(&s)));
+/// # Ok::<(), locus_runtime::Error>(())
+/// ```
+pub fn current_stream<D: Device>(device: D) -> Result<Stream<D>> {
+    match current(device.id()) {
+        Some(raw) => Ok(Stream { raw, device }),
+        None => Stream::default_on(device),
+    }
+}
+
+/// Waits on the host until all work on `device` has run (`torch.cuda.synchronize`).
+pub fn synchronize(device: DeviceId) -> Result<()> {
+    backend::for_device(device)?.sync_device(device)
+}
+
+/// A point in a stream's work on device `D`, for ordering streams and timing.
+///
+/// ```
+/// use locus_runtime::{Cuda, Event, Stream, Tensor};
+/// let s = Stream::<Cuda<0>>::default_stream()?;
+/// let start = s.record_event()?;
+/// let x = Tensor::<Cuda<0>>::rand([1 << 12], 1)?.sum()?;
+/// let end = s.record_event()?;
+/// end.synchronize()?;
+/// assert!(start.elapsed(&end)?.as_secs_f64() >= 0.0);
+/// assert!(end.is_complete()?);
+/// # drop(x);
+/// # Ok::<(), locus_runtime::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Event<D: Device> {
+    raw: RawEvent,
+    device: D,
+}
+
+impl<D: Device> Event<D> {
+    /// A new, unrecorded event on `device` that can measure elapsed time.
+    pub fn new_on(device: D) -> Result<Self> {
+        let raw = backend::for_device(device.id())?.new_event(device.id(), true)?;
+        Ok(Event { raw, device })
+    }
+
+    /// Records this event at the current end of `stream`.
+    pub fn record(&self, stream: &Stream<D>) -> Result<()> {
+        backend::for_device(self.device.id())?.record_event(&self.raw, &stream.raw)
+    }
+
+    /// Makes `stream` wait for this event (on the device).
+    pub fn wait(&self, stream: &Stream<D>) -> Result<()> {
+        stream.wait_event(self)
+    }
+
+    /// Waits on the host for the work before this event.
+    pub fn synchronize(&self) -> Result<()> {
+        backend::for_device(self.device.id())?.sync_event(&self.raw)
+    }
+
+    /// Whether the work before this event has run.
+    pub fn is_complete(&self) -> Result<bool> {
+        backend::for_device(self.device.id())?.event_done(&self.raw)
+    }
+
+    /// The time from this event to `end`; both must be recorded and complete.
+    pub fn elapsed(&self, end: &Event<D>) -> Result<Duration> {
+        let ms = backend::for_device(self.device.id())?.elapsed_ms(&self.raw, &end.raw)?;
+        Ok(Duration::from_secs_f64(ms.max(0.0) as f64 / 1e3))
+    }
+}
+
+impl<D: StaticDevice> Event<D> {
+    /// A new, unrecorded event on `D`.
+    pub fn new() -> Result<Self> {
+        Self::new_on(D::default())
+    }
+}
+
+impl<D: Device, T: Element> Tensor<D, T> {
+    /// Marks this tensor as used on `stream` (PyTorch's `record_stream`): `stream` waits
+    /// for the tensor's writer first, and the memory is freed only after `stream` is done
+    /// with it. Ops do this by themselves for the current stream; call it for work that
+    /// locus does not see.
+    ///
+    /// ```
+    /// use locus_runtime::{Cuda, Stream, Tensor};
+    /// let t = Tensor::<Cuda<0>>::ones([8])?;
+    /// t.record_stream(&Stream::<Cuda<0>>::new()?)?;
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn record_stream<E: Device>(&self, stream: &Stream<E>) -> Result<()>
+    where
+        D: SamePlacement<E>,
+    {
+        self.same_device_as("record_stream", stream.device())?;
+        self.backend()?.use_on(self.buffer(), &stream.raw)
+    }
+}
+
+/// How many cross-stream waits locus has inserted in this process (a diagnostic: a
+/// program that uses one stream per device keeps it at zero).
+pub fn cross_stream_waits() -> u64 {
+    backend::cross_stream_waits()
+}

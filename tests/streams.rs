@@ -1,0 +1,115 @@
+//! Streams and events on the selected backend: results through other streams, automatic
+//! waits when a tensor crosses streams, none for single-stream work, timing events.
+
+use locus::{cross_stream_waits, current_stream, on_stream, Cuda, Event, Stream, Tensor};
+
+type G = Cuda<0>;
+
+// The wait counter is process-wide: tests that cross streams must not overlap those
+// that count.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[test]
+fn single_stream_work_inserts_no_waits() -> locus::Result<()> {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let before = cross_stream_waits();
+    let x = Tensor::<G>::rand([1000, 64], 1)?;
+    let w = Tensor::<G>::rand([64, 32], 2)?;
+    let y = (x.matmul(&w)? + 1.0)?.relu()?.sum_dim(0)?;
+    assert_eq!(y.shape(), &[32]);
+    let s = Stream::<G>::new()?;
+    let z = on_stream(&s, || -> locus::Result<_> {
+        let a = Tensor::<G>::ones([256])?;
+        (&a * &a)?.sum()
+    })?;
+    assert_eq!(cross_stream_waits(), before, "no events for work that stays on one stream");
+    // Reading z on the default stream is a crossing: it waits for `s`.
+    assert_eq!(z.item()?, 256.0);
+    assert_eq!(cross_stream_waits(), before + 1);
+    Ok(())
+}
+
+#[test]
+fn a_tensor_used_on_another_stream_waits_for_its_writer() -> locus::Result<()> {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let before = cross_stream_waits();
+    let (a, b) = (Stream::<G>::new()?, Stream::<G>::new()?);
+    // Enough work on `a` that `b` would read stale memory without the wait.
+    let big = on_stream(&a, || -> locus::Result<_> {
+        let m = Tensor::<G>::full([256, 256], 0.5)?;
+        let mut acc = m.matmul(&m)?;
+        for _ in 0..4 {
+            acc = acc.matmul(&m)?;
+        }
+        Ok(acc)
+    })?;
+    let total = on_stream(&b, || big.sum())?;
+    b.synchronize()?;
+    // Each product multiplies by 256 * 0.5 = 128: 0.5 * 128^5 per element.
+    let expect = 0.5f64 * 128f64.powi(5) * (256.0 * 256.0);
+    assert!((total.item()? as f64 - expect).abs() <= expect * 1e-5, "{} vs {expect}", total.item()?);
+    assert!(cross_stream_waits() > before, "crossing streams inserts a wait");
+    Ok(())
+}
+
+#[test]
+fn memory_read_on_another_stream_outlives_its_use() -> locus::Result<()> {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let s = Stream::<G>::new()?;
+    let mut outs = Vec::new();
+    for i in 0..20 {
+        let t = Tensor::<G>::full([1 << 16], i as f32)?;
+        // `t` is dropped right after queueing the read on `s`.
+        outs.push(on_stream(&s, || t.sum())?);
+    }
+    s.synchronize()?;
+    for (i, o) in outs.iter().enumerate() {
+        assert_eq!(o.item()?, (i as f32) * 65536.0);
+    }
+    Ok(())
+}
+
+#[test]
+fn on_stream_nests_restores_and_survives_panics() -> locus::Result<()> {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let (a, b) = (Stream::<G>::new()?, Stream::<G>::new()?);
+    let default = Stream::<G>::default_stream()?;
+    on_stream(&a, || {
+        assert!(current_stream(Cuda::<0>).unwrap().same_as(&a));
+        on_stream(&b, || assert!(current_stream(Cuda::<0>).unwrap().same_as(&b)));
+        assert!(current_stream(Cuda::<0>).unwrap().same_as(&a));
+    });
+    let caught = std::panic::catch_unwind(|| on_stream(&a, || panic!("inside")));
+    assert!(caught.is_err());
+    assert!(current_stream(Cuda::<0>)?.same_as(&default));
+    Ok(())
+}
+
+#[test]
+fn events_order_streams_and_time_work() -> locus::Result<()> {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let (a, b) = (Stream::<G>::new()?, Stream::<G>::new()?);
+    let start = Event::<G>::new()?;
+    start.record(&a)?;
+    let x = on_stream(&a, || Tensor::<G>::rand([1 << 20], 3)?.exp())?;
+    let done = a.record_event()?;
+    b.wait_event(&done)?;
+    let y = on_stream(&b, || x.sum())?;
+    done.synchronize()?;
+    assert!(done.is_complete()?);
+    assert!(start.elapsed(&done)?.as_secs_f64() >= 0.0);
+    b.synchronize()?;
+    let mean = y.item()? / (1 << 20) as f32;
+    assert!((mean - (std::f32::consts::E - 1.0)).abs() < 0.01, "mean of e^U(0,1) is e - 1, got {mean}");
+    locus::synchronize(locus::DeviceId::Cuda(0))?;
+    Ok(())
+}
+
+#[test]
+fn unrecorded_events_cannot_time_and_bad_devices_are_errors() {
+    let a = Event::<G>::new().unwrap();
+    let b = Event::<G>::new().unwrap();
+    assert!(a.elapsed(&b).is_err());
+    assert!(matches!(Stream::<Cuda<9>>::new(), Err(locus::Error::NoSuchDevice { ordinal: 9, .. })));
+    assert!(matches!(Event::<Cuda<9>>::new(), Err(locus::Error::NoSuchDevice { ordinal: 9, .. })));
+}
