@@ -59,8 +59,16 @@ template <typename R> __device__ typename R::A block_reduce(typename R::A v) {
 
 // Pass 1: each block reduces a grid-stride share of x into partial[blockIdx.x].
 template <typename T, typename R> __device__ void reduce_partial(const T* x, u64 n, typename R::A* partial) {
+    typedef Vec16<T> V;
+    const u64 nv = n / V::N;
+    const V* xv = reinterpret_cast<const V*>(x);
     typename R::A v = R::init();
-    GRID_LOOP(i, n) v = R::combine(v, R::load(x[i]));
+    GRID_LOOP(i, nv) {
+        const V a = xv[i];
+#pragma unroll
+        for (int k = 0; k < V::N; k++) v = R::combine(v, R::load(a.v[k]));
+    }
+    GRID_LOOP(j, n - nv * V::N) v = R::combine(v, R::load(x[nv * V::N + j]));
     v = block_reduce<R>(v);
     if (threadIdx.x == 0) partial[blockIdx.x] = v;
 }

@@ -1,6 +1,6 @@
 //! A tensor's memory: one backend buffer with its device, type and length.
 
-use crate::backend::{self, Backend, Buffer};
+use crate::backend::{self, host, Backend, Buffer};
 use crate::device::DeviceId;
 use crate::element::DType;
 use crate::error::Result;
@@ -29,11 +29,9 @@ impl Storage {
         backend::for_device(self.device)
     }
 
-    /// A copy of the contents as host bytes.
-    pub fn read_bytes(&self) -> Result<Vec<u8>> {
-        let mut out = vec![0u8; self.bytes()];
-        self.backend()?.download(self.device, &self.buf, &mut out)?;
-        Ok(out)
+    /// Copies the contents into `out`, which holds exactly [`Storage::bytes`] bytes.
+    pub fn read_into(&self, out: &mut [u8]) -> Result<()> {
+        self.backend()?.download(self.device, &self.buf, out)
     }
 
     /// A copy of this storage on `dst`: within one backend its own copy, across
@@ -42,8 +40,14 @@ impl Storage {
         let (from, to) = (self.backend()?, backend::for_device(dst)?);
         let buf = if backend::same(from, to) {
             from.copy(self.device, &self.buf, dst)?
+        } else if let Buffer::Host(h) = &self.buf {
+            // Host memory to a device of the other backend: straight from the source.
+            to.upload(dst, h.bytes())?
         } else {
-            to.upload(dst, &self.read_bytes()?)?
+            // Device memory to the host: straight into the new host buffer.
+            let mut out = host::host().alloc(dst, self.bytes())?;
+            from.download(self.device, &self.buf, out.bytes_mut())?;
+            Buffer::Host(out)
         };
         Ok(Storage::new(buf, dst, self.dtype, self.len))
     }

@@ -20,6 +20,22 @@ use crate::shape::{Layout, Reduction};
 const DEFAULT_DEVICES: usize = 2;
 const DEFAULT_DEVICE_MEMORY: usize = 16 << 30;
 
+/// `n` zeroed words, or `None` when the allocator refuses. Zeroed allocation lets the OS
+/// hand out untouched zero pages, so memory is written once, by whoever fills it.
+fn zeroed_words(n: usize) -> Option<Vec<u64>> {
+    if n == 0 {
+        return Some(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<u64>(n).ok()?;
+    // SAFETY: the layout is non-zero-sized; a non-null result is an allocation of `n`
+    // zeroed u64s with u64 alignment from the global allocator, which is what a
+    // Vec<u64> of capacity `n` owns.
+    unsafe {
+        let p = std::alloc::alloc_zeroed(layout) as *mut u64;
+        (!p.is_null()).then(|| Vec::from_raw_parts(p, n, n))
+    }
+}
+
 /// Host memory of one device, 8-byte aligned so that any element type can view it.
 #[derive(Debug)]
 pub(crate) struct HostBuffer {
@@ -33,13 +49,10 @@ pub(crate) struct HostBuffer {
 impl HostBuffer {
     fn alloc(account: &'static MemoryAccount, len: usize) -> Result<Self> {
         account.reserve(len)?;
-        let nwords = len.div_ceil(8);
-        let mut words = Vec::new();
-        if words.try_reserve_exact(nwords).is_err() {
+        let Some(words) = zeroed_words(len.div_ceil(8)) else {
             account.release(len);
             return Err(Error::OutOfMemory { device: account.device, requested: len, free: 0 });
-        }
-        words.resize(nwords, 0);
+        };
         Ok(HostBuffer { words, len, account, stream: current_stream(account.device) })
     }
 
@@ -125,7 +138,9 @@ impl HostBackend {
             .ok_or(Error::NoSuchDevice { ordinal: device.ordinal().unwrap_or(0), count: self.accounts.len() - 2 })
     }
 
-    fn alloc(&'static self, device: DeviceId, bytes: usize) -> Result<HostBuffer> {
+    /// Zeroed host memory of `bytes` bytes on `device` (a host placement or a simulated
+    /// device), for copies from another backend to write into.
+    pub(crate) fn alloc(&'static self, device: DeviceId, bytes: usize) -> Result<HostBuffer> {
         HostBuffer::alloc(self.account(device)?, bytes)
     }
 

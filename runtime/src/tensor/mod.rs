@@ -110,8 +110,9 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// # Ok::<(), locus_runtime::Error>(())
     /// ```
     pub fn to_vec(&self) -> Result<Vec<T>> {
-        let bytes = self.storage.read_bytes()?;
-        Ok(bytemuck::pod_collect_to_vec(&bytes))
+        let mut out = vec![T::ZERO; self.numel()];
+        self.storage.read_into(bytemuck::cast_slice_mut(&mut out))?;
+        Ok(out)
     }
 
     /// The one element of a tensor with exactly one element.

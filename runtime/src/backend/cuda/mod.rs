@@ -485,10 +485,10 @@ impl Backend for CudaBackend {
             } else {
                 // Accumulator width: f64 for float sums and means and for f64 max, else 4 bytes.
                 let acc = if op != ReduceOp::Max && dtype.is_float() || dtype == DType::F64 { 8 } else { 4 };
-                let blocks = dev.grid(len.div_ceil(4), 1024);
+                let blocks = dev.grid(len.div_ceil(16 / dtype.size() as u64), 256);
                 let partial = CudaBuffer::alloc(dev, &stream, blocks as usize * acc)?;
                 let (p, nparts) = (partial.ptr(), blocks as u64);
-                dev.launch(k("partial")?, (blocks, 1, 1), (1024, 1, 1), s, &mut args![xp, len, p])?;
+                dev.launch(k("partial")?, (blocks, 1, 1), (256, 1, 1), s, &mut args![xp, len, p])?;
                 dev.launch(k("final")?, (1, 1, 1), (1024, 1, 1), s, &mut args![p, nparts, o, len])?;
             }
         } else if inner == 1 {

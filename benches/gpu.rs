@@ -1,0 +1,261 @@
+//! GPU benchmarks of locus, with the ceilings of the same machine measured in the same
+//! run. Prints one tab-separated line per row: `row  value  unit  note`; a row whose
+//! feature has not landed prints `n/a`. `benches/compare.sh` joins this with
+//! `benches/torch_baseline.py` into one table.
+//!
+//!     LOCUS_BACKEND=cuda cargo bench --bench gpu        (or the bundled binary)
+
+use std::ffi::c_void;
+use std::time::Instant;
+
+use cudarc::driver::{result, sys, CudaContext};
+use locus::{synchronize, Cpu, Cuda, DeviceId, Event, Stream, Tensor};
+
+type G = Cuda<0>;
+const GIB: usize = 1 << 30;
+const MIB: usize = 1 << 20;
+
+fn row(name: &str, value: Option<f64>, unit: &str, note: &str) {
+    match value {
+        Some(v) => println!("{name}\t{v:.3}\t{unit}\t{note}"),
+        None => println!("{name}\tn/a\t{unit}\t{note}"),
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+/// Median seconds of `f` over `reps` runs after `warm` runs, timed with CUDA events on
+/// the default stream.
+fn gpu_time(warm: usize, reps: usize, mut f: impl FnMut()) -> f64 {
+    let s = Stream::<G>::default_stream().unwrap();
+    for _ in 0..warm {
+        f();
+    }
+    let mut t = Vec::new();
+    for _ in 0..reps {
+        let (a, b) = (Event::<G>::new().unwrap(), Event::<G>::new().unwrap());
+        a.record(&s).unwrap();
+        f();
+        b.record(&s).unwrap();
+        b.synchronize().unwrap();
+        t.push(a.elapsed(&b).unwrap().as_secs_f64());
+    }
+    median(t)
+}
+
+/// Median wall seconds of `f` (which synchronises itself) over `reps` runs.
+fn wall_time(warm: usize, reps: usize, mut f: impl FnMut()) -> f64 {
+    for _ in 0..warm {
+        f();
+    }
+    median(
+        (0..reps)
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                t.elapsed().as_secs_f64()
+            })
+            .collect(),
+    )
+}
+
+/// The ceilings: raw driver calls through cudarc, on locus' device 0 context.
+struct Raw {
+    stream: sys::CUstream,
+    copy: sys::CUfunction,
+    empty: sys::CUfunction,
+    _ctx: std::sync::Arc<CudaContext>,
+    _module: std::sync::Arc<cudarc::driver::CudaModule>,
+}
+
+const RAW_KERNELS: &str = r#"
+extern "C" __global__ void empty() {}
+extern "C" __global__ void copy4(const float4* __restrict__ x, float4* __restrict__ y, unsigned long long n) {
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (unsigned long long)gridDim.x * blockDim.x) y[i] = x[i];
+}
+"#;
+
+impl Raw {
+    fn new() -> Raw {
+        let ctx = CudaContext::new(0).unwrap();
+        ctx.bind_to_thread().unwrap();
+        let (maj, min) = ctx.compute_capability().unwrap();
+        let opts = cudarc::nvrtc::CompileOptions {
+            options: vec![format!("--gpu-architecture=compute_{maj}{min}")],
+            ..Default::default()
+        };
+        let module = ctx.load_module(cudarc::nvrtc::compile_ptx_with_opts(RAW_KERNELS, opts).unwrap()).unwrap();
+        let copy = module.load_function("copy4").unwrap().cu_function();
+        let empty = module.load_function("empty").unwrap().cu_function();
+        let stream = result::stream::create(result::stream::StreamKind::NonBlocking).unwrap();
+        Raw { stream, copy, empty, _ctx: ctx, _module: module }
+    }
+
+    fn bind(&self) {
+        self._ctx.bind_to_thread().unwrap();
+    }
+
+    fn sync(&self) {
+        unsafe { result::stream::synchronize(self.stream) }.unwrap();
+    }
+
+    fn time(&self, reps: usize, mut f: impl FnMut()) -> f64 {
+        self.bind();
+        f();
+        self.sync();
+        let mut t = Vec::new();
+        for _ in 0..reps {
+            let (a, b) = (
+                result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).unwrap(),
+                result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).unwrap(),
+            );
+            unsafe {
+                result::event::record(a, self.stream).unwrap();
+                f();
+                result::event::record(b, self.stream).unwrap();
+                result::event::synchronize(b).unwrap();
+                t.push(result::event::elapsed(a, b).unwrap() as f64 / 1e3);
+                result::event::destroy(a).unwrap();
+                result::event::destroy(b).unwrap();
+            }
+        }
+        median(t)
+    }
+}
+
+fn ceilings(raw: &Raw) -> (f64, f64) {
+    raw.bind();
+    let bytes = GIB;
+    let (x, y) = unsafe { (result::malloc_sync(bytes).unwrap(), result::malloc_sync(bytes).unwrap()) };
+    let ce = raw.time(10, || unsafe { result::memcpy_dtod_async(y, x, bytes, raw.stream).unwrap() });
+    let ce_gbs = 2.0 * bytes as f64 / ce / 1e9;
+    row("ceiling_d2d_copy_engine", Some(ce_gbs), "GB/s", "cuMemcpyDtoDAsync 1 GiB, read+write");
+    let n = (bytes / 16) as u64;
+    let kernel = raw.time(10, || unsafe {
+        let mut args = [&x as *const _ as *mut c_void, &y as *const _ as *mut c_void, &n as *const _ as *mut c_void];
+        result::launch_kernel(raw.copy, (132 * 8, 1, 1), (256, 1, 1), 0, raw.stream, &mut args).unwrap();
+    });
+    let k_gbs = 2.0 * bytes as f64 / kernel / 1e9;
+    row("ceiling_d2d_copy_kernel", Some(k_gbs), "GB/s", "float4 grid-stride copy 1 GiB, read+write");
+    unsafe {
+        result::free_sync(x).unwrap();
+        result::free_sync(y).unwrap();
+    }
+    // Launch floor: back-to-back empty launches, host wall time per launch.
+    let launches = 20_000;
+    raw.sync();
+    let t = Instant::now();
+    for _ in 0..launches {
+        unsafe { result::launch_kernel(raw.empty, (1, 1, 1), (1, 1, 1), 0, raw.stream, &mut []).unwrap() };
+    }
+    raw.sync();
+    let floor = t.elapsed().as_secs_f64() / launches as f64 * 1e6;
+    row("ceiling_launch_floor", Some(floor), "us", "empty kernel, raw cuLaunchKernel back to back");
+    // Pinned copies through raw cudarc calls.
+    for size in [MIB, 16 * MIB, 256 * MIB] {
+        let host = unsafe { result::malloc_host(size, 0).unwrap() } as *mut u8;
+        let dev = unsafe { result::malloc_sync(size).unwrap() };
+        let slice = unsafe { std::slice::from_raw_parts_mut(host, size) };
+        let h2d = raw.time(10, || unsafe { result::memcpy_htod_async(dev, &slice[..], raw.stream).unwrap() });
+        let d2h = raw.time(10, || unsafe { result::memcpy_dtoh_async(&mut slice[..], dev, raw.stream).unwrap() });
+        let mb = size / MIB;
+        row(&format!("ceiling_h2d_pinned_{mb}MiB"), Some(size as f64 / h2d / 1e9), "GB/s", "raw cuMemcpyHtoDAsync");
+        row(&format!("ceiling_d2h_pinned_{mb}MiB"), Some(size as f64 / d2h / 1e9), "GB/s", "raw cuMemcpyDtoHAsync");
+        unsafe {
+            result::free_sync(dev).unwrap();
+            result::free_host(host as *mut c_void).unwrap();
+        }
+    }
+    (ce_gbs, floor)
+}
+
+fn copies() {
+    for size in [MIB, 16 * MIB, 256 * MIB] {
+        let mb = size / MIB;
+        let host = Tensor::<Cpu, u8>::full([size], 1).unwrap();
+        let h2d = wall_time(3, 10, || {
+            let d = host.to::<G>().unwrap();
+            synchronize(DeviceId::Cuda(0)).unwrap();
+            drop(d);
+        });
+        row(&format!("h2d_pageable_{mb}MiB"), Some(size as f64 / h2d / 1e9), "GB/s", "Tensor<Cpu>::to::<Cuda<0>>()");
+        let dev = host.to::<G>().unwrap();
+        let d2h = wall_time(3, 10, || drop(dev.to::<Cpu>().unwrap()));
+        row(&format!("d2h_pageable_{mb}MiB"), Some(size as f64 / d2h / 1e9), "GB/s", "Tensor<Cuda<0>>::to::<Cpu>()");
+        row(&format!("h2d_pinned_{mb}MiB"), None, "GB/s", "pinned pool not landed (issue 6)");
+        row(&format!("d2h_pinned_{mb}MiB"), None, "GB/s", "pinned pool not landed (issue 6)");
+    }
+}
+
+fn small_ops() {
+    let a = Tensor::<G>::rand([1024], 1).unwrap();
+    let b = Tensor::<G>::rand([1024], 2).unwrap();
+    let n = 20_000;
+    let mut submit = Vec::new();
+    let mut synced = Vec::new();
+    for _ in 0..5 {
+        synchronize(DeviceId::Cuda(0)).unwrap();
+        let t = Instant::now();
+        for _ in 0..n {
+            drop((&a + &b).unwrap());
+        }
+        submit.push(t.elapsed().as_secs_f64() / n as f64 * 1e6);
+        synchronize(DeviceId::Cuda(0)).unwrap();
+        let t = Instant::now();
+        for _ in 0..n / 10 {
+            drop((&a + &b).unwrap());
+            synchronize(DeviceId::Cuda(0)).unwrap();
+        }
+        synced.push(t.elapsed().as_secs_f64() / (n / 10) as f64 * 1e6);
+    }
+    row("small_add_1k_submit", Some(median(submit)), "us/op", "1024-element add, host time per op, no sync");
+    row("small_add_1k_sync", Some(median(synced)), "us/op", "1024-element add + synchronize per op");
+}
+
+fn large_ops() {
+    let n = GIB / 4; // 256 Mi f32 = 1 GiB per tensor
+    let a = Tensor::<G>::rand([n], 1).unwrap();
+    let b = Tensor::<G>::rand([n], 2).unwrap();
+    let bytes = (n * 4) as f64;
+    let add = gpu_time(3, 10, || drop((&a + &b).unwrap()));
+    row("large_add_1GiB", Some(3.0 * bytes / add / 1e9), "GB/s", "f32 add, 2 reads + 1 write");
+    let mul = gpu_time(3, 10, || drop((&a * &b).unwrap()));
+    row("large_mul_1GiB", Some(3.0 * bytes / mul / 1e9), "GB/s", "f32 mul, 2 reads + 1 write");
+    let relu = gpu_time(3, 10, || drop(a.relu().unwrap()));
+    row("large_relu_1GiB", Some(2.0 * bytes / relu / 1e9), "GB/s", "f32 relu, 1 read + 1 write");
+    let sum = gpu_time(3, 10, || drop(a.sum().unwrap()));
+    row("sum_1GiB", Some(bytes / sum / 1e9), "GB/s", "f32 sum of 256 Mi elements, 1 read");
+}
+
+fn matmul() {
+    let n = 4096;
+    let a = Tensor::<G>::rand([n, n], 1).unwrap();
+    let b = Tensor::<G>::rand([n, n], 2).unwrap();
+    let t = gpu_time(3, 10, || drop(a.matmul(&b).unwrap()));
+    row("matmul_4096_f32", Some(2.0 * (n as f64).powi(3) / t / 1e12), "TFLOP/s", "cuBLAS sgemm, no TF32");
+}
+
+fn main() {
+    match locus::backend_name() {
+        Ok("cuda") => {}
+        other => {
+            println!("# gpu bench: needs the cuda backend (got {other:?}); nothing measured");
+            return;
+        }
+    }
+    // Touch device 0 through locus first so its context and kernels are ready.
+    let _ = Tensor::<G>::ones([1]).unwrap().sum().unwrap().item().unwrap();
+    println!("# row\tvalue\tunit\tnote");
+    let raw = Raw::new();
+    ceilings(&raw);
+    copies();
+    small_ops();
+    large_ops();
+    matmul();
+    row("guard_enter_exit_same_device", None, "ns", "on_device guard not landed yet (issue 4)");
+    row("pipeline_vs_ideal", None, "x", "Loader not landed (issue 6)");
+    row("data_parallel_forward", None, "ms", "DataParallel not landed (issue 7)");
+}
