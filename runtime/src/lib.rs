@@ -11,10 +11,12 @@
 //! ```
 
 mod backend;
+mod copy;
 mod device;
 mod element;
 mod error;
 mod memory;
+mod pinned;
 mod placement;
 mod shape;
 mod storage;
@@ -22,10 +24,12 @@ mod stream;
 mod tensor;
 
 pub use backend::{backend_name, device_count};
+pub use copy::{AsyncSource, HostPlacement, Pending, Transfer};
 pub use device::{Cpu, Cuda, Device, DeviceId, Dyn, Pinned, StaticDevice};
 pub use element::{DType, Element, Float, Scalar};
 pub use error::{Error, Result};
 pub use memory::{max_memory_allocated, memory_allocated, reset_peak_memory_stats};
+pub use pinned::{pinned_stats, release_cached_pinned, PinnedStats};
 pub use placement::SamePlacement;
 pub use stream::{cross_stream_waits, current_stream, on_stream, synchronize, Event, Stream};
 pub use tensor::Tensor;

@@ -32,6 +32,19 @@ pub(crate) fn current(device: DeviceId) -> Option<RawStream> {
     })
 }
 
+/// Runs `f` with `stream` current for `device` (what `on_stream` does, untyped).
+pub(crate) fn with_current<R>(device: DeviceId, stream: RawStream, f: impl FnOnce() -> R) -> R {
+    struct Pop;
+    impl Drop for Pop {
+        fn drop(&mut self) {
+            CURRENT.with(|c| c.borrow_mut().pop());
+        }
+    }
+    CURRENT.with(|c| c.borrow_mut().push((device, stream)));
+    let _pop = Pop;
+    f()
+}
+
 /// A stream of work on device `D`.
 ///
 /// ```
@@ -44,7 +57,7 @@ pub(crate) fn current(device: DeviceId) -> Option<RawStream> {
 /// ```
 #[derive(Clone, Debug)]
 pub struct Stream<D: Device> {
-    raw: RawStream,
+    pub(crate) raw: RawStream,
     device: D,
 }
 
@@ -112,15 +125,7 @@ impl<D: StaticDevice> Stream<D> {
 /// Runs `f` with `stream` current for its device on this thread, then restores the
 /// previous one (also when `f` panics). Ops on that device inside `f` queue on `stream`.
 pub fn on_stream<D: Device, R>(stream: &Stream<D>, f: impl FnOnce() -> R) -> R {
-    struct Pop;
-    impl Drop for Pop {
-        fn drop(&mut self) {
-            CURRENT.with(|c| c.borrow_mut().pop());
-        }
-    }
-    CURRENT.with(|c| c.borrow_mut().push((stream.device(), stream.raw.clone())));
-    let _pop = Pop;
-    f()
+    with_current(stream.device(), stream.raw.clone(), f)
 }
 
 /// The stream ops on `D` use on this thread now.

@@ -15,6 +15,7 @@ use super::{count_cross_stream_wait, Backend, BinaryOp, Buffer, RawEvent, RawStr
 use crate::device::DeviceId;
 use crate::element::{with_dtype, DType, Element, Scalar};
 use crate::error::{Error, Result};
+use crate::pinned::{self, PinnedBlock};
 use crate::shape::{Layout, Reduction};
 
 const DEFAULT_DEVICES: usize = 2;
@@ -37,31 +38,57 @@ fn zeroed_words(n: usize) -> Option<Vec<u64>> {
 }
 
 /// Host memory of one device, 8-byte aligned so that any element type can view it.
+/// `pinned` memory comes from the pinned pool, the rest from the ordinary allocator.
 #[derive(Debug)]
 pub(crate) struct HostBuffer {
-    words: Vec<u64>,
+    mem: Mem,
     len: usize,
     account: &'static MemoryAccount,
     /// The simulated stream that wrote this memory.
     stream: u64,
 }
 
+#[derive(Debug)]
+enum Mem {
+    Heap(Vec<u64>),
+    Pinned(PinnedBlock),
+}
+
 impl HostBuffer {
     fn alloc(account: &'static MemoryAccount, len: usize) -> Result<Self> {
         account.reserve(len)?;
-        let Some(words) = zeroed_words(len.div_ceil(8)) else {
-            account.release(len);
-            return Err(Error::OutOfMemory { device: account.device, requested: len, free: 0 });
+        let mem = if account.device == DeviceId::Pinned {
+            pinned::acquire(len).map(Mem::Pinned)
+        } else {
+            zeroed_words(len.div_ceil(8)).map(Mem::Heap).ok_or(Error::OutOfMemory {
+                device: account.device,
+                requested: len,
+                free: 0,
+            })
         };
-        Ok(HostBuffer { words, len, account, stream: current_stream(account.device) })
+        match mem {
+            Ok(mem) => Ok(HostBuffer { mem, len, account, stream: current_stream(account.device) }),
+            Err(e) => {
+                account.release(len);
+                Err(e)
+            }
+        }
     }
 
     pub fn bytes(&self) -> &[u8] {
-        &bytemuck::cast_slice(&self.words)[..self.len]
+        match &self.mem {
+            Mem::Heap(w) => &bytemuck::cast_slice(w)[..self.len],
+            // SAFETY: the block holds at least `len` bytes and this buffer owns it.
+            Mem::Pinned(b) => unsafe { std::slice::from_raw_parts(b.ptr(), self.len) },
+        }
     }
 
     pub fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut bytemuck::cast_slice_mut(&mut self.words)[..self.len]
+        match &mut self.mem {
+            Mem::Heap(w) => &mut bytemuck::cast_slice_mut(w)[..self.len],
+            // SAFETY: as in `bytes`, and `&mut self` makes the access unique.
+            Mem::Pinned(b) => unsafe { std::slice::from_raw_parts_mut(b.ptr(), self.len) },
+        }
     }
 
     pub fn as_slice<T: Element>(&self) -> &[T] {
@@ -70,6 +97,18 @@ impl HostBuffer {
 
     pub fn as_mut_slice<T: Element>(&mut self) -> &mut [T] {
         bytemuck::cast_slice_mut(self.bytes_mut())
+    }
+
+    /// Whether this is page-locked memory from the pinned pool.
+    pub fn is_pinned(&self) -> bool {
+        matches!(self.mem, Mem::Pinned(_))
+    }
+
+    /// Keeps pinned memory from reuse by the pool until `event` has completed.
+    pub fn hold_until(&self, event: RawEvent) {
+        if let Mem::Pinned(b) = &self.mem {
+            b.hold_until(event);
+        }
     }
 }
 
@@ -190,6 +229,31 @@ fn host_mem(b: &Buffer) -> &HostBuffer {
     }
 }
 
+/// Simulated pinned memory is page-aligned, like the real thing.
+fn pinned_layout(bytes: usize) -> Result<std::alloc::Layout> {
+    std::alloc::Layout::from_size_align(bytes.max(1), 4096).map_err(|_| Error::OutOfMemory {
+        device: DeviceId::Pinned,
+        requested: bytes,
+        free: 0,
+    })
+}
+
+fn stream_id(s: &RawStream) -> u64 {
+    match s {
+        RawStream::Host { id, .. } => *id,
+        RawStream::Cuda(_) => 0,
+    }
+}
+
+/// Runs `f` with `stream` as the current simulated stream of its device, so that what
+/// `f` writes is owned by `stream`.
+fn on_host_stream<R>(stream: &RawStream, f: impl FnOnce() -> R) -> R {
+    match stream {
+        RawStream::Host { device, .. } => crate::stream::with_current(*device, stream.clone(), f),
+        RawStream::Cuda(_) => f(),
+    }
+}
+
 static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
 
 fn host_event(e: &RawEvent) -> Result<&Mutex<Option<Instant>>> {
@@ -282,6 +346,47 @@ impl Backend for HostBackend {
             }
         }
         Ok(())
+    }
+
+    fn alloc_pinned(&self, bytes: usize) -> Result<usize> {
+        let layout = pinned_layout(bytes)?;
+        // SAFETY: the layout has a non-zero size (the pool never asks for 0 bytes).
+        let p = unsafe { std::alloc::alloc(layout) };
+        if p.is_null() {
+            return Err(Error::OutOfMemory { device: DeviceId::Pinned, requested: bytes, free: 0 });
+        }
+        Ok(p as usize)
+    }
+
+    unsafe fn free_pinned(&self, ptr: usize, bytes: usize) {
+        if let Ok(layout) = pinned_layout(bytes) {
+            // SAFETY: allocated by alloc_pinned with this layout (the caller's contract).
+            unsafe { std::alloc::dealloc(ptr as *mut u8, layout) };
+        }
+    }
+
+    fn upload_async(&self, device: DeviceId, src: &HostBuffer, stream: &RawStream) -> Result<(Buffer, RawEvent)> {
+        let buf = on_host_stream(stream, || self.upload(device, src.bytes()))?;
+        let done = self.new_event(device, false)?;
+        self.record_event(&done, stream)?;
+        Ok((buf, done))
+    }
+
+    fn download_async(
+        &self,
+        device: DeviceId,
+        src: &Buffer,
+        dst: &mut HostBuffer,
+        stream: &RawStream,
+    ) -> Result<RawEvent> {
+        let s = host_mem(src);
+        if s.stream != stream_id(stream) {
+            count_cross_stream_wait();
+        }
+        dst.bytes_mut().copy_from_slice(s.bytes());
+        let done = self.new_event(device, false)?;
+        self.record_event(&done, stream)?;
+        Ok(done)
     }
 
     fn upload(&self, device: DeviceId, data: &[u8]) -> Result<Buffer> {

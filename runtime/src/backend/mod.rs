@@ -139,6 +139,27 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// waits for the buffer's writer, and the buffer is freed only after `stream` is done.
     fn use_on(&self, buf: &Buffer, stream: &RawStream) -> Result<()>;
 
+    /// `bytes` bytes of page-locked host memory (the pinned pool's source).
+    fn alloc_pinned(&self, bytes: usize) -> Result<usize>;
+    /// Frees memory from [`Backend::alloc_pinned`].
+    ///
+    /// # Safety
+    /// `ptr` and `bytes` come from one `alloc_pinned` call and nothing uses the memory.
+    unsafe fn free_pinned(&self, ptr: usize, bytes: usize);
+
+    /// A copy of pinned `src` on `device`, queued on `stream`; the event marks its end.
+    /// `src` is held from reuse by the pinned pool until then.
+    fn upload_async(&self, device: DeviceId, src: &HostBuffer, stream: &RawStream) -> Result<(Buffer, RawEvent)>;
+    /// Queues a copy of `src` (on `device`) into pinned `dst` on `stream`; the event marks
+    /// its end, and `dst` is held from reuse until then.
+    fn download_async(
+        &self,
+        device: DeviceId,
+        src: &Buffer,
+        dst: &mut HostBuffer,
+        stream: &RawStream,
+    ) -> Result<RawEvent>;
+
     /// A buffer of `bytes` bytes holding a copy of `data`.
     fn upload(&self, device: DeviceId, data: &[u8]) -> Result<Buffer>;
     /// Copies all of `buf` into `out` (same length).

@@ -72,6 +72,14 @@ impl<D: Device, T: Element> Tensor<D, T> {
         &self.storage.buf
     }
 
+    pub(crate) fn storage(&self) -> &Storage {
+        &self.storage
+    }
+
+    pub(crate) fn storage_mut(&mut self) -> &mut Arc<Storage> {
+        &mut self.storage
+    }
+
     pub(crate) fn backend(&self) -> Result<&'static dyn Backend> {
         backend::for_device(self.device())
     }

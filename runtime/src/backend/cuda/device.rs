@@ -37,6 +37,7 @@ pub(crate) struct DeviceState {
     modules: [OnceLock<std::result::Result<Arc<CudaModule>, Error>>; 4],
     functions: Mutex<HashMap<String, Handle<sys::CUfunction>>>,
     blas: OnceLock<std::result::Result<Handle<cudarc::cublas::sys::cublasHandle_t>, Error>>,
+    copy: OnceLock<std::result::Result<Arc<StreamObj>, Error>>,
 }
 
 impl std::fmt::Debug for DeviceState {
@@ -74,6 +75,7 @@ impl DeviceState {
             modules: Default::default(),
             functions: Mutex::new(HashMap::new()),
             blas: OnceLock::new(),
+            copy: OnceLock::new(),
         })
     }
 
@@ -136,6 +138,17 @@ impl DeviceState {
         self.bind()?;
         unsafe { result::launch_kernel(f, grid, block, 0, stream, args) }
             .map_err(driver(self.ordinal, "cuLaunchKernel"))
+    }
+
+    /// The side stream for staged host copies, created on first use.
+    pub fn copy_stream(&self) -> Result<&Arc<StreamObj>> {
+        self.copy
+            .get_or_init(|| {
+                self.bind()?;
+                StreamObj::create(self.ordinal, self.ctx.cu_ctx()).map(Arc::new)
+            })
+            .as_ref()
+            .map_err(Clone::clone)
     }
 
     /// The cuBLAS handle of this device, created on first use.

@@ -4,6 +4,7 @@
 
 mod buffer;
 mod device;
+mod staged;
 mod stream;
 
 use std::ffi::c_void;
@@ -19,7 +20,7 @@ pub(crate) use buffer::CudaBuffer;
 use device::{driver, DeviceState};
 pub(crate) use stream::{EventObj, StreamObj};
 
-use super::{Backend, BinaryOp, Buffer, RawEvent, RawStream, ReduceOp, UnaryOp};
+use super::{Backend, BinaryOp, Buffer, HostBuffer, RawEvent, RawStream, ReduceOp, UnaryOp};
 use crate::device::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
@@ -216,6 +217,10 @@ impl CudaBackend {
     }
 }
 
+fn foreign_stream(device: DeviceId, stream_ordinal: u32) -> Error {
+    Error::DeviceMismatch { op: "copy_async", lhs: device, rhs: DeviceId::Cuda(stream_ordinal) }
+}
+
 fn foreign(what: &str) -> Error {
     Error::InvalidArgument { op: "stream", reason: format!("a host-backend {what} was handed to the cuda backend") }
 }
@@ -313,9 +318,74 @@ impl Backend for CudaBackend {
         cuda(buf).use_on(&s)
     }
 
+    fn alloc_pinned(&self, bytes: usize) -> Result<usize> {
+        // Any context will do: portable memory is pinned for all of them.
+        let dev = self.dev(DeviceId::Cuda(0))?;
+        dev.bind()?;
+        match unsafe { result::malloc_host(bytes, sys::CU_MEMHOSTALLOC_PORTABLE) } {
+            Ok(p) => Ok(p as usize),
+            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+                Err(Error::OutOfMemory { device: DeviceId::Pinned, requested: bytes, free: 0 })
+            }
+            Err(e) => Err(driver(0, "cuMemHostAlloc")(e)),
+        }
+    }
+
+    unsafe fn free_pinned(&self, ptr: usize, _bytes: usize) {
+        if let Ok(dev) = self.dev(DeviceId::Cuda(0)) {
+            if dev.bind().is_ok() {
+                let _ = unsafe { result::free_host(ptr as *mut c_void) };
+            }
+        }
+    }
+
+    fn upload_async(&self, device: DeviceId, src: &HostBuffer, stream: &RawStream) -> Result<(Buffer, RawEvent)> {
+        let s = self.raw_stream(stream)?;
+        let dev = self.dev(device)?;
+        if s.ordinal != dev.ordinal {
+            return Err(foreign_stream(device, s.ordinal));
+        }
+        let out = CudaBuffer::alloc(dev, &s, src.bytes().len())?;
+        let done = Arc::new(EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), false)?);
+        if !src.bytes().is_empty() {
+            unsafe { result::memcpy_htod_async(out.ptr(), src.bytes(), s.raw.0) }
+                .map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"))?;
+        }
+        done.record(&s)?;
+        src.hold_until(RawEvent::Cuda(Arc::clone(&done)));
+        Ok((Buffer::Cuda(out), RawEvent::Cuda(done)))
+    }
+
+    fn download_async(
+        &self,
+        device: DeviceId,
+        src: &Buffer,
+        dst: &mut HostBuffer,
+        stream: &RawStream,
+    ) -> Result<RawEvent> {
+        let s = self.raw_stream(stream)?;
+        let dev = self.dev(device)?;
+        if s.ordinal != dev.ordinal {
+            return Err(foreign_stream(device, s.ordinal));
+        }
+        let b = cuda(src);
+        b.use_on(&s)?;
+        let done = Arc::new(EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), false)?);
+        if b.bytes() > 0 {
+            unsafe { result::memcpy_dtoh_async(dst.bytes_mut(), b.ptr(), s.raw.0) }
+                .map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"))?;
+        }
+        done.record(&s)?;
+        dst.hold_until(RawEvent::Cuda(Arc::clone(&done)));
+        Ok(RawEvent::Cuda(done))
+    }
+
     fn upload(&self, device: DeviceId, data: &[u8]) -> Result<Buffer> {
         let (dev, s, out) = self.alloc(device, DType::U8, data.len(), &[])?;
-        if !data.is_empty() {
+        if data.len() >= staged::STAGE_MIN {
+            dev.bind()?;
+            staged::upload(dev, &s, out.ptr(), data)?;
+        } else if !data.is_empty() {
             // From pageable memory the driver stages the data before returning, so `data`
             // may be dropped as soon as this call is done.
             unsafe { result::memcpy_htod_async(out.ptr(), data, s.raw.0) }
@@ -336,6 +406,9 @@ impl Backend for CudaBackend {
         let s = self.stream(dev);
         b.use_on(&s)?;
         dev.bind()?;
+        if out.len() >= staged::STAGE_MIN {
+            return staged::download(dev, &s, b.ptr(), out);
+        }
         unsafe { result::memcpy_dtoh_async(out, b.ptr(), s.raw.0) }
             .map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"))?;
         s.synchronize()

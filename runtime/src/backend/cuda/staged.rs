@@ -1,0 +1,165 @@
+//! Pageable host memory to and from a device, staged through the pinned pool: chunks
+//! double-buffered on a side copy stream, the host-side copies spread over threads.
+//! A direct copy from pageable memory makes the driver stage it through one small
+//! buffer on one thread; this keeps the DMA engine busy instead.
+
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Condvar, LazyLock, Mutex};
+
+use cudarc::driver::result;
+
+use super::device::{driver, DeviceState};
+use super::stream::{EventObj, StreamObj};
+use crate::backend::RawEvent;
+use crate::error::Result;
+use crate::pinned;
+
+/// Copies at least this large are staged; smaller ones go direct.
+pub(super) const STAGE_MIN: usize = 4 << 20;
+const CHUNK: usize = 8 << 20;
+/// Host copies below this size are not worth splitting over threads.
+const SPLIT_MIN: usize = 1 << 20;
+
+/// Host-to-device: `data` into device memory at `dst`, ordered after `stream`'s work
+/// and before what `stream` queues next. `data` may be dropped when this returns.
+pub(super) fn upload(dev: &DeviceState, stream: &StreamObj, dst: u64, data: &[u8]) -> Result<()> {
+    let side = dev.copy_stream()?;
+    side.wait_for(stream)?;
+    let stages = [pinned::acquire(CHUNK)?, pinned::acquire(CHUNK)?];
+    let events = [
+        EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), false)?,
+        EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), false)?,
+    ];
+    let mut used = [false; 2];
+    for (i, chunk) in data.chunks(CHUNK).enumerate() {
+        let k = i % 2;
+        if used[k] {
+            events[k].synchronize()?; // the DMA that last read this stage is done
+        }
+        // SAFETY: the stage holds CHUNK >= chunk.len() bytes, and no copy reads it now.
+        let stage = unsafe { std::slice::from_raw_parts_mut(stages[k].ptr(), chunk.len()) };
+        parallel_copy(stage, chunk);
+        unsafe { result::memcpy_htod_async(dst + (i * CHUNK) as u64, &stage[..], side.raw.0) }
+            .map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"))?;
+        events[k].record(side)?;
+        used[k] = true;
+    }
+    stream.wait_for(side)?;
+    // The stages go back to the pool, which reuses them once their last copy is done.
+    for (stage, ev) in stages.iter().zip(events) {
+        stage.hold_until(RawEvent::Cuda(Arc::new(ev)));
+    }
+    Ok(())
+}
+
+/// Device-to-host: `bytes` of device memory at `src`, after `stream`'s work, into `out`.
+/// Returns when `out` holds the data.
+pub(super) fn download(dev: &DeviceState, stream: &StreamObj, src: u64, out: &mut [u8]) -> Result<()> {
+    let side = dev.copy_stream()?;
+    side.wait_for(stream)?;
+    let stages = [pinned::acquire(CHUNK)?, pinned::acquire(CHUNK)?];
+    let events = [
+        EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), false)?,
+        EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), false)?,
+    ];
+    let mut chunks: Vec<&mut [u8]> = out.chunks_mut(CHUNK).collect();
+    let n = chunks.len();
+    let issue = |i: usize, len: usize| -> Result<()> {
+        let k = i % 2;
+        // SAFETY: the stage holds CHUNK >= len bytes; the previous copy out of it finished.
+        let stage = unsafe { std::slice::from_raw_parts_mut(stages[k].ptr(), len) };
+        unsafe { result::memcpy_dtoh_async(stage, src + (i * CHUNK) as u64, side.raw.0) }
+            .map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"))?;
+        events[k].record(side)
+    };
+    if n > 0 {
+        issue(0, chunks[0].len())?;
+    }
+    for i in 0..n {
+        // Queue the next chunk's DMA before copying this one out, so the two overlap.
+        if i + 1 < n {
+            issue(i + 1, chunks[i + 1].len())?;
+        }
+        let k = i % 2;
+        events[k].synchronize()?;
+        // SAFETY: the DMA into this stage is complete and nothing else writes it.
+        let stage = unsafe { std::slice::from_raw_parts(stages[k].ptr(), chunks[i].len()) };
+        parallel_copy(chunks[i], stage);
+    }
+    // Keep the source alive and ordered: `stream` frees it only after the side stream.
+    stream.wait_for(side)?;
+    Ok(())
+}
+
+/// `dst.copy_from_slice(src)`, split over the copy threads when large.
+fn parallel_copy(dst: &mut [u8], src: &[u8]) {
+    let threads = COPIERS.threads;
+    if src.len() < 2 * SPLIT_MIN || threads < 2 {
+        dst.copy_from_slice(src);
+        return;
+    }
+    let part = src.len().div_ceil(threads).max(SPLIT_MIN);
+    let parts: Vec<(usize, usize, usize)> = src
+        .chunks(part)
+        .enumerate()
+        .map(|(i, c)| (dst.as_mut_ptr() as usize + i * part, c.as_ptr() as usize, c.len()))
+        .collect();
+    let latch = Arc::new((Mutex::new(parts.len()), Condvar::new()));
+    for (d, s, len) in parts {
+        let latch = Arc::clone(&latch);
+        let job: Job = Box::new(move || {
+            // SAFETY: the parts are disjoint ranges of `dst` and `src`, both alive until
+            // the latch below reaches zero.
+            unsafe { std::ptr::copy_nonoverlapping(s as *const u8, d as *mut u8, len) };
+            let (left, cv) = &*latch;
+            let mut left = left.lock().unwrap_or_else(|p| p.into_inner());
+            *left -= 1;
+            if *left == 0 {
+                cv.notify_all();
+            }
+        });
+        if let Err(e) = COPIERS.send(job) {
+            // No copy thread: do it here.
+            (e.0)();
+        }
+    }
+    let (left, cv) = &*latch;
+    let mut left = left.lock().unwrap_or_else(|p| p.into_inner());
+    while *left > 0 {
+        left = cv.wait(left).unwrap_or_else(|p| p.into_inner());
+    }
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A few long-lived threads for host-side copies (spawning per chunk costs more than
+/// the copy saves).
+struct Copiers {
+    tx: Mutex<Sender<Job>>,
+    threads: usize,
+}
+
+impl Copiers {
+    fn send(&self, job: Job) -> std::result::Result<(), std::sync::mpsc::SendError<Job>> {
+        self.tx.lock().unwrap_or_else(|p| p.into_inner()).send(job)
+    }
+}
+
+static COPIERS: LazyLock<Copiers> = LazyLock::new(|| {
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 8);
+    let (tx, rx) = channel::<Job>();
+    let rx = Arc::new(Mutex::new(rx));
+    let mut started = 0;
+    for i in 0..threads {
+        let rx = Arc::clone(&rx);
+        let spawned = std::thread::Builder::new().name(format!("locus-copy-{i}")).spawn(move || loop {
+            let job = match rx.lock().unwrap_or_else(|p| p.into_inner()).recv() {
+                Ok(job) => job,
+                Err(_) => return,
+            };
+            job();
+        });
+        started += spawned.is_ok() as usize;
+    }
+    Copiers { tx: Mutex::new(tx), threads: started }
+});

@@ -1,0 +1,222 @@
+//! Copies that need page-locked memory: `pin_memory`, asynchronous host-to-device
+//! copies that borrow their source until done, and device-to-host copies that land in a
+//! [`Pending`] tensor.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use crate::backend::{self, host, Buffer, RawEvent};
+use crate::device::{Cpu, Device, DeviceId, Pinned, StaticDevice};
+use crate::element::Element;
+use crate::error::{Error, Result};
+use crate::placement::SamePlacement;
+use crate::storage::Storage;
+use crate::stream::Stream;
+use crate::tensor::Tensor;
+
+/// Placements an asynchronous copy can start from: page-locked memory only, since the
+/// device reads it while the host goes on.
+#[diagnostic::on_unimplemented(
+    message = "`to_async` copies only from page-locked memory, and `{Self}` is pageable",
+    label = "this tensor is in pageable memory",
+    note = "call `.pin_memory()` first to get a `Tensor<Pinned>`, or copy synchronously with `.to::<Cuda<N>>()`"
+)]
+pub trait AsyncSource: Device {}
+impl AsyncSource for Pinned {}
+
+/// An asynchronous host-to-device copy in flight. The device tensor can be used at once
+/// (work on the copy's stream is ordered after it; other streams wait for it), while the
+/// pinned source stays borrowed until the copy has completed: moving, mutating or
+/// dropping the source before [`Transfer::wait`] does not compile. Dropping the transfer
+/// waits for the copy.
+#[must_use = "a transfer borrows its source until waited; call .wait()"]
+pub struct Transfer<'src, D: Device, T: Element> {
+    tensor: Option<Tensor<D, T>>,
+    done: RawEvent,
+    _source: PhantomData<&'src Tensor<Pinned, T>>,
+}
+
+impl<D: Device, T: Element> Transfer<'_, D, T> {
+    /// The device tensor, usable now on the copy's stream (and on others, which wait).
+    pub fn tensor(&self) -> &Tensor<D, T> {
+        self.tensor.as_ref().expect("a transfer holds its tensor until wait() takes it")
+    }
+
+    /// Whether the copy has completed.
+    pub fn is_ready(&self) -> Result<bool> {
+        backend::for_device(self.tensor().device())?.event_done(&self.done)
+    }
+
+    /// Waits for the copy, releases the source, and returns the device tensor.
+    pub fn wait(mut self) -> Result<Tensor<D, T>> {
+        let t = self.tensor.take().expect("a transfer holds its tensor until wait() takes it");
+        backend::for_device(t.device())?.sync_event(&self.done)?;
+        Ok(t)
+    }
+}
+
+impl<D: Device, T: Element> Drop for Transfer<'_, D, T> {
+    fn drop(&mut self) {
+        // The borrow of the source ends here, so the copy must be over.
+        if let Some(t) = &self.tensor {
+            if let Ok(b) = backend::for_device(t.device()) {
+                let _ = b.sync_event(&self.done);
+            }
+        }
+    }
+}
+
+/// A value that an asynchronous copy is still writing: it can be waited for or polled,
+/// but not read until [`Pending::wait`] returns it.
+#[must_use = "the data arrives only through .wait()"]
+pub struct Pending<V> {
+    value: V,
+    device: DeviceId,
+    done: RawEvent,
+}
+
+impl<V> Pending<V> {
+    /// Whether the copy has completed.
+    pub fn is_ready(&self) -> Result<bool> {
+        backend::for_device(self.device)?.event_done(&self.done)
+    }
+
+    /// Waits for the copy and returns the value.
+    pub fn wait(self) -> Result<V> {
+        backend::for_device(self.device)?.sync_event(&self.done)?;
+        Ok(self.value)
+    }
+}
+
+impl<T: Element> Tensor<Cpu, T> {
+    /// A copy in page-locked memory from the pinned pool (PyTorch's `pin_memory()`).
+    ///
+    /// ```
+    /// use locus_runtime::{Cpu, Tensor};
+    /// let p = Tensor::<Cpu>::from_vec(vec![1.0, 2.0], [2])?.pin_memory()?;
+    /// assert_eq!(p.to_vec()?, vec![1.0, 2.0]);
+    /// assert!(p.is_pinned());
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn pin_memory(&self) -> Result<Tensor<Pinned, T>> {
+        self.to::<Pinned>()
+    }
+}
+
+impl<D: Device, T: Element> Tensor<D, T> {
+    /// Whether the data is page-locked host memory from the pinned pool.
+    pub fn is_pinned(&self) -> bool {
+        matches!(&self.storage().buf, Buffer::Host(h) if h.is_pinned())
+    }
+
+    /// Starts copying this pinned tensor to the device of `stream`, on `stream`.
+    ///
+    /// ```
+    /// use locus_runtime::{Cpu, Cuda, Stream, Tensor};
+    /// let s = Stream::<Cuda<0>>::new()?;
+    /// let src = Tensor::<Cpu>::arange(0.0, 4.0, 1.0)?.pin_memory()?;
+    /// let copy = src.to_async(&s)?;
+    /// let doubled = locus_runtime::on_stream(&s, || copy.tensor() * 2.0)?; // same stream: no wait
+    /// let x = copy.wait()?;                                                  // `src` free again
+    /// assert_eq!(x.to_vec()?, vec![0.0, 1.0, 2.0, 3.0]);
+    /// assert_eq!(doubled.to_vec()?, vec![0.0, 2.0, 4.0, 6.0]);
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn to_async<E: StaticDevice>(&self, stream: &Stream<E>) -> Result<Transfer<'_, E, T>>
+    where
+        D: AsyncSource,
+    {
+        let dst = E::default();
+        let Buffer::Host(src) = &self.storage().buf else {
+            return Err(Error::InvalidArgument { op: "to_async", reason: "the source is not host memory".into() });
+        };
+        if dst.id().ordinal().is_none() {
+            return Err(Error::InvalidArgument {
+                op: "to_async",
+                reason: format!("copies go to a CUDA device, not {}", dst.id()),
+            });
+        }
+        let (buf, done) = backend::for_device(dst.id())?.upload_async(dst.id(), src, &stream.raw)?;
+        let storage = Storage::new(buf, dst.id(), T::DTYPE, self.numel());
+        Ok(Transfer {
+            tensor: Some(Tensor::from_storage(dst, storage, self.shape().to_vec())),
+            done,
+            _source: PhantomData,
+        })
+    }
+
+    /// Starts copying this device tensor into new pinned memory, on `stream` (of the
+    /// same device). The result can be read only after [`Pending::wait`].
+    ///
+    /// ```
+    /// use locus_runtime::{Cuda, Stream, Tensor};
+    /// let s = Stream::<Cuda<0>>::new()?;
+    /// let x = Tensor::<Cuda<0>>::full([3], 7.0)?;
+    /// let pending = x.to_pinned_async(&s)?;
+    /// let host = pending.wait()?;
+    /// assert_eq!(host.to_vec()?, vec![7.0; 3]);
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn to_pinned_async<E: Device>(&self, stream: &Stream<E>) -> Result<Pending<Tensor<Pinned, T>>>
+    where
+        D: SamePlacement<E>,
+    {
+        self.same_device_as("to_pinned_async", stream.device())?;
+        if self.device().is_host() {
+            return Err(Error::InvalidArgument {
+                op: "to_pinned_async",
+                reason: format!("the tensor is on {}, not a CUDA device; use .to::<Pinned>()", self.device()),
+            });
+        }
+        let mut dst = host::host().alloc(DeviceId::Pinned, self.storage().bytes())?;
+        let done = self.backend()?.download_async(self.device(), &self.storage().buf, &mut dst, &stream.raw)?;
+        let storage = Storage::new(Buffer::Host(dst), DeviceId::Pinned, T::DTYPE, self.numel());
+        let value = Tensor::from_storage(Pinned, storage, self.shape().to_vec());
+        Ok(Pending { value, device: self.device(), done })
+    }
+}
+
+/// Host placements, whose data the host can read and write in place.
+pub trait HostPlacement: StaticDevice {}
+impl HostPlacement for Cpu {}
+impl HostPlacement for Pinned {}
+
+impl<D: HostPlacement, T: Element> Tensor<D, T> {
+    /// The elements, read in place.
+    ///
+    /// ```
+    /// use locus_runtime::{Cpu, Tensor};
+    /// let t = Tensor::<Cpu, i32>::arange(0, 3, 1)?;
+    /// assert_eq!(t.as_slice(), &[0, 1, 2]);
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn as_slice(&self) -> &[T] {
+        match &self.storage().buf {
+            Buffer::Host(h) => h.as_slice(),
+            Buffer::Cuda(_) => unreachable!("host placements hold host memory"),
+        }
+    }
+
+    /// The elements, written in place. A tensor that shares its memory with clones is
+    /// copied first (copy on write), so the clones keep their values.
+    ///
+    /// ```
+    /// use locus_runtime::{Cpu, Tensor};
+    /// let mut t = Tensor::<Cpu>::zeros([3])?;
+    /// let before = t.clone();
+    /// t.as_mut_slice()?[1] = 5.0;
+    /// assert_eq!(t.to_vec()?, vec![0.0, 5.0, 0.0]);
+    /// assert_eq!(before.to_vec()?, vec![0.0; 3]);
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn as_mut_slice(&mut self) -> Result<&mut [T]> {
+        if Arc::get_mut(self.storage_mut()).is_none() {
+            let copy = self.storage().copy_to(self.device())?;
+            *self.storage_mut() = Arc::new(copy);
+        }
+        match Arc::get_mut(self.storage_mut()).map(|s| &mut s.buf) {
+            Some(Buffer::Host(h)) => Ok(h.as_mut_slice()),
+            _ => unreachable!("a fresh copy of host memory is unshared host memory"),
+        }
+    }
+}

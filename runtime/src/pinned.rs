@@ -1,0 +1,183 @@
+//! The caching pinned-host allocator: page-locked memory in power-of-two bins, reused
+//! only after every copy that used a block has completed.
+//!
+//! On the cuda backend blocks come from `cuMemHostAlloc` (portable, not
+//! write-combined: the host reads them fast too); on the host backend from the ordinary
+//! allocator, with the same bins, counters and reuse rules.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use crate::backend::{self, RawEvent};
+use crate::error::Result;
+
+/// The smallest block: a page.
+const MIN_BLOCK: usize = 4096;
+
+/// Counters of the pinned pool.
+///
+/// ```
+/// use locus_runtime::{pinned_stats, Cpu, Tensor};
+/// let before = pinned_stats();
+/// let p = Tensor::<Cpu>::ones([1000])?.pin_memory()?;
+/// assert!(pinned_stats().bytes_in_use >= before.bytes_in_use + 4000);
+/// drop(p);
+/// # Ok::<(), locus_runtime::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PinnedStats {
+    /// Blocks the pool asked the driver for (`cuMemHostAlloc` calls).
+    pub host_allocs: u64,
+    /// Requests served from a cached block.
+    pub cache_hits: u64,
+    /// Bytes of page-locked memory the pool holds, in use or cached.
+    pub bytes_held: usize,
+    /// Bytes in blocks handed out and not yet returned.
+    pub bytes_in_use: usize,
+}
+
+struct Cached {
+    ptr: usize,
+    /// Copies that used the block; it is reused once they have all completed.
+    events: Vec<RawEvent>,
+}
+
+#[derive(Default)]
+struct Pool {
+    bins: Mutex<BTreeMap<usize, Vec<Cached>>>,
+    host_allocs: AtomicU64,
+    cache_hits: AtomicU64,
+    bytes_held: AtomicUsize,
+    bytes_in_use: AtomicUsize,
+}
+
+static POOL: std::sync::LazyLock<Pool> = std::sync::LazyLock::new(Pool::default);
+
+/// A block of page-locked memory, returned to the pool on drop.
+#[derive(Debug)]
+pub(crate) struct PinnedBlock {
+    ptr: usize,
+    cap: usize,
+    events: Mutex<Vec<RawEvent>>,
+}
+
+impl PinnedBlock {
+    /// The start of the block (dangling but aligned when the block is empty).
+    pub fn ptr(&self) -> *mut u8 {
+        if self.cap == 0 {
+            std::ptr::NonNull::<u64>::dangling().as_ptr() as *mut u8
+        } else {
+            self.ptr as *mut u8
+        }
+    }
+
+    /// Keeps the block from reuse until `event` has completed.
+    pub fn hold_until(&self, event: RawEvent) {
+        let mut ev = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        // Drop events that already completed, so a long-lived block does not pile them up.
+        if ev.len() >= 8 {
+            if let Ok(b) = backend::selected() {
+                ev.retain(|e| !matches!(b.event_done(e), Ok(true)));
+            }
+        }
+        ev.push(event);
+    }
+}
+
+impl Drop for PinnedBlock {
+    fn drop(&mut self) {
+        if self.cap == 0 {
+            return;
+        }
+        let events = std::mem::take(self.events.get_mut().unwrap_or_else(|p| p.into_inner()));
+        POOL.bytes_in_use.fetch_sub(self.cap, Ordering::Relaxed);
+        let mut bins = POOL.bins.lock().unwrap_or_else(|p| p.into_inner());
+        bins.entry(self.cap).or_default().push(Cached { ptr: self.ptr, events });
+    }
+}
+
+fn all_done(events: &[RawEvent]) -> bool {
+    match backend::selected() {
+        Ok(b) => events.iter().all(|e| matches!(b.event_done(e), Ok(true))),
+        Err(_) => events.is_empty(),
+    }
+}
+
+/// A block of at least `bytes` bytes: a completed cached one of its bin, else new.
+pub(crate) fn acquire(bytes: usize) -> Result<PinnedBlock> {
+    if bytes == 0 {
+        return Ok(PinnedBlock { ptr: 0, cap: 0, events: Mutex::new(Vec::new()) });
+    }
+    let cap = bytes.max(MIN_BLOCK).checked_next_power_of_two().unwrap_or(bytes);
+    let reused = {
+        let mut bins = POOL.bins.lock().unwrap_or_else(|p| p.into_inner());
+        bins.get_mut(&cap).and_then(|bin| bin.iter().position(|c| all_done(&c.events)).map(|i| bin.swap_remove(i)))
+    };
+    let ptr = match reused {
+        Some(c) => {
+            POOL.cache_hits.fetch_add(1, Ordering::Relaxed);
+            c.ptr
+        }
+        None => {
+            let b = backend::selected()?;
+            let ptr = match b.alloc_pinned(cap) {
+                Ok(p) => p,
+                // Out of page-locked memory: give back what the cache holds, then retry once.
+                Err(_) => {
+                    release_cached();
+                    b.alloc_pinned(cap)?
+                }
+            };
+            POOL.host_allocs.fetch_add(1, Ordering::Relaxed);
+            POOL.bytes_held.fetch_add(cap, Ordering::Relaxed);
+            ptr
+        }
+    };
+    POOL.bytes_in_use.fetch_add(cap, Ordering::Relaxed);
+    Ok(PinnedBlock { ptr, cap, events: Mutex::new(Vec::new()) })
+}
+
+/// The pool's counters.
+pub fn pinned_stats() -> PinnedStats {
+    PinnedStats {
+        host_allocs: POOL.host_allocs.load(Ordering::Relaxed),
+        cache_hits: POOL.cache_hits.load(Ordering::Relaxed),
+        bytes_held: POOL.bytes_held.load(Ordering::Relaxed),
+        bytes_in_use: POOL.bytes_in_use.load(Ordering::Relaxed),
+    }
+}
+
+/// Frees the cached blocks whose copies have completed (`torch.cuda.empty_cache` for
+/// pinned memory) and returns how many bytes went back to the system.
+///
+/// ```
+/// use locus_runtime::{release_cached_pinned, pinned_stats, Cpu, Tensor};
+/// drop(Tensor::<Cpu>::ones([1 << 16])?.pin_memory()?);
+/// release_cached_pinned();
+/// assert_eq!(pinned_stats().bytes_held, pinned_stats().bytes_in_use);
+/// # Ok::<(), locus_runtime::Error>(())
+/// ```
+pub fn release_cached_pinned() -> usize {
+    release_cached()
+}
+
+fn release_cached() -> usize {
+    let Ok(b) = backend::selected() else { return 0 };
+    let mut freed = 0;
+    let mut bins = POOL.bins.lock().unwrap_or_else(|p| p.into_inner());
+    for (&cap, bin) in bins.iter_mut() {
+        bin.retain(|c| {
+            if !all_done(&c.events) {
+                return true;
+            }
+            // SAFETY: the block came from this backend's alloc_pinned with this size, and
+            // no copy still uses it.
+            unsafe { b.free_pinned(c.ptr, cap) };
+            freed += cap;
+            false
+        });
+    }
+    POOL.bytes_held.fetch_sub(freed, Ordering::Relaxed);
+    freed
+}

@@ -1,0 +1,135 @@
+//! Pinned memory: the caching pool, async copies that borrow their source, pending
+//! device-to-host copies, and staged pageable copies, on the selected backend.
+
+use locus::{on_stream, pinned_stats, release_cached_pinned, Cpu, Cuda, Pinned, Stream, Tensor};
+
+type G = Cuda<0>;
+
+// The pool's counters are process-wide: tests that read them run one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[test]
+fn pin_memory_draws_from_the_pool_and_reuses_blocks() -> locus::Result<()> {
+    let _s = serial();
+    let host = Tensor::<Cpu>::arange(0.0, 3000.0, 1.0)?;
+    let p = host.pin_memory()?;
+    assert!(p.is_pinned() && !host.is_pinned());
+    assert_eq!(p.to_vec()?, host.to_vec()?);
+    let held = pinned_stats().bytes_held;
+    drop(p);
+    // Same power-of-two bin (16 KiB): served from the cache, no new allocation.
+    let before = pinned_stats();
+    let q = Tensor::<Cpu>::ones([2500])?.pin_memory()?;
+    let after = pinned_stats();
+    assert_eq!(after.host_allocs, before.host_allocs);
+    assert_eq!(after.cache_hits, before.cache_hits + 1);
+    assert_eq!(after.bytes_held, held);
+    assert_eq!(after.bytes_in_use, before.bytes_in_use + 16384);
+    drop(q);
+    Ok(())
+}
+
+#[test]
+fn steady_state_makes_no_new_pinned_allocations() -> locus::Result<()> {
+    let _s = serial();
+    let s = Stream::<G>::new()?;
+    let mut warm = pinned_stats();
+    for i in 0..23 {
+        if i == 3 {
+            warm = pinned_stats();
+        }
+        let p = Tensor::<Cpu>::rand([1 << 16], i)?.pin_memory()?;
+        let d = p.to_async(&s)?.wait()?;
+        let back = d.to_pinned_async(&s)?.wait()?;
+        assert_eq!(back.as_slice(), p.as_slice());
+    }
+    let after = pinned_stats();
+    assert_eq!(after.host_allocs, warm.host_allocs, "all blocks come from the cache after warm-up");
+    assert!(after.cache_hits >= warm.cache_hits + 40);
+    Ok(())
+}
+
+#[test]
+fn a_block_is_not_reused_while_its_copy_may_run() -> locus::Result<()> {
+    let _s = serial();
+    let s = Stream::<G>::new()?;
+    let src = Tensor::<Cpu>::full([1 << 18], 3.0)?.pin_memory()?;
+    let copy = src.to_async(&s)?;
+    let x = copy.wait()?;
+    drop(src);
+    // The block is back in the cache; a new pin of the same size must not change `x`.
+    let other = Tensor::<Cpu>::full([1 << 18], 9.0)?.pin_memory()?;
+    assert_eq!(x.sum()?.item()?, 3.0 * (1 << 18) as f32);
+    assert_eq!(other.as_slice()[0], 9.0);
+    release_cached_pinned();
+    let st = pinned_stats();
+    assert!(st.bytes_held >= st.bytes_in_use);
+    Ok(())
+}
+
+#[test]
+fn async_copies_round_trip_and_compose_with_streams() -> locus::Result<()> {
+    let _s = serial();
+    let s = Stream::<G>::new()?;
+    let mut src = Tensor::<Cpu, i32>::arange(0, 1000, 1)?.pin_memory()?;
+    {
+        let copy = src.to_async(&s)?;
+        let doubled = on_stream(&s, || copy.tensor() * 2)?;
+        assert!(copy.is_ready().is_ok());
+        let x = copy.wait()?;
+        assert_eq!(doubled.to_vec()?, (0..1000).map(|v| v * 2).collect::<Vec<_>>());
+        let pending = x.to_pinned_async(&s)?;
+        let _ = pending.is_ready()?;
+        assert_eq!(pending.wait()?.as_slice(), src.as_slice());
+    }
+    // After the copy is waited, the source is ours to change again.
+    src.as_mut_slice()?[0] = -1;
+    assert_eq!(src.as_slice()[0], -1);
+    Ok(())
+}
+
+#[test]
+fn dropping_a_transfer_waits_for_it() -> locus::Result<()> {
+    let _s = serial();
+    let s = Stream::<G>::new()?;
+    let src = Tensor::<Pinned>::full([1 << 20], 1.5)?;
+    let copy = src.to_async(&s)?;
+    let t = copy.tensor().clone();
+    drop(copy);
+    drop(src);
+    assert_eq!(t.sum()?.item()?, 1.5 * (1 << 20) as f32);
+    Ok(())
+}
+
+#[test]
+fn large_pageable_copies_are_staged_and_exact() -> locus::Result<()> {
+    let _s = serial();
+    // 20 MiB + a ragged tail: several chunks through the double-buffered stages.
+    let n = (20 << 20) / 4 + 12345;
+    let host = Tensor::<Cpu>::rand([n], 11)?;
+    let dev = host.to::<G>()?;
+    assert_eq!(dev.sum()?.item()?, host.sum()?.item()?);
+    let back = dev.to::<Cpu>()?;
+    assert_eq!(back.as_slice(), host.as_slice());
+    let bytes = Tensor::<Cpu, u8>::from_vec((0..(9 << 20)).map(|i| (i % 251) as u8).collect(), [9 << 20])?;
+    assert_eq!(bytes.to::<G>()?.to::<Cpu>()?.as_slice(), bytes.as_slice());
+    Ok(())
+}
+
+#[test]
+fn async_copies_reject_wrong_devices_at_run_time() -> locus::Result<()> {
+    let _s = serial();
+    let x = Tensor::<G>::ones([4])?.into_dyn();
+    let h = Tensor::<Cpu>::ones([4])?.into_dyn();
+    let s = Stream::<G>::new()?;
+    assert!(x.to_pinned_async(&s).is_ok());
+    assert!(matches!(h.to_pinned_async(&s), Err(locus::Error::DeviceMismatch { .. })));
+    let p = Tensor::<Pinned>::ones([4])?;
+    let host_stream = Stream::<Cpu>::new()?;
+    assert!(matches!(p.to_async(&host_stream), Err(locus::Error::InvalidArgument { op: "to_async", .. })));
+    Ok(())
+}
