@@ -5,7 +5,7 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use crate::backend::{self, host, Buffer, RawEvent};
+use crate::backend::{self, host, Buffer, RawEvent, RawStream};
 use crate::device::{Cpu, Device, DeviceId, Pinned, StaticDevice};
 use crate::element::Element;
 use crate::error::{Error, Result};
@@ -126,23 +126,8 @@ impl<D: Device, T: Element> Tensor<D, T> {
     where
         D: AsyncSource,
     {
-        let dst = E::default();
-        let Buffer::Host(src) = &self.storage().buf else {
-            return Err(Error::InvalidArgument { op: "to_async", reason: "the source is not host memory".into() });
-        };
-        if dst.id().ordinal().is_none() {
-            return Err(Error::InvalidArgument {
-                op: "to_async",
-                reason: format!("copies go to a CUDA device, not {}", dst.id()),
-            });
-        }
-        let (buf, done) = backend::for_device(dst.id())?.upload_async(dst.id(), src, &stream.raw)?;
-        let storage = Storage::new(buf, dst.id(), T::DTYPE, self.numel());
-        Ok(Transfer {
-            tensor: Some(Tensor::from_storage(dst, storage, self.shape().to_vec())),
-            done,
-            _source: PhantomData,
-        })
+        let (tensor, done) = copy_pinned_async(self, E::default(), &stream.raw)?;
+        Ok(Transfer { tensor: Some(tensor), done, _source: PhantomData })
     }
 
     /// Starts copying this device tensor into new pinned memory, on `stream` (of the
@@ -174,6 +159,28 @@ impl<D: Device, T: Element> Tensor<D, T> {
         let value = Tensor::from_storage(Pinned, storage, self.shape().to_vec());
         Ok(Pending { value, device: self.device(), done })
     }
+}
+
+/// Queues a copy of host tensor `src` (pinned memory) to `dst` on `stream`. The pinned
+/// block is held from reuse until the returned event, so `src` may be dropped at once;
+/// only [`Transfer`]'s borrow keeps the user from writing to it meanwhile.
+pub(crate) fn copy_pinned_async<D: Device, E: Device, T: Element>(
+    src: &Tensor<D, T>,
+    dst: E,
+    stream: &RawStream,
+) -> Result<(Tensor<E, T>, RawEvent)> {
+    let Buffer::Host(host) = &src.storage().buf else {
+        return Err(Error::InvalidArgument { op: "to_async", reason: "the source is not host memory".into() });
+    };
+    if dst.id().ordinal().is_none() {
+        return Err(Error::InvalidArgument {
+            op: "to_async",
+            reason: format!("copies go to a CUDA device, not {}", dst.id()),
+        });
+    }
+    let (buf, done) = backend::for_device(dst.id())?.upload_async(dst.id(), host, stream)?;
+    let storage = Storage::new(buf, dst.id(), T::DTYPE, src.numel());
+    Ok((Tensor::from_storage(dst, storage, src.shape().to_vec()), done))
 }
 
 /// Host placements, whose data the host can read and write in place.
