@@ -9,7 +9,7 @@ use std::ffi::c_void;
 use std::time::Instant;
 
 use cudarc::driver::{result, sys, CudaContext};
-use locus::{synchronize, Cpu, Cuda, DeviceId, Event, Stream, Tensor};
+use locus::{on_stream, synchronize, Cpu, Cuda, DeviceId, Event, Stream, Tensor};
 
 type G = Cuda<0>;
 const GIB: usize = 1 << 30;
@@ -40,6 +40,23 @@ fn gpu_time(warm: usize, reps: usize, mut f: impl FnMut()) -> f64 {
         a.record(&s).unwrap();
         f();
         b.record(&s).unwrap();
+        b.synchronize().unwrap();
+        t.push(a.elapsed(&b).unwrap().as_secs_f64());
+    }
+    median(t)
+}
+
+/// Median seconds of `f` timed with events on `s` (the work `f` queues there).
+fn stream_time(s: &Stream<G>, warm: usize, reps: usize, mut f: impl FnMut()) -> f64 {
+    for _ in 0..warm {
+        f();
+    }
+    s.synchronize().unwrap();
+    let mut t = Vec::new();
+    for _ in 0..reps {
+        let a = s.record_event().unwrap();
+        f();
+        let b = s.record_event().unwrap();
         b.synchronize().unwrap();
         t.push(a.elapsed(&b).unwrap().as_secs_f64());
     }
@@ -185,8 +202,12 @@ fn copies() {
         let dev = host.to::<G>().unwrap();
         let d2h = wall_time(3, 10, || drop(dev.to::<Cpu>().unwrap()));
         row(&format!("d2h_pageable_{mb}MiB"), Some(size as f64 / d2h / 1e9), "GB/s", "Tensor<Cuda<0>>::to::<Cpu>()");
-        row(&format!("h2d_pinned_{mb}MiB"), None, "GB/s", "pinned pool not landed (issue 6)");
-        row(&format!("d2h_pinned_{mb}MiB"), None, "GB/s", "pinned pool not landed (issue 6)");
+        let pinned = host.pin_memory().unwrap();
+        let s = Stream::<G>::new().unwrap();
+        let h2d = stream_time(&s, 3, 10, || drop(pinned.to_async(&s).unwrap().tensor().clone()));
+        row(&format!("h2d_pinned_{mb}MiB"), Some(size as f64 / h2d / 1e9), "GB/s", "Tensor<Pinned>::to_async");
+        let d2h = stream_time(&s, 3, 10, || drop(dev.to_pinned_async(&s).unwrap()));
+        row(&format!("d2h_pinned_{mb}MiB"), Some(size as f64 / d2h / 1e9), "GB/s", "Tensor<Cuda<0>>::to_pinned_async");
     }
 }
 
@@ -238,6 +259,82 @@ fn matmul() {
     row("matmul_4096_f32", Some(2.0 * (n as f64).powi(3) / t / 1e12), "TFLOP/s", "cuBLAS sgemm, no TF32");
 }
 
+fn pool_steady_state() {
+    let s = Stream::<G>::new().unwrap();
+    let src = Tensor::<Cpu>::rand([4 << 20], 3).unwrap();
+    let step = || {
+        let p = src.pin_memory().unwrap();
+        let d = p.to_async(&s).unwrap().wait().unwrap();
+        drop(d.to_pinned_async(&s).unwrap().wait().unwrap());
+    };
+    for _ in 0..3 {
+        step();
+    }
+    let warm = locus::pinned_stats().host_allocs;
+    for _ in 0..50 {
+        step();
+    }
+    let new = locus::pinned_stats().host_allocs - warm;
+    row(
+        "pinned_pool_steady_allocs",
+        Some(new as f64),
+        "allocs",
+        "cuMemHostAlloc calls in 50 pin+H2D+D2H rounds after warm-up",
+    );
+}
+
+/// A chunked H2D -> kernel -> D2H pipeline on three streams, against the slowest stage
+/// run alone (the ideal).
+fn pipeline() {
+    let (chunks, n) = (16, 4 << 20); // 16 chunks of 16 MiB
+    let srcs: Vec<_> = (0..chunks).map(|i| Tensor::<Cpu>::full([n], i as f32).unwrap().pin_memory().unwrap()).collect();
+    let (h2d, comp, d2h) = (Stream::<G>::new().unwrap(), Stream::<G>::new().unwrap(), Stream::<G>::new().unwrap());
+    let kernel = |x: &Tensor<G>| (x * 2.0).unwrap().relu().unwrap();
+    let run = || {
+        let t = Instant::now();
+        let transfers: Vec<_> = srcs.iter().map(|p| p.to_async(&h2d).unwrap()).collect();
+        let outs: Vec<_> = transfers.iter().map(|tr| on_stream(&comp, || kernel(tr.tensor()))).collect();
+        let back: Vec<_> = outs.iter().map(|o| o.to_pinned_async(&d2h).unwrap()).collect();
+        for b in back {
+            drop(b.wait().unwrap());
+        }
+        drop(transfers);
+        t.elapsed().as_secs_f64()
+    };
+    run();
+    let piped = median((0..5).map(|_| run()).collect());
+    let on_dev: Vec<_> = srcs.iter().map(|p| p.to_async(&h2d).unwrap().wait().unwrap()).collect();
+    let stage = |f: &dyn Fn()| {
+        median(
+            (0..5)
+                .map(|_| {
+                    synchronize(DeviceId::Cuda(0)).unwrap();
+                    let t = Instant::now();
+                    f();
+                    synchronize(DeviceId::Cuda(0)).unwrap();
+                    t.elapsed().as_secs_f64()
+                })
+                .collect(),
+        )
+    };
+    let t_h2d = stage(&|| srcs.iter().for_each(|p| drop(p.to_async(&h2d).unwrap().tensor().clone())));
+    let t_comp = stage(&|| on_dev.iter().for_each(|x| drop(on_stream(&comp, || kernel(x)))));
+    let t_d2h = stage(&|| on_dev.iter().for_each(|x| drop(x.to_pinned_async(&d2h).unwrap())));
+    let ideal = t_h2d.max(t_comp).max(t_d2h);
+    row(
+        "pipeline_vs_ideal",
+        Some(piped / ideal),
+        "x",
+        &format!(
+            "16 x 16 MiB H2D->x*2,relu->D2H on 3 streams {:.2} ms; stages alone {:.2}/{:.2}/{:.2} ms",
+            piped * 1e3,
+            t_h2d * 1e3,
+            t_comp * 1e3,
+            t_d2h * 1e3
+        ),
+    );
+}
+
 fn main() {
     match locus::backend_name() {
         Ok("cuda") => {}
@@ -256,6 +353,7 @@ fn main() {
     large_ops();
     matmul();
     row("guard_enter_exit_same_device", None, "ns", "on_device guard not landed yet (issue 4)");
-    row("pipeline_vs_ideal", None, "x", "Loader not landed (issue 6)");
+    pool_steady_state();
+    pipeline();
     row("data_parallel_forward", None, "ms", "DataParallel not landed (issue 7)");
 }
