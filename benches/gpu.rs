@@ -186,6 +186,32 @@ fn ceilings(raw: &Raw) -> (f64, f64) {
             result::free_host(host as *mut c_void).unwrap();
         }
     }
+    // Both directions at once, each on its own stream: can H2D and D2H overlap here?
+    let size = 256 * MIB;
+    let (h_in, h_out) = unsafe { (result::malloc_host(size, 0).unwrap(), result::malloc_host(size, 0).unwrap()) };
+    let (d_in, d_out) = unsafe { (result::malloc_sync(size).unwrap(), result::malloc_sync(size).unwrap()) };
+    let other = result::stream::create(result::stream::StreamKind::NonBlocking).unwrap();
+    let src = unsafe { std::slice::from_raw_parts(h_in as *const u8, size) };
+    let dst = unsafe { std::slice::from_raw_parts_mut(h_out as *mut u8, size) };
+    let both = wall_time(2, 5, || unsafe {
+        result::memcpy_htod_async(d_in, src, raw.stream).unwrap();
+        result::memcpy_dtoh_async(&mut dst[..], d_out, other).unwrap();
+        result::stream::synchronize(raw.stream).unwrap();
+        result::stream::synchronize(other).unwrap();
+    });
+    row(
+        "ceiling_bidirectional_256MiB",
+        Some(2.0 * size as f64 / both / 1e9),
+        "GB/s",
+        "raw H2D and D2H at once on two streams, sum of both",
+    );
+    unsafe {
+        result::free_sync(d_in).unwrap();
+        result::free_sync(d_out).unwrap();
+        result::free_host(h_in).unwrap();
+        result::free_host(h_out).unwrap();
+        result::stream::destroy(other).unwrap();
+    }
     (ce_gbs, floor)
 }
 

@@ -23,6 +23,9 @@ fn main() -> locus::Result<()> {
         h.matmul(&w)?.relu()?.mean()?.item()
     };
 
+    // Warm up: kernels compile and cuBLAS starts on first use, which is not the loop's cost.
+    step(&data.to::<G>()?.chunk(samples / batch)?[0])?;
+
     // The pipelined loop, with a progress bar.
     synchronize(DeviceId::Cuda(0))?;
     let t = Instant::now();

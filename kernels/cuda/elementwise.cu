@@ -21,6 +21,11 @@ struct SqrtOp {
     __device__ f64 operator()(f64 a) const { return sqrt(a); }
 };
 
+// Each thread handles UNROLL vectors per step, loads first, so that several memory
+// requests are in flight per thread; the grid covers the data (no grid-stride loop
+// needed, but kept for robustness).
+#define UNROLL 4
+
 template <typename T, typename Op>
 __device__ void unary(const T* __restrict__ x, T* __restrict__ out, u64 n) {
     typedef Vec16<T> V;
@@ -28,11 +33,24 @@ __device__ void unary(const T* __restrict__ x, T* __restrict__ out, u64 n) {
     const V* xv = reinterpret_cast<const V*>(x);
     V* ov = reinterpret_cast<V*>(out);
     Op op;
-    GRID_LOOP(i, nv) {
-        V a = xv[i], r;
+    const u64 step = (u64)gridDim.x * blockDim.x * UNROLL;
+    for (u64 base = (u64)blockIdx.x * blockDim.x * UNROLL + threadIdx.x; base < nv; base += step) {
+        V a[UNROLL];
 #pragma unroll
-        for (int k = 0; k < V::N; k++) r.v[k] = op(a.v[k]);
-        ov[i] = r;
+        for (int u = 0; u < UNROLL; u++) {
+            const u64 i = base + (u64)u * blockDim.x;
+            if (i < nv) a[u] = xv[i];
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            const u64 i = base + (u64)u * blockDim.x;
+            if (i < nv) {
+                V r;
+#pragma unroll
+                for (int k = 0; k < V::N; k++) r.v[k] = op(a[u].v[k]);
+                ov[i] = r;
+            }
+        }
     }
     GRID_LOOP(j, n - nv * V::N) {
         u64 i = nv * V::N + j;
@@ -48,11 +66,27 @@ __device__ void binary_same(const T* __restrict__ a, const T* __restrict__ b, T*
     const V* bv = reinterpret_cast<const V*>(b);
     V* ov = reinterpret_cast<V*>(out);
     Op op;
-    GRID_LOOP(i, nv) {
-        V x = av[i], y = bv[i], r;
+    const u64 step = (u64)gridDim.x * blockDim.x * UNROLL;
+    for (u64 base = (u64)blockIdx.x * blockDim.x * UNROLL + threadIdx.x; base < nv; base += step) {
+        V x[UNROLL], y[UNROLL];
 #pragma unroll
-        for (int k = 0; k < V::N; k++) r.v[k] = op(x.v[k], y.v[k], err);
-        ov[i] = r;
+        for (int u = 0; u < UNROLL; u++) {
+            const u64 i = base + (u64)u * blockDim.x;
+            if (i < nv) {
+                x[u] = av[i];
+                y[u] = bv[i];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            const u64 i = base + (u64)u * blockDim.x;
+            if (i < nv) {
+                V r;
+#pragma unroll
+                for (int k = 0; k < V::N; k++) r.v[k] = op(x[u].v[k], y[u].v[k], err);
+                ov[i] = r;
+            }
+        }
     }
     GRID_LOOP(j, n - nv * V::N) {
         u64 i = nv * V::N + j;
@@ -67,11 +101,24 @@ __device__ void binary_scalar(const T* __restrict__ a, T s, T* __restrict__ out,
     const V* av = reinterpret_cast<const V*>(a);
     V* ov = reinterpret_cast<V*>(out);
     Op op;
-    GRID_LOOP(i, nv) {
-        V x = av[i], r;
+    const u64 step = (u64)gridDim.x * blockDim.x * UNROLL;
+    for (u64 base = (u64)blockIdx.x * blockDim.x * UNROLL + threadIdx.x; base < nv; base += step) {
+        V x[UNROLL];
 #pragma unroll
-        for (int k = 0; k < V::N; k++) r.v[k] = op(x.v[k], s, err);
-        ov[i] = r;
+        for (int u = 0; u < UNROLL; u++) {
+            const u64 i = base + (u64)u * blockDim.x;
+            if (i < nv) x[u] = av[i];
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            const u64 i = base + (u64)u * blockDim.x;
+            if (i < nv) {
+                V r;
+#pragma unroll
+                for (int k = 0; k < V::N; k++) r.v[k] = op(x[u].v[k], s, err);
+                ov[i] = r;
+            }
+        }
     }
     GRID_LOOP(j, n - nv * V::N) {
         u64 i = nv * V::N + j;

@@ -1,5 +1,6 @@
 //! Device memory: stream-ordered allocations from the device's pool.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{result, sys};
@@ -13,10 +14,56 @@ use crate::error::{Error, Result};
 pub(crate) struct CudaBuffer {
     ptr: sys::CUdeviceptr,
     bytes: usize,
+    /// Bytes actually allocated: a cache bin for small buffers, else `bytes`.
+    cap: usize,
     dev: &'static DeviceState,
     stream: Arc<StreamObj>,
     /// Other streams that used this memory; the free waits for them.
     readers: Mutex<Vec<Arc<StreamObj>>>,
+}
+
+/// Buffers up to this size are cached per stream in power-of-two bins (as PyTorch's
+/// caching allocator does), so small ops make no allocation calls to the driver.
+const CACHE_MAX: usize = 1 << 20;
+const MIN_BIN: usize = 512;
+
+fn bin(bytes: usize) -> usize {
+    if bytes == 0 {
+        0
+    } else if bytes <= CACHE_MAX {
+        bytes.next_power_of_two().max(MIN_BIN)
+    } else {
+        bytes
+    }
+}
+
+/// Freed small buffers of one device, by stream and bin.
+#[derive(Default)]
+pub(crate) struct BlockCache {
+    free: Mutex<HashMap<(usize, usize), Vec<(sys::CUdeviceptr, Arc<StreamObj>)>>>,
+}
+
+impl BlockCache {
+    fn take(&self, stream: &Arc<StreamObj>, cap: usize) -> Option<sys::CUdeviceptr> {
+        let key = (Arc::as_ptr(stream) as usize, cap);
+        self.free.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&key)?.pop().map(|(p, _)| p)
+    }
+
+    fn put(&self, stream: &Arc<StreamObj>, cap: usize, ptr: sys::CUdeviceptr) {
+        let key = (Arc::as_ptr(stream) as usize, cap);
+        self.free.lock().unwrap_or_else(|p| p.into_inner()).entry(key).or_default().push((ptr, Arc::clone(stream)));
+    }
+
+    /// Frees every cached block back to the driver's pool.
+    pub fn flush(&self, dev: &DeviceState) {
+        let blocks = std::mem::take(&mut *self.free.lock().unwrap_or_else(|p| p.into_inner()));
+        if dev.bind().is_err() {
+            return;
+        }
+        for (ptr, stream) in blocks.into_values().flatten() {
+            let _ = unsafe { result::free_async(ptr, stream.raw.0) };
+        }
+    }
 }
 
 impl std::fmt::Debug for CudaBuffer {
@@ -28,21 +75,36 @@ impl std::fmt::Debug for CudaBuffer {
 impl CudaBuffer {
     /// Uninitialised memory, ordered on `stream`. Zero bytes allocate nothing.
     pub fn alloc(dev: &'static DeviceState, stream: &Arc<StreamObj>, bytes: usize) -> Result<Self> {
-        let new = |ptr| CudaBuffer { ptr, bytes, dev, stream: Arc::clone(stream), readers: Mutex::new(Vec::new()) };
+        let cap = bin(bytes);
+        let new =
+            |ptr| CudaBuffer { ptr, bytes, cap, dev, stream: Arc::clone(stream), readers: Mutex::new(Vec::new()) };
         if bytes == 0 {
             return Ok(new(0));
         }
-        dev.bind()?;
-        let ptr = match unsafe { result::malloc_async(stream.raw.0, bytes) } {
-            Ok(p) => p,
-            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
-                let free = result::mem_get_info().map(|(free, _)| free).unwrap_or(0);
-                return Err(Error::OutOfMemory { device: dev.id(), requested: bytes, free });
+        let cached = if cap <= CACHE_MAX { dev.cache.take(stream, cap) } else { None };
+        let ptr = match cached {
+            Some(p) => p,
+            None => {
+                dev.bind()?;
+                match unsafe { result::malloc_async(stream.raw.0, cap) } {
+                    Ok(p) => p,
+                    Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+                        // Give back what the cache holds, then try once more.
+                        dev.cache.flush(dev);
+                        match unsafe { result::malloc_async(stream.raw.0, cap) } {
+                            Ok(p) => p,
+                            Err(_) => {
+                                let free = result::mem_get_info().map(|(free, _)| free).unwrap_or(0);
+                                return Err(Error::OutOfMemory { device: dev.id(), requested: bytes, free });
+                            }
+                        }
+                    }
+                    Err(e) => return Err(driver(dev.ordinal, "cuMemAllocAsync")(e)),
+                }
             }
-            Err(e) => return Err(driver(dev.ordinal, "cuMemAllocAsync")(e)),
         };
         // The account has no capacity of its own here: the driver says when memory ends.
-        dev.account.reserve(bytes)?;
+        dev.account.reserve(cap)?;
         Ok(new(ptr))
     }
 
@@ -85,13 +147,20 @@ impl Drop for CudaBuffer {
         if self.ptr == 0 {
             return;
         }
-        if self.dev.bind().is_ok() {
-            let readers = std::mem::take(self.readers.get_mut().unwrap_or_else(|p| p.into_inner()));
-            for r in &readers {
-                let _ = self.stream.wait_for(r);
-            }
+        self.dev.account.release(self.cap);
+        if self.dev.bind().is_err() {
+            return;
+        }
+        let readers = std::mem::take(self.readers.get_mut().unwrap_or_else(|p| p.into_inner()));
+        for r in &readers {
+            let _ = self.stream.wait_for(r);
+        }
+        // Work queued later on this stream runs after every use above, so the memory can
+        // be handed out again on this stream at once.
+        if self.cap <= CACHE_MAX {
+            self.dev.cache.put(&self.stream, self.cap, self.ptr);
+        } else {
             let _ = unsafe { result::free_async(self.ptr, self.stream.raw.0) };
         }
-        self.dev.account.release(self.bytes);
     }
 }

@@ -10,9 +10,11 @@ use cudarc::driver::{result, sys, CudaContext, CudaModule, DriverError};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use locus_kernels::Source;
 
+use super::buffer::BlockCache;
 use super::stream::StreamObj;
 use crate::backend::account::MemoryAccount;
 use crate::device::DeviceId;
+use crate::element::DType;
 use crate::error::{Error, Result};
 
 thread_local! {
@@ -36,8 +38,11 @@ pub(crate) struct DeviceState {
     pub account: MemoryAccount,
     modules: [OnceLock<std::result::Result<Arc<CudaModule>, Error>>; 4],
     functions: Mutex<HashMap<String, Handle<sys::CUfunction>>>,
+    kernels: Mutex<HashMap<(&'static str, &'static str, DType), Handle<sys::CUfunction>>>,
     blas: OnceLock<std::result::Result<Handle<cudarc::cublas::sys::cublasHandle_t>, Error>>,
     copy: OnceLock<std::result::Result<Arc<StreamObj>, Error>>,
+    /// Small freed buffers, reused without a driver call.
+    pub cache: BlockCache,
 }
 
 impl std::fmt::Debug for DeviceState {
@@ -74,8 +79,10 @@ impl DeviceState {
             account: MemoryAccount::new(DeviceId::Cuda(ordinal), usize::MAX),
             modules: Default::default(),
             functions: Mutex::new(HashMap::new()),
+            kernels: Mutex::new(HashMap::new()),
             blas: OnceLock::new(),
             copy: OnceLock::new(),
+            cache: BlockCache::default(),
         })
     }
 
@@ -107,6 +114,25 @@ impl DeviceState {
             m
         });
         m.as_ref().map_err(Clone::clone)
+    }
+
+    /// The kernel `{op}_{variant}_{dtype}` (or `{op}_{dtype}` when `variant` is empty)
+    /// from `source`, compiled and loaded on first use; later calls are a map lookup.
+    pub fn kernel(
+        &self,
+        source: Source,
+        op: &'static str,
+        variant: &'static str,
+        dtype: DType,
+    ) -> Result<sys::CUfunction> {
+        let key = (op, variant, dtype);
+        if let Some(f) = self.kernels.lock().map_err(|_| poisoned(self.id()))?.get(&key) {
+            return Ok(f.0);
+        }
+        let name = if variant.is_empty() { format!("{op}_{dtype}") } else { format!("{op}_{variant}_{dtype}") };
+        let f = self.function(source, &name)?;
+        self.kernels.lock().map_err(|_| poisoned(self.id()))?.insert(key, Handle(f));
+        Ok(f)
     }
 
     /// The kernel `name` from `source`, compiled and loaded on first use.
@@ -167,6 +193,12 @@ impl DeviceState {
 
     /// A grid size for `work` items at `block` threads each: enough blocks to fill the
     /// device, then grid-stride loops.
+    /// A grid of one `block`-thread block per `block` work items: for kernels whose
+    /// threads each do a fixed amount (the unrolled elementwise ones).
+    pub fn grid_full(&self, work: u64, block: u32) -> u32 {
+        work.div_ceil(block as u64).clamp(1, i32::MAX as u64) as u32
+    }
+
     pub fn grid(&self, work: u64, block: u32) -> u32 {
         let fill = self.sm_count.max(1) as u64 * (2048 / block as u64).max(1);
         work.div_ceil(block as u64).clamp(1, fill) as u32

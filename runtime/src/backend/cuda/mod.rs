@@ -60,14 +60,8 @@ pub(crate) fn open() -> std::result::Result<CudaBackend, String> {
     Ok(CudaBackend { devices: (0..count).map(|_| OnceLock::new()).collect() })
 }
 
-fn sfx(d: DType) -> &'static str {
-    match d {
-        DType::F32 => "f32",
-        DType::F64 => "f64",
-        DType::I32 => "i32",
-        DType::U8 => "u8",
-    }
-}
+/// Vectors per thread in the elementwise kernels (`UNROLL` in elementwise.cu).
+const UNROLL: u64 = 4;
 
 fn cuda(b: &Buffer) -> &CudaBuffer {
     match b {
@@ -161,17 +155,17 @@ impl CudaBackend {
         id: DeviceId,
         dtype: DType,
         len: usize,
-        (source, name, work): (Source, &str, u64),
+        (source, op, work): (Source, &'static str, u64),
         inputs: &[&Buffer],
         args: impl FnOnce(&u64) -> Vec<*mut c_void>,
     ) -> Result<Buffer> {
         let (dev, s, out) = self.alloc(id, dtype, len, inputs)?;
         if len > 0 {
-            let f = dev.function(source, name)?;
+            let f = dev.kernel(source, op, "", dtype)?;
             // The argument pointers point at this local, which outlives the launch.
             let ptr = out.ptr();
             let mut a = args(&ptr);
-            dev.launch(f, (dev.grid(work, 256), 1, 1), (256, 1, 1), s.raw.0, &mut a)?;
+            dev.launch(f, (dev.grid_full(work, 256), 1, 1), (256, 1, 1), s.raw.0, &mut a)?;
         }
         Ok(Buffer::Cuda(out))
     }
@@ -437,26 +431,23 @@ impl Backend for CudaBackend {
     }
 
     fn fill(&self, device: DeviceId, dtype: DType, len: usize, value: Scalar) -> Result<Buffer> {
-        let name = format!("fill_{}", sfx(dtype));
         let n = len as u64;
-        with_scalar!(value, v => self.produce(device, dtype, len, (Source::Init, &name, n), &[], |out| {
+        with_scalar!(value, v => self.produce(device, dtype, len, (Source::Init, "fill", n), &[], |out| {
             args![*out, n, v].to_vec()
         }))
     }
 
     fn arange(&self, device: DeviceId, dtype: DType, len: usize, start: f64, step: f64) -> Result<Buffer> {
-        let name = format!("arange_{}", sfx(dtype));
         let n = len as u64;
-        self.produce(device, dtype, len, (Source::Init, &name, n), &[], |out| args![*out, n, start, step].to_vec())
+        self.produce(device, dtype, len, (Source::Init, "arange", n), &[], |out| args![*out, n, start, step].to_vec())
     }
 
     fn rand(&self, device: DeviceId, dtype: DType, len: usize, seed: u64) -> Result<Buffer> {
         if !dtype.is_float() {
             return Err(Error::InvalidArgument { op: "rand", reason: format!("{dtype} is not a float type") });
         }
-        let name = format!("rand_{}", sfx(dtype));
         let n = len as u64;
-        self.produce(device, dtype, len, (Source::Init, &name, n), &[], |out| args![*out, n, seed].to_vec())
+        self.produce(device, dtype, len, (Source::Init, "rand", n), &[], |out| args![*out, n, seed].to_vec())
     }
 
     fn unary(&self, device: DeviceId, op: UnaryOp, dtype: DType, x: &Buffer, len: usize) -> Result<Buffer> {
@@ -469,10 +460,9 @@ impl Backend for CudaBackend {
         if matches!(op, UnaryOp::Exp | UnaryOp::Sqrt) && !dtype.is_float() {
             return Err(Error::InvalidArgument { op: opname, reason: format!("needs a float type, not {dtype}") });
         }
-        let name = format!("{opname}_{}", sfx(dtype));
         let (xp, n) = (cuda(x).ptr(), len as u64);
-        let work = n.div_ceil(16 / dtype.size() as u64);
-        self.produce(device, dtype, len, (Source::Elementwise, &name, work), &[x], |out| args![xp, *out, n].to_vec())
+        let work = n.div_ceil(16 / dtype.size() as u64).div_ceil(UNROLL);
+        self.produce(device, dtype, len, (Source::Elementwise, opname, work), &[x], |out| args![xp, *out, n].to_vec())
     }
 
     fn binary(
@@ -500,12 +490,12 @@ impl Backend for CudaBackend {
         };
         self.with_div_check(&s, check, |err| match geometry {
             None => {
-                let f = dev.function(Source::Elementwise, &format!("{}_same_{}", op.name(), sfx(dtype)))?;
-                let grid = dev.grid(n.div_ceil(16 / dtype.size() as u64), 256);
+                let f = dev.kernel(Source::Elementwise, op.name(), "same", dtype)?;
+                let grid = dev.grid_full(n.div_ceil(16 / dtype.size() as u64).div_ceil(UNROLL), 256);
                 dev.launch(f, (grid, 1, 1), (256, 1, 1), s.raw.0, &mut args![a, b, o, n, err])
             }
             Some(bc) => {
-                let f = dev.function(Source::Elementwise, &format!("{}_bcast_{}", op.name(), sfx(dtype)))?;
+                let f = dev.kernel(Source::Elementwise, op.name(), "bcast", dtype)?;
                 dev.launch(f, (dev.grid(n, 256), 1, 1), (256, 1, 1), s.raw.0, &mut args![a, b, o, n, bc, err])
             }
         })?;
@@ -529,9 +519,9 @@ impl Backend for CudaBackend {
         if op == BinaryOp::Div && zero_divisor {
             return Err(Error::InvalidArgument { op: "div", reason: "integer division by zero".into() });
         }
-        let f = dev.function(Source::Elementwise, &format!("{}_scalar_{}", op.name(), sfx(dtype)))?;
+        let f = dev.kernel(Source::Elementwise, op.name(), "scalar", dtype)?;
         let (a, o, n, err) = (cuda(lhs).ptr(), out.ptr(), len as u64, 0u64);
-        let grid = dev.grid(n.div_ceil(16 / dtype.size() as u64), 256);
+        let grid = dev.grid_full(n.div_ceil(16 / dtype.size() as u64).div_ceil(UNROLL), 256);
         with_scalar!(rhs, v => dev.launch(f, (grid, 1, 1), (256, 1, 1), stream.raw.0, &mut args![a, v, o, n, err]))?;
         Ok(Buffer::Cuda(out))
     }
@@ -549,7 +539,7 @@ impl Backend for CudaBackend {
         if r.out_len() == 0 {
             return Ok(Buffer::Cuda(out));
         }
-        let k = |variant: &str| dev.function(Source::Reduce, &format!("{opname}_{variant}_{}", sfx(dtype)));
+        let k = |variant: &'static str| dev.kernel(Source::Reduce, opname, variant, dtype);
         let (xp, o, s) = (cuda(x).ptr(), out.ptr(), stream.raw.0);
         let (outer, len, inner) = (r.outer as u64, r.len as u64, r.inner as u64);
         if outer == 1 && inner == 1 {
@@ -657,7 +647,7 @@ impl Backend for CudaBackend {
                 });
             }
             let (m, k, n) = (m as u64, k as u64, n as u64);
-            let f = dev.function(Source::Matrix, &format!("matmul_{}", sfx(dtype)))?;
+            let f = dev.kernel(Source::Matrix, "matmul", "", dtype)?;
             dev.launch(f, (gx as u32, gy as u32, 1), (16, 16, 1), s, &mut args![ap, bp, o, m, k, n])?;
         }
         Ok(Buffer::Cuda(out))
@@ -673,7 +663,7 @@ impl Backend for CudaBackend {
             return Err(Error::InvalidArgument { op: "transpose", reason: format!("[{rows}, {cols}] is too large") });
         }
         let (xp, o, r, c) = (cuda(x).ptr(), out.ptr(), rows as u64, cols as u64);
-        let f = dev.function(Source::Matrix, &format!("transpose_{}", sfx(dtype)))?;
+        let f = dev.kernel(Source::Matrix, "transpose", "", dtype)?;
         dev.launch(f, (gx as u32, gy as u32, 1), (32, 8, 1), s.raw.0, &mut args![xp, o, r, c])?;
         Ok(Buffer::Cuda(out))
     }
