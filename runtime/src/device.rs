@@ -89,6 +89,11 @@ mod sealed {
 /// use locus_runtime::{Cuda, Device, DeviceId};
 /// assert_eq!(Cuda::<3>.id(), DeviceId::Cuda(3));
 /// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a placement",
+    label = "not a placement",
+    note = "a placement is `Cpu`, `Pinned`, `Cuda<N>` or `Dyn`; `Here` is one only inside a fn, impl block or `with_device!` with a literal device, such as `#[on_device(1)]`"
+)]
 pub trait Device: Copy + Send + Sync + fmt::Debug + 'static + SamePlacement<Self> + sealed::Sealed {
     /// The run-time name of this placement.
     fn id(&self) -> DeviceId;
@@ -142,6 +147,19 @@ impl From<DeviceId> for Dyn {
         Dyn(id)
     }
 }
+
+/// The device of the enclosing `#[on_device(n)]` or `with_device!(n => ..)`, for a
+/// literal ordinal `n`: there the macro makes `Here` an alias of `Cuda<n>`, with no
+/// import needed.
+///
+/// Anywhere else `Here` is this type, which is not a placement, so that a `Here` left
+/// outside the attribute fails to compile with a message saying where it belongs:
+///
+/// ```compile_fail
+/// use locus_runtime::{Here, Tensor};
+/// fn step(x: &Tensor<Here>) {} // `Here` is not a placement
+/// ```
+pub enum Here {}
 
 impl sealed::Sealed for Cpu {}
 impl sealed::Sealed for Pinned {}

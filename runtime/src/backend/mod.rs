@@ -72,6 +72,9 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Restarts the high-water mark of `device` from what is held now.
     fn reset_peak(&self, device: DeviceId) -> Result<()>;
 
+    /// Makes `device` current for the calling thread (the CUDA context); called by the guard only when the current device changes.
+    fn make_current(&self, device: DeviceId) -> Result<()>;
+
     /// A buffer of `bytes` bytes holding a copy of `data`.
     fn upload(&self, device: DeviceId, data: &[u8]) -> Result<Buffer>;
     /// Copies all of `buf` into `out` (same length).
