@@ -197,3 +197,19 @@ impl<const N: usize> StaticDevice for Cuda<N> {
     // An ordinal past u32 saturates, so it can never alias a real device.
     const ID: DeviceId = DeviceId::Cuda(if N > u32::MAX as usize { u32::MAX } else { N as u32 });
 }
+
+/// The CUDA devices, `cuda:0` up to `cuda:{n - 1}` for [`device_count`](crate::device_count)
+/// `n`: the GPUs the driver shows (after `CUDA_VISIBLE_DEVICES`), or the host backend's
+/// `LOCUS_HOST_DEVICES` simulated ones.
+///
+/// ```
+/// use locus_runtime::{device_count, devices, DeviceId};
+/// let all = devices()?;
+/// assert_eq!(all.len(), device_count()?);
+/// assert_eq!(all[0], DeviceId::Cuda(0));
+/// # Ok::<(), locus_runtime::Error>(())
+/// ```
+pub fn devices() -> crate::error::Result<Vec<DeviceId>> {
+    let n = crate::backend::device_count()?;
+    Ok((0..n).map(|i| DeviceId::Cuda(u32::try_from(i).unwrap_or(u32::MAX))).collect())
+}

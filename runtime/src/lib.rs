@@ -24,7 +24,7 @@ mod tensor;
 mod to_device;
 
 pub use backend::{backend_name, device_count};
-pub use device::{Cpu, Cuda, Device, DeviceId, Dyn, Here, Pinned, StaticDevice};
+pub use device::{devices, Cpu, Cuda, Device, DeviceId, Dyn, Here, Pinned, StaticDevice};
 pub use element::{DType, Element, Float, Scalar};
 pub use error::{Error, Result};
 pub use guard::{current_device, DeviceGuard, IntoDeviceId, OnDevice};
