@@ -15,7 +15,7 @@ use std::marker::PhantomData;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use crate::backend;
+use crate::backend::{self, Backend};
 use crate::device::{Device, DeviceId, Dyn};
 use crate::error::{Error, Result};
 
@@ -29,11 +29,11 @@ thread_local! {
     static SWITCHES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-/// Makes `device` current on its backend. Host placements have no context to switch to.
-fn switch_to(device: DeviceId) -> Result<()> {
+/// Makes `device` current on `backend`, the one that runs it.
+fn switch_to(backend: &dyn Backend, device: DeviceId) -> Result<()> {
     #[cfg(test)]
     SWITCHES.with(|n| n.set(n.get() + 1));
-    backend::for_device(device)?.make_current(device)
+    backend.make_current(device)
 }
 
 /// The device of the innermost [`DeviceGuard`] on this thread; `cpu` when none is set.
@@ -85,9 +85,9 @@ impl DeviceGuard {
     ///
     /// `Error::NoSuchDevice` for a CUDA ordinal at or past [`device_count`](crate::device_count).
     pub fn enter(device: DeviceId) -> Result<DeviceGuard> {
-        backend::for_device(device)?;
+        let backend = backend::for_device(device)?;
         if current_device() != device {
-            switch_to(device)?;
+            switch_to(backend, device)?;
         }
         let depth = STACK.with_borrow_mut(|s| {
             s.push(device);
@@ -148,7 +148,7 @@ impl Drop for DeviceGuard {
             if top != Some(now) {
                 // The device existed when it was entered; a failure here has no caller
                 // to go to, and the next guard or op reports it.
-                let _ = switch_to(now);
+                let _ = backend::for_device(now).and_then(|b| switch_to(b, now));
             }
         });
     }
