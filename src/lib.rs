@@ -14,9 +14,31 @@
 //! # Ok::<(), locus::Error>(())
 //! ```
 //!
+//! A fn, a method or an `impl` block runs with a device current (PyTorch's
+//! `torch.cuda.device`) under [`on_device`]; [`with_device!`] does the same for a block
+//! or a closure, and `#[derive(ToDevice)]` moves a whole model:
+//!
+//! ```
+//! use locus::{current_device, on_device, DeviceId, Dyn, Tensor};
+//!
+//! #[on_device(1)]
+//! fn step(x: &Tensor<Here>) -> locus::Result<Tensor<Here>> {
+//!     // Factories of run-time placed tensors follow the current device.
+//!     let noise = Tensor::<Dyn>::rand_current(x.shape(), 0)?;
+//!     assert_eq!(noise.device(), DeviceId::Cuda(1));
+//!     x + &noise
+//! }
+//!
+//! let y = step(&Tensor::ones([2])?)?;
+//! assert_eq!(y.device(), DeviceId::Cuda(1));
+//! assert_eq!(current_device(), DeviceId::Cpu);
+//! # Ok::<(), locus::Error>(())
+//! ```
+//!
 //! Without a GPU, locus runs on its host backend, which simulates `LOCUS_HOST_DEVICES`
 //! (default 2) CUDA devices in host memory; `LOCUS_BACKEND=host|cuda|auto` chooses.
 
+pub use locus_macros::{on_device, with_device, ToDevice};
 pub use locus_runtime::*;
 
 #[doc(hidden)]

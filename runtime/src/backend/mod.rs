@@ -159,6 +159,8 @@ pub(crate) trait Backend: Send + Sync + 'static {
         dst: &mut HostBuffer,
         stream: &RawStream,
     ) -> Result<RawEvent>;
+    /// Makes `device` current for the calling thread (the CUDA context); called by the guard only when the current device changes.
+    fn make_current(&self, device: DeviceId) -> Result<()>;
 
     /// A buffer of `bytes` bytes holding a copy of `data`.
     fn upload(&self, device: DeviceId, data: &[u8]) -> Result<Buffer>;

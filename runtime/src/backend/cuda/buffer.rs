@@ -37,10 +37,15 @@ fn bin(bytes: usize) -> usize {
     }
 }
 
+/// A stream (by address) and a bin size.
+type BinKey = (usize, usize);
+/// A free block and the stream it is ordered on (kept alive while the block waits).
+type Cached = (sys::CUdeviceptr, Arc<StreamObj>);
+
 /// Freed small buffers of one device, by stream and bin.
 #[derive(Default)]
 pub(crate) struct BlockCache {
-    free: Mutex<HashMap<(usize, usize), Vec<(sys::CUdeviceptr, Arc<StreamObj>)>>>,
+    free: Mutex<HashMap<BinKey, Vec<Cached>>>,
 }
 
 impl BlockCache {

@@ -28,6 +28,9 @@ pub(crate) struct Handle<T>(pub T);
 unsafe impl<T> Send for Handle<T> {}
 unsafe impl<T> Sync for Handle<T> {}
 
+/// A kernel by op, variant and element type.
+type KernelKey = (&'static str, &'static str, DType);
+
 pub(crate) struct DeviceState {
     pub ordinal: u32,
     pub ctx: Arc<CudaContext>,
@@ -38,7 +41,7 @@ pub(crate) struct DeviceState {
     pub account: MemoryAccount,
     modules: [OnceLock<std::result::Result<Arc<CudaModule>, Error>>; 4],
     functions: Mutex<HashMap<String, Handle<sys::CUfunction>>>,
-    kernels: Mutex<HashMap<(&'static str, &'static str, DType), Handle<sys::CUfunction>>>,
+    kernels: Mutex<HashMap<KernelKey, Handle<sys::CUfunction>>>,
     blas: OnceLock<std::result::Result<Handle<cudarc::cublas::sys::cublasHandle_t>, Error>>,
     copy: OnceLock<std::result::Result<Arc<StreamObj>, Error>>,
     /// Small freed buffers, reused without a driver call.

@@ -249,6 +249,10 @@ impl Backend for CudaBackend {
         Ok(())
     }
 
+    fn make_current(&self, device: DeviceId) -> Result<()> {
+        self.dev(device)?.bind()
+    }
+
     fn default_stream(&self, device: DeviceId) -> Result<RawStream> {
         Ok(RawStream::Cuda(Arc::clone(&self.dev(device)?.stream)))
     }
