@@ -285,6 +285,20 @@ fn matmul() {
     row("matmul_4096_f32", Some(2.0 * (n as f64).powi(3) / t / 1e12), "TFLOP/s", "cuBLAS sgemm, no TF32");
 }
 
+fn guard() {
+    let _outer = locus::DeviceGuard::enter(DeviceId::Cuda(0)).unwrap();
+    let rounds = 2_000_000u32;
+    let mut t = Vec::new();
+    for _ in 0..5 {
+        let start = Instant::now();
+        for _ in 0..rounds {
+            drop(std::hint::black_box(locus::DeviceGuard::enter(DeviceId::Cuda(0)).unwrap()));
+        }
+        t.push(start.elapsed().as_nanos() as f64 / rounds as f64);
+    }
+    row("guard_enter_exit_same_device", Some(median(t)), "ns", "DeviceGuard::enter(cuda:0) + drop, cuda:0 already current");
+}
+
 fn pool_steady_state() {
     let s = Stream::<G>::new().unwrap();
     let src = Tensor::<Cpu>::rand([4 << 20], 3).unwrap();
@@ -378,7 +392,7 @@ fn main() {
     small_ops();
     large_ops();
     matmul();
-    row("guard_enter_exit_same_device", None, "ns", "on_device guard not landed yet (issue 4)");
+    guard();
     pool_steady_state();
     pipeline();
     row("data_parallel_forward", None, "ms", "DataParallel not landed (issue 7)");
