@@ -296,7 +296,12 @@ fn guard() {
         }
         t.push(start.elapsed().as_nanos() as f64 / rounds as f64);
     }
-    row("guard_enter_exit_same_device", Some(median(t)), "ns", "DeviceGuard::enter(cuda:0) + drop, cuda:0 already current");
+    row(
+        "guard_enter_exit_same_device",
+        Some(median(t)),
+        "ns",
+        "DeviceGuard::enter(cuda:0) + drop, cuda:0 already current",
+    );
 }
 
 fn pool_steady_state() {

@@ -1,12 +1,12 @@
 //! Device memory: stream-ordered allocations from the device's pool.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{result, sys};
 
 use super::device::{driver, DeviceState};
-use super::stream::StreamObj;
+use super::stream::{EventObj, StreamObj};
 use crate::error::{Error, Result};
 
 /// `bytes` bytes on one device, written on `stream` and freed there (stream-ordered)
@@ -20,6 +20,10 @@ pub(crate) struct CudaBuffer {
     stream: Arc<StreamObj>,
     /// Other streams that used this memory; the free waits for them.
     readers: Mutex<Vec<Arc<StreamObj>>>,
+    /// Recorded right after the write, when the writer is not the device's default
+    /// stream: readers on other streams wait for exactly this write, not for all the
+    /// writer's later work.
+    ready: OnceLock<Arc<EventObj>>,
 }
 
 /// Buffers up to this size are cached per stream in power-of-two bins (as PyTorch's
@@ -81,8 +85,15 @@ impl CudaBuffer {
     /// Uninitialised memory, ordered on `stream`. Zero bytes allocate nothing.
     pub fn alloc(dev: &'static DeviceState, stream: &Arc<StreamObj>, bytes: usize) -> Result<Self> {
         let cap = bin(bytes);
-        let new =
-            |ptr| CudaBuffer { ptr, bytes, cap, dev, stream: Arc::clone(stream), readers: Mutex::new(Vec::new()) };
+        let new = |ptr| CudaBuffer {
+            ptr,
+            bytes,
+            cap,
+            dev,
+            stream: Arc::clone(stream),
+            readers: Mutex::new(Vec::new()),
+            ready: OnceLock::new(),
+        };
         if bytes == 0 {
             return Ok(new(0));
         }
@@ -125,6 +136,11 @@ impl CudaBuffer {
         self.dev
     }
 
+    /// Marks the end of the write that produced this memory.
+    pub fn set_ready(&self, written: Arc<EventObj>) {
+        let _ = self.ready.set(written);
+    }
+
     /// The stream that wrote this memory.
     pub fn stream(&self) -> &Arc<StreamObj> {
         &self.stream
@@ -137,7 +153,10 @@ impl CudaBuffer {
         if Arc::ptr_eq(&self.stream, on) || self.ptr == 0 {
             return Ok(());
         }
-        on.wait_for(&self.stream)?;
+        match self.ready.get() {
+            Some(ev) => on.wait(ev)?,
+            None => on.wait_for(&self.stream)?,
+        }
         crate::backend::count_cross_stream_wait();
         let mut readers = self.readers.lock().unwrap_or_else(|p| p.into_inner());
         if !readers.iter().any(|r| Arc::ptr_eq(r, on)) {

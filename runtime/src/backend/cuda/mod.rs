@@ -167,7 +167,7 @@ impl CudaBackend {
             let mut a = args(&ptr);
             dev.launch(f, (dev.grid_full(work, 256), 1, 1), (256, 1, 1), s.raw.0, &mut a)?;
         }
-        Ok(Buffer::Cuda(out))
+        self.done(out)
     }
 
     /// Runs `launch` with an error flag for integer division, and reports a zero divisor.
@@ -194,6 +194,19 @@ impl CudaBackend {
             return Ok(());
         }
         unsafe { result::memcpy_dtod_async(dst, src, bytes, s.raw.0) }.map_err(driver(s.ordinal, "cuMemcpyDtoDAsync"))
+    }
+
+    /// The buffer an op produced. Written on a stream other than the device's default,
+    /// it gets an event marking the write, so that readers on other streams wait for
+    /// this write alone; on the default stream (single-stream programs) no event.
+    fn done(&self, out: CudaBuffer) -> Result<Buffer> {
+        let dev = out.device();
+        if out.bytes() > 0 && !Arc::ptr_eq(out.stream(), &dev.stream) {
+            let written = Arc::new(EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), false)?);
+            written.record(out.stream())?;
+            out.set_ready(written);
+        }
+        Ok(Buffer::Cuda(out))
     }
 
     fn raw_stream(&self, stream: &RawStream) -> Result<Arc<StreamObj>> {
@@ -351,6 +364,7 @@ impl Backend for CudaBackend {
         }
         done.record(&s)?;
         src.hold_until(RawEvent::Cuda(Arc::clone(&done)));
+        out.set_ready(Arc::clone(&done));
         Ok((Buffer::Cuda(out), RawEvent::Cuda(done)))
     }
 
@@ -389,7 +403,7 @@ impl Backend for CudaBackend {
             unsafe { result::memcpy_htod_async(out.ptr(), data, s.raw.0) }
                 .map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"))?;
         }
-        Ok(Buffer::Cuda(out))
+        self.done(out)
     }
 
     fn download(&self, _device: DeviceId, buf: &Buffer, out: &mut [u8]) -> Result<()> {
@@ -418,11 +432,11 @@ impl Backend for CudaBackend {
         if std::ptr::eq(from, self.dev(dst)?) {
             let (_, s, out) = self.alloc(dst, DType::U8, bytes, &[buf])?;
             Self::dtod(&s, out.ptr(), b.ptr(), bytes)?;
-            return Ok(Buffer::Cuda(out));
+            return self.done(out);
         }
         let (to, s, out) = self.alloc(dst, DType::U8, bytes, &[])?;
         if bytes == 0 {
-            return Ok(Buffer::Cuda(out));
+            return self.done(out);
         }
         // Across devices: the copy waits for the source's writer, and the source's free
         // waits for the copy.
@@ -431,7 +445,7 @@ impl Backend for CudaBackend {
         unsafe { result::memcpy_peer_async(to.ctx.cu_ctx(), out.ptr(), from.ctx.cu_ctx(), b.ptr(), bytes, s.raw.0) }
             .map_err(driver(to.ordinal, "cuMemcpyPeerAsync"))?;
         b.stream().wait_for(&s)?;
-        Ok(Buffer::Cuda(out))
+        self.done(out)
     }
 
     fn fill(&self, device: DeviceId, dtype: DType, len: usize, value: Scalar) -> Result<Buffer> {
@@ -482,7 +496,7 @@ impl Backend for CudaBackend {
         let len: usize = out_shape.iter().product();
         let (dev, s, out) = self.alloc(device, dtype, len, &[lhs, rhs])?;
         if len == 0 {
-            return Ok(Buffer::Cuda(out));
+            return self.done(out);
         }
         let (a, b, o, n) = (cuda(lhs).ptr(), cuda(rhs).ptr(), out.ptr(), len as u64);
         let check = op == BinaryOp::Div && !dtype.is_float();
@@ -503,7 +517,7 @@ impl Backend for CudaBackend {
                 dev.launch(f, (dev.grid(n, 256), 1, 1), (256, 1, 1), s.raw.0, &mut args![a, b, o, n, bc, err])
             }
         })?;
-        Ok(Buffer::Cuda(out))
+        self.done(out)
     }
 
     fn binary_scalar(
@@ -517,7 +531,7 @@ impl Backend for CudaBackend {
     ) -> Result<Buffer> {
         let (dev, stream, out) = self.alloc(device, dtype, len, &[lhs])?;
         if len == 0 {
-            return Ok(Buffer::Cuda(out));
+            return self.done(out);
         }
         let zero_divisor = matches!(rhs, Scalar::I32(0) | Scalar::U8(0));
         if op == BinaryOp::Div && zero_divisor {
@@ -527,7 +541,7 @@ impl Backend for CudaBackend {
         let (a, o, n, err) = (cuda(lhs).ptr(), out.ptr(), len as u64, 0u64);
         let grid = dev.grid_full(n.div_ceil(16 / dtype.size() as u64).div_ceil(UNROLL), 256);
         with_scalar!(rhs, v => dev.launch(f, (grid, 1, 1), (256, 1, 1), stream.raw.0, &mut args![a, v, o, n, err]))?;
-        Ok(Buffer::Cuda(out))
+        self.done(out)
     }
 
     fn reduce(&self, device: DeviceId, op: ReduceOp, dtype: DType, x: &Buffer, r: Reduction) -> Result<Buffer> {
@@ -541,7 +555,7 @@ impl Backend for CudaBackend {
         }
         let (dev, stream, out) = self.alloc(device, dtype, r.out_len(), &[x])?;
         if r.out_len() == 0 {
-            return Ok(Buffer::Cuda(out));
+            return self.done(out);
         }
         let k = |variant: &'static str| dev.kernel(Source::Reduce, opname, variant, dtype);
         let (xp, o, s) = (cuda(x).ptr(), out.ptr(), stream.raw.0);
@@ -565,7 +579,7 @@ impl Backend for CudaBackend {
             let grid = dev.grid(outer * inner, 256);
             dev.launch(k("cols")?, (grid, 1, 1), (256, 1, 1), s, &mut args![xp, o, outer, len, inner])?;
         }
-        Ok(Buffer::Cuda(out))
+        self.done(out)
     }
 
     fn matmul(
@@ -580,13 +594,13 @@ impl Backend for CudaBackend {
     ) -> Result<Buffer> {
         let (dev, stream, out) = self.alloc(device, dtype, m * n, &[a, b])?;
         if m == 0 || n == 0 {
-            return Ok(Buffer::Cuda(out));
+            return self.done(out);
         }
         let (ap, bp, o, s) = (cuda(a).ptr(), cuda(b).ptr(), out.ptr(), stream.raw.0);
         if k == 0 {
             unsafe { result::memset_d8_async(o, 0, m * n * dtype.size(), s) }
                 .map_err(driver(dev.ordinal, "cuMemsetD8Async"))?;
-            return Ok(Buffer::Cuda(out));
+            return self.done(out);
         }
         let too_big = |what: usize| what > i32::MAX as usize;
         if dtype.is_float() {
@@ -654,13 +668,13 @@ impl Backend for CudaBackend {
             let f = dev.kernel(Source::Matrix, "matmul", "", dtype)?;
             dev.launch(f, (gx as u32, gy as u32, 1), (16, 16, 1), s, &mut args![ap, bp, o, m, k, n])?;
         }
-        Ok(Buffer::Cuda(out))
+        self.done(out)
     }
 
     fn transpose(&self, device: DeviceId, dtype: DType, x: &Buffer, rows: usize, cols: usize) -> Result<Buffer> {
         let (dev, s, out) = self.alloc(device, dtype, rows * cols, &[x])?;
         if rows == 0 || cols == 0 {
-            return Ok(Buffer::Cuda(out));
+            return self.done(out);
         }
         let (gx, gy) = (cols.div_ceil(32), rows.div_ceil(32));
         if gx > i32::MAX as usize || gy > 65535 {
@@ -669,7 +683,7 @@ impl Backend for CudaBackend {
         let (xp, o, r, c) = (cuda(x).ptr(), out.ptr(), rows as u64, cols as u64);
         let f = dev.kernel(Source::Matrix, "transpose", "", dtype)?;
         dev.launch(f, (gx as u32, gy as u32, 1), (32, 8, 1), s.raw.0, &mut args![xp, o, r, c])?;
-        Ok(Buffer::Cuda(out))
+        self.done(out)
     }
 
     fn concat(&self, device: DeviceId, dtype: DType, parts: &[(&Buffer, usize)]) -> Result<Buffer> {
@@ -682,13 +696,13 @@ impl Backend for CudaBackend {
             Self::dtod(&s, at, b.ptr(), b.bytes())?;
             at += b.bytes() as u64;
         }
-        Ok(Buffer::Cuda(out))
+        self.done(out)
     }
 
     fn slice(&self, device: DeviceId, dtype: DType, x: &Buffer, offset: usize, len: usize) -> Result<Buffer> {
         let (_, s, out) = self.alloc(device, dtype, len, &[x])?;
         let src = cuda(x).ptr() + (offset * dtype.size()) as u64;
         Self::dtod(&s, out.ptr(), src, len * dtype.size())?;
-        Ok(Buffer::Cuda(out))
+        self.done(out)
     }
 }
