@@ -168,7 +168,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
         self.copy_to(Dyn::new(id))
     }
 
-    fn copy_to<E: Device>(&self, dst: E) -> Result<Tensor<E, T>> {
+    pub(crate) fn copy_to<E: Device>(&self, dst: E) -> Result<Tensor<E, T>> {
         let storage = if dst.id() == self.device() {
             // Same memory: share it rather than copy, as torch's `.to` does.
             backend::for_device(dst.id())?;
