@@ -89,6 +89,11 @@ mod sealed {
 /// use locus_runtime::{Cuda, Device, DeviceId};
 /// assert_eq!(Cuda::<3>.id(), DeviceId::Cuda(3));
 /// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a placement",
+    label = "not a placement",
+    note = "a placement is `Cpu`, `Pinned`, `Cuda<N>` or `Dyn`; `Here` is one only inside a fn, impl block or `with_device!` with a literal device, such as `#[on_device(1)]`"
+)]
 pub trait Device: Copy + Send + Sync + fmt::Debug + 'static + SamePlacement<Self> + sealed::Sealed {
     /// The run-time name of this placement.
     fn id(&self) -> DeviceId;
@@ -143,6 +148,19 @@ impl From<DeviceId> for Dyn {
     }
 }
 
+/// The device of the enclosing `#[on_device(n)]` or `with_device!(n => ..)`, for a
+/// literal ordinal `n`: there the macro makes `Here` an alias of `Cuda<n>`, with no
+/// import needed.
+///
+/// Anywhere else `Here` is this type, which is not a placement, so that a `Here` left
+/// outside the attribute fails to compile with a message saying where it belongs:
+///
+/// ```compile_fail
+/// use locus_runtime::{Here, Tensor};
+/// fn step(x: &Tensor<Here>) {} // `Here` is not a placement
+/// ```
+pub enum Here {}
+
 impl sealed::Sealed for Cpu {}
 impl sealed::Sealed for Pinned {}
 impl<const N: usize> sealed::Sealed for Cuda<N> {}
@@ -178,4 +196,20 @@ impl StaticDevice for Pinned {
 impl<const N: usize> StaticDevice for Cuda<N> {
     // An ordinal past u32 saturates, so it can never alias a real device.
     const ID: DeviceId = DeviceId::Cuda(if N > u32::MAX as usize { u32::MAX } else { N as u32 });
+}
+
+/// The CUDA devices, `cuda:0` up to `cuda:{n - 1}` for [`device_count`](crate::device_count)
+/// `n`: the GPUs the driver shows (after `CUDA_VISIBLE_DEVICES`), or the host backend's
+/// `LOCUS_HOST_DEVICES` simulated ones.
+///
+/// ```
+/// use locus_runtime::{device_count, devices, DeviceId};
+/// let all = devices()?;
+/// assert_eq!(all.len(), device_count()?);
+/// assert_eq!(all[0], DeviceId::Cuda(0));
+/// # Ok::<(), locus_runtime::Error>(())
+/// ```
+pub fn devices() -> crate::error::Result<Vec<DeviceId>> {
+    let n = crate::backend::device_count()?;
+    Ok((0..n).map(|i| DeviceId::Cuda(u32::try_from(i).unwrap_or(u32::MAX))).collect())
 }

@@ -24,6 +24,10 @@ pub enum Error {
     #[error("{op}: lhs is on {lhs} but rhs is on {rhs}; move one with .to(..) or .to_dyn(..) first")]
     DeviceMismatch { op: &'static str, lhs: DeviceId, rhs: DeviceId },
 
+    /// A checked conversion to a placement the tensor is not on (`try_into_device`).
+    #[error("the tensor is on {actual}, not {expected}; copy it with .to(..) or .to_dyn({expected}) to move it")]
+    NotOnDevice { expected: DeviceId, actual: DeviceId },
+
     /// Operand shapes that the op cannot combine.
     #[error("{op}: shapes {lhs:?} and {rhs:?} do not fit together")]
     ShapeMismatch { op: &'static str, lhs: Vec<usize>, rhs: Vec<usize> },

@@ -14,6 +14,8 @@ mod backend;
 mod device;
 mod element;
 mod error;
+mod guard;
+mod macro_support;
 mod memory;
 pub mod parallel;
 mod placement;
@@ -21,19 +23,27 @@ mod shape;
 mod storage;
 mod stream;
 mod tensor;
+mod to_device;
 
 pub use backend::{backend_name, device_count};
-pub use device::{Cpu, Cuda, Device, DeviceId, Dyn, Pinned, StaticDevice};
+pub use device::{devices, Cpu, Cuda, Device, DeviceId, Dyn, Here, Pinned, StaticDevice};
 pub use element::{DType, Element, Float, Scalar};
 pub use error::{Error, Result};
+pub use guard::{current_device, DeviceGuard, IntoDeviceId, OnDevice};
 pub use memory::{max_memory_allocated, memory_allocated, reset_peak_memory_stats};
 pub use parallel::{can_access_peer, enable_peer_access, PeerAccess};
 pub use placement::SamePlacement;
 pub use stream::{cross_stream_waits, current_stream, on_stream, synchronize, Event, Stream};
 pub use tensor::Tensor;
+pub use to_device::ToDevice;
 
 /// Items the macros of `locus-macros` expand to. Not public API.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::device::{Cuda, Device, DeviceId, StaticDevice};
+    pub use crate::error::{Error, Result};
+    pub use crate::guard::{DeviceGuard, OnDevice};
+    pub use crate::macro_support::*;
     pub use crate::placement::Unplaced;
+    pub use crate::to_device::ToDevice;
 }

@@ -284,6 +284,10 @@ impl Backend for HostBackend {
         Ok(())
     }
 
+    fn make_current(&self, _device: DeviceId) -> Result<()> {
+        Ok(())
+    }
+
     fn upload(&self, device: DeviceId, data: &[u8]) -> Result<Buffer> {
         let mut out = host().alloc(device, data.len())?;
         out.bytes_mut().copy_from_slice(data);

@@ -152,6 +152,9 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// waits for the buffer's writer, and the buffer is freed only after `stream` is done.
     fn use_on(&self, buf: &Buffer, stream: &RawStream) -> Result<()>;
 
+    /// Makes `device` current for the calling thread (the CUDA context); called by the guard only when the current device changes.
+    fn make_current(&self, device: DeviceId) -> Result<()>;
+
     /// A buffer of `bytes` bytes holding a copy of `data`.
     fn upload(&self, device: DeviceId, data: &[u8]) -> Result<Buffer>;
     /// Copies all of `buf` into `out` (same length).

@@ -1,6 +1,8 @@
 //! `Tensor<D, T>`: a contiguous n-dimensional array of `T` on placement `D`.
 
 mod arith;
+mod convert;
+mod current;
 mod factory;
 mod ops;
 

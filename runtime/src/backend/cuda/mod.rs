@@ -315,6 +315,10 @@ impl Backend for CudaBackend {
         cuda(buf).use_on(&s)
     }
 
+    fn make_current(&self, device: DeviceId) -> Result<()> {
+        self.dev(device)?.bind()
+    }
+
     fn upload(&self, device: DeviceId, data: &[u8]) -> Result<Buffer> {
         let (dev, s, out) = self.alloc(device, DType::U8, data.len(), &[])?;
         if !data.is_empty() {

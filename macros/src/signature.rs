@@ -1,0 +1,134 @@
+//! Reading and rewriting the types of a signature: the `Cuda<m>` it names (checked
+//! against the attribute's device) and `Here` (replaced by that device).
+
+use proc_macro2::{Span, TokenStream};
+use quote::{quote_spanned, ToTokens};
+use syn::spanned::Spanned;
+use syn::visit_mut::{self, VisitMut};
+use syn::{Block, Expr, GenericArgument, Generics, Ident, PathArguments, Type, TypePath};
+
+use crate::parse::DeviceArg;
+
+/// The device type `::locus::__private::Cuda<n>`, with every token at `span`.
+pub fn cuda_type(ordinal: u32, span: Span) -> TokenStream {
+    let mut n = proc_macro2::Literal::usize_unsuffixed(ordinal as usize);
+    n.set_span(span);
+    quote_spanned!(span=> ::locus::__private::Cuda<#n>)
+}
+
+/// Replaces `Here` in types by `Cuda<ordinal>`, outside fn bodies (which get a
+/// `type Here` alias instead), and collects the `Cuda<m>` types whose `m` is fixed.
+pub struct Signature<'a> {
+    /// The literal ordinal of the attribute; `None` for `N` and `dyn`.
+    ordinal: Option<u32>,
+    /// Generic parameters in scope: a `Cuda<N>` of one of them is not fixed.
+    generics: Vec<&'a Generics>,
+    /// `Cuda<m>` types with a fixed `m`, to check against the attribute.
+    pub fixed: Vec<TypePath>,
+    /// A `Here` seen where it has no meaning (no literal device).
+    pub stray_here: Option<Span>,
+}
+
+impl<'a> Signature<'a> {
+    pub fn new(ordinal: Option<u32>, generics: Vec<&'a Generics>) -> Self {
+        Signature { ordinal, generics, fixed: Vec::new(), stray_here: None }
+    }
+
+    fn is_generic(&self, ident: &Ident) -> bool {
+        self.generics.iter().flat_map(|g| g.params.iter()).any(|p| match p {
+            syn::GenericParam::Const(c) => c.ident == *ident,
+            syn::GenericParam::Type(t) => t.ident == *ident,
+            syn::GenericParam::Lifetime(_) => false,
+        })
+    }
+
+    /// Whether the argument of a `Cuda<..>` is fixed at the definition: a literal, or
+    /// a const that is not a generic parameter.
+    fn is_fixed(&self, arg: &GenericArgument) -> bool {
+        match arg {
+            GenericArgument::Const(Expr::Lit(_)) => true,
+            GenericArgument::Const(e @ Expr::Block(_)) => !mentions(e.to_token_stream(), &|i| self.is_generic(i)),
+            GenericArgument::Type(Type::Path(p)) if p.qself.is_none() => {
+                p.path.get_ident().is_some_and(|i| !self.is_generic(i))
+            }
+            _ => false,
+        }
+    }
+}
+
+fn mentions(tokens: TokenStream, pred: &dyn Fn(&Ident) -> bool) -> bool {
+    tokens.into_iter().any(|tt| match tt {
+        proc_macro2::TokenTree::Ident(i) => pred(&i),
+        proc_macro2::TokenTree::Group(g) => mentions(g.stream(), pred),
+        _ => false,
+    })
+}
+
+fn is_here(p: &TypePath) -> bool {
+    p.qself.is_none() && p.path.is_ident("Here")
+}
+
+impl VisitMut for Signature<'_> {
+    fn visit_type_mut(&mut self, ty: &mut Type) {
+        if let Type::Path(p) = ty {
+            if is_here(p) {
+                let span = p.path.segments[0].ident.span();
+                match self.ordinal {
+                    Some(n) => *ty = Type::Verbatim(cuda_type(n, span)),
+                    None => {
+                        self.stray_here.get_or_insert(span);
+                    }
+                }
+                return;
+            }
+            if let Some(last) = p.path.segments.last() {
+                if last.ident == "Cuda" {
+                    if let PathArguments::AngleBracketed(args) = &last.arguments {
+                        if args.args.len() == 1 && self.is_fixed(&args.args[0]) {
+                            self.fixed.push(p.clone());
+                        }
+                    }
+                }
+            }
+        }
+        visit_mut::visit_type_mut(self, ty);
+    }
+
+    fn visit_block_mut(&mut self, _block: &mut Block) {
+        // Bodies get a `type Here` alias; items inside them are the user's own.
+    }
+}
+
+/// The first `Here` in `block`, changing nothing.
+pub fn find_here(block: &mut Block) -> Option<Span> {
+    let mut scan = FindHere(None);
+    scan.visit_block_mut(block);
+    scan.0
+}
+
+/// The first `Here` in `expr`, changing nothing.
+pub fn find_here_in_expr(expr: &mut syn::Expr) -> Option<Span> {
+    let mut scan = FindHere(None);
+    scan.visit_expr_mut(expr);
+    scan.0
+}
+
+struct FindHere(Option<Span>);
+
+impl VisitMut for FindHere {
+    fn visit_type_path_mut(&mut self, p: &mut TypePath) {
+        if is_here(p) {
+            self.0.get_or_insert(p.span());
+        }
+        visit_mut::visit_type_path_mut(self, p);
+    }
+}
+
+/// The error for a `Here` under a device that is not a literal.
+pub fn here_error(span: Span, arg: &DeviceArg, caller: &str) -> syn::Error {
+    let instead = match arg {
+        DeviceArg::ConstParam(n) => format!("with `{n}` write `Cuda<{n}>`"),
+        _ => "with `dyn` the device is known only at run time: write `Dyn`".to_string(),
+    };
+    syn::Error::new(span, format!("`Here` is defined only for a literal device, as in {caller}; {instead}"))
+}

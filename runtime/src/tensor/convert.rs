@@ -1,0 +1,63 @@
+//! Conversions between static placements and `Dyn` that never copy: erasing the
+//! placement (`into_dyn`, `From`) and checking it back (`try_into_device`, `TryFrom`),
+//! as a HAL steps a typed pin down to an erased one and back.
+
+use std::marker::PhantomData;
+
+use super::Tensor;
+use crate::device::{Device, Dyn, StaticDevice};
+use crate::element::Element;
+use crate::error::{Error, Result};
+
+impl<D: Device, T: Element> Tensor<D, T> {
+    /// The same tensor typed for the static placement `E`, if that is where it is: a
+    /// check, never a copy. `Error::NotOnDevice` names where it really is.
+    ///
+    /// ```
+    /// use locus_runtime::{Cuda, DeviceId, Error, Tensor};
+    /// let d = Tensor::<Cuda<1>>::ones([2])?.into_dyn();
+    /// let back: Tensor<Cuda<1>> = d.clone().try_into_device::<Cuda<1>>()?;
+    /// assert_eq!(back.to_vec()?, vec![1.0, 1.0]);
+    /// let err = d.try_into_device::<Cuda<0>>().unwrap_err();
+    /// assert_eq!(err, Error::NotOnDevice { expected: DeviceId::Cuda(0), actual: DeviceId::Cuda(1) });
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn try_into_device<E: StaticDevice>(self) -> Result<Tensor<E, T>> {
+        if self.device() != E::ID {
+            return Err(Error::NotOnDevice { expected: E::ID, actual: self.device() });
+        }
+        Ok(Tensor { storage: self.storage, shape: self.shape, placement: E::default(), _elem: PhantomData })
+    }
+}
+
+/// `Tensor<Cuda<1>>` into `Tensor<Dyn>`, as [`Tensor::into_dyn`].
+///
+/// ```
+/// use locus_runtime::{Cpu, Dyn, Tensor};
+/// let d: Tensor<Dyn> = Tensor::<Cpu>::zeros([1])?.into();
+/// assert_eq!(d.device().to_string(), "cpu");
+/// # Ok::<(), locus_runtime::Error>(())
+/// ```
+impl<S: StaticDevice, T: Element> From<Tensor<S, T>> for Tensor<Dyn, T> {
+    fn from(t: Tensor<S, T>) -> Self {
+        t.into_dyn()
+    }
+}
+
+/// `Tensor<Dyn>` back to a static placement, as [`Tensor::try_into_device`].
+///
+/// ```
+/// use locus_runtime::{Cuda, Dyn, Pinned, Tensor};
+/// let d = Tensor::<Pinned>::ones([1])?.into_dyn();
+/// assert!(Tensor::<Cuda<0>>::try_from(d.clone()).is_err());
+/// let p: Tensor<Pinned> = d.try_into()?;
+/// assert_eq!(p.to_vec()?, vec![1.0]);
+/// # Ok::<(), locus_runtime::Error>(())
+/// ```
+impl<S: StaticDevice, T: Element> TryFrom<Tensor<Dyn, T>> for Tensor<S, T> {
+    type Error = Error;
+
+    fn try_from(t: Tensor<Dyn, T>) -> Result<Self> {
+        t.try_into_device::<S>()
+    }
+}

@@ -1,0 +1,123 @@
+//! Moving whole values between placements: PyTorch's `module.to(device)`.
+
+use std::marker::PhantomData;
+
+use crate::device::{Device, DeviceId, Dyn, StaticDevice};
+use crate::element::Element;
+use crate::error::Result;
+use crate::tensor::Tensor;
+
+/// A value whose tensors can be copied to another placement as a whole, giving the
+/// same value on placement `E` (`Self::On<E>`).
+///
+/// `#[derive(ToDevice)]` implements it for structs generic over one `D: Device`; it is
+/// implemented here for tensors, `PhantomData` of a placement, and `Vec`s, `Option`s,
+/// `Box`es and arrays of `ToDevice` values.
+///
+/// ```
+/// use locus_runtime::{Cuda, Tensor, ToDevice};
+/// let layers = vec![Tensor::<Cuda<0>>::ones([2])?, Tensor::<Cuda<0>>::zeros([3])?];
+/// let moved: Vec<Tensor<Cuda<1>>> = layers.to::<Cuda<1>>()?;
+/// assert_eq!(moved[0].to_vec()?, vec![1.0, 1.0]);
+/// assert_eq!(moved[1].device().to_string(), "cuda:1");
+/// # Ok::<(), locus_runtime::Error>(())
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be moved between devices",
+    label = "this field mentions the device parameter but is not `ToDevice`",
+    note = "`#[derive(ToDevice)]` copies the fields that mention the device parameter: tensors, `ToDevice` types, and `Vec`, `Option`, `Box` or arrays of them; implement `ToDevice` for this type, or keep the device out of its type"
+)]
+pub trait ToDevice {
+    /// This value with every tensor on placement `E`.
+    type On<E: Device>;
+
+    /// A copy with every tensor on `placement`; tensors already there are shared, not
+    /// copied (as `Tensor::to` does).
+    fn to_placement<E: Device>(&self, placement: E) -> Result<Self::On<E>>;
+
+    /// A copy with every tensor on the static placement `E`.
+    fn to<E: StaticDevice>(&self) -> Result<Self::On<E>> {
+        self.to_placement(E::default())
+    }
+
+    /// A copy with every tensor on the run-time placement `id`.
+    ///
+    /// ```
+    /// use locus_runtime::{Cpu, DeviceId, Tensor, ToDevice};
+    /// let v = Some(Tensor::<Cpu>::ones([1])?);
+    /// let d = ToDevice::to_dyn(&v, DeviceId::Cuda(0))?;
+    /// assert_eq!(d.unwrap().device(), DeviceId::Cuda(0));
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    fn to_dyn(&self, id: DeviceId) -> Result<Self::On<Dyn>> {
+        self.to_placement(Dyn::new(id))
+    }
+}
+
+impl<D: Device, T: Element> ToDevice for Tensor<D, T> {
+    type On<E: Device> = Tensor<E, T>;
+
+    fn to_placement<E: Device>(&self, placement: E) -> Result<Tensor<E, T>> {
+        self.copy_to(placement)
+    }
+}
+
+impl<D: Device> ToDevice for PhantomData<D> {
+    type On<E: Device> = PhantomData<E>;
+
+    fn to_placement<E: Device>(&self, placement: E) -> Result<PhantomData<E>> {
+        // Still check the placement: a missing device is an error, as for a tensor.
+        move_placement(placement)?;
+        Ok(PhantomData)
+    }
+}
+
+impl<X: ToDevice> ToDevice for Vec<X> {
+    type On<E: Device> = Vec<X::On<E>>;
+
+    fn to_placement<E: Device>(&self, placement: E) -> Result<Self::On<E>> {
+        self.iter().map(|x| x.to_placement(placement)).collect()
+    }
+}
+
+impl<X: ToDevice> ToDevice for Option<X> {
+    type On<E: Device> = Option<X::On<E>>;
+
+    fn to_placement<E: Device>(&self, placement: E) -> Result<Self::On<E>> {
+        self.as_ref().map(|x| x.to_placement(placement)).transpose()
+    }
+}
+
+impl<X: ToDevice> ToDevice for Box<X> {
+    type On<E: Device> = Box<X::On<E>>;
+
+    fn to_placement<E: Device>(&self, placement: E) -> Result<Self::On<E>> {
+        Ok(Box::new((**self).to_placement(placement)?))
+    }
+}
+
+impl<X: ToDevice, const N: usize> ToDevice for [X; N] {
+    type On<E: Device> = [X::On<E>; N];
+
+    fn to_placement<E: Device>(&self, placement: E) -> Result<Self::On<E>> {
+        let moved: Vec<X::On<E>> = self.iter().map(|x| x.to_placement(placement)).collect::<Result<_>>()?;
+        match moved.try_into() {
+            Ok(array) => Ok(array),
+            Err(_) => unreachable!("N elements in, N elements out"),
+        }
+    }
+}
+
+/// `field` moved to `placement`: how a field that mentions the device parameter moves
+/// in `#[derive(ToDevice)]`. `X` is written out by the macro, so that a field that is
+/// not `ToDevice` is reported once, at its type.
+pub fn move_field<X: ToDevice, E: Device>(field: &X, placement: E) -> Result<X::On<E>> {
+    field.to_placement(placement)
+}
+
+/// `placement`, after checking that it exists: how a field whose type is the device
+/// parameter itself moves in `#[derive(ToDevice)]`.
+pub fn move_placement<E: Device>(placement: E) -> Result<E> {
+    crate::backend::for_device(placement.id())?;
+    Ok(placement)
+}
