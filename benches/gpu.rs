@@ -9,7 +9,8 @@ use std::ffi::c_void;
 use std::time::Instant;
 
 use cudarc::driver::{result, sys, CudaContext};
-use locus::{synchronize, Cpu, Cuda, DeviceId, Event, Stream, Tensor};
+use locus::parallel::{DataParallel, Module};
+use locus::{synchronize, Cpu, Cuda, Device, DeviceId, Event, Stream, Tensor, ToDevice};
 
 type G = Cuda<0>;
 const GIB: usize = 1 << 30;
@@ -238,6 +239,40 @@ fn matmul() {
     row("matmul_4096_f32", Some(2.0 * (n as f64).powi(3) / t / 1e12), "TFLOP/s", "cuBLAS sgemm, no TF32");
 }
 
+/// `relu(x @ w)`: the module of the DataParallel row.
+#[derive(ToDevice)]
+struct Layer<D: Device> {
+    w: Tensor<D>,
+}
+
+impl<D: Device> Module<D> for Layer<D> {
+    fn forward(&self, x: &Tensor<D>) -> locus::Result<Tensor<D>> {
+        x.matmul(&self.w)?.relu()
+    }
+}
+
+fn data_parallel() {
+    let layer = Layer { w: Tensor::<G>::rand([1024, 1024], 1).unwrap() };
+    let ids = locus::devices().unwrap();
+    let dp = DataParallel::new(&layer, &ids, Cuda::<0>).unwrap();
+    let x = Tensor::<G>::rand([8192, 1024], 2).unwrap();
+    let sync = || synchronize(DeviceId::Cuda(0)).unwrap();
+    let parallel = wall_time(3, 20, || {
+        drop(dp.forward(&x).unwrap());
+        sync();
+    });
+    let alone = wall_time(3, 20, || {
+        drop(layer.forward(&x).unwrap());
+        sync();
+    });
+    let note = format!(
+        "relu([8192, 1024] @ [1024, 1024]) over {} GPU(s), gathered on cuda:0; the same on cuda:0 alone: {:.3} ms",
+        ids.len(),
+        alone * 1e3
+    );
+    row("data_parallel_forward", Some(parallel * 1e3), "ms", &note);
+}
+
 fn main() {
     match locus::backend_name() {
         Ok("cuda") => {}
@@ -257,5 +292,5 @@ fn main() {
     matmul();
     row("guard_enter_exit_same_device", None, "ns", "on_device guard not landed yet (issue 4)");
     row("pipeline_vs_ideal", None, "x", "Loader not landed (issue 6)");
-    row("data_parallel_forward", None, "ms", "DataParallel not landed (issue 7)");
+    data_parallel();
 }

@@ -31,7 +31,7 @@ pub use element::{DType, Element, Float, Scalar};
 pub use error::{Error, Result};
 pub use guard::{current_device, DeviceGuard, IntoDeviceId, OnDevice};
 pub use memory::{max_memory_allocated, memory_allocated, reset_peak_memory_stats};
-pub use parallel::{can_access_peer, enable_peer_access, PeerAccess};
+pub use parallel::{can_access_peer, enable_peer_access, DataParallel, Module, PeerAccess};
 pub use placement::SamePlacement;
 pub use stream::{cross_stream_waits, current_stream, on_stream, synchronize, Event, Stream};
 pub use tensor::Tensor;

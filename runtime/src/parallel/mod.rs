@@ -6,6 +6,8 @@
 //!   of devices and back (`torch.cuda.comm`); [`all_reduce_sum`] and [`all_gather`]
 //!   combine one tensor per device (NCCL's collectives, through NCCL on the cuda backend
 //!   when it is installed).
+//! - [`DataParallel`] runs a [`Module`] over a batch split between devices, one thread
+//!   per device.
 //!
 //! Device lists are typed (a tuple of placements, giving a tuple of typed tensors) or
 //! run-time (`DeviceId`s, giving `Tensor<Dyn>`s):
@@ -27,10 +29,12 @@
 
 mod collective;
 mod comm;
+mod data_parallel;
 mod lists;
 mod peer;
 
 pub use collective::{all_gather, all_reduce_sum, broadcast};
 pub use comm::{chunk_sizes, gather, reduce_add, scatter, scatter_sizes};
+pub use data_parallel::{DataParallel, Module};
 pub use lists::{DeviceList, Parts};
 pub use peer::{can_access_peer, enable_peer_access, CudaDevice, PeerAccess};
