@@ -5,6 +5,7 @@
 //! four) and on a GPU machine, where one GPU makes a DataParallel of one:
 //!     cargo run --release --example data_parallel
 
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -59,7 +60,17 @@ fn max_abs_diff(a: &Tensor<Cuda<0>>, b: &Tensor<Cuda<0>>) -> locus::Result<f32> 
     Ok(a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max))
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("data_parallel: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let ids = devices()?;
     let names: Vec<String> = ids.iter().map(|d| d.to_string()).collect();
     println!("backend: {}; DataParallel over {} device(s): {}", locus::backend_name()?, ids.len(), names.join(", "));
