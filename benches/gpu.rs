@@ -9,7 +9,8 @@ use std::ffi::c_void;
 use std::time::Instant;
 
 use cudarc::driver::{result, sys, CudaContext};
-use locus::{on_stream, synchronize, Cpu, Cuda, DeviceId, Event, Stream, Tensor};
+use locus::parallel::{DataParallel, Module};
+use locus::{on_stream, synchronize, Cpu, Cuda, Device, DeviceId, Event, Stream, Tensor, ToDevice};
 
 type G = Cuda<0>;
 const GIB: usize = 1 << 30;
@@ -380,6 +381,40 @@ fn pipeline() {
     );
 }
 
+/// `relu(x @ w)`: the module of the DataParallel row.
+#[derive(ToDevice)]
+struct Layer<D: Device> {
+    w: Tensor<D>,
+}
+
+impl<D: Device> Module<D> for Layer<D> {
+    fn forward(&self, x: &Tensor<D>) -> locus::Result<Tensor<D>> {
+        x.matmul(&self.w)?.relu()
+    }
+}
+
+fn data_parallel() {
+    let layer = Layer { w: Tensor::<G>::rand([1024, 1024], 1).unwrap() };
+    let ids = locus::devices().unwrap();
+    let dp = DataParallel::new(&layer, &ids, Cuda::<0>).unwrap();
+    let x = Tensor::<G>::rand([8192, 1024], 2).unwrap();
+    let sync = || synchronize(DeviceId::Cuda(0)).unwrap();
+    let parallel = wall_time(3, 20, || {
+        drop(dp.forward(&x).unwrap());
+        sync();
+    });
+    let alone = wall_time(3, 20, || {
+        drop(layer.forward(&x).unwrap());
+        sync();
+    });
+    let note = format!(
+        "relu([8192, 1024] @ [1024, 1024]) over {} GPU(s), gathered on cuda:0; the same on cuda:0 alone: {:.3} ms",
+        ids.len(),
+        alone * 1e3
+    );
+    row("data_parallel_forward", Some(parallel * 1e3), "ms", &note);
+}
+
 fn main() {
     match locus::backend_name() {
         Ok("cuda") => {}
@@ -400,5 +435,5 @@ fn main() {
     guard();
     pool_steady_state();
     pipeline();
-    row("data_parallel_forward", None, "ms", "DataParallel not landed (issue 7)");
+    data_parallel();
 }

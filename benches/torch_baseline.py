@@ -109,6 +109,22 @@ def guard():
     row("guard_enter_exit_same_device", statistics.median(ts), "ns", "with torch.cuda.device(0): pass")
 
 
+def data_parallel():
+    torch.backends.cuda.matmul.allow_tf32 = False
+    layer = torch.nn.Sequential(torch.nn.Linear(1024, 1024, bias=False), torch.nn.ReLU()).to(dev)
+    dp = torch.nn.DataParallel(layer)
+    x = torch.rand(8192, 1024, device=dev)
+
+    def step():
+        with torch.no_grad():
+            dp(x)
+        torch.cuda.synchronize(dev)
+
+    t = wall_time(step, reps=20)
+    gpus = torch.cuda.device_count()
+    row("data_parallel_forward", t * 1e3, "ms", f"nn.DataParallel(Linear(1024, 1024, bias=False) + ReLU) on [8192, 1024], {gpus} GPU(s)")
+
+
 if __name__ == "__main__":
     print(f"# torch {torch.__version__}, cuda {torch.version.cuda}, {torch.cuda.get_device_name(0)}")
     torch.ones(1, device=dev).sum().item()
@@ -117,3 +133,4 @@ if __name__ == "__main__":
     large_ops()
     matmul()
     guard()
+    data_parallel()

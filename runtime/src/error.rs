@@ -59,4 +59,20 @@ pub enum Error {
     /// A data-loader worker failed while producing a batch.
     #[error("loader worker failed on batch {batch}: {message}")]
     LoaderWorker { batch: usize, message: String },
+
+    /// Two devices that cannot read each other's memory directly.
+    #[error("{lhs} and {rhs} have no peer-to-peer path; copy with .to(..), which stages through the host")]
+    NoPeerAccess { lhs: DeviceId, rhs: DeviceId },
+
+    /// The replica of a data-parallel module on `device` failed.
+    #[error("replica on {device} failed: {source}")]
+    Replica { device: DeviceId, source: Box<Error> },
+
+    /// Code run on a worker thread panicked; the panic was caught and the thread joined.
+    #[error("panicked: {message}")]
+    Panicked { message: String },
+
+    /// The operating system refused to start a worker thread.
+    #[error("could not start a thread: {message}")]
+    Thread { message: String },
 }

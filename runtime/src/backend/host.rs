@@ -545,4 +545,24 @@ impl Backend for HostBackend {
         let s = dtype.size();
         self.upload(device, &host_buf(x).bytes()[offset * s..(offset + len) * s])
     }
+
+    // Multi-device work: see host_collective.rs.
+
+    fn can_access_peer(&self, device: DeviceId, peer: DeviceId) -> Result<bool> {
+        super::host_collective::can_access_peer(device, peer)
+    }
+
+    fn enable_peer_access(&self, device: DeviceId, peer: DeviceId) -> Result<()> {
+        super::host_collective::enable_peer_access(device, peer)
+    }
+
+    fn collective(
+        &self,
+        devices: &[DeviceId],
+        dtype: DType,
+        len: usize,
+        op: super::Collective<'_>,
+    ) -> Result<Option<Vec<Buffer>>> {
+        super::host_collective::collective(devices, dtype, len, op)
+    }
 }

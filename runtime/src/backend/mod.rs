@@ -7,6 +7,7 @@
 mod account;
 mod cuda;
 pub(crate) mod host;
+mod host_collective;
 mod host_kernels;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -100,6 +101,18 @@ pub(crate) enum ReduceOp {
     Sum,
     Mean,
     Max,
+}
+
+/// A collective over one buffer per device, as NCCL runs them. Inputs hold `len`
+/// elements each; input `i` lives on `devices[i]`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Collective<'a> {
+    /// Every device gets a copy of `buf`, which lives on `devices[root]`.
+    Broadcast { root: usize, buf: &'a Buffer },
+    /// Every device gets the elementwise sum of the inputs.
+    AllReduceSum(&'a [&'a Buffer]),
+    /// Every device gets the inputs one after another, in device-list order.
+    AllGather(&'a [&'a Buffer]),
 }
 
 /// What a backend does. Every method gets the device it runs on; buffers passed in
@@ -216,6 +229,24 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn concat(&self, device: DeviceId, dtype: DType, parts: &[(&Buffer, usize)]) -> Result<Buffer>;
     /// Elements `offset..offset + len` of `x`.
     fn slice(&self, device: DeviceId, dtype: DType, x: &Buffer, offset: usize, len: usize) -> Result<Buffer>;
+
+    // Multi-device work: peer access and collectives.
+
+    /// Whether `device` can read and write the memory of `peer` directly (two distinct
+    /// devices of this backend).
+    fn can_access_peer(&self, device: DeviceId, peer: DeviceId) -> Result<bool>;
+    /// Lets `device` and `peer` access each other's memory; already enabled is success.
+    fn enable_peer_access(&self, device: DeviceId, peer: DeviceId) -> Result<()>;
+    /// Runs `op` over `devices` (distinct devices of this backend, at least two), `len`
+    /// elements of `dtype` per input; one output per device, in order. `None` when the
+    /// backend has no direct way (no NCCL), and the caller copies instead.
+    fn collective(
+        &self,
+        devices: &[DeviceId],
+        dtype: DType,
+        len: usize,
+        op: Collective<'_>,
+    ) -> Result<Option<Vec<Buffer>>>;
 }
 
 /// The random bits of element `i` under `seed` (SplitMix64 of a counter), shared by all

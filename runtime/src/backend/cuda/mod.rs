@@ -4,6 +4,8 @@
 
 mod buffer;
 mod device;
+mod nccl;
+mod peer;
 mod staged;
 mod stream;
 
@@ -20,7 +22,7 @@ pub(crate) use buffer::CudaBuffer;
 use device::{driver, DeviceState};
 pub(crate) use stream::{EventObj, StreamObj};
 
-use super::{Backend, BinaryOp, Buffer, HostBuffer, RawEvent, RawStream, ReduceOp, UnaryOp};
+use super::{Backend, BinaryOp, Buffer, Collective, HostBuffer, RawEvent, RawStream, ReduceOp, UnaryOp};
 use crate::device::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
@@ -704,5 +706,25 @@ impl Backend for CudaBackend {
         let src = cuda(x).ptr() + (offset * dtype.size()) as u64;
         Self::dtod(&s, out.ptr(), src, len * dtype.size())?;
         self.done(out)
+    }
+
+    // Multi-device work: see peer.rs and nccl.rs.
+
+    fn can_access_peer(&self, device: DeviceId, peer: DeviceId) -> Result<bool> {
+        peer::can_access_peer(self, device, peer)
+    }
+
+    fn enable_peer_access(&self, device: DeviceId, peer: DeviceId) -> Result<()> {
+        peer::enable_peer_access(self, device, peer)
+    }
+
+    fn collective(
+        &self,
+        devices: &[DeviceId],
+        dtype: DType,
+        len: usize,
+        op: Collective<'_>,
+    ) -> Result<Option<Vec<Buffer>>> {
+        nccl::collective(self, devices, dtype, len, op)
     }
 }

@@ -1,0 +1,88 @@
+//! Peer access and collectives of the host backend. Simulated devices all live in host
+//! memory, so every pair of distinct devices can reach each other, and a collective is
+//! a few copies and sums: the same results NCCL gives, in the same device order.
+
+use super::host::{host, HostBuffer};
+use super::{Buffer, Collective};
+use crate::device::DeviceId;
+use crate::element::{with_dtype, DType, Element};
+use crate::error::{Error, Result};
+
+/// Whether `device` can reach `peer`: any two distinct existing devices can.
+pub(crate) fn can_access_peer(device: DeviceId, peer: DeviceId) -> Result<bool> {
+    host().account(device)?;
+    host().account(peer)?;
+    Ok(device != peer)
+}
+
+/// Peer access needs no set-up on the host; the devices must exist and differ.
+pub(crate) fn enable_peer_access(device: DeviceId, peer: DeviceId) -> Result<()> {
+    if !can_access_peer(device, peer)? {
+        return Err(Error::NoPeerAccess { lhs: device, rhs: peer });
+    }
+    Ok(())
+}
+
+/// `op` over `devices`, computed in host memory; always `Some`.
+pub(crate) fn collective(
+    devices: &[DeviceId],
+    dtype: DType,
+    len: usize,
+    op: Collective<'_>,
+) -> Result<Option<Vec<Buffer>>> {
+    let bytes = len.checked_mul(dtype.size()).ok_or_else(|| bad("the inputs are larger than memory"))?;
+    let result = match op {
+        Collective::Broadcast { root, buf } => {
+            if root >= devices.len() {
+                return Err(bad("the root is not one of the devices"));
+            }
+            sized(buf, bytes)?.bytes().to_vec()
+        }
+        Collective::AllReduceSum(inputs) => {
+            let inputs = inputs_of(devices, inputs, bytes)?;
+            with_dtype!(dtype, T => sum::<T>(&inputs))
+        }
+        Collective::AllGather(inputs) => {
+            inputs_of(devices, inputs, bytes)?.iter().flat_map(|b| b.bytes()).copied().collect()
+        }
+    };
+    let outputs = devices
+        .iter()
+        .map(|&d| {
+            let mut out = host().alloc(d, result.len())?;
+            out.bytes_mut().copy_from_slice(&result);
+            Ok(Buffer::Host(out))
+        })
+        .collect::<Result<_>>()?;
+    Ok(Some(outputs))
+}
+
+/// The elementwise sum of the inputs, added in device order, as bytes.
+fn sum<T: Element>(inputs: &[&HostBuffer]) -> Vec<u8> {
+    let mut acc: Vec<T> = inputs[0].as_slice::<T>().to_vec();
+    for b in &inputs[1..] {
+        for (a, &x) in acc.iter_mut().zip(b.as_slice::<T>()) {
+            *a = Element::add(*a, x);
+        }
+    }
+    bytemuck::cast_slice(&acc).to_vec()
+}
+
+fn inputs_of<'a>(devices: &[DeviceId], inputs: &[&'a Buffer], bytes: usize) -> Result<Vec<&'a HostBuffer>> {
+    if inputs.len() != devices.len() || inputs.is_empty() {
+        return Err(bad("one input per device is needed"));
+    }
+    inputs.iter().map(|b| sized(b, bytes)).collect()
+}
+
+fn sized(b: &Buffer, bytes: usize) -> Result<&HostBuffer> {
+    match b {
+        Buffer::Host(h) if h.bytes().len() == bytes => Ok(h),
+        Buffer::Host(_) => Err(bad("an input has the wrong length")),
+        Buffer::Cuda(_) => Err(bad("device memory was handed to the host backend")),
+    }
+}
+
+fn bad(reason: &str) -> Error {
+    Error::InvalidArgument { op: "collective", reason: reason.into() }
+}

@@ -1,0 +1,190 @@
+//! `DataParallel`: one replica of a module per device, the batch split between them,
+//! every replica run on its own thread under its device, the outputs gathered.
+
+use std::any::Any;
+use std::thread;
+
+use super::comm::{chunk_sizes, gather_dyn, split_to};
+use crate::device::{Device, DeviceId, Dyn};
+use crate::element::Element;
+use crate::error::{Error, Result};
+use crate::guard::DeviceGuard;
+use crate::tensor::Tensor;
+use crate::to_device::ToDevice;
+
+/// A model's forward pass on placement `D`: what [`DataParallel`] runs on each device.
+///
+/// Implement it for every placement (`impl<D: Device> Module<D> for Mlp<D>`), so that
+/// the replicas, which are `Mlp<Dyn>`, have it too.
+///
+/// ```
+/// use locus_runtime::parallel::Module;
+/// use locus_runtime::{Cuda, Device, Tensor};
+/// struct Scale<D: Device> { by: Tensor<D> }
+/// impl<D: Device> Module<D> for Scale<D> {
+///     fn forward(&self, x: &Tensor<D>) -> locus_runtime::Result<Tensor<D>> {
+///         x * &self.by
+///     }
+/// }
+/// let m = Scale { by: Tensor::<Cuda<0>>::full([1], 2.0)? };
+/// assert_eq!(m.forward(&Tensor::ones([2])?)?.to_vec()?, vec![2.0, 2.0]);
+/// # Ok::<(), locus_runtime::Error>(())
+/// ```
+pub trait Module<D: Device, T: Element = f32> {
+    /// The output for a batch `x` (dim 0 is the batch).
+    fn forward(&self, x: &Tensor<D, T>) -> Result<Tensor<D, T>>;
+}
+
+/// A module replicated over devices (PyTorch's `nn.DataParallel`): `forward` splits the
+/// batch along dim 0 as evenly as possible, runs each replica on its own thread under
+/// its device ([`DeviceGuard`]), and gathers the outputs, in order, on the output
+/// placement `O`.
+///
+/// Replicas are copies made once by [`ToDevice`] (`#[derive(ToDevice)]`); a replica on
+/// the device the module already lives on shares its tensors. A batch with fewer rows
+/// than devices uses only the first devices.
+///
+/// A replica that fails or panics makes `forward` return [`Error::Replica`] naming its
+/// device (the first by device order, when several fail); every thread has finished by
+/// then.
+///
+/// ```
+/// use locus_runtime::parallel::{DataParallel, Module};
+/// use locus_runtime::{devices, Cpu, Cuda, Device, DeviceId, Dyn, Tensor, ToDevice};
+///
+/// // What #[derive(ToDevice)] writes for this struct.
+/// struct Affine<D: Device> { w: Tensor<D>, b: Tensor<D> }
+/// impl<D: Device> ToDevice for Affine<D> {
+///     type On<E: Device> = Affine<E>;
+///     fn to_placement<E: Device>(&self, e: E) -> locus_runtime::Result<Affine<E>> {
+///         Ok(Affine { w: self.w.to_placement(e)?, b: self.b.to_placement(e)? })
+///     }
+/// }
+/// impl<D: Device> Module<D> for Affine<D> {
+///     fn forward(&self, x: &Tensor<D>) -> locus_runtime::Result<Tensor<D>> {
+///         x.matmul(&self.w)? + &self.b
+///     }
+/// }
+///
+/// let model = Affine { w: Tensor::<Cuda<0>>::rand([3, 2], 1)?, b: Tensor::<Cuda<0>>::ones([2])? };
+/// let dp = DataParallel::new(&model, &devices()?, Cuda::<0>)?;
+/// let x = Tensor::<Cpu>::rand([5, 3], 2)?;
+/// let y: Tensor<Cuda<0>> = dp.forward(&x)?;
+/// assert_eq!(y.to_vec()?, model.forward(&x.to::<Cuda<0>>()?)?.to_vec()?);
+/// # Ok::<(), locus_runtime::Error>(())
+/// ```
+pub struct DataParallel<M: ToDevice, O: Device = Dyn> {
+    replicas: Vec<(DeviceId, M::On<Dyn>)>,
+    output: O,
+}
+
+impl<M: ToDevice, O: Device> DataParallel<M, O> {
+    /// Replicates `module` onto each of `devices` (distinct, at least one); outputs are
+    /// gathered on `output`.
+    ///
+    /// ```
+    /// use locus_runtime::parallel::DataParallel;
+    /// use locus_runtime::{Cpu, Cuda, DeviceId, Tensor};
+    /// let w = Tensor::<Cpu>::ones([2])?;
+    /// let dp = DataParallel::new(&w, &[DeviceId::Cuda(1), DeviceId::Cuda(0)], Cuda::<0>)?;
+    /// assert_eq!(dp.devices(), vec![DeviceId::Cuda(1), DeviceId::Cuda(0)]);
+    /// assert!(DataParallel::new(&w, &[], Cuda::<0>).is_err());
+    /// assert!(DataParallel::new(&w, &[DeviceId::Cuda(0), DeviceId::Cuda(0)], Cpu).is_err());
+    /// assert!(DataParallel::new(&w, &[DeviceId::Cuda(99)], Cpu).is_err());
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn new(module: &M, devices: &[DeviceId], output: O) -> Result<Self> {
+        let bad = |reason: String| Error::InvalidArgument { op: "DataParallel::new", reason };
+        if devices.is_empty() {
+            return Err(bad("no devices to replicate to".into()));
+        }
+        for (i, d) in devices.iter().enumerate() {
+            if devices[..i].contains(d) {
+                return Err(bad(format!("{d} is listed twice")));
+            }
+        }
+        crate::backend::for_device(output.id())?;
+        let replicas = devices.iter().map(|&d| Ok((d, module.to_dyn(d)?))).collect::<Result<_>>()?;
+        Ok(DataParallel { replicas, output })
+    }
+
+    /// The devices of the replicas, in order.
+    pub fn devices(&self) -> Vec<DeviceId> {
+        self.replicas.iter().map(|r| r.0).collect()
+    }
+
+    /// The replicas with their devices, in order.
+    pub fn replicas(&self) -> &[(DeviceId, M::On<Dyn>)] {
+        &self.replicas
+    }
+
+    /// The placement outputs are gathered on.
+    pub fn output(&self) -> O {
+        self.output
+    }
+
+    /// The module's output for the batch `x` (on any placement), computed by the
+    /// replicas in parallel and gathered on the output placement.
+    pub fn forward<D: Device, T: Element>(&self, x: &Tensor<D, T>) -> Result<Tensor<O, T>>
+    where
+        M::On<Dyn>: Module<Dyn, T> + Sync,
+    {
+        let rows = x.shape().first().copied().ok_or_else(|| Error::InvalidArgument {
+            op: "DataParallel::forward",
+            reason: "a 0-d tensor has no batch dim".into(),
+        })?;
+        // Devices that get no rows sit out; an empty batch still runs on one replica, so
+        // that the output has the module's shape.
+        let sizes: Vec<usize> = chunk_sizes(rows, self.replicas.len()).into_iter().filter(|&n| n > 0).collect();
+        let sizes = if sizes.is_empty() { vec![0] } else { sizes };
+        let used = &self.replicas[..sizes.len()];
+        let ids: Vec<DeviceId> = used.iter().map(|r| r.0).collect();
+        let parts = split_to("DataParallel::forward", x, &ids, &sizes)?;
+        let outputs = run_replicas(used, parts)?;
+        gather_dyn(&outputs, self.output)
+    }
+}
+
+/// Runs replica `i` on `parts[i]`, one thread each, and joins them all.
+fn run_replicas<R: Module<Dyn, T> + Sync, T: Element>(
+    replicas: &[(DeviceId, R)],
+    parts: Vec<Tensor<Dyn, T>>,
+) -> Result<Vec<Tensor<Dyn, T>>> {
+    let results: Vec<Result<Tensor<Dyn, T>>> = thread::scope(|scope| {
+        let handles: Vec<_> = replicas
+            .iter()
+            .zip(parts)
+            .map(|((device, replica), part)| {
+                let device = *device;
+                let run = move || -> Result<Tensor<Dyn, T>> {
+                    let _on = DeviceGuard::enter(device)?;
+                    replica.forward(&part)
+                };
+                (device, thread::Builder::new().name(format!("locus-replica-{device}")).spawn_scoped(scope, run))
+            })
+            .collect();
+        // Every started thread is joined here, whatever the others did.
+        handles
+            .into_iter()
+            .map(|(device, handle)| {
+                let failed = |e: Error| Error::Replica { device, source: Box::new(e) };
+                match handle {
+                    Err(e) => Err(failed(Error::Thread { message: e.to_string() })),
+                    Ok(h) => match h.join() {
+                        Ok(out) => out.map_err(failed),
+                        Err(payload) => Err(failed(Error::Panicked { message: panic_message(payload) })),
+                    },
+                }
+            })
+            .collect()
+    });
+    results.into_iter().collect()
+}
+
+/// The message of a panic payload, as the default hook prints it.
+fn panic_message(payload: Box<dyn Any + Send>) -> String {
+    match payload.downcast::<String>() {
+        Ok(s) => *s,
+        Err(p) => p.downcast_ref::<&str>().map_or_else(|| "a non-string panic payload".into(), |s| (*s).into()),
+    }
+}
