@@ -79,6 +79,12 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     // Replicas on every device; outputs gathered on cuda:0, where `model` lives.
     let dp = DataParallel::new(&model, &ids, Cuda::<0>)?;
 
+    // Warm up both paths (kernels compile and cuBLAS starts on first use) so that the
+    // times below compare steady states.
+    let warm = Tensor::<Cpu>::rand([8, FEATURES], 0)?;
+    dp.forward(&warm)?;
+    model.forward(&warm.to::<Cuda<0>>()?)?;
+
     let bar = ProgressBar::new(BATCHES as u64);
     if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} batches  {msg}") {
         bar.set_style(style);

@@ -150,6 +150,20 @@ fn run_replicas<R: Module<Dyn, T> + Sync, T: Element>(
     replicas: &[(DeviceId, R)],
     parts: Vec<Tensor<Dyn, T>>,
 ) -> Result<Vec<Tensor<Dyn, T>>> {
+    if let ([(device, replica)], [part]) = (replicas, &parts[..]) {
+        // One replica: run it here, as torch.nn.DataParallel does with one device; a
+        // thread would only add its start-up time.
+        let device = *device;
+        let failed = |e: Error| Error::Replica { device, source: Box::new(e) };
+        let run = || -> Result<Tensor<Dyn, T>> {
+            let _on = DeviceGuard::enter(device)?;
+            replica.forward(part)
+        };
+        return match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
+            Ok(out) => out.map(|t| vec![t]).map_err(failed),
+            Err(payload) => Err(failed(Error::Panicked { message: panic_message(payload) })),
+        };
+    }
     let results: Vec<Result<Tensor<Dyn, T>>> = thread::scope(|scope| {
         let handles: Vec<_> = replicas
             .iter()

@@ -1,11 +1,10 @@
 //! Device memory: stream-ordered allocations from the device's pool.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{result, sys};
 
-use super::device::{driver, DeviceState};
+use super::device::{driver, DeviceState, FastMap};
 use super::stream::{EventObj, StreamObj};
 use crate::error::{Error, Result};
 
@@ -49,7 +48,7 @@ type Cached = (sys::CUdeviceptr, Arc<StreamObj>);
 /// Freed small buffers of one device, by stream and bin.
 #[derive(Default)]
 pub(crate) struct BlockCache {
-    free: Mutex<HashMap<BinKey, Vec<Cached>>>,
+    free: Mutex<FastMap<BinKey, Vec<Cached>>>,
 }
 
 impl BlockCache {

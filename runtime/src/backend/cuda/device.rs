@@ -41,7 +41,7 @@ pub(crate) struct DeviceState {
     pub account: MemoryAccount,
     modules: [OnceLock<std::result::Result<Arc<CudaModule>, Error>>; 4],
     functions: Mutex<HashMap<String, Handle<sys::CUfunction>>>,
-    kernels: Mutex<HashMap<KernelKey, Handle<sys::CUfunction>>>,
+    kernels: Mutex<FastMap<KernelKey, Handle<sys::CUfunction>>>,
     blas: OnceLock<std::result::Result<Handle<cudarc::cublas::sys::cublasHandle_t>, Error>>,
     copy: OnceLock<std::result::Result<Arc<StreamObj>, Error>>,
     /// Small freed buffers, reused without a driver call.
@@ -82,7 +82,7 @@ impl DeviceState {
             account: MemoryAccount::new(DeviceId::Cuda(ordinal), usize::MAX),
             modules: Default::default(),
             functions: Mutex::new(HashMap::new()),
-            kernels: Mutex::new(HashMap::new()),
+            kernels: Mutex::new(FastMap::default()),
             blas: OnceLock::new(),
             copy: OnceLock::new(),
             cache: BlockCache::default(),
@@ -242,3 +242,25 @@ fn keep_pool_memory(ctx: &CudaContext, ordinal: u32) -> Result<()> {
     }
     Ok(())
 }
+
+/// FNV-1a: a fast hasher for the small, trusted keys of the per-device tables, which are
+/// looked up on every op.
+#[derive(Default)]
+pub(crate) struct Fnv(u64);
+
+impl std::hash::Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 { 0xcbf2_9ce4_8422_2325 } else { self.0 };
+        for &b in bytes {
+            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+/// A `HashMap` with [`Fnv`].
+pub(crate) type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<Fnv>>;

@@ -16,7 +16,7 @@ use crate::pinned;
 
 /// Copies at least this large are staged; smaller ones go direct.
 pub(super) const STAGE_MIN: usize = 4 << 20;
-const CHUNK: usize = 16 << 20;
+const CHUNK: usize = 8 << 20;
 /// Host copies below this size are not worth splitting over threads.
 const SPLIT_MIN: usize = 1 << 20;
 
@@ -146,7 +146,13 @@ impl Copiers {
 }
 
 static COPIERS: LazyLock<Copiers> = LazyLock::new(|| {
-    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 16);
+    // LOCUS_COPY_THREADS tunes the count (default: the cores, at most 8).
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let threads = std::env::var("LOCUS_COPY_THREADS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(cores.min(8))
+        .clamp(1, 64);
     let (tx, rx) = channel::<Job>();
     let rx = Arc::new(Mutex::new(rx));
     let mut started = 0;
