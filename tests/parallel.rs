@@ -294,6 +294,19 @@ fn mlp() -> locus::Result<Mlp<Cuda<0>>> {
 // DataParallel tests look for live replica threads: they run one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// Waits (up to a second) for every replica thread to vanish from /proc: a joined
+/// thread has finished, but the kernel may list its task for a moment longer.
+fn replica_threads_after_join() -> usize {
+    let deadline = std::time::Instant::now() + Duration::from_secs(1);
+    loop {
+        let n = replica_threads();
+        if n == 0 || std::time::Instant::now() > deadline {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 /// Threads of this process whose name says they are replicas (Linux; none elsewhere).
 fn replica_threads() -> usize {
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0 };
@@ -329,7 +342,7 @@ fn data_parallel_output_equals_single_device_output() -> locus::Result<()> {
     let dp_cpu = DataParallel::new(&model, &ids[..1], Cpu)?;
     let x = Tensor::<Cuda<0>>::rand([5, 6], 8)?;
     assert_eq!(dp_cpu.forward(&x)?.to_vec()?, model.forward(&x)?.to_vec()?);
-    assert_eq!(replica_threads(), 0);
+    assert_eq!(replica_threads_after_join(), 0);
     Ok(())
 }
 
@@ -354,7 +367,7 @@ fn data_parallel_rejects_bad_input() -> locus::Result<()> {
         }
         other => panic!("expected a replica error, got {other:?}"),
     }
-    assert_eq!(replica_threads(), 0);
+    assert_eq!(replica_threads_after_join(), 0);
     Ok(())
 }
 
@@ -430,7 +443,7 @@ fn a_replica_that_errors_gives_err_naming_its_device_and_leaves_no_thread() -> l
         // The probe below does see replica threads while they run.
         assert!(model.seen_threads.load(Ordering::SeqCst) >= 1);
     }
-    assert_eq!(replica_threads(), 0);
+    assert_eq!(replica_threads_after_join(), 0);
     // The same DataParallel still works on a batch the faulty device does not get.
     if ids.len() >= 2 {
         let y = dp.forward(&Tensor::<Cpu>::ones([1, 2])?)?;
@@ -455,6 +468,6 @@ fn a_panicking_replica_gives_err_too() -> locus::Result<()> {
     }
     assert_eq!(model.in_flight.load(Ordering::SeqCst), 0);
     assert_eq!(model.finished.load(Ordering::SeqCst), ids.len() - 1);
-    assert_eq!(replica_threads(), 0);
+    assert_eq!(replica_threads_after_join(), 0);
     Ok(())
 }

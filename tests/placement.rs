@@ -33,8 +33,13 @@ fn a_missing_device_is_an_error_at_first_use() {
     assert!(matches!(err, Error::NoSuchDevice { ordinal: 9, .. }));
 }
 
+// The pinned account is process-wide: the test that counts it runs alone with the one
+// that pins.
+static PINNED: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn copies_cross_every_pair_of_placements() -> locus::Result<()> {
+    let _alone = PINNED.lock().unwrap_or_else(|p| p.into_inner());
     let data = vec![1.5f32, -2.0, 3.25];
     let c = Tensor::<Cpu>::from_vec(data.clone(), [3])?;
     let p = c.to::<Pinned>()?;
@@ -75,7 +80,7 @@ fn dyn_operands_are_checked_at_run_time() -> locus::Result<()> {
 
 #[test]
 fn memory_is_counted_per_device() -> locus::Result<()> {
-    // Pinned is used by no other test in this binary, so its counts are ours alone.
+    let _alone = PINNED.lock().unwrap_or_else(|p| p.into_inner());
     let dev = DeviceId::Pinned;
     let before = locus::memory_allocated(dev)?;
     let t = Tensor::<Pinned>::zeros([1024])?;
