@@ -108,8 +108,8 @@ fn dropping_a_transfer_waits_for_it() -> locus::Result<()> {
 #[test]
 fn large_pageable_copies_are_staged_and_exact() -> locus::Result<()> {
     let _s = serial();
-    // 20 MiB + a ragged tail: several chunks through the double-buffered stages.
-    let n = (20 << 20) / 4 + 12345;
+    // 70 MiB + a ragged tail: several chunks through the double-buffered stages.
+    let n = (70 << 20) / 4 + 12345;
     let host = Tensor::<Cpu>::rand([n], 11)?;
     let dev = host.to::<G>()?;
     assert_eq!(dev.sum()?.item()?, host.sum()?.item()?);

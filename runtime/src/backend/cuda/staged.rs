@@ -22,7 +22,21 @@ const SPLIT_MIN: usize = 1 << 20;
 
 /// Host-to-device: `data` into device memory at `dst`, ordered after `stream`'s work
 /// and before what `stream` queues next. `data` may be dropped when this returns.
+/// (Page-locking the source in place with `cuMemHostRegister` instead was measured on
+/// the H200 at 18 GB/s against 19-29 GB/s for staging, so locus stages.)
 pub(super) fn upload(dev: &DeviceState, stream: &StreamObj, dst: u64, data: &[u8]) -> Result<()> {
+    upload_staged(dev, stream, dst, data)
+}
+
+/// Host-to-device through two pinned stages.
+fn upload_staged(dev: &DeviceState, stream: &StreamObj, dst: u64, data: &[u8]) -> Result<()> {
+    if data.len() < STAGE_MIN {
+        if !data.is_empty() {
+            unsafe { result::memcpy_htod_async(dst, data, stream.raw.0) }
+                .map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"))?;
+        }
+        return Ok(());
+    }
     let side = dev.copy_stream()?;
     side.wait_for(stream)?;
     let stages = [pinned::acquire(CHUNK)?, pinned::acquire(CHUNK)?];
