@@ -618,44 +618,32 @@ impl Backend for CudaBackend {
             let nn = cublasOperation_t::CUBLAS_OP_N;
             unsafe {
                 cudarc::cublas::result::set_stream(h, s as _).map_err(|e| blas_err(device, "cublasSetStream", e))?;
+                // The same call for both widths; only the element type differs.
+                macro_rules! gemm {
+                    ($f:ident, $t:ty, $name:literal) => {
+                        cudarc::cublas::result::$f(
+                            h,
+                            nn,
+                            nn,
+                            ni,
+                            mi,
+                            ki,
+                            &(1.0 as $t),
+                            bp as *const $t,
+                            ni,
+                            ap as *const $t,
+                            ki,
+                            &(0.0 as $t),
+                            o as *mut $t,
+                            ni,
+                        )
+                        .map_err(|e| blas_err(device, $name, e))?
+                    };
+                }
                 if dtype == DType::F32 {
-                    let (one, zero) = (1.0f32, 0.0f32);
-                    cudarc::cublas::result::sgemm(
-                        h,
-                        nn,
-                        nn,
-                        ni,
-                        mi,
-                        ki,
-                        &one,
-                        bp as *const f32,
-                        ni,
-                        ap as *const f32,
-                        ki,
-                        &zero,
-                        o as *mut f32,
-                        ni,
-                    )
-                    .map_err(|e| blas_err(device, "cublasSgemm", e))?;
+                    gemm!(sgemm, f32, "cublasSgemm");
                 } else {
-                    let (one, zero) = (1.0f64, 0.0f64);
-                    cudarc::cublas::result::dgemm(
-                        h,
-                        nn,
-                        nn,
-                        ni,
-                        mi,
-                        ki,
-                        &one,
-                        bp as *const f64,
-                        ni,
-                        ap as *const f64,
-                        ki,
-                        &zero,
-                        o as *mut f64,
-                        ni,
-                    )
-                    .map_err(|e| blas_err(device, "cublasDgemm", e))?;
+                    gemm!(dgemm, f64, "cublasDgemm");
                 }
             }
         } else {

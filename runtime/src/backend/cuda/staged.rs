@@ -37,13 +37,7 @@ fn upload_staged(dev: &DeviceState, stream: &StreamObj, dst: u64, data: &[u8]) -
         }
         return Ok(());
     }
-    let side = dev.copy_stream()?;
-    side.wait_for(stream)?;
-    let stages = [pinned::acquire(CHUNK)?, pinned::acquire(CHUNK)?];
-    let events = [
-        EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), false)?,
-        EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), false)?,
-    ];
+    let (side, stages, events) = double_buffer(dev, stream)?;
     let mut used = [false; 2];
     for (i, chunk) in data.chunks(CHUNK).enumerate() {
         let k = i % 2;
@@ -66,16 +60,22 @@ fn upload_staged(dev: &DeviceState, stream: &StreamObj, dst: u64, data: &[u8]) -
     Ok(())
 }
 
-/// Device-to-host: `bytes` of device memory at `src`, after `stream`'s work, into `out`.
-/// Returns when `out` holds the data.
-pub(super) fn download(dev: &DeviceState, stream: &StreamObj, src: u64, out: &mut [u8]) -> Result<()> {
+/// The side stream (after `stream`'s work so far), two pinned stages and an event each.
+fn double_buffer<'d>(
+    dev: &'d DeviceState,
+    stream: &StreamObj,
+) -> Result<(&'d Arc<StreamObj>, [pinned::PinnedBlock; 2], [EventObj; 2])> {
     let side = dev.copy_stream()?;
     side.wait_for(stream)?;
     let stages = [pinned::acquire(CHUNK)?, pinned::acquire(CHUNK)?];
-    let events = [
-        EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), false)?,
-        EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), false)?,
-    ];
+    let event = || EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), false);
+    Ok((side, stages, [event()?, event()?]))
+}
+
+/// Device-to-host: `bytes` of device memory at `src`, after `stream`'s work, into `out`.
+/// Returns when `out` holds the data.
+pub(super) fn download(dev: &DeviceState, stream: &StreamObj, src: u64, out: &mut [u8]) -> Result<()> {
+    let (side, stages, events) = double_buffer(dev, stream)?;
     let mut chunks: Vec<&mut [u8]> = out.chunks_mut(CHUNK).collect();
     let n = chunks.len();
     let issue = |i: usize, len: usize| -> Result<()> {
