@@ -76,3 +76,12 @@ pub enum Error {
     #[error("could not start a thread: {message}")]
     Thread { message: String },
 }
+
+/// The message of a caught panic's payload, as the default hook prints it.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_string()))
+        .unwrap_or_else(|| "a non-string panic payload".into())
+}

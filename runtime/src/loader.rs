@@ -201,8 +201,7 @@ fn worker_error(batch: usize, message: String) -> Error {
 }
 
 fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
-    let text = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
-    format!("worker panicked: {}", text.unwrap_or_else(|| "(no message)".into()))
+    format!("worker panicked: {}", crate::error::panic_message(&**p))
 }
 
 /// Batches on device `D`, in order; see the module docs.

@@ -1,13 +1,12 @@
 //! `DataParallel`: one replica of a module per device, the batch split between them,
 //! every replica run on its own thread under its device, the outputs gathered.
 
-use std::any::Any;
 use std::thread;
 
 use super::comm::{chunk_sizes, gather_dyn, split_to};
 use crate::device::{Device, DeviceId, Dyn};
 use crate::element::Element;
-use crate::error::{Error, Result};
+use crate::error::{panic_message, Error, Result};
 use crate::guard::DeviceGuard;
 use crate::tensor::Tensor;
 use crate::to_device::ToDevice;
@@ -161,7 +160,7 @@ fn run_replicas<R: Module<Dyn, T> + Sync, T: Element>(
         };
         return match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
             Ok(out) => out.map(|t| vec![t]).map_err(failed),
-            Err(payload) => Err(failed(Error::Panicked { message: panic_message(payload) })),
+            Err(payload) => Err(failed(Error::Panicked { message: panic_message(&*payload) })),
         };
     }
     let results: Vec<Result<Tensor<Dyn, T>>> = thread::scope(|scope| {
@@ -186,19 +185,11 @@ fn run_replicas<R: Module<Dyn, T> + Sync, T: Element>(
                     Err(e) => Err(failed(Error::Thread { message: e.to_string() })),
                     Ok(h) => match h.join() {
                         Ok(out) => out.map_err(failed),
-                        Err(payload) => Err(failed(Error::Panicked { message: panic_message(payload) })),
+                        Err(payload) => Err(failed(Error::Panicked { message: panic_message(&*payload) })),
                     },
                 }
             })
             .collect()
     });
     results.into_iter().collect()
-}
-
-/// The message of a panic payload, as the default hook prints it.
-fn panic_message(payload: Box<dyn Any + Send>) -> String {
-    match payload.downcast::<String>() {
-        Ok(s) => *s,
-        Err(p) => p.downcast_ref::<&str>().map_or_else(|| "a non-string panic payload".into(), |s| (*s).into()),
-    }
 }

@@ -396,15 +396,8 @@ impl Backend for CudaBackend {
 
     fn upload(&self, device: DeviceId, data: &[u8]) -> Result<Buffer> {
         let (dev, s, out) = self.alloc(device, DType::U8, data.len(), &[])?;
-        if data.len() >= staged::STAGE_MIN {
-            dev.bind()?;
-            staged::upload(dev, &s, out.ptr(), data)?;
-        } else if !data.is_empty() {
-            // From pageable memory the driver stages the data before returning, so `data`
-            // may be dropped as soon as this call is done.
-            unsafe { result::memcpy_htod_async(out.ptr(), data, s.raw.0) }
-                .map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"))?;
-        }
+        dev.bind()?;
+        staged::upload(dev, &s, out.ptr(), data)?;
         self.done(out)
     }
 
@@ -420,12 +413,7 @@ impl Backend for CudaBackend {
         let s = self.stream(dev);
         b.use_on(&s)?;
         dev.bind()?;
-        if out.len() >= staged::STAGE_MIN {
-            return staged::download(dev, &s, b.ptr(), out);
-        }
-        unsafe { result::memcpy_dtoh_async(out, b.ptr(), s.raw.0) }
-            .map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"))?;
-        s.synchronize()
+        staged::download(dev, &s, b.ptr(), out)
     }
 
     fn copy(&self, _src: DeviceId, buf: &Buffer, dst: DeviceId) -> Result<Buffer> {

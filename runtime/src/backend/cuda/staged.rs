@@ -1,8 +1,14 @@
-//! Pageable host memory to and from a device, staged through the pinned pool: chunks
-//! double-buffered on a side copy stream, the host-side copies spread over threads.
-//! A direct copy from pageable memory makes the driver stage it through one small
-//! buffer on one thread; this keeps the DMA engine busy instead.
+//! Copies between pageable host memory and a device, staged through the pinned pool.
+//!
+//! A direct copy from pageable memory makes the driver stage it itself, through small
+//! buffers on one thread: about 9 GB/s on the H200's host. Here a large copy is cut into
+//! chunks that the copy threads take in turn. Each thread moves its chunks through two
+//! pinned stages of its own and queues their DMAs itself on the device's copy stream, so
+//! no thread waits for another: while one chunk's DMA runs, the other threads copy.
 
+use std::ops::Range;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Condvar, LazyLock, Mutex};
 
@@ -11,98 +17,179 @@ use cudarc::driver::result;
 use super::device::{driver, DeviceState};
 use super::stream::{EventObj, StreamObj};
 use crate::backend::RawEvent;
-use crate::error::Result;
-use crate::pinned;
+use crate::error::{panic_message, Error, Result};
+use crate::pinned::{self, PinnedBlock};
 
 /// Copies at least this large are staged; smaller ones go direct.
-pub(super) const STAGE_MIN: usize = 4 << 20;
-const CHUNK: usize = 8 << 20;
-/// Host copies below this size are not worth splitting over threads.
-const SPLIT_MIN: usize = 1 << 20;
+const STAGE_MIN: usize = 4 << 20;
+/// Chunks are powers of two in this range: small enough that every thread gets a few,
+/// large enough that the driver calls per chunk cost little.
+const CHUNK_MIN: usize = 1 << 20;
+const CHUNK_MAX: usize = 2 << 20;
 
 /// Host-to-device: `data` into device memory at `dst`, ordered after `stream`'s work
 /// and before what `stream` queues next. `data` may be dropped when this returns.
 /// (Page-locking the source in place with `cuMemHostRegister` instead was measured on
-/// the H200 at 18 GB/s against 19-29 GB/s for staging, so locus stages.)
+/// the H200 at 18 GB/s, slower than staging.)
 pub(super) fn upload(dev: &DeviceState, stream: &StreamObj, dst: u64, data: &[u8]) -> Result<()> {
-    upload_staged(dev, stream, dst, data)
-}
-
-/// Host-to-device through two pinned stages.
-fn upload_staged(dev: &DeviceState, stream: &StreamObj, dst: u64, data: &[u8]) -> Result<()> {
     if data.len() < STAGE_MIN {
         if !data.is_empty() {
+            // The driver stages a small pageable copy before it returns.
             unsafe { result::memcpy_htod_async(dst, data, stream.raw.0) }
                 .map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"))?;
         }
         return Ok(());
     }
-    let (side, stages, events) = double_buffer(dev, stream)?;
-    let mut used = [false; 2];
-    for (i, chunk) in data.chunks(CHUNK).enumerate() {
-        let k = i % 2;
-        if used[k] {
-            events[k].synchronize()?; // the DMA that last read this stage is done
+    staged(dev, stream, data.len(), &|lane: &mut Lane| {
+        while let Some(range) = lane.next_chunk() {
+            let k = lane.turn();
+            let stage = lane.stage(k, range.len())?;
+            // SAFETY: the stage holds `range.len()` bytes and is not the source.
+            unsafe { stream_copy(stage.as_mut_ptr(), data[range.clone()].as_ptr(), range.len()) };
+            unsafe { result::memcpy_htod_async(dst + range.start as u64, &stage[..], lane.side.raw.0) }
+                .map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"))?;
+            lane.queued(k)?;
         }
-        // SAFETY: the stage holds CHUNK >= chunk.len() bytes, and no copy reads it now.
-        let stage = unsafe { std::slice::from_raw_parts_mut(stages[k].ptr(), chunk.len()) };
-        parallel_copy(stage, chunk);
-        unsafe { result::memcpy_htod_async(dst + (i * CHUNK) as u64, &stage[..], side.raw.0) }
-            .map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"))?;
-        events[k].record(side)?;
-        used[k] = true;
-    }
-    stream.wait_for(side)?;
-    // The stages go back to the pool, which reuses them once their last copy is done.
-    for (stage, ev) in stages.iter().zip(events) {
-        stage.hold_until(RawEvent::Cuda(Arc::new(ev)));
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
-/// The side stream (after `stream`'s work so far), two pinned stages and an event each.
-fn double_buffer<'d>(
-    dev: &'d DeviceState,
+/// Device-to-host: `out.len()` bytes of device memory at `src`, after `stream`'s work,
+/// into `out`. Returns when `out` holds the data.
+pub(super) fn download(dev: &DeviceState, stream: &StreamObj, src: u64, out: &mut [u8]) -> Result<()> {
+    if out.len() < STAGE_MIN {
+        unsafe { result::memcpy_dtoh_async(&mut out[..], src, stream.raw.0) }
+            .map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"))?;
+        return stream.synchronize();
+    }
+    // The threads write disjoint chunks of `out`, so they share it as an address.
+    let base = out.as_mut_ptr() as usize;
+    staged(dev, stream, out.len(), &|lane: &mut Lane| {
+        // Queue the DMA of the next chunk before copying out the one before it.
+        let mut landing: Option<(usize, Range<usize>)> = None;
+        loop {
+            let next = match lane.next_chunk() {
+                Some(range) => {
+                    let k = lane.turn();
+                    let stage = lane.stage(k, range.len())?;
+                    unsafe { result::memcpy_dtoh_async(stage, src + range.start as u64, lane.side.raw.0) }
+                        .map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"))?;
+                    lane.queued(k)?;
+                    Some((k, range))
+                }
+                None => None,
+            };
+            if let Some((k, range)) = landing.take() {
+                let stage = lane.stage(k, range.len())?; // waits for its DMA
+                                                         // SAFETY: the chunk is within `out`, which outlives this call, and no
+                                                         // other thread takes the same chunk.
+                unsafe { stream_copy((base + range.start) as *mut u8, stage.as_ptr(), range.len()) };
+            }
+            if next.is_none() {
+                break;
+            }
+            landing = next;
+        }
+        Ok(())
+    })
+}
+
+/// What the threads of one staged copy share: the next chunk to take, and whether one
+/// thread failed (the others then stop taking chunks).
+struct Plan {
+    len: usize,
+    chunk: usize,
+    next: AtomicUsize,
+    stop: AtomicBool,
+}
+
+/// One thread's part of a staged copy: its two stages, each with the event of the last
+/// DMA that used it.
+struct Lane<'a> {
+    plan: &'a Plan,
+    side: &'a StreamObj,
+    stages: Vec<(PinnedBlock, EventObj, bool)>,
+    turns: usize,
+}
+
+impl Lane<'_> {
+    fn next_chunk(&self) -> Option<Range<usize>> {
+        if self.plan.stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        let start = self.plan.next.fetch_add(1, Ordering::Relaxed).checked_mul(self.plan.chunk)?;
+        (start < self.plan.len).then(|| start..self.plan.len.min(start + self.plan.chunk))
+    }
+
+    /// The stage whose turn it is, alternating.
+    fn turn(&mut self) -> usize {
+        self.turns += 1;
+        self.turns % 2
+    }
+
+    /// Stage `k`'s first `len` bytes, once the DMA that last used it has completed.
+    #[allow(clippy::mut_from_ref)]
+    fn stage(&self, k: usize, len: usize) -> Result<&mut [u8]> {
+        let (block, event, queued) = &self.stages[k];
+        if *queued {
+            event.synchronize()?;
+        }
+        // SAFETY: the block holds `plan.chunk >= len` bytes, no DMA uses it now, and only
+        // this lane's thread touches it.
+        Ok(unsafe { std::slice::from_raw_parts_mut(block.ptr(), len) })
+    }
+
+    /// Marks the end of the DMA just queued on stage `k`.
+    fn queued(&mut self, k: usize) -> Result<()> {
+        let (_, event, queued) = &mut self.stages[k];
+        event.record(self.side)?;
+        *queued = true;
+        Ok(())
+    }
+}
+
+impl Drop for Lane<'_> {
+    fn drop(&mut self) {
+        // The stages go back to the pool, which reuses them once their last DMA is done.
+        for (block, event, queued) in self.stages.drain(..) {
+            if queued {
+                block.hold_until(RawEvent::Cuda(Arc::new(event)));
+            }
+        }
+    }
+}
+
+/// Runs `body` on up to the copy threads' count of lanes, on the device's copy stream
+/// ordered after `stream`; what `stream` queues next comes after every DMA queued here,
+/// whether the copy succeeded or not.
+fn staged(
+    dev: &DeviceState,
     stream: &StreamObj,
-) -> Result<(&'d Arc<StreamObj>, [pinned::PinnedBlock; 2], [EventObj; 2])> {
+    len: usize,
+    body: &(dyn Fn(&mut Lane) -> Result<()> + Sync),
+) -> Result<()> {
     let side = dev.copy_stream()?;
     side.wait_for(stream)?;
-    let stages = [pinned::acquire(CHUNK)?, pinned::acquire(CHUNK)?];
-    let event = || EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), false);
-    Ok((side, stages, [event()?, event()?]))
-}
-
-/// Device-to-host: `bytes` of device memory at `src`, after `stream`'s work, into `out`.
-/// Returns when `out` holds the data.
-pub(super) fn download(dev: &DeviceState, stream: &StreamObj, src: u64, out: &mut [u8]) -> Result<()> {
-    let (side, stages, events) = double_buffer(dev, stream)?;
-    let mut chunks: Vec<&mut [u8]> = out.chunks_mut(CHUNK).collect();
-    let n = chunks.len();
-    let issue = |i: usize, len: usize| -> Result<()> {
-        let k = i % 2;
-        // SAFETY: the stage holds CHUNK >= len bytes; the previous copy out of it finished.
-        let stage = unsafe { std::slice::from_raw_parts_mut(stages[k].ptr(), len) };
-        unsafe { result::memcpy_dtoh_async(stage, src + (i * CHUNK) as u64, side.raw.0) }
-            .map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"))?;
-        events[k].record(side)
-    };
-    if n > 0 {
-        issue(0, chunks[0].len())?;
-    }
-    for i in 0..n {
-        // Queue the next chunk's DMA before copying this one out, so the two overlap.
-        if i + 1 < n {
-            issue(i + 1, chunks[i + 1].len())?;
+    let chunk = (len / (2 * COPIERS.threads)).next_power_of_two().clamp(CHUNK_MIN, CHUNK_MAX);
+    let plan = Plan { len, chunk, next: AtomicUsize::new(0), stop: AtomicBool::new(false) };
+    let lanes = len.div_ceil(chunk).min(COPIERS.threads);
+    let copied = on_copiers(lanes, &|_| {
+        let run = || -> Result<()> {
+            dev.bind()?;
+            let stage = || -> Result<_> {
+                Ok((pinned::acquire(chunk)?, EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), false)?, false))
+            };
+            let mut lane = Lane { plan: &plan, side, stages: vec![stage()?, stage()?], turns: 0 };
+            body(&mut lane)
+        };
+        let done = run();
+        if done.is_err() {
+            plan.stop.store(true, Ordering::Relaxed);
         }
-        let k = i % 2;
-        events[k].synchronize()?;
-        // SAFETY: the DMA into this stage is complete and nothing else writes it.
-        let stage = unsafe { std::slice::from_raw_parts(stages[k].ptr(), chunks[i].len()) };
-        parallel_copy(chunks[i], stage);
-    }
-    // Keep the source alive and ordered: `stream` frees it only after the side stream.
-    stream.wait_for(side)?;
-    Ok(())
+        done
+    });
+    let ordered = stream.wait_for(side);
+    copied.and(ordered)
 }
 
 /// Copies `len` bytes with non-temporal stores where the CPU has them: the destination
@@ -133,53 +220,63 @@ unsafe fn stream_copy(dst: *mut u8, src: *const u8, len: usize) {
     std::ptr::copy_nonoverlapping(src, dst, len);
 }
 
-/// `dst.copy_from_slice(src)`, split over the copy threads when large.
-fn parallel_copy(dst: &mut [u8], src: &[u8]) {
-    assert_eq!(dst.len(), src.len(), "parallel_copy of unequal lengths");
-    let threads = COPIERS.threads;
-    if src.len() < 2 * SPLIT_MIN || threads < 2 {
-        // SAFETY: equal lengths (checked above), and &mut excludes overlap.
-        unsafe { stream_copy(dst.as_mut_ptr(), src.as_ptr(), src.len()) };
-        return;
-    }
-    let part = src.len().div_ceil(threads).max(SPLIT_MIN);
-    let parts: Vec<(usize, usize, usize)> = src
-        .chunks(part)
-        .enumerate()
-        .map(|(i, c)| (dst.as_mut_ptr() as usize + i * part, c.as_ptr() as usize, c.len()))
-        .collect();
-    let latch = Arc::new((Mutex::new(parts.len()), Condvar::new()));
-    for (d, s, len) in parts {
+/// Runs `f(0)` on this thread and `f(1)` .. `f(n - 1)` on the copy threads, and returns
+/// once all have: the first error, or `Error::Panicked` for a panic.
+fn on_copiers(n: usize, f: &(dyn Fn(usize) -> Result<()> + Sync)) -> Result<()> {
+    let latch = Arc::new(Latch { state: Mutex::new((n.saturating_sub(1), Ok(()))), done: Condvar::new() });
+    // SAFETY: the jobs borrow `f` beyond what the compiler can see, but this function
+    // returns only after every job has run and counted the latch down (a job catches its
+    // own panic first), so `f` outlives them all.
+    let shared: &'static (dyn Fn(usize) -> Result<()> + Sync) = unsafe { std::mem::transmute(f) };
+    for i in 1..n {
         let latch = Arc::clone(&latch);
-        let job: Job = Box::new(move || {
-            // SAFETY: the parts are disjoint ranges of `dst` and `src`, both alive until
-            // the latch below reaches zero.
-            unsafe { stream_copy(d as *mut u8, s as *const u8, len) };
-            let (left, cv) = &*latch;
-            let mut left = left.lock().unwrap_or_else(|p| p.into_inner());
-            *left -= 1;
-            if *left == 0 {
-                cv.notify_all();
-            }
-        });
-        if let Err(e) = COPIERS.send(job) {
-            // No copy thread: do it here.
-            (e.0)();
+        let job: Job = Box::new(move || latch.count_down(caught(|| shared(i))));
+        if let Err(unsent) = COPIERS.send(job) {
+            (unsent.0)(); // no copy thread: run it here
         }
     }
-    let (left, cv) = &*latch;
-    let mut left = left.lock().unwrap_or_else(|p| p.into_inner());
-    while *left > 0 {
-        left = cv.wait(left).unwrap_or_else(|p| p.into_inner());
+    let here = if n > 0 { caught(|| f(0)) } else { Ok(()) };
+    here.and(latch.wait())
+}
+
+fn caught(f: impl FnOnce() -> Result<()>) -> Result<()> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| Err(Error::Panicked { message: panic_message(&*p) }))
+}
+
+/// Counts finished jobs down to zero and keeps the first error.
+struct Latch {
+    state: Mutex<(usize, Result<()>)>,
+    done: Condvar,
+}
+
+impl Latch {
+    fn count_down(&self, outcome: Result<()>) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if s.1.is_ok() {
+            s.1 = outcome;
+        }
+        s.0 -= 1;
+        if s.0 == 0 {
+            self.done.notify_all();
+        }
+    }
+
+    fn wait(&self) -> Result<()> {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        while s.0 > 0 {
+            s = self.done.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+        std::mem::replace(&mut s.1, Ok(()))
     }
 }
 
 type Job = Box<dyn FnOnce() + Send>;
 
-/// A few long-lived threads for host-side copies (spawning per chunk costs more than
-/// the copy saves).
+/// A few long-lived threads for host-side copies (starting threads per copy costs more
+/// than the copy saves).
 struct Copiers {
     tx: Mutex<Sender<Job>>,
+    /// The threads a copy uses, counting the caller's.
     threads: usize,
 }
 
@@ -199,33 +296,55 @@ static COPIERS: LazyLock<Copiers> = LazyLock::new(|| {
         .clamp(1, 64);
     let (tx, rx) = channel::<Job>();
     let rx = Arc::new(Mutex::new(rx));
-    let mut started = 0;
-    for i in 0..threads {
+    for i in 1..threads {
         let rx = Arc::clone(&rx);
-        let spawned = std::thread::Builder::new().name(format!("locus-copy-{i}")).spawn(move || loop {
+        // A thread that does not start leaves its jobs to the others (or to the caller).
+        let _ = std::thread::Builder::new().name(format!("locus-copy-{i}")).spawn(move || loop {
             let job = match rx.lock().unwrap_or_else(|p| p.into_inner()).recv() {
                 Ok(job) => job,
                 Err(_) => return,
             };
             job();
         });
-        started += spawned.is_ok() as usize;
     }
-    Copiers { tx: Mutex::new(tx), threads: started }
+    Copiers { tx: Mutex::new(tx), threads }
 });
 
 #[cfg(test)]
 mod tests {
-    use super::parallel_copy;
+    use super::*;
 
     #[test]
-    fn parallel_copy_is_exact_at_any_length_and_alignment() {
-        let src: Vec<u8> = (0..(5 << 20) + 77).map(|i| (i * 31 % 253) as u8).collect();
-        for (off, len) in [(0, 0), (1, 15), (3, 4099), (7, 3 << 20), (0, (5 << 20) + 77)] {
+    fn stream_copy_is_exact_at_any_length_and_alignment() {
+        let src: Vec<u8> = (0..(1 << 20) + 77).map(|i| (i * 31 % 253) as u8).collect();
+        for (off, len) in [(0, 0), (1, 15), (3, 4099), (7, 1 << 19), (0, (1 << 20) + 77)] {
             let len = len.min(src.len() - off);
             let mut dst = vec![0u8; len + 16];
-            parallel_copy(&mut dst[off % 16..off % 16 + len], &src[off..off + len]);
-            assert_eq!(&dst[off % 16..off % 16 + len], &src[off..off + len], "offset {off}, length {len}");
+            let at = off % 16;
+            unsafe { stream_copy(dst[at..].as_mut_ptr(), src[off..].as_ptr(), len) };
+            assert_eq!(&dst[at..at + len], &src[off..off + len], "offset {off}, length {len}");
         }
+    }
+
+    #[test]
+    fn on_copiers_runs_every_part_once_and_reports_failures() {
+        let hits: Vec<AtomicUsize> = (0..12).map(|_| AtomicUsize::new(0)).collect();
+        on_copiers(hits.len(), &|i| {
+            hits[i].fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        })
+        .unwrap();
+        assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+
+        let failed = on_copiers(5, &|i| match i {
+            3 => Err(Error::InvalidArgument { op: "copy", reason: "part 3".into() }),
+            _ => Ok(()),
+        });
+        assert_eq!(failed, Err(Error::InvalidArgument { op: "copy", reason: "part 3".into() }));
+
+        let panicked = on_copiers(4, &|i| if i == 2 { panic!("part {i}") } else { Ok(()) });
+        assert_eq!(panicked, Err(Error::Panicked { message: "part 2".into() }));
+        // The copy threads survive a panic in a job.
+        on_copiers(4, &|_| Ok(())).unwrap();
     }
 }
