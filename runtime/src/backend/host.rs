@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use super::account::MemoryAccount;
 use super::host_kernels as k;
+use super::huge_pages::Mapping;
 use super::{count_cross_stream_wait, Backend, BinaryOp, Buffer, RawEvent, RawStream, ReduceOp, UnaryOp};
 use crate::device::DeviceId;
 use crate::element::{with_dtype, DType, Element, Scalar};
@@ -38,7 +39,8 @@ fn zeroed_words(n: usize) -> Option<Vec<u64>> {
 }
 
 /// Host memory of one device, 8-byte aligned so that any element type can view it.
-/// `pinned` memory comes from the pinned pool, the rest from the ordinary allocator.
+/// `pinned` memory comes from the pinned pool, large buffers from their own mapping on
+/// huge pages, the rest from the ordinary allocator.
 #[derive(Debug)]
 pub(crate) struct HostBuffer {
     mem: Mem,
@@ -51,6 +53,8 @@ pub(crate) struct HostBuffer {
 #[derive(Debug)]
 enum Mem {
     Heap(Vec<u64>),
+    /// Large buffers, on huge pages where the system has them.
+    Mapped(Mapping),
     Pinned(PinnedBlock),
 }
 
@@ -59,6 +63,8 @@ impl HostBuffer {
         account.reserve(len)?;
         let mem = if account.device == DeviceId::Pinned {
             pinned::acquire(len).map(Mem::Pinned)
+        } else if let Some(m) = Mapping::zeroed(len) {
+            Ok(Mem::Mapped(m))
         } else {
             zeroed_words(len.div_ceil(8)).map(Mem::Heap).ok_or(Error::OutOfMemory {
                 device: account.device,
@@ -78,6 +84,8 @@ impl HostBuffer {
     pub fn bytes(&self) -> &[u8] {
         match &self.mem {
             Mem::Heap(w) => &bytemuck::cast_slice(w)[..self.len],
+            // SAFETY: the mapping holds at least `len` bytes and this buffer owns it.
+            Mem::Mapped(m) => unsafe { std::slice::from_raw_parts(m.as_ptr(), self.len) },
             // SAFETY: the block holds at least `len` bytes and this buffer owns it.
             Mem::Pinned(b) => unsafe { std::slice::from_raw_parts(b.ptr(), self.len) },
         }
@@ -86,6 +94,8 @@ impl HostBuffer {
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         match &mut self.mem {
             Mem::Heap(w) => &mut bytemuck::cast_slice_mut(w)[..self.len],
+            // SAFETY: as in `bytes`, and `&mut self` makes the access unique.
+            Mem::Mapped(m) => unsafe { std::slice::from_raw_parts_mut(m.as_ptr(), self.len) },
             // SAFETY: as in `bytes`, and `&mut self` makes the access unique.
             Mem::Pinned(b) => unsafe { std::slice::from_raw_parts_mut(b.ptr(), self.len) },
         }

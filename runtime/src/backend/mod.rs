@@ -9,6 +9,7 @@ mod cuda;
 pub(crate) mod host;
 mod host_collective;
 mod host_kernels;
+mod huge_pages;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
