@@ -330,17 +330,26 @@ fn pool_steady_state() {
 }
 
 /// A chunked H2D -> kernel -> D2H pipeline on three streams, against the slowest stage
-/// run alone (the ideal).
+/// run alone (the ideal). 256 MiB in chunks of `PIPELINE_CHUNK_MIB` (default 16).
 fn pipeline() {
-    let (chunks, n) = (16, 4 << 20); // 16 chunks of 16 MiB
+    let mib = std::env::var("PIPELINE_CHUNK_MIB").ok().and_then(|v| v.parse().ok()).filter(|&m| (1..=256).contains(&m));
+    let mib: usize = mib.unwrap_or(16);
+    let (chunks, n) = (256 / mib, mib << 18); // f32 elements per chunk
     let srcs: Vec<_> = (0..chunks).map(|i| Tensor::<Cpu>::full([n], i as f32).unwrap().pin_memory().unwrap()).collect();
     let (h2d, comp, d2h) = (Stream::<G>::new().unwrap(), Stream::<G>::new().unwrap(), Stream::<G>::new().unwrap());
     let kernel = |x: &Tensor<G>| (x * 2.0).unwrap().relu().unwrap();
     let run = || {
         let t = Instant::now();
-        let transfers: Vec<_> = srcs.iter().map(|p| p.to_async(&h2d).unwrap()).collect();
-        let outs: Vec<_> = transfers.iter().map(|tr| on_stream(&comp, || kernel(tr.tensor()))).collect();
-        let back: Vec<_> = outs.iter().map(|o| o.to_pinned_async(&d2h).unwrap()).collect();
+        // Each chunk's three steps are queued together, so its D2H can start as soon as
+        // its kernel is done, while later chunks are still being queued.
+        let (mut transfers, mut outs, mut back) = (Vec::new(), Vec::new(), Vec::new());
+        for p in &srcs {
+            let tr = p.to_async(&h2d).unwrap();
+            let out = on_stream(&comp, || kernel(tr.tensor()));
+            back.push(out.to_pinned_async(&d2h).unwrap());
+            outs.push(out);
+            transfers.push(tr);
+        }
         for b in back {
             drop(b.wait().unwrap());
         }
@@ -372,7 +381,7 @@ fn pipeline() {
         Some(piped / ideal),
         "x",
         &format!(
-            "16 x 16 MiB H2D->x*2,relu->D2H on 3 streams {:.2} ms; stages alone {:.2}/{:.2}/{:.2} ms",
+            "{chunks} x {mib} MiB H2D->x*2,relu->D2H on 3 streams {:.2} ms; stages alone {:.2}/{:.2}/{:.2} ms",
             piped * 1e3,
             t_h2d * 1e3,
             t_comp * 1e3,
@@ -426,6 +435,10 @@ fn main() {
     // Touch device 0 through locus first so its context and kernels are ready.
     let _ = Tensor::<G>::ones([1]).unwrap().sum().unwrap().item().unwrap();
     println!("# row\tvalue\tunit\tnote");
+    if std::env::args().any(|a| a == "pipeline") {
+        pipeline(); // the one row alone: `gpu pipeline`
+        return;
+    }
     let raw = Raw::new();
     ceilings(&raw);
     copies();
