@@ -82,23 +82,23 @@ impl HostBuffer {
     }
 
     pub fn bytes(&self) -> &[u8] {
-        match &self.mem {
-            Mem::Heap(w) => &bytemuck::cast_slice(w)[..self.len],
-            // SAFETY: the mapping holds at least `len` bytes and this buffer owns it.
-            Mem::Mapped(m) => unsafe { std::slice::from_raw_parts(m.as_ptr(), self.len) },
-            // SAFETY: the block holds at least `len` bytes and this buffer owns it.
-            Mem::Pinned(b) => unsafe { std::slice::from_raw_parts(b.ptr(), self.len) },
-        }
+        let start = match &self.mem {
+            Mem::Heap(w) => return &bytemuck::cast_slice(w)[..self.len],
+            Mem::Mapped(m) => m.as_ptr(),
+            Mem::Pinned(b) => b.ptr(),
+        };
+        // SAFETY: the mapping or block holds at least `len` bytes and this buffer owns it.
+        unsafe { std::slice::from_raw_parts(start, self.len) }
     }
 
     pub fn bytes_mut(&mut self) -> &mut [u8] {
-        match &mut self.mem {
-            Mem::Heap(w) => &mut bytemuck::cast_slice_mut(w)[..self.len],
-            // SAFETY: as in `bytes`, and `&mut self` makes the access unique.
-            Mem::Mapped(m) => unsafe { std::slice::from_raw_parts_mut(m.as_ptr(), self.len) },
-            // SAFETY: as in `bytes`, and `&mut self` makes the access unique.
-            Mem::Pinned(b) => unsafe { std::slice::from_raw_parts_mut(b.ptr(), self.len) },
-        }
+        let start = match &mut self.mem {
+            Mem::Heap(w) => return &mut bytemuck::cast_slice_mut(w)[..self.len],
+            Mem::Mapped(m) => m.as_ptr(),
+            Mem::Pinned(b) => b.ptr(),
+        };
+        // SAFETY: as in `bytes`, and `&mut self` makes the access unique.
+        unsafe { std::slice::from_raw_parts_mut(start, self.len) }
     }
 
     pub fn as_slice<T: Element>(&self) -> &[T] {
