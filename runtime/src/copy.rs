@@ -153,7 +153,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
                 reason: format!("the tensor is on {}, not a CUDA device; use .to::<Pinned>()", self.device()),
             });
         }
-        let mut dst = host::host().alloc(DeviceId::Pinned, self.storage().bytes())?;
+        let mut dst = host::host().alloc_for_overwrite(DeviceId::Pinned, self.storage().bytes())?;
         let done = self.backend()?.download_async(self.device(), &self.storage().buf, &mut dst, &stream.raw)?;
         let storage = Storage::new(Buffer::Host(dst), DeviceId::Pinned, T::DTYPE, self.numel());
         let value = Tensor::from_storage(Pinned, storage, self.shape().to_vec());
@@ -205,7 +205,9 @@ impl<D: HostPlacement, T: Element> Tensor<D, T> {
     }
 
     /// The elements, written in place. A tensor that shares its memory with clones is
-    /// copied first (copy on write), so the clones keep their values.
+    /// copied first (copy on write), so the clones keep their values. Pinned memory that
+    /// an asynchronous copy may still read is handed out only once that copy completes
+    /// (a host wait), whatever happened to the copy's [`Transfer`].
     ///
     /// ```
     /// use locus_runtime::{Cpu, Tensor};
@@ -222,8 +224,13 @@ impl<D: HostPlacement, T: Element> Tensor<D, T> {
             *self.storage_mut() = Arc::new(copy);
         }
         match Arc::get_mut(self.storage_mut()).map(|s| &mut s.buf) {
-            Some(Buffer::Host(h)) => Ok(h.as_mut_slice()),
-            _ => unreachable!("a fresh copy of host memory is unshared host memory"),
+            // Pinned memory that a copy still reads (a plain `.to()`, or a `Transfer`
+            // that was forgotten or failed to wait) is written only after that copy.
+            Some(Buffer::Host(h)) => h.writable(),
+            _ => Err(Error::InvalidArgument {
+                op: "as_mut_slice",
+                reason: "the tensor's memory is not host memory".into(),
+            }),
         }
     }
 }

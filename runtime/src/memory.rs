@@ -4,7 +4,10 @@ use crate::backend;
 use crate::device::DeviceId;
 use crate::error::Result;
 
-/// Bytes held by live tensors on `device`.
+/// Bytes held by live tensors on `device`: the sum of their sizes as asked for, without
+/// any allocator's rounding, on every backend (PyTorch's `memory_allocated` counts
+/// rounded blocks instead). Freed memory that locus keeps for reuse is in
+/// [`memory_reserved`], not here.
 ///
 /// ```
 /// use locus_runtime::{memory_allocated, Cuda, DeviceId, Tensor};
@@ -27,4 +30,33 @@ pub fn max_memory_allocated(device: DeviceId) -> Result<usize> {
 /// Restarts [`max_memory_allocated`] of `device` from what is held now.
 pub fn reset_peak_memory_stats(device: DeviceId) -> Result<()> {
     backend::for_device(device)?.reset_peak(device)
+}
+
+/// Bytes locus holds on `device`: [`memory_allocated`] plus freed blocks cached for
+/// reuse (PyTorch's `memory_reserved`). A stream's cached blocks go back to the driver
+/// when the stream is dropped, so dropping streams keeps this flat.
+///
+/// ```
+/// use locus_runtime::{memory_allocated, memory_reserved, DeviceId};
+/// let d = DeviceId::Cuda(0);
+/// assert!(memory_reserved(d)? >= memory_allocated(d)?);
+/// # Ok::<(), locus_runtime::Error>(())
+/// ```
+pub fn memory_reserved(device: DeviceId) -> Result<usize> {
+    let b = backend::for_device(device)?;
+    Ok(b.memory(device)?.0 + b.cached_bytes(device)?)
+}
+
+/// How many CUDA streams locus holds now, over all devices: the devices' own, the
+/// user's [`Stream`](crate::Stream)s, and those kept alive by memory still ordered on
+/// them. The host backend's simulated streams hold nothing and count 0.
+///
+/// ```
+/// let before = locus_runtime::stream_count()?;
+/// drop(locus_runtime::Stream::<locus_runtime::Cuda<0>>::new()?);
+/// assert_eq!(locus_runtime::stream_count()?, before);
+/// # Ok::<(), locus_runtime::Error>(())
+/// ```
+pub fn stream_count() -> Result<usize> {
+    Ok(backend::selected()?.live_streams())
 }

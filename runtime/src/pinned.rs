@@ -4,9 +4,17 @@
 //! On the cuda backend blocks come from `cuMemHostAlloc` (portable, not
 //! write-combined: the host reads them fast too); on the host backend from the ordinary
 //! allocator, with the same bins, counters and reuse rules.
+//!
+//! The rule that keeps the host from racing a DMA lives here, not in any `Drop` of a
+//! user-facing type: every copy that reads or writes a block records its event on the
+//! block ([`PinnedBlock::hold_until`]); the pool hands a block out again only once those
+//! events have completed, and a host write to a live block first waits for them
+//! ([`PinnedBlock::wait_unused`]). A block whose copy could not be proven complete (a
+//! failed event record and a failed stream sync) is retired: never reused nor freed.
+//! New blocks are zeroed once, so the pool's memory is always initialised.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use crate::backend::{self, RawEvent};
@@ -60,6 +68,8 @@ pub(crate) struct PinnedBlock {
     ptr: usize,
     cap: usize,
     events: Mutex<Vec<RawEvent>>,
+    /// Set when a copy's end could not be observed: the block is never reused.
+    retired: AtomicBool,
 }
 
 impl PinnedBlock {
@@ -83,6 +93,27 @@ impl PinnedBlock {
         }
         ev.push(event);
     }
+
+    /// Waits on the host until no copy uses the block any more: call before the host
+    /// writes to it. An error leaves the events in place (the block stays unwritable).
+    pub fn wait_unused(&self) -> Result<()> {
+        let mut ev = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        if ev.is_empty() {
+            return Ok(());
+        }
+        let b = backend::selected()?;
+        while let Some(e) = ev.last() {
+            b.sync_event(e)?;
+            ev.pop();
+        }
+        Ok(())
+    }
+
+    /// Keeps the block from the host and from reuse for the rest of the process: for a
+    /// copy that was queued but whose end cannot be observed.
+    pub fn retire(&self) {
+        self.retired.store(true, Ordering::Relaxed);
+    }
 }
 
 impl Drop for PinnedBlock {
@@ -92,6 +123,10 @@ impl Drop for PinnedBlock {
         }
         let events = std::mem::take(self.events.get_mut().unwrap_or_else(|p| p.into_inner()));
         POOL.bytes_in_use.fetch_sub(self.cap, Ordering::Relaxed);
+        if *self.retired.get_mut() {
+            // Leaked on purpose: a DMA may still use it. It stays counted as held.
+            return;
+        }
         let mut bins = POOL.bins.lock().unwrap_or_else(|p| p.into_inner());
         bins.entry(self.cap).or_default().push(Cached { ptr: self.ptr, events });
     }
@@ -107,7 +142,7 @@ fn all_done(events: &[RawEvent]) -> bool {
 /// A block of at least `bytes` bytes: a completed cached one of its bin, else new.
 pub(crate) fn acquire(bytes: usize) -> Result<PinnedBlock> {
     if bytes == 0 {
-        return Ok(PinnedBlock { ptr: 0, cap: 0, events: Mutex::new(Vec::new()) });
+        return Ok(PinnedBlock { ptr: 0, cap: 0, events: Mutex::new(Vec::new()), retired: AtomicBool::new(false) });
     }
     let cap = bytes.max(MIN_BLOCK).checked_next_power_of_two().unwrap_or(bytes);
     let reused = {
@@ -129,13 +164,16 @@ pub(crate) fn acquire(bytes: usize) -> Result<PinnedBlock> {
                     b.alloc_pinned(cap)?
                 }
             };
+            // SAFETY: the backend just allocated `cap` bytes at `ptr` for the pool alone.
+            // Zeroing them once makes every block initialised memory for its lifetime.
+            unsafe { std::ptr::write_bytes(ptr as *mut u8, 0, cap) };
             POOL.host_allocs.fetch_add(1, Ordering::Relaxed);
             POOL.bytes_held.fetch_add(cap, Ordering::Relaxed);
             ptr
         }
     };
     POOL.bytes_in_use.fetch_add(cap, Ordering::Relaxed);
-    Ok(PinnedBlock { ptr, cap, events: Mutex::new(Vec::new()) })
+    Ok(PinnedBlock { ptr, cap, events: Mutex::new(Vec::new()), retired: AtomicBool::new(false) })
 }
 
 /// The pool's counters.

@@ -41,11 +41,21 @@ impl Storage {
         let buf = if backend::same(from, to) {
             from.copy(self.device, &self.buf, dst)?
         } else if let Buffer::Host(h) = &self.buf {
-            // Host memory to a device of the other backend: straight from the source.
-            to.upload(dst, h.bytes())?
+            if h.is_pinned() {
+                // Page-locked memory: the DMA reads the source after this returns, so the
+                // copy holds the block from reuse and from host writes until it is done.
+                let stream = match crate::stream::current(dst) {
+                    Some(s) => s,
+                    None => to.default_stream(dst)?,
+                };
+                to.upload_async(dst, h, &stream)?.0
+            } else {
+                // Pageable memory: the backend has read it when `upload` returns.
+                to.upload(dst, h.bytes())?
+            }
         } else {
             // Device memory to the host: straight into the new host buffer.
-            let mut out = host::host().alloc(dst, self.bytes())?;
+            let mut out = host::host().alloc_for_overwrite(dst, self.bytes())?;
             from.download(self.device, &self.buf, out.bytes_mut())?;
             Buffer::Host(out)
         };

@@ -20,6 +20,9 @@ use crate::pinned::{self, PinnedBlock};
 use crate::shape::{Layout, Reduction};
 
 const DEFAULT_DEVICES: usize = 2;
+/// The most simulated devices (`LOCUS_HOST_DEVICES`): each has its own account and
+/// stream state, and CUDA itself has no more ordinals per process than this.
+const MAX_DEVICES: usize = 1024;
 const DEFAULT_DEVICE_MEMORY: usize = 16 << 30;
 
 /// `n` zeroed words, or `None` when the allocator refuses. Zeroed allocation lets the OS
@@ -59,6 +62,8 @@ enum Mem {
 }
 
 impl HostBuffer {
+    /// `len` bytes on `account`'s device: zeroed pageable memory, or a pinned block whose
+    /// bytes are initialised but unspecified (a reused block keeps its old contents).
     fn alloc(account: &'static MemoryAccount, len: usize) -> Result<Self> {
         account.reserve(len)?;
         let mem = if account.device == DeviceId::Pinned {
@@ -114,11 +119,30 @@ impl HostBuffer {
         matches!(self.mem, Mem::Pinned(_))
     }
 
-    /// Keeps pinned memory from reuse by the pool until `event` has completed.
+    /// Keeps pinned memory from reuse by the pool, and from host writes through
+    /// [`HostBuffer::writable`], until `event` has completed.
     pub fn hold_until(&self, event: RawEvent) {
         if let Mem::Pinned(b) = &self.mem {
             b.hold_until(event);
         }
+    }
+
+    /// Retires pinned memory that a copy may still use but whose end cannot be observed:
+    /// it is never written by the host nor reused again.
+    pub fn retire(&self) {
+        if let Mem::Pinned(b) = &self.mem {
+            b.retire();
+        }
+    }
+
+    /// The bytes, for the host to write in place, once every copy that still uses this
+    /// memory has completed (pageable memory has none). The only way to write a buffer
+    /// that tensors have shared: freshly allocated buffers may use `bytes_mut`.
+    pub fn writable<T: Element>(&mut self) -> Result<&mut [T]> {
+        if let Mem::Pinned(b) = &self.mem {
+            b.wait_unused()?;
+        }
+        Ok(self.as_mut_slice())
     }
 }
 
@@ -165,7 +189,15 @@ fn env_number(name: &str, default: usize) -> Result<usize> {
 
 impl HostBackend {
     fn from_env() -> Self {
-        let devices = env_number("LOCUS_HOST_DEVICES", DEFAULT_DEVICES);
+        let devices = env_number("LOCUS_HOST_DEVICES", DEFAULT_DEVICES).and_then(|n| {
+            if n > MAX_DEVICES {
+                return Err(Error::NoBackend {
+                    requested: std::env::var("LOCUS_BACKEND").unwrap_or_else(|_| "auto".into()),
+                    reason: format!("LOCUS_HOST_DEVICES={n} is more than the host backend simulates ({MAX_DEVICES})"),
+                });
+            }
+            Ok(n)
+        });
         let memory = env_number("LOCUS_HOST_DEVICE_MEMORY", DEFAULT_DEVICE_MEMORY);
         let config_error = devices.as_ref().err().or(memory.as_ref().err()).cloned();
         let (devices, memory) = (devices.unwrap_or(0), memory.unwrap_or(0));
@@ -187,16 +219,18 @@ impl HostBackend {
             .ok_or(Error::NoSuchDevice { ordinal: device.ordinal().unwrap_or(0), count: self.accounts.len() - 2 })
     }
 
-    /// Zeroed host memory of `bytes` bytes on `device` (a host placement or a simulated
-    /// device), for copies from another backend to write into.
-    pub(crate) fn alloc(&'static self, device: DeviceId, bytes: usize) -> Result<HostBuffer> {
+    /// Host memory of `bytes` bytes on `device` (a host placement or a simulated device)
+    /// whose contents are initialised but unspecified: pageable memory is zeroed, a reused
+    /// pinned block keeps its old bytes. For a copy or kernel that writes every byte
+    /// before the buffer is shared.
+    pub(crate) fn alloc_for_overwrite(&'static self, device: DeviceId, bytes: usize) -> Result<HostBuffer> {
         HostBuffer::alloc(self.account(device)?, bytes)
     }
 
     fn alloc_elems(&'static self, device: DeviceId, dtype: DType, len: usize) -> Result<HostBuffer> {
         let bytes =
             len.checked_mul(dtype.size()).ok_or(Error::OutOfMemory { device, requested: usize::MAX, free: 0 })?;
-        self.alloc(device, bytes)
+        self.alloc_for_overwrite(device, bytes)
     }
 
     /// A new buffer of `len` elements filled by `f`.
@@ -292,6 +326,14 @@ impl Backend for HostBackend {
     fn reset_peak(&self, device: DeviceId) -> Result<()> {
         host().account(device)?.reset_peak();
         Ok(())
+    }
+
+    fn cached_bytes(&self, device: DeviceId) -> Result<usize> {
+        host().account(device).map(|_| 0)
+    }
+
+    fn live_streams(&self) -> usize {
+        0
     }
 
     fn default_stream(&self, device: DeviceId) -> Result<RawStream> {
@@ -404,7 +446,7 @@ impl Backend for HostBackend {
     }
 
     fn upload(&self, device: DeviceId, data: &[u8]) -> Result<Buffer> {
-        let mut out = host().alloc(device, data.len())?;
+        let mut out = host().alloc_for_overwrite(device, data.len())?;
         out.bytes_mut().copy_from_slice(data);
         Ok(Buffer::Host(out))
     }

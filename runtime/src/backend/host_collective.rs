@@ -49,7 +49,7 @@ pub(crate) fn collective(
     let outputs = devices
         .iter()
         .map(|&d| {
-            let mut out = host().alloc(d, result.len())?;
+            let mut out = host().alloc_for_overwrite(d, result.len())?;
             out.bytes_mut().copy_from_slice(&result);
             Ok(Buffer::Host(out))
         })

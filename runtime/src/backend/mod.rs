@@ -128,6 +128,10 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn memory(&self, device: DeviceId) -> Result<(usize, usize)>;
     /// Restarts the high-water mark of `device` from what is held now.
     fn reset_peak(&self, device: DeviceId) -> Result<()>;
+    /// Bytes of freed memory cached on `device` for reuse.
+    fn cached_bytes(&self, device: DeviceId) -> Result<usize>;
+    /// Stream objects this backend holds now.
+    fn live_streams(&self) -> usize;
 
     /// The stream ops use on `device` when no other is made current.
     fn default_stream(&self, device: DeviceId) -> Result<RawStream>;

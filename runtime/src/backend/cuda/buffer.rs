@@ -4,8 +4,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{result, sys};
 
-use super::device::{driver, DeviceState, FastMap};
-use super::stream::{EventObj, StreamObj};
+use super::device::{driver, DeviceState};
+use super::stream::{free_all_cached, EventObj, StreamObj};
 use crate::error::{Error, Result};
 
 /// `bytes` bytes on one device, written on `stream` and freed there (stream-ordered)
@@ -26,7 +26,8 @@ pub(crate) struct CudaBuffer {
 }
 
 /// Buffers up to this size are cached per stream in power-of-two bins (as PyTorch's
-/// caching allocator does), so small ops make no allocation calls to the driver.
+/// caching allocator does), so small ops make no allocation calls to the driver. The
+/// cache lives in the stream ([`StreamObj::take_cached`]) and is freed with it.
 const CACHE_MAX: usize = 1 << 20;
 const MIN_BIN: usize = 512;
 
@@ -37,40 +38,6 @@ fn bin(bytes: usize) -> usize {
         bytes.next_power_of_two().max(MIN_BIN)
     } else {
         bytes
-    }
-}
-
-/// A stream (by address) and a bin size.
-type BinKey = (usize, usize);
-/// A free block and the stream it is ordered on (kept alive while the block waits).
-type Cached = (sys::CUdeviceptr, Arc<StreamObj>);
-
-/// Freed small buffers of one device, by stream and bin.
-#[derive(Default)]
-pub(crate) struct BlockCache {
-    free: Mutex<FastMap<BinKey, Vec<Cached>>>,
-}
-
-impl BlockCache {
-    fn take(&self, stream: &Arc<StreamObj>, cap: usize) -> Option<sys::CUdeviceptr> {
-        let key = (Arc::as_ptr(stream) as usize, cap);
-        self.free.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&key)?.pop().map(|(p, _)| p)
-    }
-
-    fn put(&self, stream: &Arc<StreamObj>, cap: usize, ptr: sys::CUdeviceptr) {
-        let key = (Arc::as_ptr(stream) as usize, cap);
-        self.free.lock().unwrap_or_else(|p| p.into_inner()).entry(key).or_default().push((ptr, Arc::clone(stream)));
-    }
-
-    /// Frees every cached block back to the driver's pool.
-    pub fn flush(&self, dev: &DeviceState) {
-        let blocks = std::mem::take(&mut *self.free.lock().unwrap_or_else(|p| p.into_inner()));
-        if dev.bind().is_err() {
-            return;
-        }
-        for (ptr, stream) in blocks.into_values().flatten() {
-            let _ = unsafe { result::free_async(ptr, stream.raw.0) };
-        }
     }
 }
 
@@ -96,7 +63,7 @@ impl CudaBuffer {
         if bytes == 0 {
             return Ok(new(0));
         }
-        let cached = if cap <= CACHE_MAX { dev.cache.take(stream, cap) } else { None };
+        let cached = if cap <= CACHE_MAX { stream.take_cached(cap) } else { None };
         let ptr = match cached {
             Some(p) => p,
             None => {
@@ -105,7 +72,7 @@ impl CudaBuffer {
                     Ok(p) => p,
                     Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
                         // Give back what the cache holds, then try once more.
-                        dev.cache.flush(dev);
+                        free_all_cached(dev.ordinal);
                         match unsafe { result::malloc_async(stream.raw.0, cap) } {
                             Ok(p) => p,
                             Err(_) => {
@@ -119,7 +86,8 @@ impl CudaBuffer {
             }
         };
         // The account has no capacity of its own here: the driver says when memory ends.
-        dev.account.reserve(cap)?;
+        // It counts the bytes asked for, as the host backend does (`memory_allocated`).
+        dev.account.reserve(bytes)?;
         Ok(new(ptr))
     }
 
@@ -170,19 +138,26 @@ impl Drop for CudaBuffer {
         if self.ptr == 0 {
             return;
         }
-        self.dev.account.release(self.cap);
+        self.dev.account.release(self.bytes);
         if self.dev.bind().is_err() {
+            // Without the context nothing can be ordered: the block is not reused.
             return;
         }
         let readers = std::mem::take(self.readers.get_mut().unwrap_or_else(|p| p.into_inner()));
         for r in &readers {
-            let _ = self.stream.wait_for(r);
+            if self.stream.wait_for(r).is_err() {
+                // A reader may still use the memory and its end cannot be ordered before
+                // a reuse: leak the block rather than hand it out again.
+                return;
+            }
         }
         // Work queued later on this stream runs after every use above, so the memory can
         // be handed out again on this stream at once.
         if self.cap <= CACHE_MAX {
-            self.dev.cache.put(&self.stream, self.cap, self.ptr);
+            self.stream.put_cached(self.cap, self.ptr);
         } else {
+            // SAFETY: the block came from cuMemAllocAsync; every use of it is ordered
+            // before this point of its stream.
             let _ = unsafe { result::free_async(self.ptr, self.stream.raw.0) };
         }
     }

@@ -10,7 +10,6 @@ use cudarc::driver::{result, sys, CudaContext, CudaModule, DriverError};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use locus_kernels::Source;
 
-use super::buffer::BlockCache;
 use super::stream::StreamObj;
 use crate::backend::account::MemoryAccount;
 use crate::device::DeviceId;
@@ -22,11 +21,33 @@ thread_local! {
     static BOUND: Cell<Option<u32>> = const { Cell::new(None) };
 }
 
-/// A raw driver handle that may move between threads (the driver allows it).
+/// A raw driver or library handle. Only the handle types below may cross threads: a
+/// raw pointer of any other kind stays `!Send`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Handle<T>(pub T);
-unsafe impl<T> Send for Handle<T> {}
-unsafe impl<T> Sync for Handle<T> {}
+// SAFETY: the CUDA driver API is thread-safe: contexts, streams, events and loaded
+// functions may be used from any thread (a context is made current per thread before
+// use, see `set_current`). Their lifetimes are managed by the owners of the `Handle`s.
+unsafe impl Send for Handle<sys::CUcontext> {}
+// SAFETY: as above.
+unsafe impl Sync for Handle<sys::CUcontext> {}
+// SAFETY: as above.
+unsafe impl Send for Handle<sys::CUstream> {}
+// SAFETY: as above.
+unsafe impl Sync for Handle<sys::CUstream> {}
+// SAFETY: as above.
+unsafe impl Send for Handle<sys::CUevent> {}
+// SAFETY: as above.
+unsafe impl Sync for Handle<sys::CUevent> {}
+// SAFETY: as above; a function stays valid while its module, kept by the device, lives.
+unsafe impl Send for Handle<sys::CUfunction> {}
+// SAFETY: as above.
+unsafe impl Sync for Handle<sys::CUfunction> {}
+// SAFETY: cuBLAS handles may be used from several host threads at once; locus binds a
+// handle to its stream once, before sharing it, and never changes its configuration.
+unsafe impl Send for Handle<cudarc::cublas::sys::cublasHandle_t> {}
+// SAFETY: as above.
+unsafe impl Sync for Handle<cudarc::cublas::sys::cublasHandle_t> {}
 
 /// A kernel by op, variant and element type.
 type KernelKey = (&'static str, &'static str, DType);
@@ -42,10 +63,7 @@ pub(crate) struct DeviceState {
     modules: [OnceLock<std::result::Result<Arc<CudaModule>, Error>>; 4],
     functions: Mutex<HashMap<String, Handle<sys::CUfunction>>>,
     kernels: Mutex<FastMap<KernelKey, Handle<sys::CUfunction>>>,
-    blas: OnceLock<std::result::Result<Handle<cudarc::cublas::sys::cublasHandle_t>, Error>>,
     copy: OnceLock<std::result::Result<Arc<StreamObj>, Error>>,
-    /// Small freed buffers, reused without a driver call.
-    pub cache: BlockCache,
 }
 
 impl std::fmt::Debug for DeviceState {
@@ -83,9 +101,7 @@ impl DeviceState {
             modules: Default::default(),
             functions: Mutex::new(HashMap::new()),
             kernels: Mutex::new(FastMap::default()),
-            blas: OnceLock::new(),
             copy: OnceLock::new(),
-            cache: BlockCache::default(),
         })
     }
 
@@ -178,20 +194,6 @@ impl DeviceState {
             })
             .as_ref()
             .map_err(Clone::clone)
-    }
-
-    /// The cuBLAS handle of this device, created on first use.
-    pub fn blas(&self) -> Result<cudarc::cublas::sys::cublasHandle_t> {
-        let h = self.blas.get_or_init(|| {
-            self.bind()?;
-            let h = cudarc::cublas::result::create_handle().map_err(|e| Error::Kernel {
-                device: self.id(),
-                name: "cublasCreate".into(),
-                message: format!("{e:?}"),
-            })?;
-            Ok(Handle(h))
-        });
-        h.as_ref().map(|h| h.0).map_err(Clone::clone)
     }
 
     /// A grid size for `work` items at `block` threads each: enough blocks to fill the

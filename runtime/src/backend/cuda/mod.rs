@@ -226,6 +226,17 @@ impl CudaBackend {
     }
 }
 
+/// Records `done` on `s` right after a copy that uses host memory was queued. If the
+/// record fails the copy's end is unknown: wait for the stream instead, and if even that
+/// fails call `retire`, which keeps the host memory from the host and from reuse for good.
+fn marked(s: &StreamObj, done: &EventObj, retire: impl FnOnce()) -> Result<()> {
+    let Err(e) = done.record(s) else { return Ok(()) };
+    if s.synchronize().is_err() {
+        retire();
+    }
+    Err(e)
+}
+
 fn foreign_stream(device: DeviceId, stream_ordinal: u32) -> Error {
     Error::DeviceMismatch { op: "copy_async", lhs: device, rhs: DeviceId::Cuda(stream_ordinal) }
 }
@@ -262,6 +273,14 @@ impl Backend for CudaBackend {
     fn reset_peak(&self, device: DeviceId) -> Result<()> {
         self.dev(device)?.account.reset_peak();
         Ok(())
+    }
+
+    fn cached_bytes(&self, device: DeviceId) -> Result<usize> {
+        Ok(stream::cached_bytes(self.dev(device)?.ordinal))
+    }
+
+    fn live_streams(&self) -> usize {
+        stream::live_streams()
     }
 
     fn make_current(&self, device: DeviceId) -> Result<()> {
@@ -361,10 +380,13 @@ impl Backend for CudaBackend {
         let out = CudaBuffer::alloc(dev, &s, src.bytes().len())?;
         let done = Arc::new(EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), false)?);
         if !src.bytes().is_empty() {
+            // SAFETY: `out` holds `src.bytes().len()` bytes on this device; `src` is
+            // page-locked memory that stays allocated and unwritten until `done`
+            // completes (held below, or retired if that cannot be known).
             unsafe { result::memcpy_htod_async(out.ptr(), src.bytes(), s.raw.0) }
                 .map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"))?;
         }
-        done.record(&s)?;
+        marked(&s, &done, || src.retire())?;
         src.hold_until(RawEvent::Cuda(Arc::clone(&done)));
         out.set_ready(Arc::clone(&done));
         Ok((Buffer::Cuda(out), RawEvent::Cuda(done)))
@@ -386,10 +408,19 @@ impl Backend for CudaBackend {
         b.use_on(&s)?;
         let done = Arc::new(EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), false)?);
         if b.bytes() > 0 {
+            if dst.bytes().len() != b.bytes() {
+                return Err(Error::InvalidArgument {
+                    op: "to_pinned_async",
+                    reason: "host buffer of the wrong length".into(),
+                });
+            }
+            // SAFETY: `dst` is a fresh page-locked buffer of the source's length that the
+            // caller exposes only after `done` (a `Pending`); it is held from reuse until
+            // then, or retired if that cannot be known.
             unsafe { result::memcpy_dtoh_async(dst.bytes_mut(), b.ptr(), s.raw.0) }
                 .map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"))?;
         }
-        done.record(&s)?;
+        marked(&s, &done, || dst.retire())?;
         dst.hold_until(RawEvent::Cuda(Arc::clone(&done)));
         Ok(RawEvent::Cuda(done))
     }
@@ -600,12 +631,18 @@ impl Backend for CudaBackend {
                     reason: "dims beyond i32::MAX do not fit cuBLAS".into(),
                 });
             }
-            let h = dev.blas()?;
+            // The output may come from the stream's block cache, with no driver call that
+            // would have made this device's context current: cuBLAS needs it current.
+            dev.bind()?;
+            // The stream's own handle, bound to it once: no other thread can move it to
+            // another stream between binding and the gemm.
+            let h = stream.blas()?;
             let (mi, ni, ki) = (m as i32, n as i32, k as i32);
             // Row-major C = A B is column-major C^T = B^T A^T: swap operands, no transposes.
             let nn = cublasOperation_t::CUBLAS_OP_N;
+            // SAFETY: `ap`, `bp` and `o` hold m*k, k*n and m*n elements of `dtype` on this
+            // device (allocated by this backend for these shapes), ready on `stream`.
             unsafe {
-                cudarc::cublas::result::set_stream(h, s as _).map_err(|e| blas_err(device, "cublasSetStream", e))?;
                 // The same call for both widths; only the element type differs.
                 macro_rules! gemm {
                     ($f:ident, $t:ty, $name:literal) => {

@@ -24,6 +24,10 @@ use crate::error::{Error, Result};
 /// Communicators by device list: NCCL ranks are positions in the list.
 type Comms = Vec<Handle<nsys::ncclComm_t>>;
 
+// SAFETY: a communicator may be used from any thread, one call at a time; locus uses
+// them only under the `COMMS` lock (so `Handle<ncclComm_t>` is `Send` but not `Sync`).
+unsafe impl Send for Handle<nsys::ncclComm_t> {}
+
 /// Communicators live for the process. The lock also keeps two threads from enqueueing
 /// on the same communicators at once, which NCCL does not allow.
 static COMMS: LazyLock<Mutex<HashMap<Vec<u32>, Comms>>> = LazyLock::new(|| Mutex::new(HashMap::new()));

@@ -34,9 +34,16 @@ const CHUNK_MAX: usize = 2 << 20;
 pub(super) fn upload(dev: &DeviceState, stream: &StreamObj, dst: u64, data: &[u8]) -> Result<()> {
     if data.len() < STAGE_MIN {
         if !data.is_empty() {
-            // The driver stages a small pageable copy before it returns.
+            // SAFETY: `dst` holds at least `data.len()` bytes of this device (the caller's
+            // allocation), and `data` is valid for reads until this function returns.
             unsafe { result::memcpy_htod_async(dst, data, stream.raw.0) }
                 .map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"))?;
+            // The driver stages a small pageable copy before it returns, but reads
+            // page-locked memory (a slice of a pinned tensor, say) by DMA later: then wait,
+            // since `data` is only borrowed for this call.
+            if is_page_locked(data.as_ptr()) {
+                stream.synchronize()?;
+            }
         }
         return Ok(());
     }
@@ -94,6 +101,24 @@ pub(super) fn download(dev: &DeviceState, stream: &StreamObj, src: u64, out: &mu
     })
 }
 
+/// Whether `ptr` is host memory the driver knows as page-locked (from `cuMemHostAlloc`
+/// or registered), which copies read asynchronously.
+fn is_page_locked(ptr: *const u8) -> bool {
+    let mut kind: u32 = 0;
+    // SAFETY: the attribute is a `CUmemorytype` (a 32-bit enum) written into `kind`;
+    // the driver only inspects the address. Pageable memory is an error, which means
+    // "not page-locked" here.
+    let r = unsafe {
+        cudarc::driver::sys::cuPointerGetAttribute(
+            &mut kind as *mut u32 as *mut std::ffi::c_void,
+            cudarc::driver::sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            ptr as cudarc::driver::sys::CUdeviceptr,
+        )
+    };
+    r == cudarc::driver::sys::CUresult::CUDA_SUCCESS
+        && kind == cudarc::driver::sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32
+}
+
 /// What the threads of one staged copy share: the next chunk to take, and whether one
 /// thread failed (the others then stop taking chunks).
 struct Plan {
@@ -141,10 +166,20 @@ impl Lane<'_> {
 
     /// Marks the end of the DMA just queued on stage `k`.
     fn queued(&mut self, k: usize) -> Result<()> {
-        let (_, event, queued) = &mut self.stages[k];
-        event.record(self.side)?;
-        *queued = true;
-        Ok(())
+        let (block, event, queued) = &mut self.stages[k];
+        match event.record(self.side) {
+            Ok(()) => {
+                *queued = true;
+                Ok(())
+            }
+            Err(e) => {
+                // The DMA is queued but unmarked: wait for it, or never reuse the stage.
+                if self.side.synchronize().is_err() {
+                    block.retire();
+                }
+                Err(e)
+            }
+        }
     }
 }
 
