@@ -1,6 +1,9 @@
 //! Pinned memory: the caching pool, async copies that borrow their source, pending
 //! device-to-host copies, and staged pageable copies, on the selected backend.
 
+mod common;
+
+use common::{keep_busy, note_host, on_gpu};
 use locus::{on_stream, pinned_stats, release_cached_pinned, Cpu, Cuda, Pinned, Stream, Tensor};
 
 type G = Cuda<0>;
@@ -56,15 +59,25 @@ fn steady_state_makes_no_new_pinned_allocations() -> locus::Result<()> {
 #[test]
 fn a_block_is_not_reused_while_its_copy_may_run() -> locus::Result<()> {
     let _s = serial();
+    note_host("block reuse");
     let s = Stream::<G>::new()?;
-    let src = Tensor::<Cpu>::full([1 << 18], 3.0)?.pin_memory()?;
-    let copy = src.to_async(&s)?;
-    let x = copy.wait()?;
-    drop(src);
-    // The block is back in the cache; a new pin of the same size must not change `x`.
-    let other = Tensor::<Cpu>::full([1 << 18], 9.0)?.pin_memory()?;
-    assert_eq!(x.sum()?.item()?, 3.0 * (1 << 18) as f32);
-    assert_eq!(other.as_slice()[0], 9.0);
+    for round in 0..10 {
+        let src = Tensor::<Cpu>::full([1 << 18], 3.0)?.pin_memory()?;
+        on_stream(&s, keep_busy)?;
+        let copy = src.to_async(&s)?;
+        let x = copy.tensor().clone();
+        // End the borrow without waiting (safe code), then give the block back.
+        std::mem::forget(copy);
+        let block = src.as_slice().as_ptr();
+        drop(src);
+        // The same bin: while the copy may run, the pool must hand out another block.
+        let other = Tensor::<Cpu>::full([1 << 18], 9.0)?.pin_memory()?;
+        if on_gpu() {
+            assert_ne!(other.as_slice().as_ptr(), block, "round {round}: the block of a running copy was reused");
+        }
+        assert_eq!(x.sum()?.item()?, 3.0 * (1 << 18) as f32, "round {round}");
+        assert_eq!(other.as_slice()[0], 9.0);
+    }
     release_cached_pinned();
     let st = pinned_stats();
     assert!(st.bytes_held >= st.bytes_in_use);
@@ -95,11 +108,19 @@ fn async_copies_round_trip_and_compose_with_streams() -> locus::Result<()> {
 #[test]
 fn dropping_a_transfer_waits_for_it() -> locus::Result<()> {
     let _s = serial();
+    note_host("dropping a Transfer");
     let s = Stream::<G>::new()?;
     let src = Tensor::<Pinned>::full([1 << 20], 1.5)?;
+    on_stream(&s, keep_busy)?;
     let copy = src.to_async(&s)?;
+    // Marks the end of the copy (nothing else is queued on `s` after it).
+    let copied = s.record_event()?;
     let t = copy.tensor().clone();
+    if on_gpu() {
+        assert!(!copied.is_complete()?, "the copy waits behind the busy work");
+    }
     drop(copy);
+    assert!(copied.is_complete()?, "dropping the transfer returned before the copy completed");
     drop(src);
     assert_eq!(t.sum()?.item()?, 1.5 * (1 << 20) as f32);
     Ok(())

@@ -9,9 +9,11 @@
 //! lands first. On the host backend (synchronous today) they still run, as a check of
 //! the values, and say so.
 
+mod common;
+
+use common::{keep_busy, note_host, on_gpu};
 use locus::{
-    backend_name, memory_allocated, memory_reserved, on_stream, stream_count, Cpu, Cuda, DeviceId, Loader, Pinned,
-    Stream, Tensor,
+    memory_allocated, memory_reserved, on_stream, stream_count, Cpu, Cuda, DeviceId, Loader, Pinned, Stream, Tensor,
 };
 
 type G = Cuda<0>;
@@ -21,29 +23,6 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn on_gpu() -> bool {
-    backend_name().map(|b| b == "cuda").unwrap_or(false)
-}
-
-fn note_host(test: &str) {
-    if !on_gpu() {
-        eprintln!("{test}: the host backend runs copies at once, so this race cannot happen here; run on the GPU");
-    }
-}
-
-/// Queues a long chain of work on the current stream of `Cuda<0>` (about 30 ms on an
-/// H200) and returns without waiting for it.
-fn keep_busy() -> locus::Result<()> {
-    let n = if on_gpu() { 4096 } else { 32 };
-    let m = Tensor::<G>::full([n, n], 1.0 / n as f32)?;
-    let mut acc = m.clone();
-    for _ in 0..12 {
-        acc = acc.matmul(&m)?;
-    }
-    drop(acc);
-    Ok(())
 }
 
 const ROUNDS: usize = 20;

@@ -1,6 +1,9 @@
 //! Streams and events on the selected backend: results through other streams, automatic
 //! waits when a tensor crosses streams, none for single-stream work, timing events.
 
+mod common;
+
+use common::{keep_busy, note_host};
 use locus::{cross_stream_waits, current_stream, on_stream, Cuda, Event, Stream, Tensor};
 
 type G = Cuda<0>;
@@ -33,9 +36,12 @@ fn single_stream_work_inserts_no_waits() -> locus::Result<()> {
 fn a_tensor_used_on_another_stream_waits_for_its_writer() -> locus::Result<()> {
     let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let before = cross_stream_waits();
+    note_host("cross-stream read");
     let (a, b) = (Stream::<G>::new()?, Stream::<G>::new()?);
-    // Enough work on `a` that `b` would read stale memory without the wait.
+    // Enough work on `a` that `b` would read stale memory without the wait: a long
+    // chain first, so the product below is written tens of milliseconds later.
     let big = on_stream(&a, || -> locus::Result<_> {
+        keep_busy()?;
         let m = Tensor::<G>::full([256, 256], 0.5)?;
         let mut acc = m.matmul(&m)?;
         for _ in 0..4 {
@@ -88,16 +94,30 @@ fn on_stream_nests_restores_and_survives_panics() -> locus::Result<()> {
 #[test]
 fn events_order_streams_and_time_work() -> locus::Result<()> {
     let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    note_host("event ordering");
     let (a, b) = (Stream::<G>::new()?, Stream::<G>::new()?);
     let start = Event::<G>::new()?;
     start.record(&a)?;
-    let x = on_stream(&a, || Tensor::<G>::rand([1 << 20], 3)?.exp())?;
+    // `a` is slow: without the event wait, `b` would sum `x` before it is written.
+    let x = on_stream(&a, || -> locus::Result<_> {
+        keep_busy()?;
+        Tensor::<G>::rand([1 << 20], 3)?.exp()
+    })?;
     let done = a.record_event()?;
+    if common::on_gpu() {
+        assert!(!done.is_complete()?, "the busy work is still running");
+    }
     b.wait_event(&done)?;
+    // `y` is written on `b`; reading it through `to_vec` on the default stream waits
+    // for `b` only, so the explicit event is what orders the sum after `x`.
     let y = on_stream(&b, || x.sum())?;
     done.synchronize()?;
     assert!(done.is_complete()?);
-    assert!(start.elapsed(&done)?.as_secs_f64() >= 0.0);
+    let took = start.elapsed(&done)?;
+    assert!(took.as_secs_f64() > 0.0, "the events bracket real work: {took:?}");
+    if common::on_gpu() {
+        assert!(took.as_secs_f64() > 1e-3, "a chain of 4096^3 matmuls takes milliseconds, not {took:?}");
+    }
     b.synchronize()?;
     let mean = y.item()? / (1 << 20) as f32;
     assert!((mean - (std::f32::consts::E - 1.0)).abs() < 0.01, "mean of e^U(0,1) is e - 1, got {mean}");
