@@ -8,14 +8,13 @@
 //! an event, so a dropped stream (a Loader's, one made per iteration) leaves nothing
 //! behind.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use cudarc::cublas::sys::cublasHandle_t;
 use cudarc::driver::{result, sys};
 
-use super::device::{driver, set_current, Handle};
+use super::device::{driver, set_current, FastMap, Handle};
 use crate::error::{Error, Result};
 
 /// Live stream objects of this process (the devices' own included).
@@ -45,7 +44,7 @@ pub(crate) struct StreamObj {
     pub ordinal: u32,
     ctx: Handle<sys::CUcontext>,
     /// Freed small blocks ordered on this stream, by capacity.
-    cache: Mutex<HashMap<usize, Vec<sys::CUdeviceptr>>>,
+    cache: Mutex<FastMap<usize, Vec<sys::CUdeviceptr>>>,
     /// Whether this stream is listed in `WITH_CACHE`.
     listed: AtomicBool,
     /// This stream's own cuBLAS handle, bound to it once: no other thread or stream can
@@ -69,7 +68,7 @@ impl StreamObj {
             raw: Handle(raw),
             ordinal,
             ctx: Handle(ctx),
-            cache: Mutex::new(HashMap::new()),
+            cache: Mutex::new(FastMap::default()),
             listed: AtomicBool::new(false),
             blas: OnceLock::new(),
         })
