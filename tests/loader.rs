@@ -139,6 +139,45 @@ fn dropping_the_loader_stops_and_joins_its_threads() -> locus::Result<()> {
 }
 
 #[test]
+fn dropping_the_loader_while_workers_wait_for_room_returns_at_once() -> locus::Result<()> {
+    /// Sample 0 is slow, so the other workers run ahead and fill what they may.
+    struct SlowFirst(Arc<AtomicUsize>);
+    impl locus::Dataset for SlowFirst {
+        type Elem = f32;
+        fn len(&self) -> usize {
+            1000
+        }
+        fn sample_shape(&self) -> Vec<usize> {
+            vec![4]
+        }
+        fn get(&self, index: usize, out: &mut [f32]) -> locus::Result<()> {
+            if index == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            self.0.fetch_add(1, Ordering::SeqCst);
+            out.fill(index as f32);
+            Ok(())
+        }
+    }
+    let made = Arc::new(AtomicUsize::new(0));
+    let mut loader = Loader::from_dataset(SlowFirst(Arc::clone(&made)), 1, None)?.workers(3).prefetch(1).to::<G>()?;
+    assert_eq!(loader.next().unwrap()?.to_vec()?, vec![0.0; 4]);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(loader);
+        let _ = tx.send(());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(5)).expect("dropping the loader returns, not hangs");
+    let after = made.load(Ordering::SeqCst);
+    // Batch 0 handed out and batch 1 on its way to the device, then prefetch 1 + 3 workers.
+    assert!(after <= 2 + 1 + 3, "workers ran {after} samples ahead of a consumer that took one batch");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert_eq!(made.load(Ordering::SeqCst), after, "nothing runs after drop");
+    Ok(())
+}
+
+#[test]
 fn bad_configurations_are_errors() {
     assert!(matches!(Loader::from_dataset(rows(4), 0, None), Err(Error::InvalidArgument { .. })));
     assert!(matches!(

@@ -3,14 +3,16 @@
 //! target device on a side stream while the previous one is in use; batches come out in
 //! order. A failing or panicking worker becomes an `Err` at that batch, never a hang, and
 //! dropping the loader stops and joins its threads.
+//!
+//! Memory is bounded by a window over the batch numbers: a worker claims batch `i` only
+//! while `i < taken + prefetch + workers`, where `taken` counts the batches the consumer
+//! has moved off pinned memory. So however long one batch takes, the others can fill
+//! the window and no more: at most `prefetch + workers` batches are pinned at once.
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use crate::backend::rand_bits;
 use crate::copy::copy_pinned_async;
@@ -57,7 +59,6 @@ impl<T: Element> Dataset for Tensor<Cpu, T> {
     }
 }
 
-type Produced<T> = (usize, Result<Tensor<Pinned, T>>);
 type BatchIter<T> = Box<dyn Iterator<Item = Result<Tensor<Cpu, T>>> + Send>;
 
 enum Source<T: Element> {
@@ -75,6 +76,8 @@ pub struct LoaderBuilder<T: Element> {
 
 impl<T: Element> LoaderBuilder<T> {
     /// How many pinned batches may wait ahead of the consumer (default 2, at least 1).
+    /// With one more per worker being built, at most `prefetch + workers` batches are
+    /// pinned at any time.
     pub fn prefetch(mut self, batches: usize) -> Self {
         self.prefetch = batches.max(1);
         self
@@ -110,17 +113,32 @@ impl<T: Element> LoaderBuilder<T> {
             Source::Dataset { batches, .. } => Some(*batches),
             Source::Batches(_) => None,
         };
-        let (tx, rx) = sync_channel::<Produced<T>>(self.prefetch);
-        let shared = Arc::new(Shared { source: self.source, next: AtomicUsize::new(0), stop: AtomicBool::new(false) });
+        let shared = Arc::new(Shared {
+            source: self.source,
+            window: self.prefetch + self.workers,
+            state: Mutex::new(State {
+                next_claim: 0,
+                taken: 0,
+                built: BTreeMap::new(),
+                running: self.workers,
+                stop: false,
+            }),
+            room: Condvar::new(),
+            arrived: Condvar::new(),
+        });
         let mut workers = Vec::new();
         for i in 0..self.workers {
-            let (mine, tx) = (Arc::clone(&shared), tx.clone());
-            let spawned = std::thread::Builder::new().name(format!("locus-loader-{i}")).spawn(move || work(&mine, &tx));
+            let mine = Arc::clone(&shared);
+            let spawned = std::thread::Builder::new().name(format!("locus-loader-{i}")).spawn(move || {
+                // `work` catches the user's panics; this catches any other, so that the
+                // consumer always learns that the worker is gone.
+                let _ = catch_unwind(AssertUnwindSafe(|| work(&mine)));
+                mine.exited();
+            });
             match spawned {
                 Ok(h) => workers.push(h),
                 Err(e) => {
-                    shared.stop.store(true, Ordering::Relaxed);
-                    drop(rx);
+                    shared.stop();
                     workers.into_iter().for_each(|h: JoinHandle<()>| drop(h.join()));
                     return Err(Error::LoaderWorker { batch: 0, message: format!("cannot start a worker: {e}") });
                 }
@@ -130,44 +148,130 @@ impl<T: Element> LoaderBuilder<T> {
             Some(n) => indicatif::ProgressBar::new(n as u64),
             None => indicatif::ProgressBar::new_spinner(),
         });
-        Ok(Loader {
-            device,
-            stream,
-            rx: Some(rx),
-            shared,
-            workers,
-            waiting: BTreeMap::new(),
-            ready: None,
-            next: 0,
-            done: false,
-            bar,
-        })
+        Ok(Loader { device, stream, shared, workers, ready: None, next: 0, done: false, bar })
     }
 }
 
+/// What the workers and the consumer share.
 struct Shared<T: Element> {
     source: Source<T>,
-    next: AtomicUsize,
-    stop: AtomicBool,
+    /// How many batches may be claimed and not yet taken: `prefetch` plus one per worker.
+    window: usize,
+    state: Mutex<State<T>>,
+    /// Signalled when the consumer takes a batch or the loader stops; workers wait on it.
+    room: Condvar,
+    /// Signalled when a batch is built or a worker exits; the consumer waits on it.
+    arrived: Condvar,
 }
 
-/// One worker: claims batch numbers in turn and sends each pinned batch (or its error).
-fn work<T: Element>(shared: &Shared<T>, tx: &SyncSender<Produced<T>>) {
-    while !shared.stop.load(Ordering::Relaxed) {
-        let claimed = match &shared.source {
+struct State<T: Element> {
+    /// The next batch of a dataset to claim.
+    next_claim: usize,
+    /// Batches the consumer has taken off pinned memory (every batch below this one).
+    taken: usize,
+    /// Built batches (or their errors) not taken yet.
+    built: BTreeMap<usize, Result<Tensor<Pinned, T>>>,
+    /// Workers that have not exited.
+    running: usize,
+    stop: bool,
+}
+
+impl<T: Element> Shared<T> {
+    fn lock(&self) -> MutexGuard<'_, State<T>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until batch `i` is inside the window; false once the loader stops.
+    fn wait_for_room(&self, i: usize) -> bool {
+        let mut st = self.lock();
+        while !st.stop && i >= st.taken + self.window {
+            st = self.room.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        !st.stop
+    }
+
+    /// Claims the next of `batches` dataset batches once it is inside the window; `None`
+    /// when none is left or the loader stops.
+    fn claim(&self, batches: usize) -> Option<usize> {
+        let mut st = self.lock();
+        while !st.stop && st.next_claim < batches && st.next_claim >= st.taken + self.window {
+            st = self.room.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        if st.stop || st.next_claim >= batches {
+            return None;
+        }
+        st.next_claim += 1;
+        Some(st.next_claim - 1)
+    }
+
+    /// Hands batch `i` (or its error) to the consumer; an error stops the other workers.
+    fn deliver(&self, i: usize, batch: Result<Tensor<Pinned, T>>) {
+        let mut st = self.lock();
+        if batch.is_err() {
+            // Batches before `i` were claimed before it and are still delivered.
+            st.stop = true;
+            self.room.notify_all();
+        }
+        st.built.insert(i, batch);
+        self.arrived.notify_all();
+    }
+
+    /// Batch `i`, waiting for workers as needed; `None` when no worker is left to build it.
+    fn take(&self, i: usize) -> Option<Result<Tensor<Pinned, T>>> {
+        let mut st = self.lock();
+        loop {
+            if let Some(b) = st.built.remove(&i) {
+                return Some(b);
+            }
+            if st.running == 0 {
+                return None;
+            }
+            st = self.arrived.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Every batch below `taken` is off pinned memory: the window moves on.
+    fn taken(&self, taken: usize) {
+        self.lock().taken = taken;
+        self.room.notify_all();
+    }
+
+    fn exited(&self) {
+        self.lock().running -= 1;
+        self.arrived.notify_all();
+    }
+
+    /// Stops the workers at their next claim and drops the batches nobody will take.
+    fn stop(&self) {
+        let mut st = self.lock();
+        st.stop = true;
+        st.built.clear();
+        self.room.notify_all();
+    }
+}
+
+/// One worker: claims batch numbers in turn, inside the window, and delivers each pinned
+/// batch (or its error).
+fn work<T: Element>(shared: &Shared<T>) {
+    loop {
+        let (i, batch) = match &shared.source {
             Source::Dataset { make, batches } => {
-                let i = shared.next.fetch_add(1, Ordering::Relaxed);
-                if i >= *batches {
-                    return;
-                }
+                let Some(i) = shared.claim(*batches) else { return };
                 (i, catch(i, || make(i)))
             }
             Source::Batches(iter) => {
                 // The iterator hands out batches in order; the number goes with each.
                 let mut guard = iter.lock().unwrap_or_else(|p| p.into_inner());
                 let i = guard.1;
+                if !shared.wait_for_room(i) {
+                    return;
+                }
                 let item = catch_unwind(AssertUnwindSafe(|| guard.0.next()));
                 guard.1 += 1;
+                if !matches!(item, Ok(Some(_))) {
+                    // Ended or panicked: later workers must not call `next` again.
+                    guard.0 = Box::new(std::iter::empty());
+                }
                 drop(guard);
                 match item {
                     Ok(None) => return,
@@ -176,12 +280,9 @@ fn work<T: Element>(shared: &Shared<T>, tx: &SyncSender<Produced<T>>) {
                 }
             }
         };
-        let failed = claimed.1.is_err();
-        if tx.send(claimed).is_err() || failed {
-            // The loader is gone, or this source is broken: nothing more to do.
-            if failed {
-                shared.stop.store(true, Ordering::Relaxed);
-            }
+        let failed = batch.is_err();
+        shared.deliver(i, batch);
+        if failed {
             return;
         }
     }
@@ -217,11 +318,8 @@ fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
 pub struct Loader<D: Device, T: Element> {
     device: D,
     stream: Stream<D>,
-    rx: Option<Receiver<Produced<T>>>,
     shared: Arc<Shared<T>>,
     workers: Vec<JoinHandle<()>>,
-    /// Pinned batches that arrived ahead of their turn.
-    waiting: BTreeMap<usize, Result<Tensor<Pinned, T>>>,
     /// The next batch, already on its way to the device.
     ready: Option<Result<Tensor<D, T>>>,
     next: usize,
@@ -303,38 +401,25 @@ impl<D: Device, T: Element> Loader<D, T> {
         self.device
     }
 
-    /// The pinned batch `i`, waiting for workers as needed; `None` at the end.
-    fn pinned(&mut self, i: usize) -> Option<Result<Tensor<Pinned, T>>> {
-        loop {
-            if let Some(b) = self.waiting.remove(&i) {
-                return Some(b);
-            }
-            let rx = self.rx.as_ref()?;
-            match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok((j, b)) => {
-                    self.waiting.insert(j, b);
-                }
-                // Workers still running: keep waiting (they never block forever on us).
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return self.waiting.remove(&i),
-            }
-        }
-    }
-
     /// Batch `i` queued for the device, if it exists.
     fn start(&mut self, i: usize) -> Option<Result<Tensor<D, T>>> {
-        let pinned = self.pinned(i)?;
+        let pinned = self.shared.take(i)?;
         // The pinned block is held by the pool until the copy completes, so the pinned
         // tensor can go now; work on other streams waits for the copy automatically.
-        Some(pinned.and_then(|p| copy_pinned_async(&p, self.device, &self.stream.raw).map(|(t, _)| t)))
+        let queued = pinned.and_then(|p| copy_pinned_async(&p, self.device, &self.stream.raw).map(|(t, _)| t));
+        // Only now is batch `i` off pinned memory, so only now may another be claimed.
+        self.shared.taken(i + 1);
+        Some(queued)
     }
 
     fn shutdown(&mut self) {
-        self.shared.stop.store(true, Ordering::Relaxed);
-        self.rx = None; // unblocks workers waiting to send
+        // A worker waiting for room wakes and exits; one building a batch exits after it.
+        self.shared.stop();
         for h in self.workers.drain(..) {
             let _ = h.join();
         }
+        // Batches delivered after the stop.
+        self.shared.lock().built.clear();
         if let Some(bar) = &self.bar {
             bar.finish();
         }
