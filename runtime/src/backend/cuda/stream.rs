@@ -100,6 +100,7 @@ impl StreamObj {
     /// Caches a block of `cap` bytes whose last use is queued on this stream.
     pub fn put_cached(self: &Arc<Self>, cap: usize, ptr: sys::CUdeviceptr) {
         self.cache.lock().unwrap_or_else(|p| p.into_inner()).entry(cap).or_default().push(ptr);
+        // Never with this stream's cache locked: `cached_bytes` locks the list first.
         if !self.listed.swap(true, Ordering::Relaxed) {
             let mut list = WITH_CACHE.lock().unwrap_or_else(|p| p.into_inner());
             list.retain(|w| w.strong_count() > 0);
@@ -165,8 +166,11 @@ pub(crate) fn free_all_cached(ordinal: u32) {
 
 /// Bytes cached on the streams of device `ordinal`.
 pub(crate) fn cached_bytes(ordinal: u32) -> usize {
-    let list = WITH_CACHE.lock().unwrap_or_else(|p| p.into_inner());
-    list.iter().filter_map(Weak::upgrade).filter(|s| s.ordinal == ordinal).map(|s| s.cached_bytes()).sum()
+    let streams: Vec<Arc<StreamObj>> = {
+        let list = WITH_CACHE.lock().unwrap_or_else(|p| p.into_inner());
+        list.iter().filter_map(Weak::upgrade).filter(|s| s.ordinal == ordinal).collect()
+    };
+    streams.iter().map(|s| s.cached_bytes()).sum()
 }
 
 impl Drop for StreamObj {
