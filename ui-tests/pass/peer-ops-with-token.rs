@@ -1,7 +1,13 @@
 // With the token of enable_peer_access, ops take one tensor on each GPU.
+// With fewer than two devices it prints that it is skipped and returns.
 use locus::{enable_peer_access, Cuda, Tensor};
 
 fn main() -> locus::Result<()> {
+    let n = locus::device_count()?;
+    if n < 2 {
+        eprintln!("skipped: needs 2 devices, found {n}");
+        return Ok(());
+    }
     let peer = enable_peer_access::<Cuda<0>, Cuda<1>>()?;
     let a = Tensor::<Cuda<0>>::ones([2])?;
     let b = Tensor::<Cuda<1>>::full([2], 2.0)?;

@@ -2,11 +2,11 @@
 use locus::{on_stream, Cuda, Stream, Tensor};
 
 fn main() -> locus::Result<()> {
-    let s = Stream::<Cuda<1>>::new()?;
-    let t = on_stream(&s, || Tensor::<Cuda<1>>::ones([4]))?;
+    let s = Stream::<Cuda<0>>::new()?;
+    let t = on_stream(&s, || Tensor::<Cuda<0>>::ones([4]))?;
     t.record_stream(&s)?;
     let e = s.record_event()?;
-    Stream::<Cuda<1>>::default_stream()?.wait_event(&e)?;
+    Stream::<Cuda<0>>::default_stream()?.wait_event(&e)?;
     assert_eq!(t.sum()?.item()?, 4.0);
     Ok(())
 }

@@ -20,6 +20,8 @@ use crate::tensor::Tensor;
 /// ```
 /// use locus_runtime::parallel::broadcast;
 /// use locus_runtime::{Cpu, Cuda, DeviceId, Tensor};
+/// # let n = locus_runtime::device_count()?;
+/// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
 /// let w = Tensor::<Cpu>::from_vec(vec![1.0, 2.0], [2])?;
 /// let (a, b) = broadcast(&w, (Cuda::<0>, Cuda::<1>))?;
 /// assert_eq!((a.to_vec()?, b.to_vec()?), (vec![1.0, 2.0], vec![1.0, 2.0]));
@@ -55,6 +57,8 @@ pub(crate) fn broadcast_dyn<D: Device, T: Element>(x: &Tensor<D, T>, ids: &[Devi
 /// ```
 /// use locus_runtime::parallel::all_reduce_sum;
 /// use locus_runtime::{Cuda, Tensor};
+/// # let n = locus_runtime::device_count()?;
+/// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
 /// let grads = (Tensor::<Cuda<0>>::full([3], 1.0)?, Tensor::<Cuda<1>>::full([3], 2.0)?);
 /// let (g0, g1) = all_reduce_sum(&grads)?;
 /// assert_eq!(g0.to_vec()?, vec![3.0; 3]);
@@ -83,6 +87,8 @@ pub fn all_reduce_sum<P: Parts + ?Sized>(parts: &P) -> Result<P::Owned> {
 /// ```
 /// use locus_runtime::parallel::all_gather;
 /// use locus_runtime::{Cuda, Tensor};
+/// # let n = locus_runtime::device_count()?;
+/// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
 /// let parts = vec![Tensor::<Cuda<0>, i32>::full([1], 7)?.into_dyn(), Tensor::<Cuda<1>, i32>::full([2], 8)?.into_dyn()];
 /// let all = all_gather(&parts)?;
 /// assert_eq!(all[0].to_vec()?, vec![7, 8, 8]);

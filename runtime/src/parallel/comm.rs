@@ -32,6 +32,8 @@ pub fn chunk_sizes(len: usize, n: usize) -> Vec<usize> {
 /// ```
 /// use locus_runtime::parallel::scatter;
 /// use locus_runtime::{Cpu, Cuda, DeviceId, Tensor};
+/// # let n = locus_runtime::device_count()?;
+/// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
 /// let x = Tensor::<Cpu, i32>::arange(0, 10, 1)?.reshape([5, 2])?;
 /// let (a, b) = scatter(&x, (Cuda::<0>, Cuda::<1>))?;
 /// assert_eq!(a.to_vec()?, vec![0, 1, 2, 3, 4, 5]);
@@ -53,6 +55,8 @@ pub fn scatter<D: Device, T: Element, L: DeviceList>(x: &Tensor<D, T>, devices: 
 /// ```
 /// use locus_runtime::parallel::scatter_sizes;
 /// use locus_runtime::{Cuda, Tensor};
+/// # let n = locus_runtime::device_count()?;
+/// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
 /// let x = Tensor::<Cuda<0>>::arange(0.0, 4.0, 1.0)?;
 /// let (a, b) = scatter_sizes(&x, (Cuda::<0>, Cuda::<1>), &[1, 3])?;
 /// assert_eq!((a.to_vec()?, b.to_vec()?), (vec![0.0], vec![1.0, 2.0, 3.0]));
@@ -112,6 +116,8 @@ fn rows_of<D: Device, T: Element>(op: &'static str, x: &Tensor<D, T>) -> Result<
 /// ```
 /// use locus_runtime::parallel::gather;
 /// use locus_runtime::{Cpu, Cuda, Tensor};
+/// # let n = locus_runtime::device_count()?;
+/// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
 /// let parts = (Tensor::<Cuda<0>>::ones([1, 2])?, Tensor::<Cuda<1>>::zeros([2, 2])?);
 /// let all = gather(&parts, Cpu)?;
 /// assert_eq!(all.shape(), &[3, 2]);
@@ -141,6 +147,8 @@ pub(crate) fn gather_dyn<T: Element, O: Device>(parts: &[Tensor<Dyn, T>], out: O
 /// ```
 /// use locus_runtime::parallel::reduce_add;
 /// use locus_runtime::{Cuda, Tensor};
+/// # let n = locus_runtime::device_count()?;
+/// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
 /// let parts = [Tensor::<Cuda<0>>::full([2], 1.0)?.into_dyn(), Tensor::<Cuda<1>>::full([2], 2.0)?.into_dyn()];
 /// assert_eq!(reduce_add(&parts, Cuda::<1>)?.to_vec()?, vec![3.0, 3.0]);
 /// # Ok::<(), locus_runtime::Error>(())

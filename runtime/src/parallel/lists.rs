@@ -40,8 +40,8 @@ pub trait DeviceList: sealed::Devices {
 ///
 /// ```
 /// use locus_runtime::parallel::Parts;
-/// use locus_runtime::{Cuda, Tensor};
-/// let parts = (Tensor::<Cuda<0>>::ones([1])?, Tensor::<Cuda<1>>::ones([2])?);
+/// use locus_runtime::{Cpu, Cuda, Tensor};
+/// let parts = (Tensor::<Cuda<0>>::ones([1])?, Tensor::<Cpu>::ones([2])?);
 /// assert_eq!(parts.tensors().len(), 2);
 /// # Ok::<(), locus_runtime::Error>(())
 /// ```

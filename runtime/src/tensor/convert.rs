@@ -14,12 +14,12 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// check, never a copy. `Error::NotOnDevice` names where it really is.
     ///
     /// ```
-    /// use locus_runtime::{Cuda, DeviceId, Error, Tensor};
-    /// let d = Tensor::<Cuda<1>>::ones([2])?.into_dyn();
-    /// let back: Tensor<Cuda<1>> = d.clone().try_into_device::<Cuda<1>>()?;
+    /// use locus_runtime::{Cpu, Cuda, DeviceId, Error, Tensor};
+    /// let d = Tensor::<Cuda<0>>::ones([2])?.into_dyn();
+    /// let back: Tensor<Cuda<0>> = d.clone().try_into_device::<Cuda<0>>()?;
     /// assert_eq!(back.to_vec()?, vec![1.0, 1.0]);
-    /// let err = d.try_into_device::<Cuda<0>>().unwrap_err();
-    /// assert_eq!(err, Error::NotOnDevice { expected: DeviceId::Cuda(0), actual: DeviceId::Cuda(1) });
+    /// let err = d.try_into_device::<Cpu>().unwrap_err();
+    /// assert_eq!(err, Error::NotOnDevice { expected: DeviceId::Cpu, actual: DeviceId::Cuda(0) });
     /// # Ok::<(), locus_runtime::Error>(())
     /// ```
     pub fn try_into_device<E: StaticDevice>(self) -> Result<Tensor<E, T>> {

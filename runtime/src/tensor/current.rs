@@ -19,9 +19,9 @@ impl<T: Element> Tensor<Dyn, T> {
     /// ```
     /// use locus_runtime::{DeviceGuard, DeviceId, Dyn, Tensor};
     /// assert_eq!(Tensor::<Dyn>::zeros_current([2])?.device(), DeviceId::Cpu);
-    /// let _g = DeviceGuard::enter(DeviceId::Cuda(1))?;
+    /// let _g = DeviceGuard::enter(DeviceId::Cuda(0))?;
     /// let t = Tensor::<Dyn>::zeros_current([2])?;
-    /// assert_eq!(t.device(), DeviceId::Cuda(1));
+    /// assert_eq!(t.device(), DeviceId::Cuda(0));
     /// assert_eq!(t.to_vec()?, vec![0.0, 0.0]);
     /// # Ok::<(), locus_runtime::Error>(())
     /// ```
@@ -84,9 +84,9 @@ impl<T: Element> Tensor<Dyn, T> {
     ///
     /// ```
     /// use locus_runtime::{DeviceGuard, DeviceId, Dyn, Tensor};
-    /// let _g = DeviceGuard::enter(DeviceId::Cuda(1))?;
+    /// let _g = DeviceGuard::enter(DeviceId::Cuda(0))?;
     /// let t = Tensor::<Dyn, i32>::arange_current(0, 3, 1)?;
-    /// assert_eq!((t.device(), t.to_vec()?), (DeviceId::Cuda(1), vec![0, 1, 2]));
+    /// assert_eq!((t.device(), t.to_vec()?), (DeviceId::Cuda(0), vec![0, 1, 2]));
     /// # Ok::<(), locus_runtime::Error>(())
     /// ```
     pub fn arange_current(start: T, end: T, step: T) -> Result<Self> {

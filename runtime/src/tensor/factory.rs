@@ -131,9 +131,9 @@ impl<D: StaticDevice, T: Element> Tensor<D, T> {
     ///
     /// ```
     /// use locus_runtime::{Cuda, Tensor};
-    /// let t = Tensor::<Cuda<1>>::from_vec(vec![1.0, 2.0], [2, 1])?;
+    /// let t = Tensor::<Cuda<0>>::from_vec(vec![1.0, 2.0], [2, 1])?;
     /// assert_eq!(t.shape(), &[2, 1]);
-    /// assert!(Tensor::<Cuda<1>>::from_vec(vec![1.0], [2]).is_err());
+    /// assert!(Tensor::<Cuda<0>>::from_vec(vec![1.0], [2]).is_err());
     /// # Ok::<(), locus_runtime::Error>(())
     /// ```
     pub fn from_vec(data: Vec<T>, shape: impl AsRef<[usize]>) -> Result<Self> {
@@ -169,9 +169,9 @@ impl<D: StaticDevice, T: Float> Tensor<D, T> {
     /// Uniform values in `[0, 1)`, reproducible from `seed` on every device and backend.
     ///
     /// ```
-    /// use locus_runtime::{Cuda, Tensor};
+    /// use locus_runtime::{Cpu, Cuda, Tensor};
     /// let a = Tensor::<Cuda<0>>::rand([4], 7)?.to_vec()?;
-    /// let b = Tensor::<Cuda<1>>::rand([4], 7)?.to_vec()?;
+    /// let b = Tensor::<Cpu>::rand([4], 7)?.to_vec()?;
     /// assert_eq!(a, b);
     /// assert!(a.iter().all(|v| (0.0..1.0).contains(v)));
     /// # Ok::<(), locus_runtime::Error>(())

@@ -164,8 +164,8 @@ impl<D: Device, T: Element> Tensor<D, T> {
     ///
     /// ```
     /// use locus_runtime::{Cpu, Cuda, Tensor};
-    /// let a = Tensor::<Cuda<0>>::ones([2])?;
-    /// let b = a.to::<Cuda<1>>()?;
+    /// let a = Tensor::<Cpu>::ones([2])?;
+    /// let b = a.to::<Cuda<0>>()?;
     /// assert_eq!(b.to::<Cpu>()?.to_vec()?, vec![1.0, 1.0]);
     /// # Ok::<(), locus_runtime::Error>(())
     /// ```
@@ -193,8 +193,8 @@ impl<D: Device, T: Element> Tensor<D, T> {
     ///
     /// ```
     /// use locus_runtime::{Cuda, Tensor};
-    /// let d = Tensor::<Cuda<1>>::zeros([2])?.into_dyn();
-    /// assert_eq!(d.device().to_string(), "cuda:1");
+    /// let d = Tensor::<Cuda<0>>::zeros([2])?.into_dyn();
+    /// assert_eq!(d.device().to_string(), "cuda:0");
     /// # Ok::<(), locus_runtime::Error>(())
     /// ```
     pub fn into_dyn(self) -> Tensor<Dyn, T> {

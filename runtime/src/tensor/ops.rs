@@ -137,8 +137,8 @@ impl<D: Device, T: Element> Tensor<D, T> {
     ///
     /// ```
     /// use locus_runtime::{Cuda, Tensor};
-    /// let a = Tensor::<Cuda<1>>::zeros([1, 2])?;
-    /// let b = Tensor::<Cuda<1>>::ones([2, 2])?;
+    /// let a = Tensor::<Cuda<0>>::zeros([1, 2])?;
+    /// let b = Tensor::<Cuda<0>>::ones([2, 2])?;
     /// assert_eq!(a.cat(&b)?.to_vec()?, vec![0.0, 0.0, 1.0, 1.0, 1.0, 1.0]);
     /// # Ok::<(), locus_runtime::Error>(())
     /// ```
