@@ -59,7 +59,8 @@ fn a_copy_to_another_device_list_from_a_pinned_batch_keeps_every_slice() -> locu
         let batch = Tensor::<Cpu>::full([2, LEN], round as f32)?.pin_memory()?;
         let ids = [DeviceId::Cuda(0), DeviceId::Cuda(0)];
         let parts = locus::parallel::scatter(&batch.into_dyn(), ids)?;
-        let next = Tensor::<Cpu>::full([2, LEN], -1.0)?.pin_memory()?;
+        // Pinned blocks of a slice's size: the bin the slices' blocks went back to.
+        let next = [Tensor::<Cpu>::full([LEN], -1.0)?.pin_memory()?, Tensor::<Cpu>::full([LEN], -1.0)?.pin_memory()?];
         for p in &parts {
             assert!(p.to_vec()?.iter().all(|&v| v == round as f32), "round {round}: a slice was overwritten");
         }

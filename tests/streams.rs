@@ -95,6 +95,9 @@ fn on_stream_nests_restores_and_survives_panics() -> locus::Result<()> {
 fn events_order_streams_and_time_work() -> locus::Result<()> {
     let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     note_host("event ordering");
+    // Compile the kernels used below first: a first use compiles them on the host, long
+    // enough for the GPU to finish the busy work.
+    Tensor::<G>::rand([16], 0)?.exp()?.sum()?.item()?;
     let (a, b) = (Stream::<G>::new()?, Stream::<G>::new()?);
     let start = Event::<G>::new()?;
     start.record(&a)?;

@@ -444,6 +444,25 @@ mod tests {
         BACKEND_CURRENT.with(|c| c.get())
     }
 
+    /// A second device besides `cuda:0`: `cuda:1` where it exists, else pinned memory
+    /// (a host placement the guard enters the same way), so the tests run on one GPU.
+    fn second() -> DeviceId {
+        if crate::backend::device_count().unwrap_or(0) >= 2 {
+            DeviceId::Cuda(1)
+        } else {
+            DeviceId::Pinned
+        }
+    }
+
+    /// A device other than [`second`] and `cuda:0`.
+    fn third() -> DeviceId {
+        if second() == DeviceId::Pinned {
+            DeviceId::Cpu
+        } else {
+            DeviceId::Pinned
+        }
+    }
+
     #[test]
     fn dropping_an_outer_guard_first_keeps_the_inner_one_current_without_a_switch() {
         on_fresh_thread(|| {
@@ -473,7 +492,7 @@ mod tests {
     #[test]
     fn the_backend_follows_the_innermost_live_guard() {
         on_fresh_thread(|| {
-            let devices = [DeviceId::Cpu, DeviceId::Pinned, DeviceId::Cuda(0), DeviceId::Cuda(1)];
+            let devices = [DeviceId::Cpu, DeviceId::Pinned, DeviceId::Cuda(0), second()];
             let mut live: Vec<(DeviceId, Option<DeviceGuard>)> = Vec::new();
             let mut x = 0x9e37_79b9_7f4a_7c15_u64;
             for step in 0..5000 {
@@ -504,7 +523,7 @@ mod tests {
         on_fresh_thread(|| {
             let mut seen = Vec::new();
             let mut fut = Box::pin(OnDevice::new(DeviceId::Cuda(0), async {
-                let _inner = DeviceGuard::enter(DeviceId::Cuda(1)).unwrap();
+                let _inner = DeviceGuard::enter(second()).unwrap();
                 let mut polled = false;
                 std::future::poll_fn(|cx| {
                     if std::mem::replace(&mut polled, true) {
@@ -518,28 +537,28 @@ mod tests {
                 backend_current()
             }));
             let mut cx = Context::from_waker(std::task::Waker::noop());
-            let _outside = DeviceGuard::enter(DeviceId::Pinned).unwrap();
+            let _outside = DeviceGuard::enter(third()).unwrap();
             loop {
                 let polled = fut.as_mut().poll(&mut cx);
                 seen.push(backend_current());
                 if let Poll::Ready(v) = polled {
-                    assert_eq!(v.unwrap(), DeviceId::Cuda(1));
+                    assert_eq!(v.unwrap(), second());
                     break;
                 }
             }
-            assert_eq!(seen, vec![DeviceId::Pinned; 2]);
+            assert_eq!(seen, vec![third(); 2]);
         });
     }
 
     #[test]
     fn a_guard_a_future_returns_stays_current_after_it() {
         on_fresh_thread(|| {
-            let mut fut = Box::pin(OnDevice::new(DeviceId::Cuda(0), async { DeviceGuard::enter(DeviceId::Cuda(1)) }));
+            let mut fut = Box::pin(OnDevice::new(DeviceId::Cuda(0), async { DeviceGuard::enter(second()) }));
             let Poll::Ready(Ok(Ok(guard))) = fut.as_mut().poll(&mut Context::from_waker(std::task::Waker::noop()))
             else {
                 panic!("an async block without awaits is ready at once")
             };
-            assert_eq!((current_device(), backend_current()), (DeviceId::Cuda(1), DeviceId::Cuda(1)));
+            assert_eq!((current_device(), backend_current()), (second(), second()));
             drop(guard);
             assert_eq!((current_device(), backend_current()), (DeviceId::Cpu, DeviceId::Cpu));
         });
