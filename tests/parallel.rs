@@ -472,3 +472,72 @@ fn a_panicking_replica_gives_err_too() -> locus::Result<()> {
     assert_eq!(replica_threads_after_join(), 0);
     Ok(())
 }
+
+/// `x @ w + b`, trained below by plain SGD with hand-written gradients.
+#[derive(ToDevice)]
+struct Linear<D: Device> {
+    w: Tensor<D>,
+    b: Tensor<D>,
+}
+
+impl<D: Device> Module<D> for Linear<D> {
+    fn forward(&self, x: &Tensor<D>) -> locus::Result<Tensor<D>> {
+        x.matmul(&self.w)? + &self.b
+    }
+}
+
+fn linear() -> locus::Result<Linear<Cuda<0>>> {
+    Ok(Linear { w: (Tensor::rand([4, 2], 21)? - 0.5f32)?, b: Tensor::zeros([2])? })
+}
+
+/// The mean squared error of `y` against `target`, and its gradient in `y`.
+fn mse(y: &Tensor<Cuda<0>>, target: &Tensor<Cuda<0>>) -> locus::Result<(f32, Tensor<Cuda<0>>)> {
+    let diff = (y - target)?;
+    let loss = (&diff * &diff)?.mean()?.to_vec()?[0];
+    let grad = (&diff * (2.0 / diff.numel() as f32))?;
+    Ok((loss, grad))
+}
+
+/// One SGD step of `model` on the batch `x`, given the loss's gradient in the output.
+fn sgd_step(model: &mut Linear<Cuda<0>>, x: &Tensor<Cuda<0>>, grad_y: &Tensor<Cuda<0>>) -> locus::Result<()> {
+    const LR: f32 = 0.5;
+    let grad_w = x.transpose()?.matmul(grad_y)?;
+    let grad_b = grad_y.sum_dim(0)?;
+    model.w = (&model.w - (grad_w * LR)?)?;
+    model.b = (&model.b - (grad_b * LR)?)?;
+    Ok(())
+}
+
+#[test]
+fn data_parallel_trains_like_one_device_step_by_step() -> locus::Result<()> {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    // Three devices where there are three (LOCUS_HOST_DEVICES=3), else two.
+    let ids: Vec<DeviceId> = all().into_iter().take(3).collect();
+    if ids.len() < 2 {
+        println!("skipped: DataParallel training needs two devices, found {}", ids.len());
+        return Ok(());
+    }
+    let x = Tensor::<Cuda<0>>::rand([9, 4], 22)?;
+    let target = (x.matmul(&Tensor::<Cuda<0>>::rand([4, 2], 23)?)? + 1.0)?;
+
+    let mut single = linear()?;
+    let mut model = linear()?;
+    // Built once before the loop, as with torch's nn.DataParallel.
+    let dp = DataParallel::new(&model, &ids, Cuda::<0>)?;
+    let (mut got, mut want) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        let (loss, grad) = mse(&single.forward(&x)?, &target)?;
+        sgd_step(&mut single, &x, &grad)?;
+        want.push(loss);
+        let (loss, grad) = mse(&dp.forward(&x)?, &target)?;
+        sgd_step(&mut model, &x, &grad)?;
+        got.push(loss);
+    }
+    // The reference learns, so a stale replica shows.
+    assert!(want[4] < 0.5 * want[0], "one device: losses {want:?}");
+    for (step, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!((g - w).abs() <= 1e-5 * w.abs(), "step {step}: DataParallel losses {got:?}, one device {want:?}");
+    }
+    assert_eq!(replica_threads_after_join(), 0);
+    Ok(())
+}
