@@ -88,12 +88,17 @@ pub struct DataParallel<M: ToDevice, O: Device = Dyn> {
     module: M,
     devices: Vec<DeviceId>,
     output: O,
-    replicas: Mutex<Replicas<M::On<Dyn>>>,
+    replicas: Mutex<ReplicaState<M::On<Dyn>>>,
 }
+
+/// The replicas of a `DataParallel<M, _>` with their devices, in device order
+/// ([`DataParallel::replicas`]); shared, so that a forward keeps the replicas it started
+/// with whatever happens to the module meanwhile.
+pub type Replicas<M> = Arc<[(DeviceId, <M as ToDevice>::On<Dyn>)]>;
 
 /// The replicas as last made (`None` once the module may have changed), and the copies
 /// they were made of, for the next refresh to reuse.
-struct Replicas<R> {
+struct ReplicaState<R> {
     current: Option<Arc<[(DeviceId, R)]>>,
     copies: CopyCache,
 }
@@ -128,7 +133,7 @@ impl<M: ToDevice, O: Device> DataParallel<M, O> {
             module,
             devices: devices.to_vec(),
             output,
-            replicas: Mutex::new(Replicas { current: None, copies: CopyCache::default() }),
+            replicas: Mutex::new(ReplicaState { current: None, copies: CopyCache::default() }),
         };
         // A missing device is an error here, not at the first forward.
         dp.replicas()?;
@@ -169,7 +174,17 @@ impl<M: ToDevice, O: Device> DataParallel<M, O> {
 
     /// The replicas with their devices, in order, up to date with the module (made
     /// again here if the module may have changed since they were last made).
-    pub fn replicas(&self) -> Result<Arc<[(DeviceId, M::On<Dyn>)]>> {
+    ///
+    /// ```
+    /// use locus_runtime::parallel::DataParallel;
+    /// use locus_runtime::{Cpu, DeviceId, Tensor};
+    /// let dp = DataParallel::new(Tensor::<Cpu>::ones([2])?, &[DeviceId::Cuda(1), DeviceId::Cuda(0)], Cpu)?;
+    /// let replicas = dp.replicas()?;
+    /// assert_eq!(replicas[0].0, DeviceId::Cuda(1));
+    /// assert_eq!(replicas[0].1.device(), DeviceId::Cuda(1));
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn replicas(&self) -> Result<Replicas<M>> {
         let mut replicas = self.replicas.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(current) = &replicas.current {
             return Ok(Arc::clone(current));
