@@ -403,9 +403,9 @@ impl<D: Device> Module<D> for Layer<D> {
 }
 
 fn data_parallel() {
-    let layer = Layer { w: Tensor::<G>::rand([1024, 1024], 1).unwrap() };
     let ids = locus::devices().unwrap();
-    let dp = DataParallel::new(&layer, &ids, Cuda::<0>).unwrap();
+    let dp = DataParallel::new(Layer { w: Tensor::<G>::rand([1024, 1024], 1).unwrap() }, &ids, Cuda::<0>).unwrap();
+    let layer = dp.module();
     let x = Tensor::<G>::rand([8192, 1024], 2).unwrap();
     let sync = || synchronize(DeviceId::Cuda(0)).unwrap();
     let parallel = wall_time(3, 20, || {

@@ -76,8 +76,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     println!("backend: {}; DataParallel over {} device(s): {}", locus::backend_name()?, ids.len(), names.join(", "));
 
     let model = Mlp { hidden: Linear::new(FEATURES, HIDDEN, 1)?, out: Linear::new(HIDDEN, CLASSES, 3)? };
-    // Replicas on every device; outputs gathered on cuda:0, where `model` lives.
-    let dp = DataParallel::new(&model, &ids, Cuda::<0>)?;
+    // Replicas on every device; outputs gathered on cuda:0, where the model lives.
+    let dp = DataParallel::new(model, &ids, Cuda::<0>)?;
+    let model = dp.module();
 
     // Warm up both paths (kernels compile and cuBLAS starts on first use) so that the
     // times below compare steady states.

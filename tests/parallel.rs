@@ -319,11 +319,11 @@ fn replica_threads() -> usize {
 #[test]
 fn data_parallel_output_equals_single_device_output() -> locus::Result<()> {
     let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let model = mlp()?;
     let ids = all();
-    let dp = DataParallel::new(&model, &ids, Cuda::<0>)?;
+    let dp = DataParallel::new(mlp()?, &ids, Cuda::<0>)?;
+    let model = dp.module();
     assert_eq!(dp.devices(), ids);
-    assert_eq!(dp.replicas().len(), ids.len());
+    assert_eq!(dp.replicas()?.len(), ids.len());
     for rows in [1, 2, 3, 7, 64, 101] {
         let x = Tensor::<Cpu>::rand([rows, 6], rows as u64)?;
         let y: Tensor<Cuda<0>> = dp.forward(&x)?;
@@ -339,7 +339,7 @@ fn data_parallel_output_equals_single_device_output() -> locus::Result<()> {
         }
     }
     // Output on the host, input already on a device, a one-device list.
-    let dp_cpu = DataParallel::new(&model, &ids[..1], Cpu)?;
+    let dp_cpu = DataParallel::new(mlp()?, &ids[..1], Cpu)?;
     let x = Tensor::<Cuda<0>>::rand([5, 6], 8)?;
     assert_eq!(dp_cpu.forward(&x)?.to_vec()?, model.forward(&x)?.to_vec()?);
     assert_eq!(replica_threads_after_join(), 0);
@@ -349,15 +349,14 @@ fn data_parallel_output_equals_single_device_output() -> locus::Result<()> {
 #[test]
 fn data_parallel_rejects_bad_input() -> locus::Result<()> {
     let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let model = mlp()?;
-    assert!(DataParallel::new(&model, &[], Cpu).is_err());
-    assert!(DataParallel::new(&model, &[DeviceId::Cuda(0), DeviceId::Cuda(0)], Cpu).is_err());
+    assert!(DataParallel::new(mlp()?, &[], Cpu).is_err());
+    assert!(DataParallel::new(mlp()?, &[DeviceId::Cuda(0), DeviceId::Cuda(0)], Cpu).is_err());
     let count = locus::device_count()?;
     assert_eq!(
-        DataParallel::new(&model, &[DeviceId::Cuda(0), DeviceId::Cuda(42)], Cpu).err(),
+        DataParallel::new(mlp()?, &[DeviceId::Cuda(0), DeviceId::Cuda(42)], Cpu).err(),
         Some(Error::NoSuchDevice { ordinal: 42, count })
     );
-    let dp = DataParallel::new(&model, &all(), Cpu)?;
+    let dp = DataParallel::new(mlp()?, &all(), Cpu)?;
     assert!(matches!(dp.forward(&Tensor::<Cpu>::full([], 1.0)?), Err(Error::InvalidArgument { .. })));
     // Wrong feature count: the first replica's matmul fails, and says where.
     match dp.forward(&Tensor::<Cpu>::ones([4, 5])?) {
@@ -425,8 +424,8 @@ fn faulty(panic: bool) -> locus::Result<Faulty<Cpu>> {
 fn a_replica_that_errors_gives_err_naming_its_device_and_leaves_no_thread() -> locus::Result<()> {
     let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let ids = all();
-    let model = faulty(false)?;
-    let dp = DataParallel::new(&model, &ids, Cpu)?;
+    let dp = DataParallel::new(faulty(false)?, &ids, Cpu)?;
+    let model = dp.module();
     let err = dp.forward(&Tensor::<Cpu>::ones([4 * ids.len(), 2])?).unwrap_err();
     assert_eq!(
         err,
@@ -457,8 +456,8 @@ fn a_replica_that_errors_gives_err_naming_its_device_and_leaves_no_thread() -> l
 fn a_panicking_replica_gives_err_too() -> locus::Result<()> {
     let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let ids = all();
-    let model = faulty(true)?;
-    let dp = DataParallel::new(&model, &ids, Cpu)?;
+    let dp = DataParallel::new(faulty(true)?, &ids, Cpu)?;
+    let model = dp.module();
     match dp.forward(&Tensor::<Cpu>::ones([2 * ids.len(), 2])?) {
         Err(Error::Replica { device, source }) => {
             assert_eq!(device, model.fail_on);
@@ -470,5 +469,88 @@ fn a_panicking_replica_gives_err_too() -> locus::Result<()> {
     assert_eq!(model.in_flight.load(Ordering::SeqCst), 0);
     assert_eq!(model.finished.load(Ordering::SeqCst), ids.len() - 1);
     assert_eq!(replica_threads_after_join(), 0);
+    Ok(())
+}
+
+/// `x @ w + b`, trained below by plain SGD with hand-written gradients.
+#[derive(ToDevice)]
+struct Linear<D: Device> {
+    w: Tensor<D>,
+    b: Tensor<D>,
+}
+
+impl<D: Device> Module<D> for Linear<D> {
+    fn forward(&self, x: &Tensor<D>) -> locus::Result<Tensor<D>> {
+        x.matmul(&self.w)? + &self.b
+    }
+}
+
+fn linear() -> locus::Result<Linear<Cuda<0>>> {
+    Ok(Linear { w: (Tensor::rand([4, 2], 21)? - 0.5f32)?, b: Tensor::zeros([2])? })
+}
+
+/// The mean squared error of `y` against `target`, and its gradient in `y`.
+fn mse(y: &Tensor<Cuda<0>>, target: &Tensor<Cuda<0>>) -> locus::Result<(f32, Tensor<Cuda<0>>)> {
+    let diff = (y - target)?;
+    let loss = (&diff * &diff)?.mean()?.to_vec()?[0];
+    let grad = (&diff * (2.0 / diff.numel() as f32))?;
+    Ok((loss, grad))
+}
+
+/// One SGD step of `model` on the batch `x`, given the loss's gradient in the output.
+fn sgd_step(model: &mut Linear<Cuda<0>>, x: &Tensor<Cuda<0>>, grad_y: &Tensor<Cuda<0>>) -> locus::Result<()> {
+    const LR: f32 = 0.5;
+    let grad_w = x.transpose()?.matmul(grad_y)?;
+    let grad_b = grad_y.sum_dim(0)?;
+    model.w = (&model.w - (grad_w * LR)?)?;
+    model.b = (&model.b - (grad_b * LR)?)?;
+    Ok(())
+}
+
+#[test]
+fn data_parallel_trains_like_one_device_step_by_step() -> locus::Result<()> {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    // Three devices where there are three (LOCUS_HOST_DEVICES=3), else two.
+    let ids: Vec<DeviceId> = all().into_iter().take(3).collect();
+    if ids.len() < 2 {
+        println!("skipped: DataParallel training needs two devices, found {}", ids.len());
+        return Ok(());
+    }
+    let x = Tensor::<Cuda<0>>::rand([9, 4], 22)?;
+    let target = (x.matmul(&Tensor::<Cuda<0>>::rand([4, 2], 23)?)? + 1.0)?;
+
+    let mut single = linear()?;
+    // Built once before the loop, as with torch's nn.DataParallel.
+    let mut dp = DataParallel::new(linear()?, &ids, Cuda::<0>)?;
+    let (mut got, mut want) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        let (loss, grad) = mse(&single.forward(&x)?, &target)?;
+        sgd_step(&mut single, &x, &grad)?;
+        want.push(loss);
+        let (loss, grad) = mse(&dp.forward(&x)?, &target)?;
+        sgd_step(dp.module_mut(), &x, &grad)?;
+        got.push(loss);
+    }
+    // The reference learns, so a stale replica shows.
+    assert!(want[4] < 0.5 * want[0], "one device: losses {want:?}");
+    for (step, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!((g - w).abs() <= 1e-5 * w.abs(), "step {step}: DataParallel losses {got:?}, one device {want:?}");
+    }
+    assert_eq!(replica_threads_after_join(), 0);
+    Ok(())
+}
+
+#[test]
+fn in_place_writes_to_the_module_reach_the_replicas() -> locus::Result<()> {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let ids = all();
+    let model = Linear { w: Tensor::<Cpu>::zeros([4, 2])?, b: Tensor::zeros([2])? };
+    let mut dp = DataParallel::new(model, &ids, Cpu)?;
+    let x = Tensor::<Cpu>::ones([2 * ids.len(), 4])?;
+    assert_eq!(dp.forward(&x)?.to_vec()?, vec![0.0; 4 * ids.len()]);
+    // The module holds the only handle to `b` on the host: the write is in place.
+    dp.module_mut().b.as_mut_slice()?[1] = 7.0;
+    assert_eq!(dp.forward(&x)?.to_vec()?, [0.0, 7.0].repeat(2 * ids.len()));
+    assert_eq!(dp.into_inner().b.to_vec()?, vec![0.0, 7.0]);
     Ok(())
 }

@@ -225,7 +225,7 @@ impl<D: HostPlacement, T: Element> Tensor<D, T> {
             let copy = self.storage().copy_to(self.device())?;
             *self.storage_mut() = Arc::new(copy);
         }
-        match Arc::get_mut(self.storage_mut()).map(|s| &mut s.buf) {
+        match Arc::get_mut(self.storage_mut()).map(Storage::buf_mut) {
             // Pinned memory that a copy still reads (a plain `.to()`, or a `Transfer`
             // that was forgotten or failed to wait) is written only after that copy.
             Some(Buffer::Host(h)) => h.writable(),

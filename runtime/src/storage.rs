@@ -1,11 +1,14 @@
 //! A tensor's memory: one backend buffer with its device, type and length.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use crate::backend::{self, host, Backend, Buffer};
 use crate::device::DeviceId;
 use crate::element::DType;
 use crate::error::Result;
 
-/// Immutable once made; tensors share it through an `Arc`.
+/// Tensors share it through an `Arc`; only a tensor that holds the sole `Arc` may write
+/// it in place (`as_mut_slice`), and such a write renews [`Storage::contents`].
 #[derive(Debug)]
 pub(crate) struct Storage {
     pub buf: Buffer,
@@ -13,11 +16,36 @@ pub(crate) struct Storage {
     pub dtype: DType,
     /// Elements.
     pub len: usize,
+    contents: ContentsId,
+}
+
+/// Names one storage's contents: unique in the process, never reused, and renewed when
+/// the storage is written in place. Equal ids mean equal contents, so a copy made from
+/// a storage is still a copy of it while its id is unchanged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct ContentsId(u64);
+
+impl ContentsId {
+    fn next() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        ContentsId(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
 }
 
 impl Storage {
     pub fn new(buf: Buffer, device: DeviceId, dtype: DType, len: usize) -> Self {
-        Storage { buf, device, dtype, len }
+        Storage { buf, device, dtype, len, contents: ContentsId::next() }
+    }
+
+    /// The id of the current contents.
+    pub fn contents(&self) -> ContentsId {
+        self.contents
+    }
+
+    /// The buffer, to be written in place: the contents get a new id.
+    pub fn buf_mut(&mut self) -> &mut Buffer {
+        self.contents = ContentsId::next();
+        &mut self.buf
     }
 
     pub fn bytes(&self) -> usize {

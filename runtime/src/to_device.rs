@@ -1,10 +1,15 @@
-//! Moving whole values between placements: PyTorch's `module.to(device)`.
+//! Moving whole values between placements: PyTorch's `module.to(device)`; and the copy
+//! cache that lets a repeated move copy only the tensors that changed since the last.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use crate::device::{Device, DeviceId, Dyn, StaticDevice};
 use crate::element::Element;
 use crate::error::Result;
+use crate::storage::{ContentsId, Storage};
 use crate::tensor::Tensor;
 
 /// A value whose tensors can be copied to another placement as a whole, giving the
@@ -58,7 +63,75 @@ impl<D: Device, T: Element> ToDevice for Tensor<D, T> {
     type On<E: Device> = Tensor<E, T>;
 
     fn to_placement<E: Device>(&self, placement: E) -> Result<Tensor<E, T>> {
-        self.copy_to(placement)
+        if placement.id() == self.device() {
+            return self.copy_to(placement);
+        }
+        let key = (self.storage().contents(), placement.id());
+        match WALK.with(|w| w.borrow_mut().as_mut().map(|w| w.take(key))) {
+            None => self.copy_to(placement),
+            Some(Some(copy)) => Ok(self.over_storage(placement, copy)),
+            Some(None) => {
+                let moved = self.copy_to(placement)?;
+                WALK.with(|w| {
+                    if let Some(w) = w.borrow_mut().as_mut() {
+                        w.used.insert(key, Arc::clone(moved.shared_storage()));
+                    }
+                });
+                Ok(moved)
+            }
+        }
+    }
+}
+
+type CopyKey = (ContentsId, DeviceId);
+
+/// Copies that later [`ToDevice`] moves may reuse: a tensor whose contents an earlier
+/// move copied to a device, and that have not changed since (same [`ContentsId`]), gets
+/// that copy back instead of a new one. `DataParallel` keeps one to refresh its replicas.
+#[derive(Default)]
+pub(crate) struct CopyCache {
+    copies: HashMap<CopyKey, Arc<Storage>>,
+}
+
+/// The copies of the walk running on this thread: those of the earlier walk not yet
+/// claimed, and those this walk used or made.
+struct Walk {
+    earlier: HashMap<CopyKey, Arc<Storage>>,
+    used: HashMap<CopyKey, Arc<Storage>>,
+}
+
+impl Walk {
+    fn take(&mut self, key: CopyKey) -> Option<Arc<Storage>> {
+        let copy = self.earlier.remove(&key).or_else(|| self.used.get(&key).cloned())?;
+        self.used.insert(key, Arc::clone(&copy));
+        Some(copy)
+    }
+}
+
+thread_local! {
+    static WALK: RefCell<Option<Walk>> = const { RefCell::new(None) };
+}
+
+impl CopyCache {
+    /// Runs `moves` (`ToDevice` calls on this thread) reusing the cached copies; the
+    /// cache then holds the copies these moves used or made, and no others, so copies of
+    /// contents that changed are released.
+    pub(crate) fn reuse_in<R>(&mut self, moves: impl FnOnce() -> R) -> R {
+        /// Puts back the outer walk and keeps this one's copies, on panic too.
+        struct Installed<'a> {
+            cache: &'a mut CopyCache,
+            outer: Option<Walk>,
+        }
+        impl Drop for Installed<'_> {
+            fn drop(&mut self) {
+                let walk = WALK.with(|w| w.replace(self.outer.take()));
+                self.cache.copies = walk.map(|w| w.used).unwrap_or_default();
+            }
+        }
+        let earlier = std::mem::take(&mut self.copies);
+        let outer = WALK.with(|w| w.replace(Some(Walk { earlier, used: HashMap::new() })));
+        let _installed = Installed { cache: self, outer };
+        moves()
     }
 }
 

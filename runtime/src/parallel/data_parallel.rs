@@ -1,6 +1,8 @@
 //! `DataParallel`: one replica of a module per device, the batch split between them,
-//! every replica run on its own thread under its device, the outputs gathered.
+//! every replica run on its own thread under its device, the outputs gathered; the
+//! module owned, so that the replicas follow every change to it.
 
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 
 use super::comm::{chunk_sizes, gather_dyn, split_to};
@@ -9,7 +11,7 @@ use crate::element::Element;
 use crate::error::{panic_message, Error, Result};
 use crate::guard::DeviceGuard;
 use crate::tensor::Tensor;
-use crate::to_device::ToDevice;
+use crate::to_device::{CopyCache, ToDevice};
 
 /// A model's forward pass on placement `D`: what [`DataParallel`] runs on each device.
 ///
@@ -39,9 +41,13 @@ pub trait Module<D: Device, T: Element = f32> {
 /// its device ([`DeviceGuard`]), and gathers the outputs, in order, on the output
 /// placement `O`.
 ///
-/// Replicas are copies made once by [`ToDevice`] (`#[derive(ToDevice)]`); a replica on
-/// the device the module already lives on shares its tensors. A batch with fewer rows
-/// than devices uses only the first devices.
+/// `DataParallel` owns the module: it is read through [`module`](Self::module) and
+/// changed only through [`module_mut`](Self::module_mut) (a training step), which marks
+/// the replicas stale; the next `forward` first copies to each device the tensors that
+/// changed since its replica was made, so the replicas can never run on old weights.
+/// The replicas are made by [`ToDevice`] (`#[derive(ToDevice)]`); a replica on the
+/// device the module already lives on shares its tensors. A batch with fewer rows than
+/// devices uses only the first devices.
 ///
 /// A replica that fails or panics makes `forward` return [`Error::Replica`] naming its
 /// device (the first by device order, when several fail); every thread has finished by
@@ -66,20 +72,40 @@ pub trait Module<D: Device, T: Element = f32> {
 /// }
 ///
 /// let model = Affine { w: Tensor::<Cuda<0>>::rand([3, 2], 1)?, b: Tensor::<Cuda<0>>::ones([2])? };
-/// let dp = DataParallel::new(&model, &devices()?, Cuda::<0>)?;
+/// let mut dp = DataParallel::new(model, &devices()?, Cuda::<0>)?;
 /// let x = Tensor::<Cpu>::rand([5, 3], 2)?;
 /// let y: Tensor<Cuda<0>> = dp.forward(&x)?;
-/// assert_eq!(y.to_vec()?, model.forward(&x.to::<Cuda<0>>()?)?.to_vec()?);
+/// assert_eq!(y.to_vec()?, dp.module().forward(&x.to::<Cuda<0>>()?)?.to_vec()?);
+///
+/// // A step changes the module; the next forward runs on the new weights everywhere.
+/// let b = (&dp.module().b * 3.0)?;
+/// dp.module_mut().b = b;
+/// let y: Tensor<Cuda<0>> = dp.forward(&x)?;
+/// assert_eq!(y.to_vec()?, dp.module().forward(&x.to::<Cuda<0>>()?)?.to_vec()?);
 /// # Ok::<(), locus_runtime::Error>(())
 /// ```
 pub struct DataParallel<M: ToDevice, O: Device = Dyn> {
-    replicas: Vec<(DeviceId, M::On<Dyn>)>,
+    module: M,
+    devices: Vec<DeviceId>,
     output: O,
+    replicas: Mutex<ReplicaState<M::On<Dyn>>>,
+}
+
+/// The replicas of a `DataParallel<M, _>` with their devices, in device order
+/// ([`DataParallel::replicas`]); shared, so that a forward keeps the replicas it started
+/// with whatever happens to the module meanwhile.
+pub type Replicas<M> = Arc<[(DeviceId, <M as ToDevice>::On<Dyn>)]>;
+
+/// The replicas as last made (`None` once the module may have changed), and the copies
+/// they were made of, for the next refresh to reuse.
+struct ReplicaState<R> {
+    current: Option<Arc<[(DeviceId, R)]>>,
+    copies: CopyCache,
 }
 
 impl<M: ToDevice, O: Device> DataParallel<M, O> {
-    /// Replicates `module` onto each of `devices` (distinct, at least one); outputs are
-    /// gathered on `output`.
+    /// Takes `module` and replicates it onto each of `devices` (distinct, at least one);
+    /// outputs are gathered on `output`.
     ///
     /// ```
     /// use locus_runtime::parallel::DataParallel;
@@ -87,14 +113,14 @@ impl<M: ToDevice, O: Device> DataParallel<M, O> {
     /// let w = Tensor::<Cpu>::ones([2])?;
     /// # let n = locus_runtime::device_count()?;
     /// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
-    /// let dp = DataParallel::new(&w, &[DeviceId::Cuda(1), DeviceId::Cuda(0)], Cuda::<0>)?;
+    /// let dp = DataParallel::new(w.clone(), &[DeviceId::Cuda(1), DeviceId::Cuda(0)], Cuda::<0>)?;
     /// assert_eq!(dp.devices(), vec![DeviceId::Cuda(1), DeviceId::Cuda(0)]);
-    /// assert!(DataParallel::new(&w, &[], Cuda::<0>).is_err());
-    /// assert!(DataParallel::new(&w, &[DeviceId::Cuda(0), DeviceId::Cuda(0)], Cpu).is_err());
-    /// assert!(DataParallel::new(&w, &[DeviceId::Cuda(99)], Cpu).is_err());
+    /// assert!(DataParallel::new(w.clone(), &[], Cuda::<0>).is_err());
+    /// assert!(DataParallel::new(w.clone(), &[DeviceId::Cuda(0), DeviceId::Cuda(0)], Cpu).is_err());
+    /// assert!(DataParallel::new(w, &[DeviceId::Cuda(99)], Cpu).is_err());
     /// # Ok::<(), locus_runtime::Error>(())
     /// ```
-    pub fn new(module: &M, devices: &[DeviceId], output: O) -> Result<Self> {
+    pub fn new(module: M, devices: &[DeviceId], output: O) -> Result<Self> {
         let bad = |reason: String| Error::InvalidArgument { op: "DataParallel::new", reason };
         if devices.is_empty() {
             return Err(bad("no devices to replicate to".into()));
@@ -105,18 +131,72 @@ impl<M: ToDevice, O: Device> DataParallel<M, O> {
             }
         }
         crate::backend::for_device(output.id())?;
-        let replicas = devices.iter().map(|&d| Ok((d, module.to_dyn(d)?))).collect::<Result<_>>()?;
-        Ok(DataParallel { replicas, output })
+        let dp = DataParallel {
+            module,
+            devices: devices.to_vec(),
+            output,
+            replicas: Mutex::new(ReplicaState { current: None, copies: CopyCache::default() }),
+        };
+        // A missing device is an error here, not at the first forward.
+        dp.replicas()?;
+        Ok(dp)
+    }
+
+    /// The module.
+    pub fn module(&self) -> &M {
+        &self.module
+    }
+
+    /// The module, to change (an optimiser step). The replicas are marked stale now, so
+    /// the next [`forward`](Self::forward) refreshes them whatever is done with the
+    /// reference; it copies only the tensors that changed.
+    ///
+    /// ```
+    /// use locus_runtime::parallel::DataParallel;
+    /// use locus_runtime::{Cpu, Cuda, DeviceId, Tensor};
+    /// let mut dp = DataParallel::new(Tensor::<Cpu>::ones([2])?, &[DeviceId::Cuda(0)], Cpu)?;
+    /// *dp.module_mut() = Tensor::full([2], 5.0)?;
+    /// assert_eq!(dp.replicas()?[0].1.to_vec()?, vec![5.0, 5.0]);
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn module_mut(&mut self) -> &mut M {
+        self.replicas.get_mut().unwrap_or_else(PoisonError::into_inner).current = None;
+        &mut self.module
+    }
+
+    /// The module back; the replicas are dropped.
+    pub fn into_inner(self) -> M {
+        self.module
     }
 
     /// The devices of the replicas, in order.
     pub fn devices(&self) -> Vec<DeviceId> {
-        self.replicas.iter().map(|r| r.0).collect()
+        self.devices.clone()
     }
 
-    /// The replicas with their devices, in order.
-    pub fn replicas(&self) -> &[(DeviceId, M::On<Dyn>)] {
-        &self.replicas
+    /// The replicas with their devices, in order, up to date with the module (made
+    /// again here if the module may have changed since they were last made).
+    ///
+    /// ```
+    /// use locus_runtime::parallel::DataParallel;
+    /// use locus_runtime::{Cpu, DeviceId, Tensor};
+    /// let dp = DataParallel::new(Tensor::<Cpu>::ones([2])?, &[DeviceId::Cuda(1), DeviceId::Cuda(0)], Cpu)?;
+    /// let replicas = dp.replicas()?;
+    /// assert_eq!(replicas[0].0, DeviceId::Cuda(1));
+    /// assert_eq!(replicas[0].1.device(), DeviceId::Cuda(1));
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn replicas(&self) -> Result<Replicas<M>> {
+        let mut replicas = self.replicas.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(current) = &replicas.current {
+            return Ok(Arc::clone(current));
+        }
+        let made: Vec<_> = replicas
+            .copies
+            .reuse_in(|| self.devices.iter().map(|&d| Ok((d, self.module.to_dyn(d)?))).collect::<Result<_>>())?;
+        let made: Arc<[_]> = made.into();
+        replicas.current = Some(Arc::clone(&made));
+        Ok(made)
     }
 
     /// The placement outputs are gathered on.
@@ -134,11 +214,12 @@ impl<M: ToDevice, O: Device> DataParallel<M, O> {
             op: "DataParallel::forward",
             reason: "a 0-d tensor has no batch dim".into(),
         })?;
+        let replicas = self.replicas()?;
         // Devices that get no rows sit out; an empty batch still runs on one replica, so
         // that the output has the module's shape.
-        let sizes: Vec<usize> = chunk_sizes(rows, self.replicas.len()).into_iter().filter(|&n| n > 0).collect();
+        let sizes: Vec<usize> = chunk_sizes(rows, replicas.len()).into_iter().filter(|&n| n > 0).collect();
         let sizes = if sizes.is_empty() { vec![0] } else { sizes };
-        let used = &self.replicas[..sizes.len()];
+        let used = &replicas[..sizes.len()];
         let ids: Vec<DeviceId> = used.iter().map(|r| r.0).collect();
         let parts = split_to("DataParallel::forward", x, &ids, &sizes)?;
         let outputs = run_replicas(used, parts)?;
@@ -194,4 +275,27 @@ fn run_replicas<R: Module<Dyn, T> + Sync, T: Element>(
             .collect()
     });
     results.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::Cpu;
+
+    #[test]
+    fn a_refresh_copies_only_the_tensors_that_changed() -> Result<()> {
+        let ids: Vec<DeviceId> = crate::devices()?.into_iter().take(2).collect();
+        let module = vec![Tensor::<Cpu>::ones([2])?, Tensor::<Cpu>::zeros([3])?];
+        let mut dp = DataParallel::new(module, &ids, Cpu)?;
+        let before = dp.replicas()?;
+        assert!(Arc::ptr_eq(&before, &dp.replicas()?), "no change, no new replicas");
+        dp.module_mut()[1] = Tensor::full([3], 2.0)?;
+        let after = dp.replicas()?;
+        for ((_, old), (_, new)) in before.iter().zip(after.iter()) {
+            assert!(Arc::ptr_eq(old[0].shared_storage(), new[0].shared_storage()), "unchanged: the same copy");
+            assert!(!Arc::ptr_eq(old[1].shared_storage(), new[1].shared_storage()));
+            assert_eq!(new[1].to_vec()?, vec![2.0; 3]);
+        }
+        Ok(())
+    }
 }

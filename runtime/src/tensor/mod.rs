@@ -82,6 +82,17 @@ impl<D: Device, T: Element> Tensor<D, T> {
         &mut self.storage
     }
 
+    pub(crate) fn shared_storage(&self) -> &Arc<Storage> {
+        &self.storage
+    }
+
+    /// This tensor's shape over `storage`, which holds its elements on `placement`.
+    pub(crate) fn over_storage<E: Device>(&self, placement: E, storage: Arc<Storage>) -> Tensor<E, T> {
+        debug_assert_eq!(storage.device, placement.id());
+        debug_assert_eq!(storage.dtype, T::DTYPE);
+        Tensor { storage, shape: self.shape.clone(), placement, _elem: PhantomData }
+    }
+
     pub(crate) fn backend(&self) -> Result<&'static dyn Backend> {
         backend::for_device(self.device())
     }
