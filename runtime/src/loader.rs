@@ -4,6 +4,11 @@
 //! order. A failing or panicking worker becomes an `Err` at that batch, never a hang, and
 //! dropping the loader stops and joins its threads.
 //!
+//! A batch is one tensor (`Loader<D, f32>`) or an (input, target) pair of tensors
+//! (`Loader<D, (f32, i32)>`, from [`Loader::from_pairs`]); each part is pinned and
+//! copied on its own. A loader runs one epoch: the next epoch is a new loader over the
+//! same `Arc` of the dataset, with [`LoaderBuilder::epoch`] for a fresh shuffle.
+//!
 //! Memory is bounded by a window over the batch numbers: a worker claims batch `i` only
 //! while `i < taken + prefetch + workers`, where `taken` counts the batches the consumer
 //! has moved off pinned memory. So however long one batch takes, the others can fill
@@ -312,7 +317,8 @@ fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
     format!("worker panicked: {}", crate::error::panic_message(&**p))
 }
 
-/// Batches on device `D`, in order; see the module docs.
+/// Batches on device `D`, in order: `Tensor<D, T>` for an element type `T`, or a pair
+/// of tensors for `T = (A, B)` (see [`Batch`]); see the module docs.
 ///
 /// ```
 /// use locus_runtime::{Cpu, Cuda, Loader, Tensor};
