@@ -188,3 +188,105 @@ fn bad_configurations_are_errors() {
     let empty = Loader::from_dataset(rows(0), 3, None).unwrap().to::<G>().unwrap();
     assert_eq!(empty.count(), 0);
 }
+
+/// Inputs whose row `r` is `[3r, 3r + 1, 3r + 2]`, and the target `r` of each.
+fn pairs(inputs: usize, targets: usize) -> (Tensor<Cpu>, Tensor<Cpu, i32>) {
+    let x = Tensor::<Cpu>::arange(0.0, (inputs * 3) as f32, 1.0).unwrap().reshape([inputs, 3]).unwrap();
+    (x, Tensor::<Cpu, i32>::arange(0, targets as i32, 1).unwrap())
+}
+
+#[test]
+fn pair_batches_keep_inputs_and_targets_in_lockstep_on_the_device() -> locus::Result<()> {
+    let (x, y) = pairs(50, 50);
+    let loader = Loader::from_pairs(x, y, 8, Some(3))?.workers(3).to::<G>()?;
+    let mut targets = Vec::new();
+    for (i, batch) in loader.enumerate() {
+        let (input, target): (Tensor<G>, Tensor<G, i32>) = batch?;
+        assert_eq!((input.device(), target.device()), (locus::DeviceId::Cuda(0), locus::DeviceId::Cuda(0)));
+        let rows = if i < 6 { 8 } else { 2 };
+        assert_eq!((input.shape(), target.shape()), (&[rows, 3][..], &[rows][..]));
+        let (input, target) = (input.to_vec()?, target.to_vec()?);
+        for (row, &t) in input.chunks(3).zip(&target) {
+            assert_eq!(row, [3 * t, 3 * t + 1, 3 * t + 2].map(|v| v as f32), "the input of target {t}");
+        }
+        targets.extend(target);
+    }
+    assert_ne!(targets, (0..50).collect::<Vec<_>>(), "shuffled");
+    targets.sort();
+    assert_eq!(targets, (0..50).collect::<Vec<_>>(), "every pair exactly once");
+    Ok(())
+}
+
+#[test]
+fn pairs_of_different_lengths_are_an_error_naming_both() {
+    let (x, y) = pairs(5, 4);
+    match Loader::from_pairs(x, y, 2, None) {
+        Err(e @ Error::InvalidArgument { op: "Loader::from_pairs", .. }) => {
+            let message = e.to_string();
+            assert!(message.contains("inputs have 5") && message.contains("targets have 4"), "{message}");
+        }
+        Err(e) => panic!("expected the mismatch of 5 inputs and 4 targets, got {e}"),
+        Ok(_) => panic!("expected the mismatch of 5 inputs and 4 targets, got a loader"),
+    }
+}
+
+#[test]
+fn a_failing_target_is_an_error_at_its_batch() -> locus::Result<()> {
+    struct Labels;
+    impl locus::Dataset for Labels {
+        type Elem = i32;
+        fn len(&self) -> usize {
+            20
+        }
+        fn sample_shape(&self) -> Vec<usize> {
+            vec![]
+        }
+        fn get(&self, index: usize, out: &mut [i32]) -> locus::Result<()> {
+            if index == 13 {
+                return Err(Error::InvalidArgument { op: "label", reason: "label 13 is missing".into() });
+            }
+            out[0] = index as i32;
+            Ok(())
+        }
+    }
+    let results: Vec<_> = Loader::from_pairs(pairs(20, 0).0, Labels, 4, None)?.workers(2).to::<G>()?.collect();
+    assert_eq!(results.len(), 4, "batches 0..=2, then the failure of batch 3");
+    assert!(results[..3].iter().all(|r| r.is_ok()));
+    match &results[3] {
+        Err(Error::LoaderWorker { batch: 3, message }) => assert!(message.contains("label 13"), "{message}"),
+        other => panic!("expected the error of batch 3, got {other:?}"),
+    }
+    Ok(())
+}
+
+#[test]
+fn epochs_share_one_dataset_and_reshuffle_it_by_seed() -> locus::Result<()> {
+    let data = Arc::new(rows(50));
+    let order = |seed, epoch| -> locus::Result<Vec<i32>> {
+        let loader = Loader::from_dataset(Arc::clone(&data), 7, Some(seed))?.epoch(epoch).to::<G>()?;
+        assert_eq!(Arc::strong_count(&data), 2, "the loader holds the dataset, not a copy");
+        let mut out = Vec::new();
+        for b in loader {
+            out.extend(b?.to_vec()?.chunks(3).map(|r| r[0] / 3));
+        }
+        Ok(out)
+    };
+    let (first, second) = (order(5, 0)?, order(5, 1)?);
+    assert_eq!(Arc::strong_count(&data), 1, "each finished loader lets the dataset go");
+    assert_ne!(first, second, "a new epoch, a new order");
+    assert_eq!(second, order(5, 1)?, "same seed and epoch, same order");
+    for epoch in [&first, &second] {
+        let mut sorted = epoch.clone();
+        sorted.sort();
+        assert_eq!(sorted, (0..50).collect::<Vec<_>>(), "every sample exactly once per epoch");
+    }
+    // Epoch 0 is the seed's own order; a shared `dyn Dataset` loads the same.
+    let shared: Arc<dyn locus::Dataset<Elem = i32>> = data.clone();
+    let plain: Vec<i32> = Loader::from_dataset(shared, 7, Some(5))?
+        .to::<G>()?
+        .map(|b| Ok(b?.to_vec()?.chunks(3).map(|r| r[0] / 3).collect::<Vec<_>>()))
+        .collect::<locus::Result<Vec<_>>>()?
+        .concat();
+    assert_eq!(plain, first);
+    Ok(())
+}

@@ -35,7 +35,7 @@ pub use device::{devices, Cpu, Cuda, Device, DeviceId, Dyn, Here, Pinned, Static
 pub use element::{DType, Element, Float, Scalar};
 pub use error::{Error, Result};
 pub use guard::{current_device, DeviceGuard, IntoDeviceId, OnDevice};
-pub use loader::{Dataset, Loader, LoaderBuilder};
+pub use loader::{Batch, Dataset, Loader, LoaderBuilder};
 pub use memory::{max_memory_allocated, memory_allocated, memory_reserved, reset_peak_memory_stats, stream_count};
 pub use parallel::{can_access_peer, enable_peer_access, DataParallel, Module, PeerAccess};
 pub use pinned::{pinned_stats, release_cached_pinned, PinnedStats};

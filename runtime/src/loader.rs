@@ -4,6 +4,11 @@
 //! order. A failing or panicking worker becomes an `Err` at that batch, never a hang, and
 //! dropping the loader stops and joins its threads.
 //!
+//! A batch is one tensor (`Loader<D, f32>`) or an (input, target) pair of tensors
+//! (`Loader<D, (f32, i32)>`, from [`Loader::from_pairs`]); each part is pinned and
+//! copied on its own. A loader runs one epoch: the next epoch is a new loader over the
+//! same `Arc` of the dataset, with [`LoaderBuilder::epoch`] for a fresh shuffle.
+//!
 //! Memory is bounded by a window over the batch numbers: a worker claims batch `i` only
 //! while `i < taken + prefetch + workers`, where `taken` counts the batches the consumer
 //! has moved off pinned memory. So however long one batch takes, the others can fill
@@ -14,67 +19,50 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-use crate::backend::rand_bits;
-use crate::copy::copy_pinned_async;
-use crate::device::{Cpu, Device, Pinned, StaticDevice};
+use crate::device::{Cpu, Device, StaticDevice};
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::stream::Stream;
 use crate::tensor::Tensor;
 
-/// An indexable source of samples, batched by the loader (PyTorch's map-style
-/// `Dataset`). Each sample has the same shape; a batch stacks them along a new dim 0.
-pub trait Dataset: Send + Sync + 'static {
-    /// The element type of the samples.
-    type Elem: Element;
-    /// The number of samples.
-    fn len(&self) -> usize;
-    /// Whether there are no samples.
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    /// The shape of one sample.
-    fn sample_shape(&self) -> Vec<usize>;
-    /// Writes sample `index` into `out` (its length is the sample's element count).
-    fn get(&self, index: usize, out: &mut [Self::Elem]) -> Result<()>;
+mod dataset;
+
+pub use dataset::{Batch, Dataset};
+
+/// Pins one batch from an iterator; run on a worker, outside the iterator's lock.
+type PinJob<T> = Box<dyn FnOnce() -> Result<<T as Batch>::Pinned> + Send>;
+type BatchIter<T> = Box<dyn Iterator<Item = PinJob<T>> + Send>;
+/// Builds the pinned batch of the given samples.
+type Gather<T> = Box<dyn Fn(&[usize]) -> Result<<T as Batch>::Pinned> + Send + Sync>;
+
+/// Where a builder's batches come from.
+enum Origin<T: Batch> {
+    Batches(BatchIter<T>),
+    Dataset { gather: Gather<T>, len: usize, batch_size: usize, shuffle: Option<u64> },
 }
 
-/// A host tensor is a dataset of its rows (dim 0).
-impl<T: Element> Dataset for Tensor<Cpu, T> {
-    type Elem = T;
-    fn len(&self) -> usize {
-        self.shape().first().copied().unwrap_or(0)
-    }
-    fn sample_shape(&self) -> Vec<usize> {
-        self.shape().get(1..).map(<[usize]>::to_vec).unwrap_or_default()
-    }
-    fn get(&self, index: usize, out: &mut [T]) -> Result<()> {
-        let n = out.len();
-        let row = self.as_slice().get(index * n..(index + 1) * n).ok_or_else(|| Error::InvalidArgument {
-            op: "Dataset::get",
-            reason: format!("sample {index} is out of range"),
-        })?;
-        out.copy_from_slice(row);
-        Ok(())
-    }
-}
-
-type BatchIter<T> = Box<dyn Iterator<Item = Result<Tensor<Cpu, T>>> + Send>;
-
-enum Source<T: Element> {
+/// Where a running loader's batches come from.
+enum Source<T: Batch> {
+    /// The iterator and the number of the batch it hands out next.
     Batches(Mutex<(BatchIter<T>, usize)>),
-    Dataset { make: Box<dyn Fn(usize) -> Result<Tensor<Pinned, T>> + Send + Sync>, batches: usize },
+    /// The samples of this epoch in order, `batch_size` to a batch.
+    Dataset { gather: Gather<T>, order: Vec<usize>, batch_size: usize },
 }
 
 /// Configures a [`Loader`].
-pub struct LoaderBuilder<T: Element> {
-    source: Source<T>,
+pub struct LoaderBuilder<T: Batch> {
+    origin: Origin<T>,
+    epoch: u64,
     prefetch: usize,
     workers: usize,
     progress: bool,
 }
 
-impl<T: Element> LoaderBuilder<T> {
+impl<T: Batch> LoaderBuilder<T> {
+    fn new(origin: Origin<T>, workers: usize) -> Self {
+        LoaderBuilder { origin, epoch: 0, prefetch: 2, workers, progress: false }
+    }
+
     /// How many pinned batches may wait ahead of the consumer (default 2, at least 1).
     /// With one more per worker being built, at most `prefetch + workers` batches are
     /// pinned at any time.
@@ -86,6 +74,26 @@ impl<T: Element> LoaderBuilder<T> {
     /// How many threads build and pin batches (default 2, at least 1).
     pub fn workers(mut self, threads: usize) -> Self {
         self.workers = threads.max(1);
+        self
+    }
+
+    /// Which epoch this is (default 0): a shuffled dataset is visited in a new order
+    /// each epoch, derived from its seed, and the same order for the same seed and
+    /// epoch. Leaves unshuffled datasets and iterators as they are.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use locus_runtime::{Cpu, Cuda, Loader, Tensor};
+    /// let data = Arc::new(Tensor::<Cpu>::arange(0.0, 64.0, 1.0)?.reshape([64, 1])?);
+    /// for epoch in 0..2 {
+    ///     // Each loader shares `data` through the Arc, no copy.
+    ///     let loader = Loader::from_dataset(Arc::clone(&data), 16, Some(7))?.epoch(epoch).to::<Cuda<0>>()?;
+    ///     assert_eq!(loader.count(), 4);
+    /// }
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn epoch(mut self, epoch: u64) -> Self {
+        self.epoch = epoch;
         self
     }
 
@@ -109,12 +117,15 @@ impl<T: Element> LoaderBuilder<T> {
             });
         }
         let stream = Stream::new_on(device)?;
-        let total = match &self.source {
-            Source::Dataset { batches, .. } => Some(*batches),
-            Source::Batches(_) => None,
+        let (source, total) = match self.origin {
+            Origin::Batches(iter) => (Source::Batches(Mutex::new((iter, 0))), None),
+            Origin::Dataset { gather, len, batch_size, shuffle } => {
+                let order = dataset::sample_order(len, shuffle, self.epoch);
+                (Source::Dataset { gather, order, batch_size }, Some(len.div_ceil(batch_size)))
+            }
         };
         let shared = Arc::new(Shared {
-            source: self.source,
+            source,
             window: self.prefetch + self.workers,
             state: Mutex::new(State {
                 next_claim: 0,
@@ -153,7 +164,7 @@ impl<T: Element> LoaderBuilder<T> {
 }
 
 /// What the workers and the consumer share.
-struct Shared<T: Element> {
+struct Shared<T: Batch> {
     source: Source<T>,
     /// How many batches may be claimed and not yet taken: `prefetch` plus one per worker.
     window: usize,
@@ -164,19 +175,19 @@ struct Shared<T: Element> {
     arrived: Condvar,
 }
 
-struct State<T: Element> {
+struct State<T: Batch> {
     /// The next batch of a dataset to claim.
     next_claim: usize,
     /// Batches the consumer has taken off pinned memory (every batch below this one).
     taken: usize,
     /// Built batches (or their errors) not taken yet.
-    built: BTreeMap<usize, Result<Tensor<Pinned, T>>>,
+    built: BTreeMap<usize, Result<T::Pinned>>,
     /// Workers that have not exited.
     running: usize,
     stop: bool,
 }
 
-impl<T: Element> Shared<T> {
+impl<T: Batch> Shared<T> {
     fn lock(&self) -> MutexGuard<'_, State<T>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -205,7 +216,7 @@ impl<T: Element> Shared<T> {
     }
 
     /// Hands batch `i` (or its error) to the consumer; an error stops the other workers.
-    fn deliver(&self, i: usize, batch: Result<Tensor<Pinned, T>>) {
+    fn deliver(&self, i: usize, batch: Result<T::Pinned>) {
         let mut st = self.lock();
         if batch.is_err() {
             // Batches before `i` were claimed before it and are still delivered.
@@ -217,7 +228,7 @@ impl<T: Element> Shared<T> {
     }
 
     /// Batch `i`, waiting for workers as needed; `None` when no worker is left to build it.
-    fn take(&self, i: usize) -> Option<Result<Tensor<Pinned, T>>> {
+    fn take(&self, i: usize) -> Option<Result<T::Pinned>> {
         let mut st = self.lock();
         loop {
             if let Some(b) = st.built.remove(&i) {
@@ -252,12 +263,13 @@ impl<T: Element> Shared<T> {
 
 /// One worker: claims batch numbers in turn, inside the window, and delivers each pinned
 /// batch (or its error).
-fn work<T: Element>(shared: &Shared<T>) {
+fn work<T: Batch>(shared: &Shared<T>) {
     loop {
         let (i, batch) = match &shared.source {
-            Source::Dataset { make, batches } => {
-                let Some(i) = shared.claim(*batches) else { return };
-                (i, catch(i, || make(i)))
+            Source::Dataset { gather, order, batch_size } => {
+                let Some(i) = shared.claim(order.len().div_ceil(*batch_size)) else { return };
+                let samples = &order[i * batch_size..((i + 1) * batch_size).min(order.len())];
+                (i, catch(i, || gather(samples)))
             }
             Source::Batches(iter) => {
                 // The iterator hands out batches in order; the number goes with each.
@@ -275,7 +287,7 @@ fn work<T: Element>(shared: &Shared<T>) {
                 drop(guard);
                 match item {
                     Ok(None) => return,
-                    Ok(Some(batch)) => (i, catch(i, || batch?.pin_memory())),
+                    Ok(Some(pin)) => (i, catch(i, pin)),
                     Err(p) => (i, Err(worker_error(i, panic_message(&p)))),
                 }
             }
@@ -305,7 +317,8 @@ fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
     format!("worker panicked: {}", crate::error::panic_message(&**p))
 }
 
-/// Batches on device `D`, in order; see the module docs.
+/// Batches on device `D`, in order: `Tensor<D, T>` for an element type `T`, or a pair
+/// of tensors for `T = (A, B)` (see [`Batch`]); see the module docs.
 ///
 /// ```
 /// use locus_runtime::{Cpu, Cuda, Loader, Tensor};
@@ -315,13 +328,13 @@ fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
 /// assert_eq!(sums, vec![6.0, 22.0, 17.0]); // rows 0-1, 2-3, then 4
 /// # Ok::<(), locus_runtime::Error>(())
 /// ```
-pub struct Loader<D: Device, T: Element> {
+pub struct Loader<D: Device, T: Batch> {
     device: D,
     stream: Stream<D>,
     shared: Arc<Shared<T>>,
     workers: Vec<JoinHandle<()>>,
     /// The next batch, already on its way to the device.
-    ready: Option<Result<Tensor<D, T>>>,
+    ready: Option<Result<T::On<D>>>,
     next: usize,
     done: bool,
     bar: Option<indicatif::ProgressBar>,
@@ -343,70 +356,87 @@ impl<T: Element> Loader<Cpu, T> {
         I: IntoIterator<Item = Result<Tensor<Cpu, T>>>,
         I::IntoIter: Send + 'static,
     {
-        let iter: BatchIter<T> = Box::new(batches.into_iter());
-        LoaderBuilder { source: Source::Batches(Mutex::new((iter, 0))), prefetch: 2, workers: 1, progress: false }
+        let jobs = batches.into_iter().map(|b| -> PinJob<T> { Box::new(move || b?.pin_memory()) });
+        LoaderBuilder::new(Origin::Batches(Box::new(jobs)), 1)
     }
 
     /// A loader over `dataset` in batches of `batch_size` samples (the last one may be
-    /// smaller), shuffled by a seeded permutation when `shuffle` is `Some(seed)`.
+    /// smaller), shuffled by a seeded permutation when `shuffle` is `Some(seed)`. Pass an
+    /// `Arc` of the dataset to share it between the loaders of several epochs.
     pub fn from_dataset<S: Dataset<Elem = T>>(
         dataset: S,
         batch_size: usize,
         shuffle: Option<u64>,
     ) -> Result<LoaderBuilder<T>> {
-        if batch_size == 0 {
-            return Err(Error::InvalidArgument { op: "Loader", reason: "batch_size must be at least 1".into() });
+        check_batch_size(batch_size)?;
+        let len = dataset.len();
+        let shape = dataset.sample_shape();
+        let gather: Gather<T> = Box::new(move |samples| dataset::gather(&dataset, &shape, samples));
+        Ok(LoaderBuilder::new(Origin::Dataset { gather, len, batch_size, shuffle }, 2))
+    }
+}
+
+impl<A: Element, B: Element> Loader<Cpu, (A, B)> {
+    /// A loader over (input, target) pairs: sample `i` of `inputs` goes with sample `i`
+    /// of `targets`. Both are batched in lockstep, as [`Loader::from_dataset`] batches
+    /// one, and each batch is a pair of tensors, each pinned and copied to the device.
+    /// The two must have as many samples.
+    ///
+    /// ```
+    /// use locus_runtime::{Cpu, Cuda, Loader, Tensor};
+    /// let x = Tensor::<Cpu>::arange(0.0, 6.0, 1.0)?.reshape([3, 2])?;
+    /// let y = Tensor::<Cpu, i32>::from_vec(vec![7, 8, 9], [3])?;
+    /// let mut loader = Loader::from_pairs(x, y, 2, None)?.to::<Cuda<0>>()?;
+    /// let (input, target) = loader.next().unwrap()?;
+    /// assert_eq!((input.to_vec()?, target.to_vec()?), (vec![0.0, 1.0, 2.0, 3.0], vec![7, 8]));
+    /// # Ok::<(), locus_runtime::Error>(())
+    /// ```
+    pub fn from_pairs<X, Y>(
+        inputs: X,
+        targets: Y,
+        batch_size: usize,
+        shuffle: Option<u64>,
+    ) -> Result<LoaderBuilder<(A, B)>>
+    where
+        X: Dataset<Elem = A>,
+        Y: Dataset<Elem = B>,
+    {
+        check_batch_size(batch_size)?;
+        let len = inputs.len();
+        if targets.len() != len {
+            return Err(Error::InvalidArgument {
+                op: "Loader::from_pairs",
+                reason: format!(
+                    "the inputs have {len} samples but the targets have {}; each input needs one target",
+                    targets.len()
+                ),
+            });
         }
-        let n = dataset.len();
-        let order: Vec<usize> = match shuffle {
-            Some(seed) => permutation(n, seed),
-            None => (0..n).collect(),
-        };
-        let sample_shape = dataset.sample_shape();
-        let sample: usize = sample_shape.iter().product();
-        let make = move |b: usize| -> Result<Tensor<Pinned, T>> {
-            let idx = &order[b * batch_size..((b + 1) * batch_size).min(n)];
-            let mut shape = vec![idx.len()];
-            shape.extend_from_slice(&sample_shape);
-            let mut batch = Tensor::<Pinned, T>::zeros(&shape)?;
-            let out = batch.as_mut_slice()?;
-            for (slot, &i) in out.chunks_mut(sample.max(1)).zip(idx) {
-                dataset.get(i, &mut slot[..sample])?;
-            }
-            Ok(batch)
-        };
-        let batches = n.div_ceil(batch_size);
-        Ok(LoaderBuilder {
-            source: Source::Dataset { make: Box::new(make), batches },
-            prefetch: 2,
-            workers: 2,
-            progress: false,
-        })
+        let (x_shape, y_shape) = (inputs.sample_shape(), targets.sample_shape());
+        let gather: Gather<(A, B)> = Box::new(move |samples| {
+            Ok((dataset::gather(&inputs, &x_shape, samples)?, dataset::gather(&targets, &y_shape, samples)?))
+        });
+        Ok(LoaderBuilder::new(Origin::Dataset { gather, len, batch_size, shuffle }, 2))
     }
 }
 
-/// A seeded Fisher-Yates permutation of 0..n.
-fn permutation(n: usize, seed: u64) -> Vec<usize> {
-    let mut v: Vec<usize> = (0..n).collect();
-    for i in (1..n).rev() {
-        let j = (rand_bits(seed, i as u64) % (i as u64 + 1)) as usize;
-        v.swap(i, j);
+fn check_batch_size(batch_size: usize) -> Result<()> {
+    if batch_size == 0 {
+        return Err(Error::InvalidArgument { op: "Loader", reason: "batch_size must be at least 1".into() });
     }
-    v
+    Ok(())
 }
 
-impl<D: Device, T: Element> Loader<D, T> {
+impl<D: Device, T: Batch> Loader<D, T> {
     /// The device batches are delivered on.
     pub fn device(&self) -> D {
         self.device
     }
 
     /// Batch `i` queued for the device, if it exists.
-    fn start(&mut self, i: usize) -> Option<Result<Tensor<D, T>>> {
+    fn start(&mut self, i: usize) -> Option<Result<T::On<D>>> {
         let pinned = self.shared.take(i)?;
-        // The pinned block is held by the pool until the copy completes, so the pinned
-        // tensor can go now; work on other streams waits for the copy automatically.
-        let queued = pinned.and_then(|p| copy_pinned_async(&p, self.device, &self.stream.raw).map(|(t, _)| t));
+        let queued = pinned.and_then(|p| T::copy_to(&p, self.device, &self.stream));
         // Only now is batch `i` off pinned memory, so only now may another be claimed.
         self.shared.taken(i + 1);
         Some(queued)
@@ -426,8 +456,8 @@ impl<D: Device, T: Element> Loader<D, T> {
     }
 }
 
-impl<D: Device, T: Element> Iterator for Loader<D, T> {
-    type Item = Result<Tensor<D, T>>;
+impl<D: Device, T: Batch> Iterator for Loader<D, T> {
+    type Item = Result<T::On<D>>;
 
     fn next(&mut self) -> Option<Self::Item> {
         if self.done {
@@ -457,7 +487,7 @@ impl<D: Device, T: Element> Iterator for Loader<D, T> {
     }
 }
 
-impl<D: Device, T: Element> Drop for Loader<D, T> {
+impl<D: Device, T: Batch> Drop for Loader<D, T> {
     fn drop(&mut self) {
         self.shutdown();
     }
