@@ -180,6 +180,8 @@ impl<M: ToDevice, O: Device> DataParallel<M, O> {
     /// ```
     /// use locus_runtime::parallel::DataParallel;
     /// use locus_runtime::{Cpu, DeviceId, Tensor};
+    /// # let n = locus_runtime::device_count()?;
+    /// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
     /// let dp = DataParallel::new(Tensor::<Cpu>::ones([2])?, &[DeviceId::Cuda(1), DeviceId::Cuda(0)], Cpu)?;
     /// let replicas = dp.replicas()?;
     /// assert_eq!(replicas[0].0, DeviceId::Cuda(1));
