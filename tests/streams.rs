@@ -136,3 +136,53 @@ fn unrecorded_events_cannot_time_and_bad_devices_are_errors() {
     assert!(matches!(Stream::<Cuda<9>>::new(), Err(locus::Error::NoSuchDevice { ordinal: 9, .. })));
     assert!(matches!(Event::<Cuda<9>>::new(), Err(locus::Error::NoSuchDevice { ordinal: 9, .. })));
 }
+
+#[test]
+fn a_side_stream_tensor_used_in_many_ops_is_waited_for_once() -> locus::Result<()> {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let side = Stream::<G>::new()?;
+    // Slow the writer down, so that reading `x` early would see zeros on the GPU.
+    let x = on_stream(&side, || -> locus::Result<_> {
+        keep_busy()?;
+        Tensor::<G>::full([1 << 16], 1.0)
+    })?;
+    let (waits, skipped) = (cross_stream_waits(), locus::cross_stream_waits_skipped());
+    let n = 50;
+    let mut acc = Tensor::<G>::zeros([1 << 16])?;
+    for _ in 0..n {
+        acc = (&acc + &x)?;
+    }
+    let (w, s) = (cross_stream_waits() - waits, locus::cross_stream_waits_skipped() - skipped);
+    eprintln!("{n} uses of a side-stream tensor on the default stream: {w} wait(s) inserted, {s} skipped");
+    assert_eq!((w, s), (1, n - 1), "the first use waits, the others are ordered after it");
+    assert!(acc.to_vec()?.iter().all(|&v| v == n as f32), "a use ran before the write");
+    Ok(())
+}
+
+#[test]
+fn an_explicit_event_wait_covers_the_writes_before_the_event_only() -> locus::Result<()> {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    Tensor::<G>::rand([16], 0)?.sum()?.item()?; // compile the kernels first
+    let (a, b) = (Stream::<G>::new()?, Stream::<G>::new()?);
+    let (x, later) = on_stream(&a, || -> locus::Result<_> {
+        keep_busy()?;
+        let x = Tensor::<G>::full([1 << 16], 2.0)?;
+        let recorded = a.record_event()?;
+        b.wait_event(&recorded)?;
+        // Written after the event: `b`'s wait above does not cover it.
+        keep_busy()?;
+        Ok((x, Tensor::<G>::full([1 << 16], 3.0)?))
+    })?;
+    let (waits, skipped) = (cross_stream_waits(), locus::cross_stream_waits_skipped());
+    let sx = on_stream(&b, || x.sum())?;
+    assert_eq!(
+        (cross_stream_waits() - waits, locus::cross_stream_waits_skipped() - skipped),
+        (0, 1),
+        "`b` already waited for an event recorded after `x` was written"
+    );
+    let sl = on_stream(&b, || later.sum())?;
+    assert_eq!(cross_stream_waits() - waits, 1, "`later` was written after the event: `b` must wait for it");
+    assert_eq!(sx.item()?, 2.0 * 65536.0);
+    assert_eq!(sl.item()?, 3.0 * 65536.0, "the sum ran before `later` was written");
+    Ok(())
+}

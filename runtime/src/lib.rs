@@ -40,7 +40,9 @@ pub use memory::{max_memory_allocated, memory_allocated, memory_reserved, reset_
 pub use parallel::{can_access_peer, enable_peer_access, DataParallel, Module, PeerAccess};
 pub use pinned::{pinned_stats, release_cached_pinned, PinnedStats};
 pub use placement::{SameEventDevice, SamePlacement, SameStreamDevice};
-pub use stream::{cross_stream_waits, current_stream, on_stream, synchronize, Event, Stream};
+pub use stream::{
+    cross_stream_waits, cross_stream_waits_skipped, current_stream, on_stream, synchronize, Event, Stream,
+};
 pub use tensor::Tensor;
 pub use to_device::ToDevice;
 pub use unwaited::Waited;

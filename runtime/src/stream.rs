@@ -260,6 +260,33 @@ impl<D: Device, T: Element> Tensor<D, T> {
 
 /// How many cross-stream waits locus has inserted in this process (a diagnostic: a
 /// program that uses one stream per device keeps it at zero).
+///
+/// A tensor used on a stream other than the one that wrote it makes that stream wait for
+/// the write once: later uses on the same stream insert nothing, nor does a first use
+/// that an earlier wait already covers (the stream waited, through
+/// [`Stream::wait_event`] or an automatic wait, for an event recorded on the writer at or
+/// after the write). Those are counted by [`cross_stream_waits_skipped`].
+///
+/// ```
+/// use locus_runtime::{cross_stream_waits, cross_stream_waits_skipped, on_stream, Cuda, Stream, Tensor};
+/// let side = Stream::<Cuda<0>>::new()?;
+/// let x = on_stream(&side, || Tensor::<Cuda<0>>::ones([4]))?; // written on `side`
+/// let (waits, skipped) = (cross_stream_waits(), cross_stream_waits_skipped());
+/// let mut y = (&x + 1.0)?; // the default stream waits for `side` once ...
+/// for _ in 0..9 {
+///     y = (&y + &x)?; // ... and not again
+/// }
+/// assert_eq!(y.to_vec()?, vec![11.0; 4]);
+/// assert_eq!(cross_stream_waits() - waits, 1);
+/// assert_eq!(cross_stream_waits_skipped() - skipped, 9);
+/// # Ok::<(), locus_runtime::Error>(())
+/// ```
 pub fn cross_stream_waits() -> u64 {
     backend::cross_stream_waits()
+}
+
+/// How many cross-stream uses needed no wait of their own because an earlier wait
+/// already ordered them (see [`cross_stream_waits`]).
+pub fn cross_stream_waits_skipped() -> u64 {
+    backend::cross_stream_waits_skipped()
 }

@@ -5,13 +5,15 @@
 //! `Error::OutOfMemory` as on a GPU. `cpu` and `pinned` memory are ordinary host memory
 //! on every backend, and run here.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 use std::time::Instant;
 
 use super::account::MemoryAccount;
 use super::host_kernels as k;
 use super::huge_pages::Mapping;
+use super::ordering::{self, Mark, Order};
 use super::{count_cross_stream_wait, Backend, BinaryOp, Buffer, RawEvent, RawStream, ReduceOp, UnaryOp};
 use crate::device::DeviceId;
 use crate::element::{with_dtype, DType, Element, Scalar};
@@ -51,6 +53,10 @@ pub(crate) struct HostBuffer {
     account: &'static MemoryAccount,
     /// The simulated stream that wrote this memory.
     stream: u64,
+    /// The number of that write on its stream.
+    written: u64,
+    /// Other streams that already waited for this memory.
+    readers: Mutex<Vec<u64>>,
 }
 
 #[derive(Debug)]
@@ -78,7 +84,11 @@ impl HostBuffer {
             })
         };
         match mem {
-            Ok(mem) => Ok(HostBuffer { mem, len, account, stream: current_stream(account.device) }),
+            Ok(mem) => {
+                let stream = current_stream(account.device);
+                let written = order_of(account.device, stream).mark_write();
+                Ok(HostBuffer { mem, len, account, stream, written, readers: Mutex::new(Vec::new()) })
+            }
             Err(e) => {
                 account.release(len);
                 Err(e)
@@ -255,15 +265,61 @@ fn current_stream(device: DeviceId) -> u64 {
     }
 }
 
-/// The host memory of `b`, about to be read on the current stream. Work on the host is
-/// sequential, so a read on another stream than the writer's needs no wait; it is
-/// counted as the cuda backend counts its event waits.
+/// The host memory of `b`, about to be read on the current stream.
 fn host_buf(b: &Buffer) -> &HostBuffer {
     let h = host_mem(b);
-    if h.stream != current_stream(h.account.device) {
+    use_on_stream(h, current_stream(h.account.device));
+    h
+}
+
+/// Books a use of `h` on simulated stream `on` as the cuda backend books its event
+/// waits: none on the writer's stream, none when `on` already waited for `h` or for a
+/// later write of the writer (counted as skipped), else one wait. Work on the host runs
+/// at once, so the wait itself is only booked.
+fn use_on_stream(h: &HostBuffer, on: u64) {
+    if h.stream == on {
+        return;
+    }
+    let mut readers = h.readers.lock().unwrap_or_else(|p| p.into_inner());
+    if readers.contains(&on) {
+        ordering::count_skipped();
+        return;
+    }
+    let device = h.account.device;
+    let order = order_of(device, on);
+    let writer = stream_key(device, h.stream);
+    if order.has_waited(writer, h.written) {
+        ordering::count_skipped();
+    } else {
+        order.note_wait(writer, h.written);
         count_cross_stream_wait();
     }
-    h
+    readers.push(on);
+}
+
+/// A process-unique number for simulated stream `id` of `device` (default streams are
+/// 0 on every device).
+fn stream_key(device: DeviceId, id: u64) -> u64 {
+    let d = match device {
+        DeviceId::Cpu => 0,
+        DeviceId::Pinned => 1,
+        DeviceId::Cuda(n) => 2 + n as u64,
+    };
+    (d << 48) | id
+}
+
+/// The ordering books of simulated stream `id` of `device`.
+fn order_of(device: DeviceId, id: u64) -> Arc<Order> {
+    static ORDERS: LazyLock<Mutex<HashMap<u64, Arc<Order>>>> = LazyLock::new(Default::default);
+    let mut m = ORDERS.lock().unwrap_or_else(|p| p.into_inner());
+    Arc::clone(m.entry(stream_key(device, id)).or_default())
+}
+
+/// An event of the host backend: when it was recorded, and after which writes.
+#[derive(Debug, Default)]
+pub(crate) struct HostEvent {
+    at: Mutex<Option<Instant>>,
+    mark: Mark,
 }
 
 fn host_mem(b: &Buffer) -> &HostBuffer {
@@ -300,7 +356,7 @@ fn on_host_stream<R>(stream: &RawStream, f: impl FnOnce() -> R) -> R {
 
 static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
 
-fn host_event(e: &RawEvent) -> Result<&Mutex<Option<Instant>>> {
+fn host_event(e: &RawEvent) -> Result<&HostEvent> {
     match e {
         RawEvent::Host(e) => Ok(e),
         RawEvent::Cuda(_) => {
@@ -356,16 +412,24 @@ impl Backend for HostBackend {
 
     fn new_event(&self, device: DeviceId, _timing: bool) -> Result<RawEvent> {
         host().account(device)?;
-        Ok(RawEvent::Host(Arc::new(Mutex::new(None))))
+        Ok(RawEvent::Host(Arc::new(HostEvent::default())))
     }
 
-    fn record_event(&self, event: &RawEvent, _stream: &RawStream) -> Result<()> {
-        *host_event(event)?.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    fn record_event(&self, event: &RawEvent, stream: &RawStream) -> Result<()> {
+        let e = host_event(event)?;
+        *e.at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        if let RawStream::Host { device, id } = *stream {
+            e.mark.set(stream_key(device, id), order_of(device, id).writes());
+        }
         Ok(())
     }
 
-    fn wait_event(&self, _stream: &RawStream, event: &RawEvent) -> Result<()> {
-        host_event(event).map(|_| ())
+    fn wait_event(&self, stream: &RawStream, event: &RawEvent) -> Result<()> {
+        let e = host_event(event)?;
+        if let (RawStream::Host { device, id }, Some((writer, upto))) = (stream, e.mark.get()) {
+            order_of(*device, *id).note_wait(writer, upto);
+        }
+        Ok(())
     }
 
     fn sync_event(&self, event: &RawEvent) -> Result<()> {
@@ -378,7 +442,7 @@ impl Backend for HostBackend {
 
     fn elapsed_ms(&self, start: &RawEvent, end: &RawEvent) -> Result<f32> {
         let read = |e| -> Result<Instant> {
-            host_event(e)?.lock().unwrap_or_else(|p| p.into_inner()).ok_or_else(|| Error::InvalidArgument {
+            host_event(e)?.at.lock().unwrap_or_else(|p| p.into_inner()).ok_or_else(|| Error::InvalidArgument {
                 op: "elapsed",
                 reason: "both events must be recorded first".into(),
             })
@@ -391,11 +455,8 @@ impl Backend for HostBackend {
     }
 
     fn use_on(&self, buf: &Buffer, stream: &RawStream) -> Result<()> {
-        let h = host_mem(buf);
         if let RawStream::Host { id, .. } = stream {
-            if *id != h.stream {
-                count_cross_stream_wait();
-            }
+            use_on_stream(host_mem(buf), *id);
         }
         Ok(())
     }
@@ -432,9 +493,7 @@ impl Backend for HostBackend {
         stream: &RawStream,
     ) -> Result<RawEvent> {
         let s = host_mem(src);
-        if s.stream != stream_id(stream) {
-            count_cross_stream_wait();
-        }
+        use_on_stream(s, stream_id(stream));
         dst.bytes_mut().copy_from_slice(s.bytes());
         let done = self.new_event(device, false)?;
         self.record_event(&done, stream)?;

@@ -10,10 +10,10 @@ pub(crate) mod host;
 mod host_collective;
 mod host_kernels;
 mod huge_pages;
+pub(crate) mod ordering;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Instant;
+use std::sync::{Arc, OnceLock};
 
 use crate::device::DeviceId;
 use crate::element::{DType, Scalar};
@@ -51,7 +51,7 @@ impl RawStream {
 /// An event of one backend: on the host the instant it was recorded.
 #[derive(Clone, Debug)]
 pub(crate) enum RawEvent {
-    Host(Arc<Mutex<Option<Instant>>>),
+    Host(Arc<host::HostEvent>),
     Cuda(Arc<cuda::EventObj>),
 }
 
@@ -65,6 +65,11 @@ pub(crate) fn count_cross_stream_wait() {
 /// How many cross-stream waits locus has inserted in this process.
 pub(crate) fn cross_stream_waits() -> u64 {
     CROSS_STREAM_WAITS.load(Ordering::Relaxed)
+}
+
+/// How many cross-stream uses needed no wait of their own (see [`ordering`]).
+pub(crate) fn cross_stream_waits_skipped() -> u64 {
+    ordering::skipped()
 }
 
 /// An elementwise op of one operand.

@@ -1,5 +1,6 @@
 //! Device memory: stream-ordered allocations from the device's pool.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{result, sys};
@@ -23,6 +24,8 @@ pub(crate) struct CudaBuffer {
     /// stream: readers on other streams wait for exactly this write, not for all the
     /// writer's later work.
     ready: OnceLock<Arc<EventObj>>,
+    /// The number of the write that produced this memory on `stream` (0: not known).
+    written: AtomicU64,
 }
 
 /// Buffers up to this size are cached per stream in power-of-two bins (as PyTorch's
@@ -59,6 +62,7 @@ impl CudaBuffer {
             stream: Arc::clone(stream),
             readers: Mutex::new(Vec::new()),
             ready: OnceLock::new(),
+            written: AtomicU64::new(0),
         };
         if bytes == 0 {
             return Ok(new(0));
@@ -103,6 +107,11 @@ impl CudaBuffer {
         self.dev
     }
 
+    /// Numbers the write that produced this memory, just queued on its stream.
+    pub fn mark_written(&self) {
+        self.written.store(self.stream.order.mark_write(), Ordering::SeqCst);
+    }
+
     /// Marks the end of the write that produced this memory.
     pub fn set_ready(&self, written: Arc<EventObj>) {
         let _ = self.ready.set(written);
@@ -115,20 +124,28 @@ impl CudaBuffer {
 
     /// Prepares this memory to be read on `on`: a stream other than its writer first
     /// waits for the writer (an event, no host wait), and the eventual free waits for
-    /// `on`. On the writer's own stream this costs nothing.
+    /// `on`. No wait when `on` is the writer, when `on` already waited for this memory,
+    /// or when an earlier wait of `on` (an event recorded at or after the write) implies
+    /// it; those are counted as skipped.
     pub fn use_on(&self, on: &Arc<StreamObj>) -> Result<()> {
         if Arc::ptr_eq(&self.stream, on) || self.ptr == 0 {
             return Ok(());
         }
-        match self.ready.get() {
-            Some(ev) => on.wait(ev)?,
-            None => on.wait_for(&self.stream)?,
-        }
-        crate::backend::count_cross_stream_wait();
         let mut readers = self.readers.lock().unwrap_or_else(|p| p.into_inner());
-        if !readers.iter().any(|r| Arc::ptr_eq(r, on)) {
-            readers.push(Arc::clone(on));
+        if readers.iter().any(|r| Arc::ptr_eq(r, on)) {
+            crate::backend::ordering::count_skipped();
+            return Ok(());
         }
+        if on.order.has_waited(self.stream.id, self.written.load(Ordering::SeqCst)) {
+            crate::backend::ordering::count_skipped();
+        } else {
+            match self.ready.get() {
+                Some(ev) => on.wait(ev)?,
+                None => on.wait_for(&self.stream)?,
+            }
+            crate::backend::count_cross_stream_wait();
+        }
+        readers.push(Arc::clone(on));
         Ok(())
     }
 }

@@ -203,6 +203,7 @@ impl CudaBackend {
     /// this write alone; on the default stream (single-stream programs) no event.
     fn done(&self, out: CudaBuffer) -> Result<Buffer> {
         let dev = out.device();
+        out.mark_written();
         if out.bytes() > 0 && !Arc::ptr_eq(out.stream(), &dev.stream) {
             let written = Arc::new(EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), false)?);
             written.record(out.stream())?;
@@ -386,6 +387,7 @@ impl Backend for CudaBackend {
             unsafe { result::memcpy_htod_async(out.ptr(), src.bytes(), s.raw.0) }
                 .map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"))?;
         }
+        out.mark_written();
         marked(&s, &done, || src.retire())?;
         src.hold_until(RawEvent::Cuda(Arc::clone(&done)));
         out.set_ready(Arc::clone(&done));

@@ -15,6 +15,7 @@ use cudarc::cublas::sys::cublasHandle_t;
 use cudarc::driver::{result, sys};
 
 use super::device::{driver, set_current, FastMap, Handle};
+use crate::backend::ordering::{new_stream_id, Mark, Order};
 use crate::error::{Error, Result};
 
 /// Live stream objects of this process (the devices' own included).
@@ -42,6 +43,10 @@ fn blas_err(device: u32, call: &str, e: impl std::fmt::Debug) -> Error {
 pub(crate) struct StreamObj {
     pub raw: Handle<sys::CUstream>,
     pub ordinal: u32,
+    /// A process-unique number, for the ordering books of other streams.
+    pub id: u64,
+    /// The writes queued here and what this stream has waited for.
+    pub order: Order,
     ctx: Handle<sys::CUcontext>,
     /// Freed small blocks ordered on this stream, by capacity.
     cache: Mutex<FastMap<usize, Vec<sys::CUdeviceptr>>>,
@@ -67,6 +72,8 @@ impl StreamObj {
         Ok(StreamObj {
             raw: Handle(raw),
             ordinal,
+            id: new_stream_id(),
+            order: Order::default(),
             ctx: Handle(ctx),
             cache: Mutex::new(FastMap::default()),
             listed: AtomicBool::new(false),
@@ -89,7 +96,11 @@ impl StreamObj {
     pub fn wait(&self, ev: &EventObj) -> Result<()> {
         // SAFETY: both handles are alive; the driver copies the event's state at the call.
         unsafe { result::stream::wait_event(self.raw.0, ev.raw.0, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) }
-            .map_err(driver(self.ordinal, "cuStreamWaitEvent"))
+            .map_err(driver(self.ordinal, "cuStreamWaitEvent"))?;
+        if let Some((writer, upto)) = ev.mark.get() {
+            self.order.note_wait(writer, upto);
+        }
+        Ok(())
     }
 
     /// A cached block of `cap` bytes freed on this stream, if any.
@@ -203,6 +214,8 @@ impl Drop for StreamObj {
 pub(crate) struct EventObj {
     pub raw: Handle<sys::CUevent>,
     pub ordinal: u32,
+    /// The stream and write count of the last record.
+    mark: Mark,
     ctx: Handle<sys::CUcontext>,
 }
 
@@ -219,11 +232,16 @@ impl EventObj {
         let flags =
             if timing { sys::CUevent_flags::CU_EVENT_DEFAULT } else { sys::CUevent_flags::CU_EVENT_DISABLE_TIMING };
         let raw = result::event::create(flags).map_err(driver(ordinal, "cuEventCreate"))?;
-        Ok(EventObj { raw: Handle(raw), ordinal, ctx: Handle(ctx) })
+        Ok(EventObj { raw: Handle(raw), ordinal, ctx: Handle(ctx), mark: Mark::default() })
     }
 
     pub fn record(&self, stream: &StreamObj) -> Result<()> {
-        unsafe { result::event::record(self.raw.0, stream.raw.0) }.map_err(driver(self.ordinal, "cuEventRecord"))
+        // Read before the record: the event then claims no write queued after it.
+        let writes = stream.order.writes();
+        // SAFETY: both handles are alive.
+        unsafe { result::event::record(self.raw.0, stream.raw.0) }.map_err(driver(self.ordinal, "cuEventRecord"))?;
+        self.mark.set(stream.id, writes);
+        Ok(())
     }
 
     pub fn synchronize(&self) -> Result<()> {
