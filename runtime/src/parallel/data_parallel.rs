@@ -185,6 +185,8 @@ impl<M: ToDevice, O: Device> DataParallel<M, O> {
     /// # extern crate locus_runtime as locus;
     /// use locus::parallel::DataParallel;
     /// use locus::{Cpu, DeviceId, Tensor};
+    /// # let n = locus::device_count()?;
+    /// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
     /// let dp = DataParallel::new(Tensor::<Cpu>::ones([2])?, &[DeviceId::Cuda(1), DeviceId::Cuda(0)], Cpu)?;
     /// let replicas = dp.replicas()?;
     /// assert_eq!(replicas[0].0, DeviceId::Cuda(1));
