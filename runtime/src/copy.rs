@@ -94,11 +94,12 @@ impl<T: Element> Tensor<Cpu, T> {
     /// A copy in page-locked memory from the pinned pool (PyTorch's `pin_memory()`).
     ///
     /// ```
-    /// use locus_runtime::{Cpu, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
     /// let p = Tensor::<Cpu>::from_vec(vec![1.0, 2.0], [2])?.pin_memory()?;
     /// assert_eq!(p.to_vec()?, vec![1.0, 2.0]);
     /// assert!(p.is_pinned());
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn pin_memory(&self) -> Result<Tensor<Pinned, T>> {
         self.to::<Pinned>()
@@ -114,15 +115,16 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// Starts copying this pinned tensor to the device of `stream`, on `stream`.
     ///
     /// ```
-    /// use locus_runtime::{Cpu, Cuda, Stream, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Cuda, Stream, Tensor};
     /// let s = Stream::<Cuda<0>>::new()?;
     /// let src = Tensor::<Cpu>::arange(0.0, 4.0, 1.0)?.pin_memory()?;
     /// let copy = src.to_async(&s)?;
-    /// let doubled = locus_runtime::on_stream(&s, || copy.tensor() * 2.0)?; // same stream: no wait
+    /// let doubled = locus::on_stream(&s, || copy.tensor() * 2.0)?; // same stream: no wait
     /// let x = copy.wait()?;                                                  // `src` free again
     /// assert_eq!(x.to_vec()?, vec![0.0, 1.0, 2.0, 3.0]);
     /// assert_eq!(doubled.to_vec()?, vec![0.0, 2.0, 4.0, 6.0]);
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn to_async<E: StaticDevice>(&self, stream: &Stream<E>) -> Result<Transfer<'_, E, T>>
     where
@@ -136,13 +138,14 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// same device). The result can be read only after [`Pending::wait`].
     ///
     /// ```
-    /// use locus_runtime::{Cuda, Stream, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cuda, Stream, Tensor};
     /// let s = Stream::<Cuda<0>>::new()?;
     /// let x = Tensor::<Cuda<0>>::full([3], 7.0)?;
     /// let pending = x.to_pinned_async(&s)?;
     /// let host = pending.wait()?;
     /// assert_eq!(host.to_vec()?, vec![7.0; 3]);
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn to_pinned_async<E: Device>(&self, stream: &Stream<E>) -> Result<Pending<Tensor<Pinned, T>>>
     where
@@ -194,10 +197,11 @@ impl<D: HostPlacement, T: Element> Tensor<D, T> {
     /// The elements, read in place.
     ///
     /// ```
-    /// use locus_runtime::{Cpu, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
     /// let t = Tensor::<Cpu, i32>::arange(0, 3, 1)?;
     /// assert_eq!(t.as_slice(), &[0, 1, 2]);
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn as_slice(&self) -> &[T] {
         match &self.storage().buf {
@@ -212,13 +216,14 @@ impl<D: HostPlacement, T: Element> Tensor<D, T> {
     /// (a host wait), whatever happened to the copy's [`Transfer`].
     ///
     /// ```
-    /// use locus_runtime::{Cpu, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
     /// let mut t = Tensor::<Cpu>::zeros([3])?;
     /// let before = t.clone();
     /// t.as_mut_slice()?[1] = 5.0;
     /// assert_eq!(t.to_vec()?, vec![0.0, 5.0, 0.0]);
     /// assert_eq!(before.to_vec()?, vec![0.0; 3]);
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn as_mut_slice(&mut self) -> Result<&mut [T]> {
         if Arc::get_mut(self.storage_mut()).is_none() {

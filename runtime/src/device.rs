@@ -12,7 +12,8 @@ use crate::placement::{SameEventDevice, SamePlacement, SameStreamDevice};
 /// A run-time device name: `cpu`, `pinned` or `cuda:N`.
 ///
 /// ```
-/// use locus_runtime::DeviceId;
+/// # extern crate locus_runtime as locus;
+/// use locus::DeviceId;
 /// let id: DeviceId = "cuda:1".parse().unwrap();
 /// assert_eq!(id, DeviceId::Cuda(1));
 /// assert_eq!(id.to_string(), "cuda:1");
@@ -87,7 +88,8 @@ mod sealed {
 /// placement `D` with no extra bound.
 ///
 /// ```
-/// use locus_runtime::{Cuda, Device, DeviceId};
+/// # extern crate locus_runtime as locus;
+/// use locus::{Cuda, Device, DeviceId};
 /// assert_eq!(Cuda::<3>.id(), DeviceId::Cuda(3));
 /// ```
 #[diagnostic::on_unimplemented(
@@ -113,7 +115,8 @@ pub trait Device:
 /// A placement known at compile time, constructible from its type alone.
 ///
 /// ```
-/// use locus_runtime::{Pinned, StaticDevice, DeviceId};
+/// # extern crate locus_runtime as locus;
+/// use locus::{Pinned, StaticDevice, DeviceId};
 /// assert_eq!(Pinned::ID, DeviceId::Pinned);
 /// ```
 pub trait StaticDevice: Device + Default {
@@ -139,7 +142,8 @@ pub struct Cuda<const N: usize>;
 /// and return [`Error::DeviceMismatch`] when operands differ.
 ///
 /// ```
-/// use locus_runtime::{Device, DeviceId, Dyn};
+/// # extern crate locus_runtime as locus;
+/// use locus::{Device, DeviceId, Dyn};
 /// let d = Dyn::new(DeviceId::Cuda(1));
 /// assert_eq!(d.id().to_string(), "cuda:1");
 /// ```
@@ -167,7 +171,8 @@ impl From<DeviceId> for Dyn {
 /// outside the attribute fails to compile with a message saying where it belongs:
 ///
 /// ```compile_fail
-/// use locus_runtime::{Here, Tensor};
+/// # extern crate locus_runtime as locus;
+/// use locus::{Here, Tensor};
 /// fn step(x: &Tensor<Here>) {} // `Here` is not a placement
 /// ```
 pub enum Here {}
@@ -214,11 +219,12 @@ impl<const N: usize> StaticDevice for Cuda<N> {
 /// `LOCUS_HOST_DEVICES` simulated ones.
 ///
 /// ```
-/// use locus_runtime::{device_count, devices, DeviceId};
+/// # extern crate locus_runtime as locus;
+/// use locus::{device_count, devices, DeviceId};
 /// let all = devices()?;
 /// assert_eq!(all.len(), device_count()?);
 /// assert_eq!(all[0], DeviceId::Cuda(0));
-/// # Ok::<(), locus_runtime::Error>(())
+/// # Ok::<(), locus::Error>(())
 /// ```
 pub fn devices() -> crate::error::Result<Vec<DeviceId>> {
     let n = crate::backend::device_count()?;

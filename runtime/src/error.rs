@@ -9,7 +9,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// its message says what to do about it.
 ///
 /// ```
-/// use locus_runtime::{DeviceId, Error};
+/// # extern crate locus_runtime as locus;
+/// use locus::{DeviceId, Error};
 /// let e = Error::DeviceMismatch { op: "add", lhs: DeviceId::Cuda(0), rhs: DeviceId::Cuda(1) };
 /// assert_eq!(e.to_string(), "add: lhs is on cuda:0 but rhs is on cuda:1; move one with .to(..) or .to_dyn(..) first");
 /// ```

@@ -13,7 +13,7 @@
 //! Ops on statically placed tensors never look at the stack: ops follow their tensor.
 //! The stack is read by the current-device factories of `Tensor<Dyn>` and, on the cuda
 //! backend, decides which CUDA context is current for the thread. `#[on_device]` and
-//! `on_device!` expand to these guards.
+//! `with_device!` expand to these guards.
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -133,13 +133,14 @@ fn leave_entry(id: u64) {
 /// The device of the innermost [`DeviceGuard`] on this thread; `cpu` when none is set.
 ///
 /// ```
-/// use locus_runtime::{current_device, DeviceGuard, DeviceId};
+/// # extern crate locus_runtime as locus;
+/// use locus::{current_device, DeviceGuard, DeviceId};
 /// assert_eq!(current_device(), DeviceId::Cpu);
 /// let guard = DeviceGuard::enter(DeviceId::Cuda(0))?;
 /// assert_eq!(current_device(), DeviceId::Cuda(0));
 /// drop(guard);
 /// assert_eq!(current_device(), DeviceId::Cpu);
-/// # Ok::<(), locus_runtime::Error>(())
+/// # Ok::<(), locus::Error>(())
 /// ```
 pub fn current_device() -> DeviceId {
     STACK.with_borrow(Stack::top)
@@ -153,12 +154,15 @@ pub fn current_device() -> DeviceId {
 /// Entering the device that is already current costs no backend call. A guard belongs
 /// to the thread that made it (it is neither `Send` nor `Sync`).
 ///
-/// Dropped out of order, a guard leaves the current device to the innermost guard still
-/// alive; a forgotten guard (`mem::forget`) stays alive (see the module docs).
+/// Guards may be dropped in any order: a drop removes that guard's entry alone, and the
+/// current device is always that of the innermost guard still alive. A guard given to
+/// `mem::forget` stays alive for good: its device is current again once every guard
+/// entered after it is gone, and the guards around it are unaffected.
 ///
 /// ```
-/// use locus_runtime::{current_device, DeviceGuard, DeviceId};
-/// # let n = locus_runtime::device_count()?;
+/// # extern crate locus_runtime as locus;
+/// use locus::{current_device, DeviceGuard, DeviceId};
+/// # let n = locus::device_count()?;
 /// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
 /// let outer = DeviceGuard::enter(DeviceId::Cuda(0))?;
 /// {
@@ -168,7 +172,7 @@ pub fn current_device() -> DeviceId {
 /// assert_eq!(current_device(), DeviceId::Cuda(0));
 /// assert_eq!(outer.device(), DeviceId::Cuda(0));
 /// assert!(DeviceGuard::enter(DeviceId::Cuda(99)).is_err());
-/// # Ok::<(), locus_runtime::Error>(())
+/// # Ok::<(), locus::Error>(())
 /// ```
 #[must_use = "the device is current only while the guard lives"]
 #[derive(Debug)]
@@ -200,12 +204,13 @@ impl DeviceGuard {
     /// `i32`), a [`DeviceId`] or a [`Dyn`] placement.
     ///
     /// ```
-    /// use locus_runtime::{current_device, DeviceGuard, DeviceId};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{current_device, DeviceGuard, DeviceId};
     /// let rank: usize = 0;
     /// let _g = DeviceGuard::enter_ordinal(rank)?;
     /// assert_eq!(current_device(), DeviceId::Cuda(0));
     /// assert!(DeviceGuard::enter_ordinal(-1).is_err());
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn enter_ordinal(ordinal: impl IntoDeviceId) -> Result<DeviceGuard> {
         DeviceGuard::enter(ordinal.into_device_id()?)
@@ -219,11 +224,12 @@ impl DeviceGuard {
     /// Runs `f` with `device` current, then makes the previous device current again.
     ///
     /// ```
-    /// use locus_runtime::{current_device, DeviceGuard, DeviceId};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{current_device, DeviceGuard, DeviceId};
     /// let seen = DeviceGuard::run(DeviceId::Cuda(0), current_device)?;
     /// assert_eq!(seen, DeviceId::Cuda(0));
     /// assert_eq!(current_device(), DeviceId::Cpu);
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn run<R>(device: DeviceId, f: impl FnOnce() -> R) -> Result<R> {
         let _guard = DeviceGuard::enter(device)?;
@@ -238,15 +244,16 @@ impl Drop for DeviceGuard {
 }
 
 /// A value that names a device: a CUDA ordinal or a device id. What
-/// `#[on_device(dyn expr)]` and `on_device!(dyn expr => ..)` accept.
+/// `#[on_device(dyn expr)]` and `with_device!(dyn expr => ..)` accept.
 ///
 /// ```
-/// use locus_runtime::{DeviceId, Dyn, IntoDeviceId};
+/// # extern crate locus_runtime as locus;
+/// use locus::{DeviceId, Dyn, IntoDeviceId};
 /// assert_eq!(2u32.into_device_id()?, DeviceId::Cuda(2));
 /// assert_eq!(DeviceId::Pinned.into_device_id()?, DeviceId::Pinned);
 /// assert_eq!(Dyn::new(DeviceId::Cpu).into_device_id()?, DeviceId::Cpu);
 /// assert!((-3i32).into_device_id().is_err());
-/// # Ok::<(), locus_runtime::Error>(())
+/// # Ok::<(), locus::Error>(())
 /// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` does not name a device",
@@ -315,9 +322,10 @@ by_reference!(DeviceId, Dyn, u32, usize, i32);
 /// polling the inner future. `async fn`s under `#[on_device]` are wrapped in this.
 ///
 /// ```
+/// # extern crate locus_runtime as locus;
 /// use std::future::Future;
 /// use std::task::{Context, Poll, Waker};
-/// use locus_runtime::{current_device, DeviceId, OnDevice};
+/// use locus::{current_device, DeviceId, OnDevice};
 ///
 /// let mut fut = Box::pin(OnDevice::new(DeviceId::Cuda(0), async { current_device() }));
 /// let mut cx = Context::from_waker(Waker::noop());

@@ -2,12 +2,13 @@
 //! host and cuda backends. Use it through the `locus` facade crate.
 //!
 //! ```
-//! use locus_runtime::{Cuda, Tensor};
+//! # extern crate locus_runtime as locus;
+//! use locus::{Cuda, Tensor};
 //! let x = Tensor::<Cuda<0>>::rand([4, 3], 0)?;
 //! let w = Tensor::<Cuda<0>>::ones([3, 2])?;
 //! let y = x.matmul(&w)?.relu()?;
 //! assert_eq!(y.shape(), &[4, 2]);
-//! # Ok::<(), locus_runtime::Error>(())
+//! # Ok::<(), locus::Error>(())
 //! ```
 
 mod backend;

@@ -82,15 +82,16 @@ impl<T: Batch> LoaderBuilder<T> {
     /// epoch. Leaves unshuffled datasets and iterators as they are.
     ///
     /// ```
+    /// # extern crate locus_runtime as locus;
     /// use std::sync::Arc;
-    /// use locus_runtime::{Cpu, Cuda, Loader, Tensor};
+    /// use locus::{Cpu, Cuda, Loader, Tensor};
     /// let data = Arc::new(Tensor::<Cpu>::arange(0.0, 64.0, 1.0)?.reshape([64, 1])?);
     /// for epoch in 0..2 {
     ///     // Each loader shares `data` through the Arc, no copy.
     ///     let loader = Loader::from_dataset(Arc::clone(&data), 16, Some(7))?.epoch(epoch).to::<Cuda<0>>()?;
     ///     assert_eq!(loader.count(), 4);
     /// }
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn epoch(mut self, epoch: u64) -> Self {
         self.epoch = epoch;
@@ -318,15 +319,28 @@ fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
 }
 
 /// Batches on device `D`, in order: `Tensor<D, T>` for an element type `T`, or a pair
-/// of tensors for `T = (A, B)` (see [`Batch`]); see the module docs.
+/// of tensors for `T = (A, B)` (see [`Batch`]). PyTorch's `DataLoader(pin_memory=True)`
+/// with the copy to the GPU built in.
+///
+/// Background threads build batches in pinned memory; each batch is copied to the
+/// target device on a side stream while the previous one is in use, and batches come
+/// out in order. A failing or panicking worker becomes an `Err` at that batch, never a
+/// hang, and dropping the loader stops and joins its threads.
+///
+/// A loader runs one epoch: the next epoch is a new loader over the same `Arc` of the
+/// dataset, with [`LoaderBuilder::epoch`] for a fresh shuffle. At most
+/// `prefetch + workers` batches are pinned at once (see [`LoaderBuilder::prefetch`]):
+/// a worker claims a batch only while it is fewer than that many ahead of the batches
+/// the consumer has taken, however long any one batch takes.
 ///
 /// ```
-/// use locus_runtime::{Cpu, Cuda, Loader, Tensor};
+/// # extern crate locus_runtime as locus;
+/// use locus::{Cpu, Cuda, Loader, Tensor};
 /// let data = Tensor::<Cpu>::arange(0.0, 10.0, 1.0)?.reshape([5, 2])?;
 /// let loader = Loader::from_dataset(data, 2, None)?.to::<Cuda<0>>()?;
 /// let sums: Vec<f32> = loader.map(|b| b?.sum()?.item()).collect::<Result<_, _>>()?;
 /// assert_eq!(sums, vec![6.0, 22.0, 17.0]); // rows 0-1, 2-3, then 4
-/// # Ok::<(), locus_runtime::Error>(())
+/// # Ok::<(), locus::Error>(())
 /// ```
 pub struct Loader<D: Device, T: Batch> {
     device: D,
@@ -344,12 +358,13 @@ impl<T: Element> Loader<Cpu, T> {
     /// A loader over host batches from any iterator (each is pinned on a worker thread).
     ///
     /// ```
-    /// use locus_runtime::{Cpu, Cuda, Loader, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Cuda, Loader, Tensor};
     /// let batches = (0..3).map(|i| Tensor::<Cpu, i32>::full([4], i));
     /// let loader = Loader::from_batches(batches).prefetch(2).to::<Cuda<0>>()?;
-    /// let firsts: Vec<i32> = loader.map(|b| Ok(b?.to_vec()?[0])).collect::<locus_runtime::Result<_>>()?;
+    /// let firsts: Vec<i32> = loader.map(|b| Ok(b?.to_vec()?[0])).collect::<locus::Result<_>>()?;
     /// assert_eq!(firsts, vec![0, 1, 2]);
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn from_batches<I>(batches: I) -> LoaderBuilder<T>
     where
@@ -383,13 +398,14 @@ impl<A: Element, B: Element> Loader<Cpu, (A, B)> {
     /// The two must have as many samples.
     ///
     /// ```
-    /// use locus_runtime::{Cpu, Cuda, Loader, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Cuda, Loader, Tensor};
     /// let x = Tensor::<Cpu>::arange(0.0, 6.0, 1.0)?.reshape([3, 2])?;
     /// let y = Tensor::<Cpu, i32>::from_vec(vec![7, 8, 9], [3])?;
     /// let mut loader = Loader::from_pairs(x, y, 2, None)?.to::<Cuda<0>>()?;
     /// let (input, target) = loader.next().unwrap()?;
     /// assert_eq!((input.to_vec()?, target.to_vec()?), (vec![0.0, 1.0, 2.0, 3.0], vec![7, 8]));
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn from_pairs<X, Y>(
         inputs: X,

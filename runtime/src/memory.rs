@@ -10,12 +10,13 @@ use crate::error::Result;
 /// [`memory_reserved`], not here.
 ///
 /// ```
-/// use locus_runtime::{memory_allocated, Cuda, DeviceId, Tensor};
+/// # extern crate locus_runtime as locus;
+/// use locus::{memory_allocated, Cuda, DeviceId, Tensor};
 /// let before = memory_allocated(DeviceId::Cuda(0))?;
 /// let t = Tensor::<Cuda<0>>::zeros([1024])?;
 /// assert!(memory_allocated(DeviceId::Cuda(0))? >= before + 4096);
 /// drop(t);
-/// # Ok::<(), locus_runtime::Error>(())
+/// # Ok::<(), locus::Error>(())
 /// ```
 pub fn memory_allocated(device: DeviceId) -> Result<usize> {
     Ok(backend::for_device(device)?.memory(device)?.0)
@@ -37,10 +38,11 @@ pub fn reset_peak_memory_stats(device: DeviceId) -> Result<()> {
 /// when the stream is dropped, so dropping streams keeps this flat.
 ///
 /// ```
-/// use locus_runtime::{memory_allocated, memory_reserved, DeviceId};
+/// # extern crate locus_runtime as locus;
+/// use locus::{memory_allocated, memory_reserved, DeviceId};
 /// let d = DeviceId::Cuda(0);
 /// assert!(memory_reserved(d)? >= memory_allocated(d)?);
-/// # Ok::<(), locus_runtime::Error>(())
+/// # Ok::<(), locus::Error>(())
 /// ```
 pub fn memory_reserved(device: DeviceId) -> Result<usize> {
     let b = backend::for_device(device)?;
@@ -52,10 +54,11 @@ pub fn memory_reserved(device: DeviceId) -> Result<usize> {
 /// them. The host backend's simulated streams hold nothing and count 0.
 ///
 /// ```
-/// let before = locus_runtime::stream_count()?;
-/// drop(locus_runtime::Stream::<locus_runtime::Cuda<0>>::new()?);
-/// assert_eq!(locus_runtime::stream_count()?, before);
-/// # Ok::<(), locus_runtime::Error>(())
+/// # extern crate locus_runtime as locus;
+/// let before = locus::stream_count()?;
+/// drop(locus::Stream::<locus::Cuda<0>>::new()?);
+/// assert_eq!(locus::stream_count()?, before);
+/// # Ok::<(), locus::Error>(())
 /// ```
 pub fn stream_count() -> Result<usize> {
     Ok(backend::selected()?.live_streams())

@@ -26,12 +26,13 @@ const MIN_BLOCK: usize = 4096;
 /// Counters of the pinned pool.
 ///
 /// ```
-/// use locus_runtime::{pinned_stats, Cpu, Tensor};
+/// # extern crate locus_runtime as locus;
+/// use locus::{pinned_stats, Cpu, Tensor};
 /// let before = pinned_stats();
 /// let p = Tensor::<Cpu>::ones([1000])?.pin_memory()?;
 /// assert!(pinned_stats().bytes_in_use >= before.bytes_in_use + 4000);
 /// drop(p);
-/// # Ok::<(), locus_runtime::Error>(())
+/// # Ok::<(), locus::Error>(())
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PinnedStats {
@@ -190,11 +191,12 @@ pub fn pinned_stats() -> PinnedStats {
 /// pinned memory) and returns how many bytes went back to the system.
 ///
 /// ```
-/// use locus_runtime::{release_cached_pinned, pinned_stats, Cpu, Tensor};
+/// # extern crate locus_runtime as locus;
+/// use locus::{release_cached_pinned, pinned_stats, Cpu, Tensor};
 /// drop(Tensor::<Cpu>::ones([1 << 16])?.pin_memory()?);
 /// release_cached_pinned();
 /// assert_eq!(pinned_stats().bytes_held, pinned_stats().bytes_in_use);
-/// # Ok::<(), locus_runtime::Error>(())
+/// # Ok::<(), locus::Error>(())
 /// ```
 pub fn release_cached_pinned() -> usize {
     release_cached()

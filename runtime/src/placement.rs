@@ -16,7 +16,8 @@ use crate::device::{Cpu, Cuda, Dyn, Pinned};
 /// `Self` and `Rhs` may be operands of one op.
 ///
 /// ```compile_fail
-/// use locus_runtime::{Cuda, Tensor};
+/// # extern crate locus_runtime as locus;
+/// use locus::{Cuda, Tensor};
 /// let a = Tensor::<Cuda<0>>::zeros([2]).unwrap();
 /// let b = Tensor::<Cuda<1>>::zeros([2]).unwrap();
 /// let _ = &a + &b; // tensors on `Cuda<0>` and `Cuda<1>` cannot be used in one op
@@ -31,7 +32,8 @@ pub trait SamePlacement<Rhs> {}
 /// A stream of `S` may order work on a tensor on `Self`.
 ///
 /// ```compile_fail
-/// use locus_runtime::{Cuda, Stream, Tensor};
+/// # extern crate locus_runtime as locus;
+/// use locus::{Cuda, Stream, Tensor};
 /// let t = Tensor::<Cuda<0>>::zeros([2]).unwrap();
 /// let s = Stream::<Cuda<1>>::new().unwrap();
 /// t.record_stream(&s).unwrap(); // a stream of `Cuda<1>` cannot order work on a tensor on `Cuda<0>`
@@ -46,7 +48,8 @@ pub trait SameStreamDevice<S> {}
 /// An event of `Self` may be recorded on, or waited for by, a stream of `S`.
 ///
 /// ```compile_fail
-/// use locus_runtime::{Cuda, Event, Stream};
+/// # extern crate locus_runtime as locus;
+/// use locus::{Cuda, Event, Stream};
 /// let e = Event::<Cuda<0>>::new().unwrap();
 /// let s = Stream::<Cuda<1>>::new().unwrap();
 /// s.wait_event(&e).unwrap(); // an event of `Cuda<0>` cannot be used on a stream of `Cuda<1>`

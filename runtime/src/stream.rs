@@ -48,12 +48,13 @@ pub(crate) fn with_current<R>(device: DeviceId, stream: RawStream, f: impl FnOnc
 /// A stream of work on device `D`.
 ///
 /// ```
-/// use locus_runtime::{on_stream, Cuda, Stream, Tensor};
+/// # extern crate locus_runtime as locus;
+/// use locus::{on_stream, Cuda, Stream, Tensor};
 /// let s = Stream::<Cuda<0>>::new()?;
 /// let y = on_stream(&s, || (Tensor::<Cuda<0>>::ones([4])? * 2.0))?;
 /// s.synchronize()?;
 /// assert_eq!(y.to_vec()?, vec![2.0; 4]);
-/// # Ok::<(), locus_runtime::Error>(())
+/// # Ok::<(), locus::Error>(())
 /// ```
 #[derive(Clone, Debug)]
 pub struct Stream<D: Device> {
@@ -117,11 +118,12 @@ impl<D: StaticDevice> Stream<D> {
     /// The default stream of `D`.
     ///
     /// ```
-    /// use locus_runtime::{Cuda, Stream};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cuda, Stream};
     /// let a = Stream::<Cuda<0>>::default_stream()?;
     /// assert!(a.same_as(&Stream::<Cuda<0>>::default_stream()?));
     /// assert!(!a.same_as(&Stream::<Cuda<0>>::new()?));
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn default_stream() -> Result<Self> {
         Self::default_on(D::default())
@@ -137,11 +139,12 @@ pub fn on_stream<D: Device, R>(stream: &Stream<D>, f: impl FnOnce() -> R) -> R {
 /// The stream ops on `D` use on this thread now.
 ///
 /// ```
-/// use locus_runtime::{current_stream, on_stream, Cuda, Stream};
+/// # extern crate locus_runtime as locus;
+/// use locus::{current_stream, on_stream, Cuda, Stream};
 /// let s = Stream::<Cuda<0>>::new()?;
 /// assert!(current_stream(Cuda::<0>)?.same_as(&Stream::default_stream()?));
 /// on_stream(&s, || assert!(current_stream(Cuda::<0>).unwrap().same_as(&s)));
-/// # Ok::<(), locus_runtime::Error>(())
+/// # Ok::<(), locus::Error>(())
 /// ```
 pub fn current_stream<D: Device>(device: D) -> Result<Stream<D>> {
     match current(device.id()) {
@@ -158,7 +161,8 @@ pub fn synchronize(device: DeviceId) -> Result<()> {
 /// A point in a stream's work on device `D`, for ordering streams and timing.
 ///
 /// ```
-/// use locus_runtime::{Cuda, Event, Stream, Tensor};
+/// # extern crate locus_runtime as locus;
+/// use locus::{Cuda, Event, Stream, Tensor};
 /// let s = Stream::<Cuda<0>>::default_stream()?;
 /// let start = s.record_event()?;
 /// let x = Tensor::<Cuda<0>>::rand([1 << 12], 1)?.sum()?;
@@ -167,7 +171,7 @@ pub fn synchronize(device: DeviceId) -> Result<()> {
 /// assert!(start.elapsed(&end)?.as_secs_f64() >= 0.0);
 /// assert!(end.is_complete()?);
 /// # drop(x);
-/// # Ok::<(), locus_runtime::Error>(())
+/// # Ok::<(), locus::Error>(())
 /// ```
 #[derive(Clone, Debug)]
 pub struct Event<D: Device> {
@@ -244,10 +248,11 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// locus does not see.
     ///
     /// ```
-    /// use locus_runtime::{Cuda, Stream, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cuda, Stream, Tensor};
     /// let t = Tensor::<Cuda<0>>::ones([8])?;
     /// t.record_stream(&Stream::<Cuda<0>>::new()?)?;
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn record_stream<E: Device>(&self, stream: &Stream<E>) -> Result<()>
     where
@@ -268,7 +273,8 @@ impl<D: Device, T: Element> Tensor<D, T> {
 /// after the write). Those are counted by [`cross_stream_waits_skipped`].
 ///
 /// ```
-/// use locus_runtime::{cross_stream_waits, cross_stream_waits_skipped, on_stream, Cuda, Stream, Tensor};
+/// # extern crate locus_runtime as locus;
+/// use locus::{cross_stream_waits, cross_stream_waits_skipped, on_stream, Cuda, Stream, Tensor};
 /// let side = Stream::<Cuda<0>>::new()?;
 /// let x = on_stream(&side, || Tensor::<Cuda<0>>::ones([4]))?; // written on `side`
 /// let (waits, skipped) = (cross_stream_waits(), cross_stream_waits_skipped());
@@ -279,7 +285,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
 /// assert_eq!(y.to_vec()?, vec![11.0; 4]);
 /// assert_eq!(cross_stream_waits() - waits, 1);
 /// assert_eq!(cross_stream_waits_skipped() - skipped, 9);
-/// # Ok::<(), locus_runtime::Error>(())
+/// # Ok::<(), locus::Error>(())
 /// ```
 pub fn cross_stream_waits() -> u64 {
     backend::cross_stream_waits()

@@ -20,12 +20,13 @@ use crate::tensor::Tensor;
 /// `Box`es and arrays of `ToDevice` values.
 ///
 /// ```
-/// use locus_runtime::{Cpu, Cuda, Tensor, ToDevice};
+/// # extern crate locus_runtime as locus;
+/// use locus::{Cpu, Cuda, Tensor, ToDevice};
 /// let layers = vec![Tensor::<Cpu>::ones([2])?, Tensor::<Cpu>::zeros([3])?];
 /// let moved: Vec<Tensor<Cuda<0>>> = layers.to::<Cuda<0>>()?;
 /// assert_eq!(moved[0].to_vec()?, vec![1.0, 1.0]);
 /// assert_eq!(moved[1].device().to_string(), "cuda:0");
-/// # Ok::<(), locus_runtime::Error>(())
+/// # Ok::<(), locus::Error>(())
 /// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be moved between devices",
@@ -48,11 +49,12 @@ pub trait ToDevice {
     /// A copy with every tensor on the run-time placement `id`.
     ///
     /// ```
-    /// use locus_runtime::{Cpu, DeviceId, Tensor, ToDevice};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, DeviceId, Tensor, ToDevice};
     /// let v = Some(Tensor::<Cpu>::ones([1])?);
     /// let d = ToDevice::to_dyn(&v, DeviceId::Cuda(0))?;
     /// assert_eq!(d.unwrap().device(), DeviceId::Cuda(0));
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     fn to_dyn(&self, id: DeviceId) -> Result<Self::On<Dyn>> {
         self.to_placement(Dyn::new(id))

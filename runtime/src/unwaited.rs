@@ -23,7 +23,8 @@ use crate::tensor::Tensor;
 /// only through [`Pending::wait`], and reading it any other way fails on this bound.
 ///
 /// ```compile_fail
-/// use locus_runtime::{Cuda, Stream, Tensor};
+/// # extern crate locus_runtime as locus;
+/// use locus::{Cuda, Stream, Tensor};
 /// let s = Stream::<Cuda<0>>::new().unwrap();
 /// let pending = Tensor::<Cuda<0>>::ones([2]).unwrap().to_pinned_async(&s).unwrap();
 /// let _ = pending.to_vec(); // `Pending<Tensor<Pinned>>` is read before `.wait()`

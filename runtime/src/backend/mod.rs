@@ -323,7 +323,8 @@ pub(crate) fn same(a: &dyn Backend, b: &dyn Backend) -> bool {
 /// The name of the selected backend: `"host"` or `"cuda"`.
 ///
 /// ```
-/// assert!(matches!(locus_runtime::backend_name().unwrap(), "host" | "cuda"));
+/// # extern crate locus_runtime as locus;
+/// assert!(matches!(locus::backend_name().unwrap(), "host" | "cuda"));
 /// ```
 pub fn backend_name() -> Result<&'static str> {
     Ok(selected()?.name())
@@ -332,7 +333,8 @@ pub fn backend_name() -> Result<&'static str> {
 /// The number of CUDA devices (real, or simulated by the host backend).
 ///
 /// ```
-/// assert!(locus_runtime::device_count().unwrap() >= 1);
+/// # extern crate locus_runtime as locus;
+/// assert!(locus::device_count().unwrap() >= 1);
 /// ```
 pub fn device_count() -> Result<usize> {
     Ok(selected()?.device_count())

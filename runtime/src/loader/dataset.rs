@@ -18,12 +18,13 @@ use crate::tensor::Tensor;
 /// shared, so a loader per epoch reads it without copying it.
 ///
 /// ```
-/// use locus_runtime::{Cpu, Dataset, Tensor};
+/// # extern crate locus_runtime as locus;
+/// use locus::{Cpu, Dataset, Tensor};
 /// let data = Tensor::<Cpu, i32>::arange(0, 6, 1)?.reshape([3, 2])?;
 /// let mut row = [0; 2];
 /// data.get(1, &mut row)?;
 /// assert_eq!((data.len(), data.sample_shape(), row), (3, vec![2], [2, 3]));
-/// # Ok::<(), locus_runtime::Error>(())
+/// # Ok::<(), locus::Error>(())
 /// ```
 pub trait Dataset: Send + Sync + 'static {
     /// The element type of the samples.
@@ -87,10 +88,11 @@ mod sealed {
 /// pinned and copied to the device on its own. Sealed: these two are all there are.
 ///
 /// ```
-/// use locus_runtime::{Cpu, Cuda, Loader, Tensor};
+/// # extern crate locus_runtime as locus;
+/// use locus::{Cpu, Cuda, Loader, Tensor};
 /// let (x, y) = (Tensor::<Cpu>::ones([4, 3])?, Tensor::<Cpu, i32>::arange(0, 4, 1)?);
 /// let loader: Loader<Cuda<0>, (f32, i32)> = Loader::from_pairs(x, y, 4, None)?.to()?;
-/// # Ok::<(), locus_runtime::Error>(())
+/// # Ok::<(), locus::Error>(())
 /// ```
 pub trait Batch: sealed::Sealed + Send + Sync + 'static {
     /// The batch on device `D`.

@@ -18,16 +18,17 @@ use crate::tensor::Tensor;
 /// live anywhere, also on one of the devices.
 ///
 /// ```
-/// use locus_runtime::parallel::broadcast;
-/// use locus_runtime::{Cpu, Cuda, DeviceId, Tensor};
-/// # let n = locus_runtime::device_count()?;
+/// # extern crate locus_runtime as locus;
+/// use locus::parallel::broadcast;
+/// use locus::{Cpu, Cuda, DeviceId, Tensor};
+/// # let n = locus::device_count()?;
 /// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
 /// let w = Tensor::<Cpu>::from_vec(vec![1.0, 2.0], [2])?;
 /// let (a, b) = broadcast(&w, (Cuda::<0>, Cuda::<1>))?;
 /// assert_eq!((a.to_vec()?, b.to_vec()?), (vec![1.0, 2.0], vec![1.0, 2.0]));
 /// let copies = broadcast(&w, [DeviceId::Cuda(0), DeviceId::Cuda(1)])?;
 /// assert_eq!(copies[1].device(), DeviceId::Cuda(1));
-/// # Ok::<(), locus_runtime::Error>(())
+/// # Ok::<(), locus::Error>(())
 /// ```
 pub fn broadcast<D: Device, T: Element, L: DeviceList>(x: &Tensor<D, T>, devices: L) -> Result<L::Tensors<T>> {
     devices.place(broadcast_dyn(x, &devices.device_ids())?)
@@ -55,15 +56,16 @@ pub(crate) fn broadcast_dyn<D: Device, T: Element>(x: &Tensor<D, T>, ids: &[Devi
 /// slice.
 ///
 /// ```
-/// use locus_runtime::parallel::all_reduce_sum;
-/// use locus_runtime::{Cuda, Tensor};
-/// # let n = locus_runtime::device_count()?;
+/// # extern crate locus_runtime as locus;
+/// use locus::parallel::all_reduce_sum;
+/// use locus::{Cuda, Tensor};
+/// # let n = locus::device_count()?;
 /// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
 /// let grads = (Tensor::<Cuda<0>>::full([3], 1.0)?, Tensor::<Cuda<1>>::full([3], 2.0)?);
 /// let (g0, g1) = all_reduce_sum(&grads)?;
 /// assert_eq!(g0.to_vec()?, vec![3.0; 3]);
 /// assert_eq!(g1.to_vec()?, vec![3.0; 3]);
-/// # Ok::<(), locus_runtime::Error>(())
+/// # Ok::<(), locus::Error>(())
 /// ```
 pub fn all_reduce_sum<P: Parts + ?Sized>(parts: &P) -> Result<P::Owned> {
     let ps = parts.tensors();
@@ -85,15 +87,16 @@ pub fn all_reduce_sum<P: Parts + ?Sized>(parts: &P) -> Result<P::Owned> {
 /// all-gather. Row counts may differ; the other dims must agree.
 ///
 /// ```
-/// use locus_runtime::parallel::all_gather;
-/// use locus_runtime::{Cuda, Tensor};
-/// # let n = locus_runtime::device_count()?;
+/// # extern crate locus_runtime as locus;
+/// use locus::parallel::all_gather;
+/// use locus::{Cuda, Tensor};
+/// # let n = locus::device_count()?;
 /// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
 /// let parts = vec![Tensor::<Cuda<0>, i32>::full([1], 7)?.into_dyn(), Tensor::<Cuda<1>, i32>::full([2], 8)?.into_dyn()];
 /// let all = all_gather(&parts)?;
 /// assert_eq!(all[0].to_vec()?, vec![7, 8, 8]);
 /// assert_eq!(all[1].to_vec()?, vec![7, 8, 8]);
-/// # Ok::<(), locus_runtime::Error>(())
+/// # Ok::<(), locus::Error>(())
 /// ```
 pub fn all_gather<P: Parts + ?Sized>(parts: &P) -> Result<P::Owned> {
     let ps = parts.tensors();

@@ -11,7 +11,8 @@ use crate::tensor::Tensor;
 /// first `len % n` devices one row more. `n == 0` gives no sizes.
 ///
 /// ```
-/// use locus_runtime::parallel::chunk_sizes;
+/// # extern crate locus_runtime as locus;
+/// use locus::parallel::chunk_sizes;
 /// assert_eq!(chunk_sizes(10, 4), vec![3, 3, 2, 2]);
 /// assert_eq!(chunk_sizes(2, 3), vec![1, 1, 0]);
 /// assert_eq!(chunk_sizes(5, 0), Vec::<usize>::new());
@@ -30,9 +31,10 @@ pub fn chunk_sizes(len: usize, n: usize) -> Vec<usize> {
 /// `DeviceId`s (the result is `Tensor<Dyn>`s).
 ///
 /// ```
-/// use locus_runtime::parallel::scatter;
-/// use locus_runtime::{Cpu, Cuda, DeviceId, Tensor};
-/// # let n = locus_runtime::device_count()?;
+/// # extern crate locus_runtime as locus;
+/// use locus::parallel::scatter;
+/// use locus::{Cpu, Cuda, DeviceId, Tensor};
+/// # let n = locus::device_count()?;
 /// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
 /// let x = Tensor::<Cpu, i32>::arange(0, 10, 1)?.reshape([5, 2])?;
 /// let (a, b) = scatter(&x, (Cuda::<0>, Cuda::<1>))?;
@@ -40,7 +42,7 @@ pub fn chunk_sizes(len: usize, n: usize) -> Vec<usize> {
 /// assert_eq!(b.shape(), &[2, 2]);
 /// let parts = scatter(&x, &[DeviceId::Cuda(1), DeviceId::Cuda(0)][..])?;
 /// assert_eq!(parts[0].device(), DeviceId::Cuda(1));
-/// # Ok::<(), locus_runtime::Error>(())
+/// # Ok::<(), locus::Error>(())
 /// ```
 pub fn scatter<D: Device, T: Element, L: DeviceList>(x: &Tensor<D, T>, devices: L) -> Result<L::Tensors<T>> {
     let ids = devices.device_ids();
@@ -53,15 +55,16 @@ pub fn scatter<D: Device, T: Element, L: DeviceList>(x: &Tensor<D, T>, devices: 
 /// add up to the row count (PyTorch's `chunk_sizes`).
 ///
 /// ```
-/// use locus_runtime::parallel::scatter_sizes;
-/// use locus_runtime::{Cuda, Tensor};
-/// # let n = locus_runtime::device_count()?;
+/// # extern crate locus_runtime as locus;
+/// use locus::parallel::scatter_sizes;
+/// use locus::{Cuda, Tensor};
+/// # let n = locus::device_count()?;
 /// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
 /// let x = Tensor::<Cuda<0>>::arange(0.0, 4.0, 1.0)?;
 /// let (a, b) = scatter_sizes(&x, (Cuda::<0>, Cuda::<1>), &[1, 3])?;
 /// assert_eq!((a.to_vec()?, b.to_vec()?), (vec![0.0], vec![1.0, 2.0, 3.0]));
 /// assert!(scatter_sizes(&x, (Cuda::<0>, Cuda::<1>), &[1, 2]).is_err());
-/// # Ok::<(), locus_runtime::Error>(())
+/// # Ok::<(), locus::Error>(())
 /// ```
 pub fn scatter_sizes<D: Device, T: Element, L: DeviceList>(
     x: &Tensor<D, T>,
@@ -114,15 +117,16 @@ fn rows_of<D: Device, T: Element>(op: &'static str, x: &Tensor<D, T>) -> Result<
 /// other dims must agree.
 ///
 /// ```
-/// use locus_runtime::parallel::gather;
-/// use locus_runtime::{Cpu, Cuda, Tensor};
-/// # let n = locus_runtime::device_count()?;
+/// # extern crate locus_runtime as locus;
+/// use locus::parallel::gather;
+/// use locus::{Cpu, Cuda, Tensor};
+/// # let n = locus::device_count()?;
 /// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
 /// let parts = (Tensor::<Cuda<0>>::ones([1, 2])?, Tensor::<Cuda<1>>::zeros([2, 2])?);
 /// let all = gather(&parts, Cpu)?;
 /// assert_eq!(all.shape(), &[3, 2]);
 /// assert_eq!(all.to_vec()?, vec![1.0, 1.0, 0.0, 0.0, 0.0, 0.0]);
-/// # Ok::<(), locus_runtime::Error>(())
+/// # Ok::<(), locus::Error>(())
 /// ```
 pub fn gather<P: Parts + ?Sized, O: Device>(parts: &P, out: O) -> Result<Tensor<O, P::Elem>> {
     gather_dyn(&parts.tensors(), out)
@@ -145,13 +149,14 @@ pub(crate) fn gather_dyn<T: Element, O: Device>(parts: &[Tensor<Dyn, T>], out: O
 /// The elementwise sum of tensors of one shape, on `out` (PyTorch's `reduce_add`).
 ///
 /// ```
-/// use locus_runtime::parallel::reduce_add;
-/// use locus_runtime::{Cuda, Tensor};
-/// # let n = locus_runtime::device_count()?;
+/// # extern crate locus_runtime as locus;
+/// use locus::parallel::reduce_add;
+/// use locus::{Cuda, Tensor};
+/// # let n = locus::device_count()?;
 /// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
 /// let parts = [Tensor::<Cuda<0>>::full([2], 1.0)?.into_dyn(), Tensor::<Cuda<1>>::full([2], 2.0)?.into_dyn()];
 /// assert_eq!(reduce_add(&parts, Cuda::<1>)?.to_vec()?, vec![3.0, 3.0]);
-/// # Ok::<(), locus_runtime::Error>(())
+/// # Ok::<(), locus::Error>(())
 /// ```
 pub fn reduce_add<P: Parts + ?Sized, O: Device>(parts: &P, out: O) -> Result<Tensor<O, P::Elem>> {
     reduce_add_dyn(&parts.tensors(), out)

@@ -19,17 +19,18 @@ use crate::to_device::{CopyCache, ToDevice};
 /// the replicas, which are `Mlp<Dyn>`, have it too.
 ///
 /// ```
-/// use locus_runtime::parallel::Module;
-/// use locus_runtime::{Cuda, Device, Tensor};
+/// # extern crate locus_runtime as locus;
+/// use locus::parallel::Module;
+/// use locus::{Cuda, Device, Tensor};
 /// struct Scale<D: Device> { by: Tensor<D> }
 /// impl<D: Device> Module<D> for Scale<D> {
-///     fn forward(&self, x: &Tensor<D>) -> locus_runtime::Result<Tensor<D>> {
+///     fn forward(&self, x: &Tensor<D>) -> locus::Result<Tensor<D>> {
 ///         x * &self.by
 ///     }
 /// }
 /// let m = Scale { by: Tensor::<Cuda<0>>::full([1], 2.0)? };
 /// assert_eq!(m.forward(&Tensor::ones([2])?)?.to_vec()?, vec![2.0, 2.0]);
-/// # Ok::<(), locus_runtime::Error>(())
+/// # Ok::<(), locus::Error>(())
 /// ```
 pub trait Module<D: Device, T: Element = f32> {
     /// The output for a batch `x` (dim 0 is the batch).
@@ -54,19 +55,20 @@ pub trait Module<D: Device, T: Element = f32> {
 /// then.
 ///
 /// ```
-/// use locus_runtime::parallel::{DataParallel, Module};
-/// use locus_runtime::{devices, Cpu, Cuda, Device, DeviceId, Dyn, Tensor, ToDevice};
+/// # extern crate locus_runtime as locus;
+/// use locus::parallel::{DataParallel, Module};
+/// use locus::{devices, Cpu, Cuda, Device, DeviceId, Dyn, Tensor, ToDevice};
 ///
 /// // What #[derive(ToDevice)] writes for this struct.
 /// struct Affine<D: Device> { w: Tensor<D>, b: Tensor<D> }
 /// impl<D: Device> ToDevice for Affine<D> {
 ///     type On<E: Device> = Affine<E>;
-///     fn to_placement<E: Device>(&self, e: E) -> locus_runtime::Result<Affine<E>> {
+///     fn to_placement<E: Device>(&self, e: E) -> locus::Result<Affine<E>> {
 ///         Ok(Affine { w: self.w.to_placement(e)?, b: self.b.to_placement(e)? })
 ///     }
 /// }
 /// impl<D: Device> Module<D> for Affine<D> {
-///     fn forward(&self, x: &Tensor<D>) -> locus_runtime::Result<Tensor<D>> {
+///     fn forward(&self, x: &Tensor<D>) -> locus::Result<Tensor<D>> {
 ///         x.matmul(&self.w)? + &self.b
 ///     }
 /// }
@@ -82,7 +84,7 @@ pub trait Module<D: Device, T: Element = f32> {
 /// dp.module_mut().b = b;
 /// let y: Tensor<Cuda<0>> = dp.forward(&x)?;
 /// assert_eq!(y.to_vec()?, dp.module().forward(&x.to::<Cuda<0>>()?)?.to_vec()?);
-/// # Ok::<(), locus_runtime::Error>(())
+/// # Ok::<(), locus::Error>(())
 /// ```
 pub struct DataParallel<M: ToDevice, O: Device = Dyn> {
     module: M,
@@ -108,17 +110,18 @@ impl<M: ToDevice, O: Device> DataParallel<M, O> {
     /// outputs are gathered on `output`.
     ///
     /// ```
-    /// use locus_runtime::parallel::DataParallel;
-    /// use locus_runtime::{Cpu, Cuda, DeviceId, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::parallel::DataParallel;
+    /// use locus::{Cpu, Cuda, DeviceId, Tensor};
     /// let w = Tensor::<Cpu>::ones([2])?;
-    /// # let n = locus_runtime::device_count()?;
+    /// # let n = locus::device_count()?;
     /// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
     /// let dp = DataParallel::new(w.clone(), &[DeviceId::Cuda(1), DeviceId::Cuda(0)], Cuda::<0>)?;
     /// assert_eq!(dp.devices(), vec![DeviceId::Cuda(1), DeviceId::Cuda(0)]);
     /// assert!(DataParallel::new(w.clone(), &[], Cuda::<0>).is_err());
     /// assert!(DataParallel::new(w.clone(), &[DeviceId::Cuda(0), DeviceId::Cuda(0)], Cpu).is_err());
     /// assert!(DataParallel::new(w, &[DeviceId::Cuda(99)], Cpu).is_err());
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn new(module: M, devices: &[DeviceId], output: O) -> Result<Self> {
         let bad = |reason: String| Error::InvalidArgument { op: "DataParallel::new", reason };
@@ -152,12 +155,13 @@ impl<M: ToDevice, O: Device> DataParallel<M, O> {
     /// reference; it copies only the tensors that changed.
     ///
     /// ```
-    /// use locus_runtime::parallel::DataParallel;
-    /// use locus_runtime::{Cpu, Cuda, DeviceId, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::parallel::DataParallel;
+    /// use locus::{Cpu, Cuda, DeviceId, Tensor};
     /// let mut dp = DataParallel::new(Tensor::<Cpu>::ones([2])?, &[DeviceId::Cuda(0)], Cpu)?;
     /// *dp.module_mut() = Tensor::full([2], 5.0)?;
     /// assert_eq!(dp.replicas()?[0].1.to_vec()?, vec![5.0, 5.0]);
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn module_mut(&mut self) -> &mut M {
         self.replicas.get_mut().unwrap_or_else(PoisonError::into_inner).current = None;
@@ -178,15 +182,16 @@ impl<M: ToDevice, O: Device> DataParallel<M, O> {
     /// again here if the module may have changed since they were last made).
     ///
     /// ```
-    /// use locus_runtime::parallel::DataParallel;
-    /// use locus_runtime::{Cpu, DeviceId, Tensor};
-    /// # let n = locus_runtime::device_count()?;
+    /// # extern crate locus_runtime as locus;
+    /// use locus::parallel::DataParallel;
+    /// use locus::{Cpu, DeviceId, Tensor};
+    /// # let n = locus::device_count()?;
     /// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
     /// let dp = DataParallel::new(Tensor::<Cpu>::ones([2])?, &[DeviceId::Cuda(1), DeviceId::Cuda(0)], Cpu)?;
     /// let replicas = dp.replicas()?;
     /// assert_eq!(replicas[0].0, DeviceId::Cuda(1));
     /// assert_eq!(replicas[0].1.device(), DeviceId::Cuda(1));
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn replicas(&self) -> Result<Replicas<M>> {
         let mut replicas = self.replicas.lock().unwrap_or_else(PoisonError::into_inner);

@@ -18,8 +18,9 @@ mod sealed {
 /// `&Vec` or array), giving `Tensor<Dyn>`s in a `Vec` or array.
 ///
 /// ```
-/// use locus_runtime::parallel::DeviceList;
-/// use locus_runtime::{Cuda, DeviceId};
+/// # extern crate locus_runtime as locus;
+/// use locus::parallel::DeviceList;
+/// use locus::{Cuda, DeviceId};
 /// assert_eq!((Cuda::<0>, Cuda::<1>).device_ids(), vec![DeviceId::Cuda(0), DeviceId::Cuda(1)]);
 /// assert_eq!((&[DeviceId::Cuda(1)][..]).device_ids(), vec![DeviceId::Cuda(1)]);
 /// ```
@@ -39,11 +40,12 @@ pub trait DeviceList: sealed::Devices {
 /// (each with its own placement), or a slice, `Vec` or array of tensors.
 ///
 /// ```
-/// use locus_runtime::parallel::Parts;
-/// use locus_runtime::{Cpu, Cuda, Tensor};
+/// # extern crate locus_runtime as locus;
+/// use locus::parallel::Parts;
+/// use locus::{Cpu, Cuda, Tensor};
 /// let parts = (Tensor::<Cuda<0>>::ones([1])?, Tensor::<Cpu>::ones([2])?);
 /// assert_eq!(parts.tensors().len(), 2);
-/// # Ok::<(), locus_runtime::Error>(())
+/// # Ok::<(), locus::Error>(())
 /// ```
 pub trait Parts: sealed::Parts {
     /// The element type of every tensor.

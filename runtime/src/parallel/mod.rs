@@ -13,9 +13,10 @@
 //! run-time (`DeviceId`s, giving `Tensor<Dyn>`s):
 //!
 //! ```
-//! use locus_runtime::parallel::{gather, scatter};
-//! use locus_runtime::{Cpu, Cuda, DeviceId, Tensor};
-//! # let n = locus_runtime::device_count()?;
+//! # extern crate locus_runtime as locus;
+//! use locus::parallel::{gather, scatter};
+//! use locus::{Cpu, Cuda, DeviceId, Tensor};
+//! # let n = locus::device_count()?;
 //! # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
 //! let batch = Tensor::<Cpu>::rand([7, 3], 1)?;
 //! let (a, b) = scatter(&batch, (Cuda::<0>, Cuda::<1>))?;
@@ -23,10 +24,10 @@
 //! let back = gather(&(a, b), Cpu)?;
 //! assert_eq!(back.to_vec()?, batch.to_vec()?);
 //!
-//! let ids: Vec<DeviceId> = (0..locus_runtime::device_count()? as u32).map(DeviceId::Cuda).collect();
+//! let ids: Vec<DeviceId> = (0..locus::device_count()? as u32).map(DeviceId::Cuda).collect();
 //! let parts = scatter(&batch, &ids)?;
 //! assert_eq!(parts.len(), ids.len());
-//! # Ok::<(), locus_runtime::Error>(())
+//! # Ok::<(), locus::Error>(())
 //! ```
 
 mod collective;

@@ -20,8 +20,9 @@ mod sealed {
 /// A GPU placement known at compile time: `Cuda<N>`.
 ///
 /// ```
-/// fn ordinal<G: locus_runtime::parallel::CudaDevice>() -> locus_runtime::DeviceId { G::ID }
-/// assert_eq!(ordinal::<locus_runtime::Cuda<1>>().to_string(), "cuda:1");
+/// # extern crate locus_runtime as locus;
+/// fn ordinal<G: locus::parallel::CudaDevice>() -> locus::DeviceId { G::ID }
+/// assert_eq!(ordinal::<locus::Cuda<1>>().to_string(), "cuda:1");
 /// ```
 pub trait CudaDevice: StaticDevice + sealed::Sealed {}
 
@@ -46,16 +47,17 @@ fn pair(op: &'static str, a: DeviceId, b: DeviceId) -> Result<&'static dyn backe
 /// can; `A == B` and a missing device are errors.
 ///
 /// ```
-/// use locus_runtime::parallel::can_access_peer;
-/// use locus_runtime::Cuda;
+/// # extern crate locus_runtime as locus;
+/// use locus::parallel::can_access_peer;
+/// use locus::Cuda;
 /// assert!(can_access_peer::<Cuda<0>, Cuda<0>>().is_err());
 /// assert!(can_access_peer::<Cuda<0>, Cuda<99>>().is_err());
-/// # let n = locus_runtime::device_count()?;
+/// # let n = locus::device_count()?;
 /// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
-/// if locus_runtime::backend_name()? == "host" {
+/// if locus::backend_name()? == "host" {
 ///     assert!(can_access_peer::<Cuda<0>, Cuda<1>>()?);
 /// }
-/// # Ok::<(), locus_runtime::Error>(())
+/// # Ok::<(), locus::Error>(())
 /// ```
 pub fn can_access_peer<A: CudaDevice, B: CudaDevice>() -> Result<bool> {
     pair("can_access_peer", A::ID, B::ID)?.can_access_peer(A::ID, B::ID)
@@ -67,16 +69,17 @@ pub fn can_access_peer<A: CudaDevice, B: CudaDevice>() -> Result<bool> {
 /// peer-to-peer path.
 ///
 /// ```
-/// use locus_runtime::parallel::enable_peer_access;
-/// use locus_runtime::{Cuda, Tensor};
-/// # let n = locus_runtime::device_count()?;
+/// # extern crate locus_runtime as locus;
+/// use locus::parallel::enable_peer_access;
+/// use locus::{Cuda, Tensor};
+/// # let n = locus::device_count()?;
 /// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
 /// let a = Tensor::<Cuda<0>>::full([2], 1.0)?;
 /// let b = Tensor::<Cuda<1>>::full([2], 2.0)?;
 /// let peer = enable_peer_access::<Cuda<0>, Cuda<1>>()?;
 /// assert_eq!(peer.add(&a, &b)?.to_vec()?, vec![3.0, 3.0]);
 /// assert_eq!(peer.reverse().copy(&a)?.device().to_string(), "cuda:1");
-/// # Ok::<(), locus_runtime::Error>(())
+/// # Ok::<(), locus::Error>(())
 /// ```
 pub fn enable_peer_access<A: CudaDevice, B: CudaDevice>() -> Result<PeerAccess<A, B>> {
     pair("enable_peer_access", A::ID, B::ID)?.enable_peer_access(A::ID, B::ID)?;
@@ -136,15 +139,16 @@ impl<A: CudaDevice, B: CudaDevice> PeerAccess<A, B> {
     /// The matrix product `lhs @ rhs`.
     ///
     /// ```
-    /// use locus_runtime::parallel::enable_peer_access;
-    /// use locus_runtime::{Cuda, Tensor};
-    /// # let n = locus_runtime::device_count()?;
+    /// # extern crate locus_runtime as locus;
+    /// use locus::parallel::enable_peer_access;
+    /// use locus::{Cuda, Tensor};
+    /// # let n = locus::device_count()?;
     /// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
     /// let peer = enable_peer_access::<Cuda<1>, Cuda<0>>()?;
     /// let x = Tensor::<Cuda<1>>::ones([1, 2])?;
     /// let w = Tensor::<Cuda<0>>::full([2, 3], 0.5)?;
     /// assert_eq!(peer.matmul(&x, &w)?.to_vec()?, vec![1.0; 3]);
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn matmul<T: Element>(&self, lhs: &Tensor<A, T>, rhs: &Tensor<B, T>) -> Result<Tensor<A, T>> {
         lhs.matmul(&self.copy(rhs)?)

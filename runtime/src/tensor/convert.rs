@@ -14,13 +14,14 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// check, never a copy. `Error::NotOnDevice` names where it really is.
     ///
     /// ```
-    /// use locus_runtime::{Cpu, Cuda, DeviceId, Error, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Cuda, DeviceId, Error, Tensor};
     /// let d = Tensor::<Cuda<0>>::ones([2])?.into_dyn();
     /// let back: Tensor<Cuda<0>> = d.clone().try_into_device::<Cuda<0>>()?;
     /// assert_eq!(back.to_vec()?, vec![1.0, 1.0]);
     /// let err = d.try_into_device::<Cpu>().unwrap_err();
     /// assert_eq!(err, Error::NotOnDevice { expected: DeviceId::Cpu, actual: DeviceId::Cuda(0) });
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn try_into_device<E: StaticDevice>(self) -> Result<Tensor<E, T>> {
         if self.device() != E::ID {
@@ -33,10 +34,11 @@ impl<D: Device, T: Element> Tensor<D, T> {
 /// `Tensor<Cuda<1>>` into `Tensor<Dyn>`, as [`Tensor::into_dyn`].
 ///
 /// ```
-/// use locus_runtime::{Cpu, Dyn, Tensor};
+/// # extern crate locus_runtime as locus;
+/// use locus::{Cpu, Dyn, Tensor};
 /// let d: Tensor<Dyn> = Tensor::<Cpu>::zeros([1])?.into();
 /// assert_eq!(d.device().to_string(), "cpu");
-/// # Ok::<(), locus_runtime::Error>(())
+/// # Ok::<(), locus::Error>(())
 /// ```
 impl<S: StaticDevice, T: Element> From<Tensor<S, T>> for Tensor<Dyn, T> {
     fn from(t: Tensor<S, T>) -> Self {
@@ -47,12 +49,13 @@ impl<S: StaticDevice, T: Element> From<Tensor<S, T>> for Tensor<Dyn, T> {
 /// `Tensor<Dyn>` back to a static placement, as [`Tensor::try_into_device`].
 ///
 /// ```
-/// use locus_runtime::{Cuda, Dyn, Pinned, Tensor};
+/// # extern crate locus_runtime as locus;
+/// use locus::{Cuda, Dyn, Pinned, Tensor};
 /// let d = Tensor::<Pinned>::ones([1])?.into_dyn();
 /// assert!(Tensor::<Cuda<0>>::try_from(d.clone()).is_err());
 /// let p: Tensor<Pinned> = d.try_into()?;
 /// assert_eq!(p.to_vec()?, vec![1.0]);
-/// # Ok::<(), locus_runtime::Error>(())
+/// # Ok::<(), locus::Error>(())
 /// ```
 impl<S: StaticDevice, T: Element> TryFrom<Tensor<Dyn, T>> for Tensor<S, T> {
     type Error = Error;

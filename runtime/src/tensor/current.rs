@@ -17,13 +17,14 @@ impl<T: Element> Tensor<Dyn, T> {
     /// Zeros of `shape` on the current device.
     ///
     /// ```
-    /// use locus_runtime::{DeviceGuard, DeviceId, Dyn, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{DeviceGuard, DeviceId, Dyn, Tensor};
     /// assert_eq!(Tensor::<Dyn>::zeros_current([2])?.device(), DeviceId::Cpu);
     /// let _g = DeviceGuard::enter(DeviceId::Cuda(0))?;
     /// let t = Tensor::<Dyn>::zeros_current([2])?;
     /// assert_eq!(t.device(), DeviceId::Cuda(0));
     /// assert_eq!(t.to_vec()?, vec![0.0, 0.0]);
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn zeros_current(shape: impl AsRef<[usize]>) -> Result<Self> {
         Self::zeros_on(here(), shape)
@@ -32,10 +33,11 @@ impl<T: Element> Tensor<Dyn, T> {
     /// Ones of `shape` on the current device.
     ///
     /// ```
-    /// use locus_runtime::{DeviceGuard, DeviceId, Dyn, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{DeviceGuard, DeviceId, Dyn, Tensor};
     /// let t = DeviceGuard::run(DeviceId::Cuda(0), || Tensor::<Dyn, i32>::ones_current([2]))??;
     /// assert_eq!((t.device(), t.to_vec()?), (DeviceId::Cuda(0), vec![1, 1]));
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn ones_current(shape: impl AsRef<[usize]>) -> Result<Self> {
         Self::ones_on(here(), shape)
@@ -44,11 +46,12 @@ impl<T: Element> Tensor<Dyn, T> {
     /// `value` everywhere in `shape` on the current device.
     ///
     /// ```
-    /// use locus_runtime::{DeviceGuard, DeviceId, Dyn, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{DeviceGuard, DeviceId, Dyn, Tensor};
     /// let _g = DeviceGuard::enter(DeviceId::Pinned)?;
     /// let t = Tensor::<Dyn, f64>::full_current([1], 2.5)?;
     /// assert_eq!((t.device(), t.item()?), (DeviceId::Pinned, 2.5));
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn full_current(shape: impl AsRef<[usize]>, value: T) -> Result<Self> {
         Self::full_on(here(), shape, value)
@@ -57,12 +60,13 @@ impl<T: Element> Tensor<Dyn, T> {
     /// `data` (row-major) as a tensor of `shape` on the current device.
     ///
     /// ```
-    /// use locus_runtime::{DeviceGuard, DeviceId, Dyn, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{DeviceGuard, DeviceId, Dyn, Tensor};
     /// let _g = DeviceGuard::enter(DeviceId::Cuda(0))?;
     /// let t = Tensor::<Dyn>::from_vec_current(vec![1.0, 2.0], [2, 1])?;
     /// assert_eq!((t.device(), t.shape()), (DeviceId::Cuda(0), &[2, 1][..]));
     /// assert!(Tensor::<Dyn>::from_vec_current(vec![1.0], [2]).is_err());
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn from_vec_current(data: Vec<T>, shape: impl AsRef<[usize]>) -> Result<Self> {
         Self::from_vec_on(here(), data, shape)
@@ -71,10 +75,11 @@ impl<T: Element> Tensor<Dyn, T> {
     /// A copy of `data` (row-major) as a tensor of `shape` on the current device.
     ///
     /// ```
-    /// use locus_runtime::{Dyn, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Dyn, Tensor};
     /// let t = Tensor::<Dyn, u8>::from_slice_current(&[7, 8], [2])?;
     /// assert_eq!(t.to_vec()?, vec![7, 8]);
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn from_slice_current(data: &[T], shape: impl AsRef<[usize]>) -> Result<Self> {
         Self::from_slice_on(here(), data, shape)
@@ -83,11 +88,12 @@ impl<T: Element> Tensor<Dyn, T> {
     /// `start, start + step, …` up to but not including `end`, on the current device.
     ///
     /// ```
-    /// use locus_runtime::{DeviceGuard, DeviceId, Dyn, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{DeviceGuard, DeviceId, Dyn, Tensor};
     /// let _g = DeviceGuard::enter(DeviceId::Cuda(0))?;
     /// let t = Tensor::<Dyn, i32>::arange_current(0, 3, 1)?;
     /// assert_eq!((t.device(), t.to_vec()?), (DeviceId::Cuda(0), vec![0, 1, 2]));
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn arange_current(start: T, end: T, step: T) -> Result<Self> {
         Self::arange_on(here(), start, end, step)
@@ -99,12 +105,13 @@ impl<T: Float> Tensor<Dyn, T> {
     /// on every device and backend.
     ///
     /// ```
-    /// use locus_runtime::{Cpu, DeviceGuard, DeviceId, Dyn, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, DeviceGuard, DeviceId, Dyn, Tensor};
     /// let _g = DeviceGuard::enter(DeviceId::Cuda(0))?;
     /// let t = Tensor::<Dyn>::rand_current([3], 9)?;
     /// assert_eq!(t.device(), DeviceId::Cuda(0));
     /// assert_eq!(t.to_vec()?, Tensor::<Cpu>::rand([3], 9)?.to_vec()?);
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn rand_current(shape: impl AsRef<[usize]>, seed: u64) -> Result<Self> {
         Self::rand_on(here(), shape, seed)

@@ -24,10 +24,11 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// Zeros of `shape` on `device`.
     ///
     /// ```
-    /// use locus_runtime::{Dyn, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Dyn, Tensor};
     /// let t = Tensor::<Dyn>::zeros_on(Dyn::new("cuda:0".parse()?), [2])?;
     /// assert_eq!(t.to_vec()?, vec![0.0, 0.0]);
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn zeros_on(device: D, shape: impl AsRef<[usize]>) -> Result<Self> {
         Self::full_on(device, shape, T::ZERO)
@@ -96,10 +97,11 @@ impl<D: StaticDevice, T: Element> Tensor<D, T> {
     /// Zeros of `shape`.
     ///
     /// ```
-    /// use locus_runtime::{Cuda, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cuda, Tensor};
     /// let t = Tensor::<Cuda<0>, i32>::zeros([2, 2])?;
     /// assert_eq!(t.to_vec()?, vec![0; 4]);
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn zeros(shape: impl AsRef<[usize]>) -> Result<Self> {
         Self::zeros_on(D::default(), shape)
@@ -108,9 +110,10 @@ impl<D: StaticDevice, T: Element> Tensor<D, T> {
     /// Ones of `shape`.
     ///
     /// ```
-    /// use locus_runtime::{Cpu, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
     /// assert_eq!(Tensor::<Cpu, u8>::ones([3])?.to_vec()?, vec![1, 1, 1]);
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn ones(shape: impl AsRef<[usize]>) -> Result<Self> {
         Self::ones_on(D::default(), shape)
@@ -119,9 +122,10 @@ impl<D: StaticDevice, T: Element> Tensor<D, T> {
     /// `value` everywhere in `shape`.
     ///
     /// ```
-    /// use locus_runtime::{Cpu, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
     /// assert_eq!(Tensor::<Cpu, f64>::full([2], 0.5)?.to_vec()?, vec![0.5, 0.5]);
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn full(shape: impl AsRef<[usize]>, value: T) -> Result<Self> {
         Self::full_on(D::default(), shape, value)
@@ -130,11 +134,12 @@ impl<D: StaticDevice, T: Element> Tensor<D, T> {
     /// `data` (row-major) as a tensor of `shape`; the lengths must agree.
     ///
     /// ```
-    /// use locus_runtime::{Cuda, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cuda, Tensor};
     /// let t = Tensor::<Cuda<0>>::from_vec(vec![1.0, 2.0], [2, 1])?;
     /// assert_eq!(t.shape(), &[2, 1]);
     /// assert!(Tensor::<Cuda<0>>::from_vec(vec![1.0], [2]).is_err());
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn from_vec(data: Vec<T>, shape: impl AsRef<[usize]>) -> Result<Self> {
         Self::from_vec_on(D::default(), data, shape)
@@ -143,10 +148,11 @@ impl<D: StaticDevice, T: Element> Tensor<D, T> {
     /// A copy of `data` (row-major) as a tensor of `shape`.
     ///
     /// ```
-    /// use locus_runtime::{Pinned, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Pinned, Tensor};
     /// let t = Tensor::<Pinned, i32>::from_slice(&[1, 2, 3], [3])?;
     /// assert_eq!(t.to_vec()?, vec![1, 2, 3]);
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn from_slice(data: &[T], shape: impl AsRef<[usize]>) -> Result<Self> {
         Self::from_slice_on(D::default(), data, shape)
@@ -155,10 +161,11 @@ impl<D: StaticDevice, T: Element> Tensor<D, T> {
     /// `start, start + step, …` up to but not including `end` (1-D).
     ///
     /// ```
-    /// use locus_runtime::{Cpu, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
     /// assert_eq!(Tensor::<Cpu>::arange(0.0, 1.0, 0.25)?.to_vec()?, vec![0.0, 0.25, 0.5, 0.75]);
     /// assert!(Tensor::<Cpu>::arange(0.0, 1.0, 0.0).is_err());
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn arange(start: T, end: T, step: T) -> Result<Self> {
         Self::arange_on(D::default(), start, end, step)
@@ -169,12 +176,13 @@ impl<D: StaticDevice, T: Float> Tensor<D, T> {
     /// Uniform values in `[0, 1)`, reproducible from `seed` on every device and backend.
     ///
     /// ```
-    /// use locus_runtime::{Cpu, Cuda, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Cuda, Tensor};
     /// let a = Tensor::<Cuda<0>>::rand([4], 7)?.to_vec()?;
     /// let b = Tensor::<Cpu>::rand([4], 7)?.to_vec()?;
     /// assert_eq!(a, b);
     /// assert!(a.iter().all(|v| (0.0..1.0).contains(v)));
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn rand(shape: impl AsRef<[usize]>, seed: u64) -> Result<Self> {
         Self::rand_on(D::default(), shape, seed)

@@ -24,13 +24,14 @@ use crate::storage::Storage;
 /// time (shapes, memory, a missing device) is an `Err`.
 ///
 /// ```
-/// use locus_runtime::{Cuda, Tensor};
+/// # extern crate locus_runtime as locus;
+/// use locus::{Cuda, Tensor};
 /// let x = Tensor::<Cuda<0>>::from_vec(vec![1.0, 2.0, 3.0, 4.0], [2, 2])?;
 /// let y = (&x * 2.0)?;
 /// assert_eq!(y.to_vec()?, vec![2.0, 4.0, 6.0, 8.0]);
 /// assert_eq!(y.shape(), &[2, 2]);
 /// assert_eq!(y.device().to_string(), "cuda:0");
-/// # Ok::<(), locus_runtime::Error>(())
+/// # Ok::<(), locus::Error>(())
 /// ```
 pub struct Tensor<D: Device, T: Element = f32> {
     storage: Arc<Storage>,
@@ -125,10 +126,11 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// The elements in row-major order, copied to the host.
     ///
     /// ```
-    /// use locus_runtime::{Cpu, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
     /// let t = Tensor::<Cpu, i32>::arange(0, 4, 1)?;
     /// assert_eq!(t.to_vec()?, vec![0, 1, 2, 3]);
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn to_vec(&self) -> Result<Vec<T>> {
         let mut out = vec![T::ZERO; self.numel()];
@@ -139,10 +141,11 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// The one element of a tensor with exactly one element.
     ///
     /// ```
-    /// use locus_runtime::{Cuda, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cuda, Tensor};
     /// let t = Tensor::<Cuda<0>>::ones([3])?;
     /// assert_eq!(t.sum()?.item()?, 3.0);
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn item(&self) -> Result<T> {
         if self.numel() != 1 {
@@ -157,11 +160,12 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// The same elements under another shape with the same element count (no copy).
     ///
     /// ```
-    /// use locus_runtime::{Cpu, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
     /// let t = Tensor::<Cpu>::zeros([2, 3])?.reshape([3, 2])?;
     /// assert_eq!(t.shape(), &[3, 2]);
     /// assert!(t.reshape([4]).is_err());
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn reshape(&self, shape: impl AsRef<[usize]>) -> Result<Self> {
         let shape = shape.as_ref();
@@ -174,11 +178,12 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// A copy on placement `E`: the one op that crosses placements (PyTorch's `copy_`).
     ///
     /// ```
-    /// use locus_runtime::{Cpu, Cuda, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Cuda, Tensor};
     /// let a = Tensor::<Cpu>::ones([2])?;
     /// let b = a.to::<Cuda<0>>()?;
     /// assert_eq!(b.to::<Cpu>()?.to_vec()?, vec![1.0, 1.0]);
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn to<E: StaticDevice>(&self) -> Result<Tensor<E, T>> {
         self.copy_to(E::default())
@@ -203,10 +208,11 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// The same tensor with its placement checked at run time from now on (no copy).
     ///
     /// ```
-    /// use locus_runtime::{Cuda, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cuda, Tensor};
     /// let d = Tensor::<Cuda<0>>::zeros([2])?.into_dyn();
     /// assert_eq!(d.device().to_string(), "cuda:0");
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn into_dyn(self) -> Tensor<Dyn, T> {
         let placement = Dyn::new(self.device());

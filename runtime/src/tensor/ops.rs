@@ -14,10 +14,11 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// `max(x, 0)` elementwise.
     ///
     /// ```
-    /// use locus_runtime::{Cpu, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
     /// let t = Tensor::<Cpu>::from_vec(vec![-1.0, 2.0], [2])?;
     /// assert_eq!(t.relu()?.to_vec()?, vec![0.0, 2.0]);
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn relu(&self) -> Result<Self> {
         self.unary(UnaryOp::Relu)
@@ -31,10 +32,11 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// The sum of all elements, as a 0-d tensor on the same device (integers wrap).
     ///
     /// ```
-    /// use locus_runtime::{Cuda, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cuda, Tensor};
     /// let t = Tensor::<Cuda<0>, i32>::arange(1, 5, 1)?;
     /// assert_eq!(t.sum()?.item()?, 10);
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn sum(&self) -> Result<Self> {
         self.reduce(ReduceOp::Sum, Reduction::all(self.numel()), vec![])
@@ -43,12 +45,13 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// Sums over `dim`, which is removed from the shape.
     ///
     /// ```
-    /// use locus_runtime::{Cpu, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
     /// let t = Tensor::<Cpu>::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [2, 3])?;
     /// assert_eq!(t.sum_dim(0)?.to_vec()?, vec![5.0, 7.0, 9.0]);
     /// assert_eq!(t.sum_dim(1)?.to_vec()?, vec![6.0, 15.0]);
     /// assert!(t.sum_dim(2).is_err());
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn sum_dim(&self, dim: usize) -> Result<Self> {
         self.check_dim("sum_dim", dim)?;
@@ -60,10 +63,11 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// The largest element, as a 0-d tensor; an empty tensor is an error. NaN wins.
     ///
     /// ```
-    /// use locus_runtime::{Cpu, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
     /// let t = Tensor::<Cpu, i32>::from_vec(vec![3, -7, 5], [3])?;
     /// assert_eq!(t.max()?.item()?, 5);
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn max(&self) -> Result<Self> {
         if self.numel() == 0 {
@@ -95,11 +99,12 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// The matrix product of two 2-d tensors, `[m, k] x [k, n] -> [m, n]`.
     ///
     /// ```
-    /// use locus_runtime::{Cuda, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cuda, Tensor};
     /// let a = Tensor::<Cuda<0>>::from_vec(vec![1.0, 2.0, 3.0, 4.0], [2, 2])?;
     /// let i = Tensor::<Cuda<0>>::from_vec(vec![1.0, 0.0, 0.0, 1.0], [2, 2])?;
     /// assert_eq!(a.matmul(&i)?.to_vec()?, a.to_vec()?);
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn matmul<E: Device>(&self, rhs: &Tensor<E, T>) -> Result<Self>
     where
@@ -119,12 +124,13 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// The transpose of a 2-d tensor.
     ///
     /// ```
-    /// use locus_runtime::{Cpu, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
     /// let t = Tensor::<Cpu>::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [2, 3])?;
     /// let tt = t.transpose()?;
     /// assert_eq!(tt.shape(), &[3, 2]);
     /// assert_eq!(tt.to_vec()?, vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn transpose(&self) -> Result<Self> {
         self.check_rank("transpose", 2)?;
@@ -136,11 +142,12 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// `self` followed by `rhs` along dim 0; the other dims must agree.
     ///
     /// ```
-    /// use locus_runtime::{Cuda, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cuda, Tensor};
     /// let a = Tensor::<Cuda<0>>::zeros([1, 2])?;
     /// let b = Tensor::<Cuda<0>>::ones([2, 2])?;
     /// assert_eq!(a.cat(&b)?.to_vec()?, vec![0.0, 0.0, 1.0, 1.0, 1.0, 1.0]);
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn cat<E: Device>(&self, rhs: &Tensor<E, T>) -> Result<Self>
     where
@@ -161,11 +168,12 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// on one device, with equal trailing dims.
     ///
     /// ```
-    /// use locus_runtime::{Cpu, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
     /// let parts = [Tensor::<Cpu>::ones([1])?, Tensor::<Cpu>::zeros([2])?];
     /// let all = Tensor::concat(&[&parts[0], &parts[1]])?;
     /// assert_eq!(all.to_vec()?, vec![1.0, 0.0, 0.0]);
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn concat(parts: &[&Self]) -> Result<Self> {
         let Some(first) = parts.first() else {
@@ -199,11 +207,12 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// smaller if need be (PyTorch's `chunk`).
     ///
     /// ```
-    /// use locus_runtime::{Cpu, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
     /// let t = Tensor::<Cpu, i32>::arange(0, 5, 1)?;
     /// let parts: Vec<Vec<i32>> = t.chunk(2)?.iter().map(|p| p.to_vec()).collect::<Result<_, _>>()?;
     /// assert_eq!(parts, vec![vec![0, 1, 2], vec![3, 4]]);
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn chunk(&self, n: usize) -> Result<Vec<Self>> {
         self.check_nonscalar("chunk")?;
@@ -232,9 +241,10 @@ impl<D: Device, T: Float> Tensor<D, T> {
     /// `e^x` elementwise.
     ///
     /// ```
-    /// use locus_runtime::{Cpu, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
     /// assert_eq!(Tensor::<Cpu>::zeros([1])?.exp()?.to_vec()?, vec![1.0]);
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn exp(&self) -> Result<Self> {
         self.unary(UnaryOp::Exp)
@@ -243,9 +253,10 @@ impl<D: Device, T: Float> Tensor<D, T> {
     /// The square root elementwise (NaN for negative values).
     ///
     /// ```
-    /// use locus_runtime::{Cpu, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
     /// assert_eq!(Tensor::<Cpu>::full([1], 9.0)?.sqrt()?.to_vec()?, vec![3.0]);
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn sqrt(&self) -> Result<Self> {
         self.unary(UnaryOp::Sqrt)
@@ -254,9 +265,10 @@ impl<D: Device, T: Float> Tensor<D, T> {
     /// The mean of all elements, as a 0-d tensor (NaN for an empty tensor, as in PyTorch).
     ///
     /// ```
-    /// use locus_runtime::{Cpu, Tensor};
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
     /// assert_eq!(Tensor::<Cpu>::arange(1.0, 5.0, 1.0)?.mean()?.item()?, 2.5);
-    /// # Ok::<(), locus_runtime::Error>(())
+    /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn mean(&self) -> Result<Self> {
         self.reduce(ReduceOp::Mean, Reduction::all(self.numel()), vec![])
