@@ -14,7 +14,9 @@ fn device_ids_print_and_parse() {
         assert_eq!(id.to_string(), s);
         assert_eq!(s.parse::<DeviceId>().unwrap(), id);
     }
-    for bad in ["", "gpu", "cuda", "cuda:", "cuda:-1", "cuda:x", "cuda:99999999999", "CPU"] {
+    for bad in
+        ["", "gpu", "cuda", "cuda:", "cuda:-1", "cuda:x", "cuda:99999999999", "CPU", "cuda:0 ", " cpu", "cuda: 1"]
+    {
         let err = bad.parse::<DeviceId>().unwrap_err();
         assert!(matches!(err, Error::ParseDevice { .. }), "{bad}: {err}");
         assert!(err.to_string().contains(&format!("`{bad}`")), "{err}");

@@ -78,7 +78,7 @@ fn signature_checks(arg: &DeviceArg, fixed: &[TypePath]) -> TokenStream {
         .iter()
         .map(|found| {
             quote_spanned! {found.span()=>
-                ::locus::__private::check_signature::<#found, #guard>();
+                let () = <#found as ::locus::__private::SignatureOn<#guard>>::ON;
             }
         })
         .collect()

@@ -59,7 +59,11 @@ impl FromStr for DeviceId {
 
     fn from_str(s: &str) -> Result<Self, Error> {
         let bad = |reason: &str| Error::ParseDevice { input: s.to_string(), reason: reason.to_string() };
-        let t = s.trim();
+        // Strict, as `torch.device` is: "cuda:0 " is a typo somewhere, not a device.
+        if s.trim() != s {
+            return Err(bad("remove the spaces around the name, as in `cuda:0`"));
+        }
+        let t = s;
         match t {
             "cpu" => return Ok(DeviceId::Cpu),
             "pinned" => return Ok(DeviceId::Pinned),

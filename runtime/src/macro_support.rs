@@ -57,7 +57,11 @@ pub fn on_device_async<T, F: Future<Output = T>>(device: Result<DeviceId>, fut: 
     label = "on `{Self}`, not `{Guard}`",
     note = "write `Here` (the device of the attribute) or `{Guard}` instead, or change the attribute to the device this type names; to use data from another device, copy it with `.to::<{Guard}>()` before the call"
 )]
-pub trait SignatureOn<Guard> {}
+pub trait SignatureOn<Guard> {
+    /// Named by the expansion (`<Found as SignatureOn<Guard>>::ON`), so that a mismatch
+    /// reports only the message above, with no note pointing into locus.
+    const ON: () = ();
+}
 
 #[diagnostic::do_not_recommend]
 impl<const N: usize> SignatureOn<Cuda<N>> for Cuda<N> {}
@@ -65,7 +69,3 @@ impl<const N: usize> SignatureOn<Cuda<N>> for Cuda<N> {}
 // suggesting the one impl it sees (as for `SamePlacement`).
 #[diagnostic::do_not_recommend]
 impl<const N: usize> SignatureOn<Unplaced> for Cuda<N> {}
-
-/// Fails to compile when `Found` (a `Cuda<m>` of the signature) is not `Guard`
-/// (the `Cuda<n>` of `#[on_device(n)]`).
-pub const fn check_signature<Found: SignatureOn<Guard>, Guard>() {}
