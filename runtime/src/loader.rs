@@ -17,6 +17,7 @@ use crate::copy::copy_pinned_async;
 use crate::device::{Cpu, Device, Pinned, StaticDevice};
 use crate::element::Element;
 use crate::error::{Error, Result};
+use crate::shape;
 use crate::stream::Stream;
 use crate::tensor::Tensor;
 
@@ -265,7 +266,7 @@ impl<T: Element> Loader<Cpu, T> {
             None => (0..n).collect(),
         };
         let sample_shape = dataset.sample_shape();
-        let sample: usize = sample_shape.iter().product();
+        let sample = shape::numel("Loader", &sample_shape, T::DTYPE)?;
         let make = move |b: usize| -> Result<Tensor<Pinned, T>> {
             let idx = &order[b * batch_size..((b + 1) * batch_size).min(n)];
             let mut shape = vec![idx.len()];
