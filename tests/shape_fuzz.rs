@@ -14,7 +14,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use locus::parallel::{all_gather, all_reduce_sum, broadcast, gather, scatter, scatter_sizes};
-use locus::{Cpu, Cuda, Device, DeviceId, Dyn, Element, Error, Pinned, StaticDevice, Tensor};
+use locus::{Cpu, Cuda, Dataset, Device, DeviceId, Dyn, Element, Error, Loader, Pinned, StaticDevice, Tensor};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
@@ -159,6 +159,28 @@ fn chunking_into_more_tensors_than_memory_holds_is_an_error() {
     let few = Tensor::<Cpu, u8>::zeros([1 << 40, 0]).unwrap().chunk(3).unwrap();
     let step = (1usize << 40).div_ceil(3);
     assert_eq!(few.iter().map(|p| p.shape()[0]).collect::<Vec<_>>(), vec![step, step, (1 << 40) - 2 * step]);
+}
+
+/// Samples of a shape too large to exist.
+struct HugeSamples;
+
+impl Dataset for HugeSamples {
+    type Elem = f32;
+    fn len(&self) -> usize {
+        1
+    }
+    fn sample_shape(&self) -> Vec<usize> {
+        vec![usize::MAX, 2]
+    }
+    fn get(&self, _index: usize, _out: &mut [f32]) -> locus::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_dataset_whose_samples_overflow_is_an_error() {
+    let msg = err_naming(Loader::from_dataset(HugeSamples, 1, None).map(|_| ()), "Loader");
+    assert!(msg.contains("[18446744073709551615, 2]"), "{msg}");
 }
 
 // The property test.
