@@ -160,8 +160,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
         }
         let mut dst = host::host().alloc_for_overwrite(DeviceId::Pinned, self.storage().bytes())?;
         let done = self.backend()?.download_async(self.device(), &self.storage().buf, &mut dst, &stream.raw)?;
-        let storage = Storage::new(Buffer::Host(dst), DeviceId::Pinned, T::DTYPE, self.numel());
-        let value = Tensor::from_storage(Pinned, storage, self.shape().to_vec());
+        let value = Tensor::from_buffer(Pinned, Buffer::Host(dst), self.checked_shape().clone());
         Ok(Pending { value, device: self.device(), done })
     }
 }
@@ -184,8 +183,7 @@ pub(crate) fn copy_pinned_async<D: Device, E: Device, T: Element>(
         });
     }
     let (buf, done) = backend::for_device(dst.id())?.upload_async(dst.id(), host, stream)?;
-    let storage = Storage::new(buf, dst.id(), T::DTYPE, src.numel());
-    Ok((Tensor::from_storage(dst, storage, src.shape().to_vec()), done))
+    Ok((Tensor::from_buffer(dst, buf, src.checked_shape().clone()), done))
 }
 
 /// Host placements, whose data the host can read and write in place.

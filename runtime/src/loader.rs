@@ -22,6 +22,7 @@ use std::thread::JoinHandle;
 use crate::device::{Cpu, Device, StaticDevice};
 use crate::element::Element;
 use crate::error::{Error, Result};
+use crate::shape;
 use crate::stream::Stream;
 use crate::tensor::Tensor;
 
@@ -386,6 +387,7 @@ impl<T: Element> Loader<Cpu, T> {
         check_batch_size(batch_size)?;
         let len = dataset.len();
         let shape = dataset.sample_shape();
+        shape::numel("Loader", &shape, T::DTYPE)?;
         let gather: Gather<T> = Box::new(move |samples| dataset::gather(&dataset, &shape, samples));
         Ok(LoaderBuilder::new(Origin::Dataset { gather, len, batch_size, shuffle }, 2))
     }
@@ -429,6 +431,8 @@ impl<A: Element, B: Element> Loader<Cpu, (A, B)> {
             });
         }
         let (x_shape, y_shape) = (inputs.sample_shape(), targets.sample_shape());
+        shape::numel("Loader", &x_shape, A::DTYPE)?;
+        shape::numel("Loader", &y_shape, B::DTYPE)?;
         let gather: Gather<(A, B)> = Box::new(move |samples| {
             Ok((dataset::gather(&inputs, &x_shape, samples)?, dataset::gather(&targets, &y_shape, samples)?))
         });

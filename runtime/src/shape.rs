@@ -1,22 +1,119 @@
 //! Shape arithmetic: element counts, broadcasting, reduction splits.
+//!
+//! A tensor's shape is a [`Shape`], and [`Shape::new`] is the one way to make one: it
+//! checks the dims with [`numel`], the one place an element count comes from. A checked
+//! shape spans at most `isize::MAX` bytes even with its zero dims counted as 1, so every
+//! product taken from it (strides, row sizes, reduction splits, byte counts) fits in
+//! `usize`, and so do the sizes the backends compute from it. The helpers here still
+//! compute with checked arithmetic: a wrong caller gets an `Err` naming its op, never a
+//! wrapped size or a panic.
 
+use std::ops::Deref;
+
+use crate::element::DType;
 use crate::error::{Error, Result};
 
-/// The element count of `shape`, or an error if it overflows `usize`.
-pub(crate) fn numel(op: &'static str, shape: &[usize]) -> Result<usize> {
-    shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).ok_or_else(|| Error::InvalidArgument {
-        op,
-        reason: format!("shape {shape:?} has more elements than fit in memory"),
-    })
+/// The most bytes one buffer may span: Rust's limit for one allocation.
+const MAX_BYTES: usize = isize::MAX as usize;
+
+/// The element count of `shape` in `dtype`, or an error naming `op` and the shape.
+///
+/// A zero dim makes the count 0, but the other dims must still fit: with zeros counted
+/// as 1, the dims times the element size may span at most `isize::MAX` bytes, as ndarray
+/// and NumPy require. Otherwise an empty `[0, usize::MAX, 2]` would be a tensor whose
+/// rows, strides and reductions overflow.
+pub(crate) fn numel(op: &'static str, shape: &[usize], dtype: DType) -> Result<usize> {
+    let span = shape.iter().try_fold(dtype.size(), |n, &d| n.checked_mul(d.max(1))).filter(|&b| b <= MAX_BYTES);
+    match span {
+        Some(_) if shape.contains(&0) => Ok(0),
+        Some(bytes) => Ok(bytes / dtype.size()),
+        None => Err(Error::InvalidArgument { op, reason: too_large(shape, dtype) }),
+    }
+}
+
+fn too_large(shape: &[usize], dtype: DType) -> String {
+    format!("shape {shape:?} is too large for {dtype}: its dims, a 0 counted as 1, span more than isize::MAX bytes")
+}
+
+/// The product of `dims`, or an error naming `op` if it overflows. Never fails for dims
+/// taken from a checked [`Shape`].
+pub(crate) fn product(op: &'static str, dims: &[usize]) -> Result<usize> {
+    dims.iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| Error::InvalidArgument { op, reason: format!("the dims {dims:?} multiply past usize::MAX") })
+}
+
+/// `a * b`, or an error naming `op` if it overflows.
+pub(crate) fn mul(op: &'static str, a: usize, b: usize) -> Result<usize> {
+    a.checked_mul(b).ok_or_else(|| Error::InvalidArgument { op, reason: format!("{a} * {b} overflows usize") })
+}
+
+/// Dims whose element count [`numel`] has checked: the only shape a tensor holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Shape {
+    dims: Vec<usize>,
+    numel: usize,
+}
+
+impl Shape {
+    /// `dims` as a shape of `dtype` elements, checked.
+    pub fn new(op: &'static str, dims: impl Into<Vec<usize>>, dtype: DType) -> Result<Self> {
+        let dims = dims.into();
+        let numel = numel(op, &dims, dtype)?;
+        Ok(Shape { dims, numel })
+    }
+
+    /// The shape `dims` of the result of `op` on operands of shapes `inputs`, checked; the
+    /// error names the operands too.
+    pub fn result(op: &'static str, dims: Vec<usize>, dtype: DType, inputs: &[&[usize]]) -> Result<Self> {
+        Shape::new(op, dims, dtype).map_err(|e| match e {
+            Error::InvalidArgument { op, reason } => {
+                Error::InvalidArgument { op, reason: format!("the result of {} would have {reason}", operands(inputs)) }
+            }
+            other => other,
+        })
+    }
+
+    /// The shape of a 0-d tensor: one element.
+    pub fn scalar() -> Self {
+        Shape { dims: Vec::new(), numel: 1 }
+    }
+
+    /// The number of elements.
+    pub fn numel(&self) -> usize {
+        self.numel
+    }
+}
+
+/// The dims, outermost first.
+impl Deref for Shape {
+    type Target = [usize];
+
+    fn deref(&self) -> &[usize] {
+        &self.dims
+    }
+}
+
+/// Operand shapes for a message: `[2, 3] and [3, 4]`, the first four of a long list.
+pub(crate) fn operands(inputs: &[&[usize]]) -> String {
+    let mut s: Vec<String> = inputs.iter().take(4).map(|d| format!("{d:?}")).collect();
+    if inputs.len() > 4 {
+        s.push(format!("{} more", inputs.len() - 4));
+    }
+    match s.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => "no operands".into(),
+    }
 }
 
 /// Contiguous (row-major) strides of `shape`, in elements.
-pub(crate) fn strides(shape: &[usize]) -> Vec<usize> {
+pub(crate) fn strides(op: &'static str, shape: &[usize]) -> Result<Vec<usize>> {
     let mut s = vec![1; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1] * shape[i + 1];
+        s[i] = mul(op, s[i + 1], shape[i + 1])?;
     }
-    s
+    Ok(s)
 }
 
 /// How the two operands of an elementwise binary op line up.
@@ -33,10 +130,11 @@ pub(crate) enum Layout {
     Strided { lhs: Vec<usize>, rhs: Vec<usize> },
 }
 
-/// The output shape and layout of `lhs ∘ rhs` under NumPy broadcasting.
-pub(crate) fn broadcast(op: &'static str, lhs: &[usize], rhs: &[usize]) -> Result<(Vec<usize>, Layout)> {
+/// The output shape and layout of `lhs ∘ rhs` under NumPy broadcasting, for `dtype`
+/// elements.
+pub(crate) fn broadcast(op: &'static str, lhs: &[usize], rhs: &[usize], dtype: DType) -> Result<(Shape, Layout)> {
     if lhs == rhs {
-        return Ok((lhs.to_vec(), Layout::Same));
+        return Ok((Shape::new(op, lhs, dtype)?, Layout::Same));
     }
     let rank = lhs.len().max(rhs.len());
     let pad = |s: &[usize]| {
@@ -56,16 +154,17 @@ pub(crate) fn broadcast(op: &'static str, lhs: &[usize], rhs: &[usize]) -> Resul
             }
         });
     }
-    let n_out = numel(op, &out)?;
-    let (nl, nr) = (l.iter().product::<usize>(), r.iter().product::<usize>());
-    let layout = if nr == 1 && nl == n_out {
+    let out = Shape::result(op, out, dtype, &[lhs, rhs])?;
+    let (nl, nr) = (product(op, &l)?, product(op, &r)?);
+    let layout = if nr == 1 && nl == out.numel() {
         Layout::RhsScalar
-    } else if nl == 1 && nr == n_out {
+    } else if nl == 1 && nr == out.numel() {
         Layout::LhsScalar
     } else {
-        let bstrides =
-            |s: &[usize]| strides(s).into_iter().zip(s).map(|(st, &d)| if d == 1 { 0 } else { st }).collect();
-        Layout::Strided { lhs: bstrides(&l), rhs: bstrides(&r) }
+        let bstrides = |s: &[usize]| -> Result<Vec<usize>> {
+            Ok(strides(op, s)?.into_iter().zip(s).map(|(st, &d)| if d == 1 { 0 } else { st }).collect())
+        };
+        Layout::Strided { lhs: bstrides(&l)?, rhs: bstrides(&r)? }
     };
     Ok((out, layout))
 }
@@ -84,9 +183,17 @@ impl Reduction {
         Reduction { outer: 1, len: n, inner: 1 }
     }
 
-    /// A reduction over `dim` of `shape`.
-    pub fn over(shape: &[usize], dim: usize) -> Self {
-        Reduction { outer: shape[..dim].iter().product(), len: shape[dim], inner: shape[dim + 1..].iter().product() }
+    /// A reduction over `dim` of `shape`; an error naming `op` if there is no such dim or
+    /// the sizes overflow, so that the kernels' `outer * len * inner` and `outer * inner`
+    /// cannot.
+    pub fn over(op: &'static str, shape: &[usize], dim: usize) -> Result<Self> {
+        let Some(&len) = shape.get(dim) else {
+            return Err(Error::InvalidArgument { op, reason: format!("shape {shape:?} has no dim {dim}") });
+        };
+        let (outer, inner) = (product(op, &shape[..dim])?, product(op, &shape[dim + 1..])?);
+        mul(op, outer, inner)?;
+        product(op, shape)?;
+        Ok(Reduction { outer, len, inner })
     }
 
     /// The number of outputs.
@@ -101,24 +208,68 @@ mod tests {
 
     #[test]
     fn broadcast_rows_and_columns() {
-        let (out, layout) = broadcast("add", &[2, 3], &[3]).unwrap();
-        assert_eq!(out, vec![2, 3]);
+        let (out, layout) = broadcast("add", &[2, 3], &[3], DType::F32).unwrap();
+        assert_eq!(&*out, &[2, 3]);
         assert_eq!(layout, Layout::Strided { lhs: vec![3, 1], rhs: vec![0, 1] });
-        let (out, _) = broadcast("add", &[2, 1], &[1, 4]).unwrap();
-        assert_eq!(out, vec![2, 4]);
-        assert_eq!(broadcast("add", &[4], &[]).unwrap().1, Layout::RhsScalar);
-        assert_eq!(broadcast("add", &[1, 1], &[5]).unwrap(), (vec![1, 5], Layout::LhsScalar));
+        let (out, _) = broadcast("add", &[2, 1], &[1, 4], DType::F32).unwrap();
+        assert_eq!(&*out, &[2, 4]);
+        assert_eq!(broadcast("add", &[4], &[], DType::F32).unwrap().1, Layout::RhsScalar);
+        let (out, layout) = broadcast("add", &[1, 1], &[5], DType::F32).unwrap();
+        assert_eq!((&*out, layout), (&[1, 5][..], Layout::LhsScalar));
     }
 
     #[test]
     fn broadcast_rejects_incompatible_dims() {
-        let e = broadcast("mul", &[2, 3], &[4]).unwrap_err();
+        let e = broadcast("mul", &[2, 3], &[4], DType::F32).unwrap_err();
         assert_eq!(e, Error::ShapeMismatch { op: "mul", lhs: vec![2, 3], rhs: vec![4] });
     }
 
     #[test]
+    fn broadcast_results_too_large_name_the_op_and_operands() {
+        let e = broadcast("add", &[1 << 40, 1], &[1, 1 << 40], DType::F32).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.starts_with("add: the result of [1099511627776, 1] and [1, 1099511627776]"), "{msg}");
+        assert!(msg.contains("shape [1099511627776, 1099511627776] is too large for f32"), "{msg}");
+    }
+
+    #[test]
     fn numel_overflow_is_an_error() {
-        assert!(numel("zeros", &[usize::MAX, 2]).is_err());
-        assert_eq!(numel("zeros", &[]).unwrap(), 1);
+        assert!(numel("zeros", &[usize::MAX, 2], DType::U8).is_err());
+        assert_eq!(numel("zeros", &[], DType::F32).unwrap(), 1);
+        assert_eq!(numel("zeros", &[2, 0, 3], DType::F32).unwrap(), 0);
+    }
+
+    #[test]
+    fn numel_counts_zero_dims_as_one_for_the_span() {
+        for shape in [[0, usize::MAX, 2], [usize::MAX, 2, 0]] {
+            let e = numel("reshape", &shape, DType::U8).unwrap_err();
+            assert_eq!(e, Error::InvalidArgument { op: "reshape", reason: too_large(&shape, DType::U8) });
+        }
+        let edge = isize::MAX as usize;
+        assert_eq!(numel("zeros", &[0, edge], DType::U8).unwrap(), 0);
+        assert_eq!(numel("zeros", &[edge], DType::U8).unwrap(), edge);
+        assert!(numel("zeros", &[edge + 1], DType::U8).is_err());
+        assert!(numel("zeros", &[0, edge / 4 + 1], DType::F32).is_err());
+        assert_eq!(numel("zeros", &[edge / 4], DType::F32).unwrap(), edge / 4);
+    }
+
+    #[test]
+    fn strides_and_reductions_check_their_products() {
+        assert_eq!(strides("add", &[2, 3, 4]).unwrap(), vec![12, 4, 1]);
+        assert!(strides("add", &[0, usize::MAX, 2]).is_err());
+        let r = Reduction::over("sum_dim", &[2, 3, 4], 1).unwrap();
+        assert_eq!((r.outer, r.len, r.inner, r.out_len()), (2, 3, 4, 8));
+        assert!(Reduction::over("sum_dim", &[0, usize::MAX, 2], 0).is_err());
+        assert!(Reduction::over("sum_dim", &[1 << 40, 0, 1 << 40], 1).is_err());
+        assert!(Reduction::over("sum_dim", &[2, 3], 2).is_err());
+    }
+
+    #[test]
+    fn result_errors_list_the_operands() {
+        let e = Shape::result("matmul", vec![1 << 33, 1 << 33], DType::F32, &[&[1 << 33, 0], &[0, 1 << 33]]);
+        let msg = e.unwrap_err().to_string();
+        assert!(msg.starts_with("matmul: the result of [8589934592, 0] and [0, 8589934592] would have shape"), "{msg}");
+        assert_eq!(operands(&[&[1], &[2], &[3]]), "[1], [2] and [3]");
+        assert_eq!(operands(&[&[1usize][..]; 6]), "[1], [1], [1], [1] and 2 more");
     }
 }

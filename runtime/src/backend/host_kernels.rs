@@ -1,4 +1,7 @@
 //! The host backend's compute loops, generic over the element type.
+//!
+//! The loops walk the operands' dims, and an empty tensor's dims may still be huge
+//! (`[1 << 40, 0]`): a kernel with an empty result returns before walking any.
 
 use super::{rand_bits, BinaryOp, ReduceOp, UnaryOp};
 use crate::element::{Element, Float};
@@ -92,6 +95,9 @@ pub(super) fn binary<T: Element>(
 }
 
 pub(super) fn reduce<T: Element>(op: ReduceOp, x: &[T], out: &mut [T], r: Reduction) {
+    if out.is_empty() {
+        return;
+    }
     for o in 0..r.outer {
         for i in 0..r.inner {
             let at = |j: usize| x[(o * r.len + j) * r.inner + i];
@@ -109,6 +115,9 @@ pub(super) fn reduce<T: Element>(op: ReduceOp, x: &[T], out: &mut [T], r: Reduct
 }
 
 pub(super) fn matmul<T: Element>(a: &[T], b: &[T], out: &mut [T], m: usize, k: usize, n: usize) {
+    if out.is_empty() {
+        return;
+    }
     out.fill(T::ZERO);
     for i in 0..m {
         let row = &mut out[i * n..(i + 1) * n];
@@ -122,6 +131,9 @@ pub(super) fn matmul<T: Element>(a: &[T], b: &[T], out: &mut [T], m: usize, k: u
 }
 
 pub(super) fn transpose<T: Element>(x: &[T], out: &mut [T], rows: usize, cols: usize) {
+    if out.is_empty() {
+        return;
+    }
     for i in 0..rows {
         for j in 0..cols {
             out[j * rows + i] = x[i * cols + j];

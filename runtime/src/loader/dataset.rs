@@ -130,7 +130,7 @@ pub(super) fn gather<S: Dataset>(
     sample_shape: &[usize],
     indices: &[usize],
 ) -> Result<Tensor<Pinned, S::Elem>> {
-    let sample: usize = sample_shape.iter().product();
+    let sample = crate::shape::numel("Loader", sample_shape, S::Elem::DTYPE)?;
     let mut shape = vec![indices.len()];
     shape.extend_from_slice(sample_shape);
     let mut batch = Tensor::<Pinned, S::Elem>::zeros(&shape)?;

@@ -11,7 +11,7 @@ use crate::backend::{self, Buffer, Collective};
 use crate::device::{Device, DeviceId, Dyn};
 use crate::element::Element;
 use crate::error::{Error, Result};
-use crate::storage::Storage;
+use crate::shape::{self, Shape};
 use crate::tensor::Tensor;
 
 /// A copy of `x` on every device of `devices` (PyTorch's `comm.broadcast`); `x` may
@@ -45,7 +45,7 @@ pub(crate) fn broadcast_dyn<D: Device, T: Element>(x: &Tensor<D, T>, ids: &[Devi
         };
         let op = Collective::Broadcast { root, buf: src.buffer() };
         if let Some(bufs) = backend::for_device(ids[0])?.collective(ids, T::DTYPE, x.numel(), op)? {
-            return wrap(ids, bufs, x.shape());
+            return wrap(ids, bufs, x.checked_shape());
         }
     }
     ids.iter().map(|&id| x.to_dyn(id)).collect()
@@ -76,7 +76,7 @@ pub fn all_reduce_sum<P: Parts + ?Sized>(parts: &P) -> Result<P::Owned> {
         let bufs: Vec<&Buffer> = ps.iter().map(|p| p.buffer()).collect();
         let op = Collective::AllReduceSum(&bufs);
         if let Some(out) = backend::for_device(ids[0])?.collective(&ids, P::Elem::DTYPE, len, op)? {
-            return parts.same_places(wrap(&ids, out, ps[0].shape())?);
+            return parts.same_places(wrap(&ids, out, ps[0].checked_shape())?);
         }
     }
     let total = reduce_add_dyn(&ps, Dyn::new(ids[0]))?;
@@ -104,11 +104,14 @@ pub fn all_gather<P: Parts + ?Sized>(parts: &P) -> Result<P::Owned> {
     let first = nonempty("all_gather", &ps)?;
     let equal = ps.iter().all(|p| p.shape() == first.shape());
     if equal && first.rank() > 0 && direct(&ids, first.numel())? {
+        // Each device receives every input: check that result before the backend sizes it.
+        let mut shape = first.shape().to_vec();
+        shape[0] = shape::mul("all_gather", shape[0], ps.len())?;
+        let inputs: Vec<&[usize]> = ps.iter().map(|p| p.shape()).collect();
+        let shape = Shape::result("all_gather", shape, P::Elem::DTYPE, &inputs)?;
         let bufs: Vec<&Buffer> = ps.iter().map(|p| p.buffer()).collect();
         let op = Collective::AllGather(&bufs);
         if let Some(out) = backend::for_device(ids[0])?.collective(&ids, P::Elem::DTYPE, first.numel(), op)? {
-            let mut shape = first.shape().to_vec();
-            shape[0] *= ps.len();
             return parts.same_places(wrap(&ids, out, &shape)?);
         }
     }
@@ -132,17 +135,12 @@ fn direct(ids: &[DeviceId], len: usize) -> Result<bool> {
 }
 
 /// Backend outputs as tensors of `shape`, one per device.
-fn wrap<T: Element>(ids: &[DeviceId], bufs: Vec<Buffer>, shape: &[usize]) -> Result<Vec<Tensor<Dyn, T>>> {
+fn wrap<T: Element>(ids: &[DeviceId], bufs: Vec<Buffer>, shape: &Shape) -> Result<Vec<Tensor<Dyn, T>>> {
     if bufs.len() != ids.len() {
         return Err(Error::InvalidArgument {
             op: "collective",
             reason: "the backend gave the wrong number of outputs".into(),
         });
     }
-    let len = shape.iter().product();
-    Ok(ids
-        .iter()
-        .zip(bufs)
-        .map(|(&id, buf)| Tensor::from_storage(Dyn::new(id), Storage::new(buf, id, T::DTYPE, len), shape.to_vec()))
-        .collect())
+    Ok(ids.iter().zip(bufs).map(|(&id, buf)| Tensor::from_buffer(Dyn::new(id), buf, shape.clone())).collect())
 }

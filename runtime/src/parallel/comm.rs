@@ -5,6 +5,7 @@ use super::lists::{DeviceList, Parts};
 use crate::device::{Device, DeviceId, Dyn};
 use crate::element::Element;
 use crate::error::{Error, Result};
+use crate::shape::{self, Shape};
 use crate::tensor::Tensor;
 
 /// The row counts [`scatter`] gives `n` devices for `len` rows: as even as possible, the
@@ -95,14 +96,15 @@ pub(crate) fn split_to<D: Device, T: Element>(
     if sizes.len() == 1 {
         return Ok(vec![x.to_dyn(ids[0])?]);
     }
-    let row: usize = x.shape()[1..].iter().product();
+    let row = shape::product(op, &x.shape()[1..])?;
     let backend = x.backend()?;
     let mut start = 0;
     let mut out = Vec::with_capacity(ids.len());
     for (&id, &n) in ids.iter().zip(sizes) {
-        let buf = backend.slice(x.device(), T::DTYPE, x.buffer(), start * row, n * row)?;
         let mut shape = x.shape().to_vec();
         shape[0] = n;
+        let shape = Shape::new(op, shape, T::DTYPE)?;
+        let buf = backend.slice(x.device(), T::DTYPE, x.buffer(), shape::mul(op, start, row)?, shape.numel())?;
         out.push(x.with_buffer(buf, shape).to_dyn(id)?);
         start += n;
     }

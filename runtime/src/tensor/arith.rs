@@ -16,7 +16,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
     pub(crate) fn binary<E: Device>(&self, op: BinaryOp, rhs: &Tensor<E, T>) -> Result<Self> {
         let name = op.name();
         self.same_device(name, rhs)?;
-        let (out_shape, layout) = shape::broadcast(name, &self.shape, &rhs.shape)?;
+        let (out_shape, layout) = shape::broadcast(name, &self.shape, &rhs.shape, T::DTYPE)?;
         let backend = self.backend()?;
         let buf = backend.binary(self.device(), op, T::DTYPE, self.buffer(), rhs.buffer(), &out_shape, &layout)?;
         Ok(self.with_buffer(buf, out_shape))

@@ -5,8 +5,7 @@ use crate::backend::{self, Buffer};
 use crate::device::{Device, StaticDevice};
 use crate::element::{Element, Float};
 use crate::error::{Error, Result};
-use crate::shape;
-use crate::storage::Storage;
+use crate::shape::Shape;
 
 impl<D: Device, T: Element> Tensor<D, T> {
     fn make(
@@ -15,10 +14,14 @@ impl<D: Device, T: Element> Tensor<D, T> {
         shape: &[usize],
         f: impl FnOnce(&'static dyn crate::backend::Backend, usize) -> Result<Buffer>,
     ) -> Result<Self> {
-        let len = shape::numel(op, shape)?;
+        let shape = Shape::new(op, shape, T::DTYPE)?;
+        let buf = f(backend::for_device(device.id())?, shape.numel())?;
+        Ok(Self::from_buffer(device, buf, shape))
+    }
+
+    fn filled(device: D, op: &'static str, shape: &[usize], value: T) -> Result<Self> {
         let id = device.id();
-        let buf = f(backend::for_device(id)?, len)?;
-        Ok(Self::from_storage(device, Storage::new(buf, id, T::DTYPE, len), shape.to_vec()))
+        Self::make(device, op, shape, |b, len| b.fill(id, T::DTYPE, len, value.to_scalar()))
     }
 
     /// Zeros of `shape` on `device`.
@@ -31,32 +34,30 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn zeros_on(device: D, shape: impl AsRef<[usize]>) -> Result<Self> {
-        Self::full_on(device, shape, T::ZERO)
+        Self::filled(device, "zeros", shape.as_ref(), T::ZERO)
     }
 
     /// Ones of `shape` on `device`.
     pub fn ones_on(device: D, shape: impl AsRef<[usize]>) -> Result<Self> {
-        Self::full_on(device, shape, T::ONE)
+        Self::filled(device, "ones", shape.as_ref(), T::ONE)
     }
 
     /// `value` everywhere in `shape` on `device`.
     pub fn full_on(device: D, shape: impl AsRef<[usize]>, value: T) -> Result<Self> {
-        let id = device.id();
-        Self::make(device, "full", shape.as_ref(), |b, len| b.fill(id, T::DTYPE, len, value.to_scalar()))
+        Self::filled(device, "full", shape.as_ref(), value)
     }
 
     /// `data` (row-major) as a tensor of `shape` on `device`.
     pub fn from_slice_on(device: D, data: &[T], shape: impl AsRef<[usize]>) -> Result<Self> {
-        let shape = shape.as_ref();
-        let len = shape::numel("from_slice", shape)?;
-        if len != data.len() {
+        let shape = Shape::new("from_slice", shape.as_ref(), T::DTYPE)?;
+        if shape.numel() != data.len() {
             return Err(Error::InvalidArgument {
                 op: "from_slice",
-                reason: format!("{} elements do not fill shape {shape:?} ({len} elements)", data.len()),
+                reason: format!("{} elements do not fill shape {:?} ({} elements)", data.len(), &*shape, shape.numel()),
             });
         }
-        let id = device.id();
-        Self::make(device, "from_slice", shape, |b, _| b.upload(id, bytemuck::cast_slice(data)))
+        let buf = backend::for_device(device.id())?.upload(device.id(), bytemuck::cast_slice(data))?;
+        Ok(Self::from_buffer(device, buf, shape))
     }
 
     /// `data` (row-major) as a tensor of `shape` on `device`.

@@ -14,7 +14,7 @@ use crate::backend::{self, Backend, Buffer};
 use crate::device::{Device, DeviceId, Dyn, StaticDevice};
 use crate::element::Element;
 use crate::error::{Error, Result};
-use crate::shape;
+use crate::shape::Shape;
 use crate::storage::Storage;
 
 /// A contiguous, row-major n-dimensional array of `T` whose placement is the type `D`.
@@ -35,7 +35,7 @@ use crate::storage::Storage;
 /// ```
 pub struct Tensor<D: Device, T: Element = f32> {
     storage: Arc<Storage>,
-    shape: Vec<usize>,
+    shape: Shape,
     placement: D,
     _elem: PhantomData<T>,
 }
@@ -54,21 +54,25 @@ impl<D: Device, T: Element> Clone for Tensor<D, T> {
 
 impl<D: Device, T: Element> fmt::Debug for Tensor<D, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Tensor<{}>[{}; {:?}]", self.device(), T::DTYPE, self.shape)
+        write!(f, "Tensor<{}>[{}; {:?}]", self.device(), T::DTYPE, self.shape())
     }
 }
 
 impl<D: Device, T: Element> Tensor<D, T> {
-    pub(crate) fn from_storage(placement: D, storage: Storage, shape: Vec<usize>) -> Self {
-        debug_assert_eq!(storage.device, placement.id());
-        debug_assert_eq!(storage.dtype, T::DTYPE);
+    /// A tensor of `shape` over `buf`, a buffer on `placement` of the shape's element count.
+    pub(crate) fn from_buffer(placement: D, buf: Buffer, shape: Shape) -> Self {
+        let storage = Storage::new(buf, placement.id(), T::DTYPE, shape.numel());
         Tensor { storage: Arc::new(storage), shape, placement, _elem: PhantomData }
     }
 
     /// A tensor of `shape` over a new buffer on this tensor's device.
-    pub(crate) fn with_buffer(&self, buf: Buffer, shape: Vec<usize>) -> Self {
-        let len = shape.iter().product();
-        Self::from_storage(self.placement, Storage::new(buf, self.device(), T::DTYPE, len), shape)
+    pub(crate) fn with_buffer(&self, buf: Buffer, shape: Shape) -> Self {
+        Self::from_buffer(self.placement, buf, shape)
+    }
+
+    /// The shape with its checked element count.
+    pub(crate) fn checked_shape(&self) -> &Shape {
+        &self.shape
     }
 
     pub(crate) fn buffer(&self) -> &Buffer {
@@ -110,7 +114,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
 
     /// The number of elements.
     pub fn numel(&self) -> usize {
-        self.storage.len
+        self.shape.numel()
     }
 
     /// Where the data lives, as a run-time name.
@@ -151,7 +155,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
         if self.numel() != 1 {
             return Err(Error::InvalidArgument {
                 op: "item",
-                reason: format!("a tensor of shape {:?} has {} elements, not one", self.shape, self.numel()),
+                reason: format!("a tensor of shape {:?} has {} elements, not one", self.shape(), self.numel()),
             });
         }
         Ok(self.to_vec()?[0])
@@ -165,14 +169,15 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// let t = Tensor::<Cpu>::zeros([2, 3])?.reshape([3, 2])?;
     /// assert_eq!(t.shape(), &[3, 2]);
     /// assert!(t.reshape([4]).is_err());
+    /// assert!(Tensor::<Cpu>::zeros([0])?.reshape([0, usize::MAX, 2]).is_err());
     /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn reshape(&self, shape: impl AsRef<[usize]>) -> Result<Self> {
-        let shape = shape.as_ref();
-        if shape::numel("reshape", shape)? != self.numel() {
-            return Err(Error::ShapeMismatch { op: "reshape", lhs: self.shape.clone(), rhs: shape.to_vec() });
+        let shape = Shape::new("reshape", shape.as_ref(), T::DTYPE)?;
+        if shape.numel() != self.numel() {
+            return Err(Error::ShapeMismatch { op: "reshape", lhs: self.shape.to_vec(), rhs: shape.to_vec() });
         }
-        Ok(Tensor { shape: shape.to_vec(), ..self.clone() })
+        Ok(Tensor { shape, ..self.clone() })
     }
 
     /// A copy on placement `E`: the one op that crosses placements (PyTorch's `copy_`).

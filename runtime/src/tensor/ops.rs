@@ -8,7 +8,7 @@ use crate::device::Device;
 use crate::element::{Element, Float};
 use crate::error::{Error, Result};
 use crate::placement::SamePlacement;
-use crate::shape::Reduction;
+use crate::shape::{self, Reduction, Shape};
 
 impl<D: Device, T: Element> Tensor<D, T> {
     /// `max(x, 0)` elementwise.
@@ -24,7 +24,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
         self.unary(UnaryOp::Relu)
     }
 
-    fn reduce(&self, op: ReduceOp, r: Reduction, shape: Vec<usize>) -> Result<Self> {
+    fn reduce(&self, op: ReduceOp, r: Reduction, shape: Shape) -> Result<Self> {
         let buf = self.backend()?.reduce(self.device(), op, T::DTYPE, self.buffer(), r)?;
         Ok(self.with_buffer(buf, shape))
     }
@@ -39,7 +39,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn sum(&self) -> Result<Self> {
-        self.reduce(ReduceOp::Sum, Reduction::all(self.numel()), vec![])
+        self.reduce(ReduceOp::Sum, Reduction::all(self.numel()), Shape::scalar())
     }
 
     /// Sums over `dim`, which is removed from the shape.
@@ -55,9 +55,10 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// ```
     pub fn sum_dim(&self, dim: usize) -> Result<Self> {
         self.check_dim("sum_dim", dim)?;
-        let mut shape = self.shape.clone();
+        let mut shape = self.shape.to_vec();
         shape.remove(dim);
-        self.reduce(ReduceOp::Sum, Reduction::over(&self.shape, dim), shape)
+        let shape = Shape::new("sum_dim", shape, T::DTYPE)?;
+        self.reduce(ReduceOp::Sum, Reduction::over("sum_dim", &self.shape, dim)?, shape)
     }
 
     /// The largest element, as a 0-d tensor; an empty tensor is an error. NaN wins.
@@ -73,14 +74,14 @@ impl<D: Device, T: Element> Tensor<D, T> {
         if self.numel() == 0 {
             return Err(Error::InvalidArgument { op: "max", reason: "an empty tensor has no maximum".into() });
         }
-        self.reduce(ReduceOp::Max, Reduction::all(self.numel()), vec![])
+        self.reduce(ReduceOp::Max, Reduction::all(self.numel()), Shape::scalar())
     }
 
     fn check_dim(&self, op: &'static str, dim: usize) -> Result<()> {
         if dim >= self.rank() {
             return Err(Error::InvalidArgument {
                 op,
-                reason: format!("dim {dim} is out of range for a tensor of shape {:?}", self.shape),
+                reason: format!("dim {dim} is out of range for a tensor of shape {:?}", self.shape()),
             });
         }
         Ok(())
@@ -90,7 +91,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
         if self.rank() != rank {
             return Err(Error::InvalidArgument {
                 op,
-                reason: format!("needs a {rank}-d tensor, got shape {:?}", self.shape),
+                reason: format!("needs a {rank}-d tensor, got shape {:?}", self.shape()),
             });
         }
         Ok(())
@@ -115,10 +116,12 @@ impl<D: Device, T: Element> Tensor<D, T> {
         rhs.check_rank("matmul", 2)?;
         let (m, k, k2, n) = (self.shape[0], self.shape[1], rhs.shape[0], rhs.shape[1]);
         if k != k2 {
-            return Err(Error::ShapeMismatch { op: "matmul", lhs: self.shape.clone(), rhs: rhs.shape.clone() });
+            return Err(Error::ShapeMismatch { op: "matmul", lhs: self.shape.to_vec(), rhs: rhs.shape.to_vec() });
         }
+        // The operands' shapes are checked, so m * k and k * n fit; m * n may not.
+        let out = Shape::result("matmul", vec![m, n], T::DTYPE, &[&self.shape, &rhs.shape])?;
         let buf = self.backend()?.matmul(self.device(), T::DTYPE, self.buffer(), rhs.buffer(), m, k, n)?;
-        Ok(self.with_buffer(buf, vec![m, n]))
+        Ok(self.with_buffer(buf, out))
     }
 
     /// The transpose of a 2-d tensor.
@@ -135,8 +138,9 @@ impl<D: Device, T: Element> Tensor<D, T> {
     pub fn transpose(&self) -> Result<Self> {
         self.check_rank("transpose", 2)?;
         let (rows, cols) = (self.shape[0], self.shape[1]);
+        let out = Shape::new("transpose", [cols, rows], T::DTYPE)?;
         let buf = self.backend()?.transpose(self.device(), T::DTYPE, self.buffer(), rows, cols)?;
-        Ok(self.with_buffer(buf, vec![cols, rows]))
+        Ok(self.with_buffer(buf, out))
     }
 
     /// `self` followed by `rhs` along dim 0; the other dims must agree.
@@ -180,20 +184,29 @@ impl<D: Device, T: Element> Tensor<D, T> {
             return Err(Error::InvalidArgument { op: "cat", reason: "no tensors to concatenate".into() });
         };
         first.check_nonscalar("cat")?;
-        let mut rows = 0usize;
+        let mut rows = Some(0usize);
         for p in parts {
             first.same_device("cat", p)?;
             p.check_nonscalar("cat")?;
             if p.shape[1..] != first.shape[1..] {
-                return Err(Error::ShapeMismatch { op: "cat", lhs: first.shape.clone(), rhs: p.shape.clone() });
+                return Err(Error::ShapeMismatch { op: "cat", lhs: first.shape.to_vec(), rhs: p.shape.to_vec() });
             }
-            rows += p.shape[0];
+            rows = rows.and_then(|r| r.checked_add(p.shape[0]));
         }
+        let inputs: Vec<&[usize]> = parts.iter().map(|p| p.shape()).collect();
+        let Some(rows) = rows else {
+            return Err(Error::InvalidArgument {
+                op: "cat",
+                reason: format!("the result of {} would have more than usize::MAX rows", shape::operands(&inputs)),
+            });
+        };
+        let mut shape = first.shape.to_vec();
+        shape[0] = rows;
+        // The parts' element counts add up to the result's, which is checked here.
+        let out = Shape::result("cat", shape, T::DTYPE, &inputs)?;
         let bufs: Vec<_> = parts.iter().map(|p| (p.buffer(), p.numel())).collect();
         let buf = first.backend()?.concat(first.device(), T::DTYPE, &bufs)?;
-        let mut shape = first.shape.clone();
-        shape[0] = rows;
-        Ok(first.with_buffer(buf, shape))
+        Ok(first.with_buffer(buf, out))
     }
 
     fn check_nonscalar(&self, op: &'static str) -> Result<()> {
@@ -221,15 +234,23 @@ impl<D: Device, T: Element> Tensor<D, T> {
         }
         let len = self.shape[0];
         let step = len.div_ceil(n).max(1);
-        let row: usize = self.shape[1..].iter().product();
+        let row = shape::product("chunk", &self.shape[1..])?;
         let backend = self.backend()?;
+        // Rows of no elements cost no memory, so only the list itself bounds their count.
+        let parts = len.div_ceil(step);
         let mut out = Vec::new();
+        out.try_reserve_exact(parts).map_err(|_| Error::InvalidArgument {
+            op: "chunk",
+            reason: format!("{n} chunks of shape {:?} are {parts} tensors, more than memory holds", self.shape()),
+        })?;
         let mut start = 0;
         while start < len {
             let rows = step.min(len - start);
-            let buf = backend.slice(self.device(), T::DTYPE, self.buffer(), start * row, rows * row)?;
-            let mut shape = self.shape.clone();
+            let mut shape = self.shape.to_vec();
             shape[0] = rows;
+            let shape = Shape::new("chunk", shape, T::DTYPE)?;
+            let offset = shape::mul("chunk", start, row)?;
+            let buf = backend.slice(self.device(), T::DTYPE, self.buffer(), offset, shape.numel())?;
             out.push(self.with_buffer(buf, shape));
             start += rows;
         }
@@ -271,6 +292,6 @@ impl<D: Device, T: Float> Tensor<D, T> {
     /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn mean(&self) -> Result<Self> {
-        self.reduce(ReduceOp::Mean, Reduction::all(self.numel()), vec![])
+        self.reduce(ReduceOp::Mean, Reduction::all(self.numel()), Shape::scalar())
     }
 }
