@@ -38,9 +38,11 @@ pub(super) fn scalar_binary(
     let f = dev.kernel(Source::Elementwise, op.name(), "rscalar", dtype)?;
     let (a, o, n) = (cuda(rhs).ptr(), out.ptr(), len as u64);
     let grid = dev.grid_full(vector_work(n, dtype), 256);
-    b.with_div_check(&s, check, |err| {
-        with_scalar!(lhs, v => dev.launch(f, (grid, 1, 1), (256, 1, 1), s.raw.0, &mut args![a, v, o, n, err]))
-    })?;
+    b.with_div_check(
+        &s,
+        check,
+        |err| with_scalar!(lhs, v => dev.launch(f, (grid, 1, 1), (256, 1, 1), s.raw.0, &mut args![a, v, o, n, err])),
+    )?;
     b.done(out)
 }
 
@@ -112,7 +114,13 @@ pub(super) fn copy_blocks(
         }
         let (ss, ds) = (p.src_stride as u64, p.dst_stride as u64);
         let f = dev.kernel(Source::Matrix, "copy_blocks", "", dtype)?;
-        dev.launch(f, (dev.grid(count * block, 256), 1, 1), (256, 1, 1), s.raw.0, &mut args![src, dst, count, block, ss, ds])?;
+        dev.launch(
+            f,
+            (dev.grid(count * block, 256), 1, 1),
+            (256, 1, 1),
+            s.raw.0,
+            &mut args![src, dst, count, block, ss, ds],
+        )?;
     }
     b.done(out)
 }
