@@ -63,8 +63,8 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn clamp(&self, min: T, max: T) -> Result<Self> {
-        // Written so that a NaN bound fails too.
-        if !(min <= max) {
+        // `None` (a NaN bound) fails too.
+        if !matches!(min.partial_cmp(&max), Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal)) {
             return Err(Error::InvalidArgument {
                 op: "clamp",
                 reason: format!("needs min <= max, got min = {min:?} and max = {max:?}"),
