@@ -20,6 +20,29 @@ struct SqrtOp {
     __device__ f32 operator()(f32 a) const { return sqrtf(a); }
     __device__ f64 operator()(f64 a) const { return sqrt(a); }
 };
+// Integers wrap: abs(i32::MIN) is i32::MIN, as in torch.abs.
+struct AbsOp {
+    __device__ f32 operator()(f32 a) const { return fabsf(a); }
+    __device__ f64 operator()(f64 a) const { return fabs(a); }
+    __device__ i32 operator()(i32 a) const { return a < 0 ? op_neg(a) : a; }
+    __device__ u8 operator()(u8 a) const { return a; }  // unsigned: already >= 0
+};
+struct SquareOp { template <typename T> __device__ T operator()(T a) const { return op_mul(a, a); } };
+
+// Unary ops with scalar parameters, carried in the op object.
+template <typename T> struct PowOp;
+template <> struct PowOp<f32> { f32 e; __device__ f32 operator()(f32 a) const { return powf(a, e); } };
+template <> struct PowOp<f64> { f64 e; __device__ f64 operator()(f64 a) const { return pow(a, e); } };
+// NaN stays NaN (both comparisons are false), as in torch.clamp.
+template <typename T> struct ClampOp {
+    T lo, hi;
+    __device__ T operator()(T a) const { return a < lo ? lo : (a > hi ? hi : a); }
+};
+
+// A binary op with its operands swapped: the scalar on the left (`s - x`, `s / x`).
+template <typename Op> struct Flip {
+    template <typename T> __device__ T operator()(T a, T b, int* e) const { return Op()(b, a, e); }
+};
 
 // Each thread handles UNROLL vectors per step, loads first, so that several memory
 // requests are in flight per thread; the grid covers the data (no grid-stride loop
@@ -27,12 +50,11 @@ struct SqrtOp {
 #define UNROLL 4
 
 template <typename T, typename Op>
-__device__ void unary(const T* __restrict__ x, T* __restrict__ out, u64 n) {
+__device__ void unary_with(const T* __restrict__ x, T* __restrict__ out, u64 n, Op op) {
     typedef Vec16<T> V;
     const u64 nv = n / V::N;
     const V* xv = reinterpret_cast<const V*>(x);
     V* ov = reinterpret_cast<V*>(out);
-    Op op;
     const u64 step = (u64)gridDim.x * blockDim.x * UNROLL;
     for (u64 base = (u64)blockIdx.x * blockDim.x * UNROLL + threadIdx.x; base < nv; base += step) {
         V a[UNROLL];
@@ -56,6 +78,11 @@ __device__ void unary(const T* __restrict__ x, T* __restrict__ out, u64 n) {
         u64 i = nv * V::N + j;
         out[i] = op(x[i]);
     }
+}
+
+template <typename T, typename Op>
+__device__ void unary(const T* __restrict__ x, T* __restrict__ out, u64 n) {
+    unary_with<T, Op>(x, out, n, Op());
 }
 
 template <typename T, typename Op>
@@ -164,7 +191,26 @@ __device__ void binary_bcast(const T* __restrict__ a, const T* __restrict__ b, T
         binary_bcast<T, OP>(a, b, out, n, bc, err);                                                         \
     }
 
-#define ALL_BINARY(T) BINARY(add, AddOp, T) BINARY(sub, SubOp, T) BINARY(mul, MulOp, T) BINARY(div, DivOp, T)
+// `s op x[i]`: the scalar on the left, for the ops that do not commute.
+#define RSCALAR(NAME, OP, T)                                                                   \
+    extern "C" __global__ void NAME##_rscalar_##T(const T* a, T s, T* out, u64 n, int* err) { \
+        binary_scalar<T, Flip<OP> >(a, s, out, n, err);                                       \
+    }
+
+#define POW(T)                                                                     \
+    extern "C" __global__ void pow_##T(const T* x, T e, T* out, u64 n) {           \
+        PowOp<T> op = {e};                                                         \
+        unary_with<T, PowOp<T> >(x, out, n, op);                                   \
+    }
+
+#define CLAMP(T)                                                                   \
+    extern "C" __global__ void clamp_##T(const T* x, T lo, T hi, T* out, u64 n) {  \
+        ClampOp<T> op = {lo, hi};                                                  \
+        unary_with<T, ClampOp<T> >(x, out, n, op);                                 \
+    }
+
+#define ALL_BINARY(T) BINARY(add, AddOp, T) BINARY(sub, SubOp, T) BINARY(mul, MulOp, T) BINARY(div, DivOp, T) \
+    RSCALAR(sub, SubOp, T) RSCALAR(div, DivOp, T)
 
 ALL_BINARY(f32)
 ALL_BINARY(f64)
@@ -175,3 +221,7 @@ UNARY(neg, NegOp, f32) UNARY(neg, NegOp, f64) UNARY(neg, NegOp, i32) UNARY(neg, 
 UNARY(relu, ReluOp, f32) UNARY(relu, ReluOp, f64) UNARY(relu, ReluOp, i32) UNARY(relu, ReluOp, u8)
 UNARY(exp, ExpOp, f32) UNARY(exp, ExpOp, f64)
 UNARY(sqrt, SqrtOp, f32) UNARY(sqrt, SqrtOp, f64)
+UNARY(abs, AbsOp, f32) UNARY(abs, AbsOp, f64) UNARY(abs, AbsOp, i32) UNARY(abs, AbsOp, u8)
+UNARY(square, SquareOp, f32) UNARY(square, SquareOp, f64) UNARY(square, SquareOp, i32) UNARY(square, SquareOp, u8)
+POW(f32) POW(f64)
+CLAMP(f32) CLAMP(f64) CLAMP(i32) CLAMP(u8)

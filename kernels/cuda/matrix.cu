@@ -1,4 +1,5 @@
-// Matrix kernels: a tiled transpose, and matmul for integer types (floats use cuBLAS).
+// Matrix kernels: a tiled transpose, matmul for integer types (floats use cuBLAS), and
+// strided block copies (narrow, select, cat and stack along any dim).
 
 #define TILE 32
 
@@ -35,9 +36,23 @@ template <typename T> __device__ void matmul(const T* a, const T* b, T* out, u64
     if (row < m && col < n) out[row * n + col] = acc;
 }
 
+// Block i of `block` elements from src + i * src_stride to out + i * dst_stride, for i
+// in [0, count); the caller offsets both pointers.
+template <typename T>
+__device__ void copy_blocks(const T* __restrict__ src, T* __restrict__ out, u64 count, u64 block, u64 src_stride,
+                            u64 dst_stride) {
+    GRID_LOOP(i, count * block) {
+        const u64 b = i / block, j = i - b * block;
+        out[b * dst_stride + j] = src[b * src_stride + j];
+    }
+}
+
 #define MATRIX(T)                                                                                         \
     extern "C" __global__ void transpose_##T(const T* x, T* out, u64 rows, u64 cols) { transpose<T>(x, out, rows, cols); } \
-    extern "C" __global__ void matmul_##T(const T* a, const T* b, T* out, u64 m, u64 k, u64 n) { matmul<T>(a, b, out, m, k, n); }
+    extern "C" __global__ void matmul_##T(const T* a, const T* b, T* out, u64 m, u64 k, u64 n) { matmul<T>(a, b, out, m, k, n); } \
+    extern "C" __global__ void copy_blocks_##T(const T* src, T* out, u64 count, u64 block, u64 src_stride, u64 dst_stride) { \
+        copy_blocks<T>(src, out, count, block, src_stride, dst_stride);                                  \
+    }
 
 MATRIX(f32)
 MATRIX(f64)

@@ -11,12 +11,13 @@ pub const COMMON: &str = include_str!("../cuda/common.cuh");
 /// One source file of kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Source {
-    /// Unary and binary elementwise ops: `{neg,relu,exp,sqrt}_{T}`,
-    /// `{add,sub,mul,div}_{same,scalar,bcast}_{T}`.
+    /// Unary and binary elementwise ops: `{neg,relu,abs,square,clamp}_{T}`,
+    /// `{exp,sqrt,pow}_{f32,f64}`, `{add,sub,mul,div}_{same,scalar,bcast}_{T}`, and
+    /// `{sub,div}_rscalar_{T}` (the scalar on the left).
     Elementwise,
     /// `{sum,mean,max}_{partial,final,single,cols,rows}_{T}`.
     Reduce,
-    /// `transpose_{T}` and integer `matmul_{T}`.
+    /// `transpose_{T}`, integer `matmul_{T}`, and `copy_blocks_{T}` (strided block copies).
     Matrix,
     /// `fill_{T}`, `arange_{T}`, `rand_{f32,f64}`.
     Init,

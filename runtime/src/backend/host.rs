@@ -14,7 +14,9 @@ use super::account::MemoryAccount;
 use super::host_kernels as k;
 use super::huge_pages::Mapping;
 use super::ordering::{self, Mark, Order};
-use super::{count_cross_stream_wait, Backend, BinaryOp, Buffer, RawEvent, RawStream, ReduceOp, UnaryOp};
+use super::{
+    count_cross_stream_wait, Backend, BinaryOp, Blocks, Buffer, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp,
+};
 use crate::device::DeviceId;
 use crate::element::{with_dtype, DType, Element, Scalar};
 use crate::error::{Error, Result};
@@ -558,7 +560,7 @@ impl Backend for HostBackend {
                 k::unary_float::<f64>(op, x.as_slice(), out.as_mut_slice());
                 Ok(())
             }
-            (_, UnaryOp::Neg | UnaryOp::Relu) => {
+            (_, UnaryOp::Neg | UnaryOp::Relu | UnaryOp::Abs | UnaryOp::Square) => {
                 with_dtype!(dtype, T => k::unary::<T>(op, x.as_slice(), out.as_mut_slice()));
                 Ok(())
             }
@@ -602,6 +604,54 @@ impl Backend for HostBackend {
                 &[len],
                 &Layout::RhsScalar,
             ))
+        })
+    }
+
+    fn scalar_binary(
+        &self,
+        device: DeviceId,
+        op: BinaryOp,
+        dtype: DType,
+        lhs: Scalar,
+        rhs: &Buffer,
+        len: usize,
+    ) -> Result<Buffer> {
+        let r = host_buf(rhs);
+        host().produce(device, dtype, len, |out| {
+            with_dtype!(dtype, T => k::binary::<T>(
+                op,
+                &[T::from_scalar(lhs)],
+                r.as_slice(),
+                out.as_mut_slice(),
+                &[len],
+                &Layout::LhsScalar,
+            ))
+        })
+    }
+
+    fn unary_param(&self, device: DeviceId, op: ParamOp, dtype: DType, x: &Buffer, len: usize) -> Result<Buffer> {
+        let x = host_buf(x);
+        host().produce(device, dtype, len, |out| match (op, dtype) {
+            (ParamOp::Pow(e), DType::F32) => {
+                k::pow::<f32>(x.as_slice(), f32::from_scalar(e), out.as_mut_slice());
+                Ok(())
+            }
+            (ParamOp::Pow(e), DType::F64) => {
+                k::pow::<f64>(x.as_slice(), f64::from_scalar(e), out.as_mut_slice());
+                Ok(())
+            }
+            (ParamOp::Pow(_), _) => {
+                Err(Error::InvalidArgument { op: "pow", reason: format!("needs a float type, not {dtype}") })
+            }
+            (ParamOp::Clamp(lo, hi), _) => {
+                with_dtype!(dtype, T => k::clamp::<T>(
+                    x.as_slice(),
+                    T::from_scalar(lo),
+                    T::from_scalar(hi),
+                    out.as_mut_slice(),
+                ));
+                Ok(())
+            }
         })
     }
 
@@ -655,6 +705,16 @@ impl Backend for HostBackend {
     fn slice(&self, device: DeviceId, dtype: DType, x: &Buffer, offset: usize, len: usize) -> Result<Buffer> {
         let s = dtype.size();
         self.upload(device, &host_buf(x).bytes()[offset * s..(offset + len) * s])
+    }
+
+    fn copy_blocks(&self, device: DeviceId, dtype: DType, len: usize, parts: &[Blocks<'_>]) -> Result<Buffer> {
+        host().produce(device, dtype, len, |out| {
+            let dst = out.bytes_mut();
+            for b in parts {
+                k::copy_blocks(dst, host_buf(b.src).bytes(), dtype.size(), b);
+            }
+            Ok(())
+        })
     }
 
     // Multi-device work: see host_collective.rs.

@@ -3,7 +3,7 @@
 //! The loops walk the operands' dims, and an empty tensor's dims may still be huge
 //! (`[1 << 40, 0]`): a kernel with an empty result returns before walking any.
 
-use super::{rand_bits, BinaryOp, ReduceOp, UnaryOp};
+use super::{rand_bits, BinaryOp, Blocks, ReduceOp, UnaryOp};
 use crate::element::{Element, Float};
 use crate::error::{Error, Result};
 use crate::shape::{Layout, Reduction};
@@ -25,6 +25,9 @@ pub(super) fn unary<T: Element>(op: UnaryOp, x: &[T], out: &mut [T]) {
         UnaryOp::Neg => T::neg,
         // NaN stays NaN, as in torch.relu.
         UnaryOp::Relu => |v| if v < T::ZERO { T::ZERO } else { v },
+        // Wrapping for integers: i32::MIN stays i32::MIN, as in torch.abs.
+        UnaryOp::Abs => |v| if v < T::ZERO { v.neg() } else { v },
+        UnaryOp::Square => |v| v.mul(v),
         UnaryOp::Exp | UnaryOp::Sqrt => unreachable!("float-only ops are dispatched to unary_float"),
     };
     for (o, &v) in out.iter_mut().zip(x) {
@@ -36,7 +39,30 @@ pub(super) fn unary_float<T: Float>(op: UnaryOp, x: &[T], out: &mut [T]) {
     match op {
         UnaryOp::Exp => out.iter_mut().zip(x).for_each(|(o, &v)| *o = v.exp()),
         UnaryOp::Sqrt => out.iter_mut().zip(x).for_each(|(o, &v)| *o = v.sqrt()),
-        UnaryOp::Neg | UnaryOp::Relu => unary(op, x, out),
+        // Through f64 (exact both ways) so that -0.0 becomes 0.0.
+        UnaryOp::Abs => out.iter_mut().zip(x).for_each(|(o, &v)| *o = T::from_f64(v.to_f64().abs())),
+        UnaryOp::Neg | UnaryOp::Relu | UnaryOp::Square => unary(op, x, out),
+    }
+}
+
+/// `x` limited to `[lo, hi]`; NaN stays NaN (both comparisons are false), as in torch.clamp.
+pub(super) fn clamp<T: Element>(x: &[T], lo: T, hi: T, out: &mut [T]) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = if v < lo {
+            lo
+        } else if v > hi {
+            hi
+        } else {
+            v
+        };
+    }
+}
+
+/// `x^e`, computed in f64 and rounded: the reference the GPU's `powf`/`pow` are checked against.
+pub(super) fn pow<T: Float>(x: &[T], e: T, out: &mut [T]) {
+    let e = e.to_f64();
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = T::from_f64(v.to_f64().powf(e));
     }
 }
 
@@ -138,5 +164,15 @@ pub(super) fn transpose<T: Element>(x: &[T], out: &mut [T], rows: usize, cols: u
         for j in 0..cols {
             out[j * rows + i] = x[i * cols + j];
         }
+    }
+}
+
+/// Copies the blocks of `b` (elements of `size` bytes) from `src` into `dst`.
+pub(super) fn copy_blocks(dst: &mut [u8], src: &[u8], size: usize, b: &Blocks<'_>) {
+    let width = b.block * size;
+    for i in 0..b.count {
+        let s = (b.src_offset + i * b.src_stride) * size;
+        let d = (b.dst_offset + i * b.dst_stride) * size;
+        dst[d..d + width].copy_from_slice(&src[s..s + width]);
     }
 }

@@ -79,6 +79,32 @@ pub(crate) enum UnaryOp {
     Relu,
     Exp,
     Sqrt,
+    Abs,
+    Square,
+}
+
+/// An elementwise op of one operand with scalar parameters (of the operand's dtype).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum ParamOp {
+    /// `x^e`, float types only.
+    Pow(Scalar),
+    /// `x` limited to `[lo, hi]`; NaN stays NaN.
+    Clamp(Scalar, Scalar),
+}
+
+/// One strided copy into a new buffer: `count` blocks of `block` elements, block `i`
+/// read from `src` at `src_offset + i * src_stride` and written at `dst_offset + i *
+/// dst_stride`. For a row-major tensor this is narrowing, or placing a part of a
+/// concatenation, along any dim: blocks are the contiguous runs below that dim.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Blocks<'a> {
+    pub src: &'a Buffer,
+    pub src_offset: usize,
+    pub src_stride: usize,
+    pub dst_offset: usize,
+    pub dst_stride: usize,
+    pub count: usize,
+    pub block: usize,
 }
 
 /// An elementwise op of two operands.
@@ -220,6 +246,18 @@ pub(crate) trait Backend: Send + Sync + 'static {
         len: usize,
         rhs: Scalar,
     ) -> Result<Buffer>;
+    /// `lhs op rhs[i]` for each of the `len` elements of `rhs` (a scalar on the left).
+    fn scalar_binary(
+        &self,
+        device: DeviceId,
+        op: BinaryOp,
+        dtype: DType,
+        lhs: Scalar,
+        rhs: &Buffer,
+        len: usize,
+    ) -> Result<Buffer>;
+    /// `op` on each of the `len` elements of `x`; the parameters have type `dtype`.
+    fn unary_param(&self, device: DeviceId, op: ParamOp, dtype: DType, x: &Buffer, len: usize) -> Result<Buffer>;
     fn reduce(&self, device: DeviceId, op: ReduceOp, dtype: DType, x: &Buffer, r: Reduction) -> Result<Buffer>;
     /// `[m, k] x [k, n]`, row-major.
     #[allow(clippy::too_many_arguments)]
@@ -239,6 +277,9 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn concat(&self, device: DeviceId, dtype: DType, parts: &[(&Buffer, usize)]) -> Result<Buffer>;
     /// Elements `offset..offset + len` of `x`.
     fn slice(&self, device: DeviceId, dtype: DType, x: &Buffer, offset: usize, len: usize) -> Result<Buffer>;
+    /// A new buffer of `len` elements written by `parts` (every block in range, and
+    /// together covering all `len` elements).
+    fn copy_blocks(&self, device: DeviceId, dtype: DType, len: usize, parts: &[Blocks<'_>]) -> Result<Buffer>;
 
     // Multi-device work: peer access and collectives.
 

@@ -4,6 +4,7 @@ mod arith;
 mod convert;
 mod current;
 mod factory;
+mod more_ops;
 mod ops;
 
 use std::fmt;

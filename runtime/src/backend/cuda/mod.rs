@@ -22,7 +22,9 @@ pub(crate) use buffer::CudaBuffer;
 use device::{driver, DeviceState};
 pub(crate) use stream::{EventObj, StreamObj};
 
-use super::{Backend, BinaryOp, Buffer, Collective, HostBuffer, RawEvent, RawStream, ReduceOp, UnaryOp};
+use super::{
+    Backend, BinaryOp, Blocks, Buffer, Collective, HostBuffer, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp,
+};
 use crate::device::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
@@ -256,6 +258,9 @@ macro_rules! with_scalar {
         }
     };
 }
+
+// After the macros, which it uses.
+mod more_ops;
 
 impl Backend for CudaBackend {
     fn name(&self) -> &'static str {
@@ -497,6 +502,8 @@ impl Backend for CudaBackend {
             UnaryOp::Relu => "relu",
             UnaryOp::Exp => "exp",
             UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Square => "square",
         };
         if matches!(op, UnaryOp::Exp | UnaryOp::Sqrt) && !dtype.is_float() {
             return Err(Error::InvalidArgument { op: opname, reason: format!("needs a float type, not {dtype}") });
@@ -565,6 +572,22 @@ impl Backend for CudaBackend {
         let grid = dev.grid_full(n.div_ceil(16 / dtype.size() as u64).div_ceil(UNROLL), 256);
         with_scalar!(rhs, v => dev.launch(f, (grid, 1, 1), (256, 1, 1), stream.raw.0, &mut args![a, v, o, n, err]))?;
         self.done(out)
+    }
+
+    fn scalar_binary(
+        &self,
+        device: DeviceId,
+        op: BinaryOp,
+        dtype: DType,
+        lhs: Scalar,
+        rhs: &Buffer,
+        len: usize,
+    ) -> Result<Buffer> {
+        more_ops::scalar_binary(self, device, op, dtype, lhs, rhs, len)
+    }
+
+    fn unary_param(&self, device: DeviceId, op: ParamOp, dtype: DType, x: &Buffer, len: usize) -> Result<Buffer> {
+        more_ops::unary_param(self, device, op, dtype, x, len)
     }
 
     fn reduce(&self, device: DeviceId, op: ReduceOp, dtype: DType, x: &Buffer, r: Reduction) -> Result<Buffer> {
@@ -721,6 +744,10 @@ impl Backend for CudaBackend {
         let src = cuda(x).ptr() + (offset * dtype.size()) as u64;
         Self::dtod(&s, out.ptr(), src, len * dtype.size())?;
         self.done(out)
+    }
+
+    fn copy_blocks(&self, device: DeviceId, dtype: DType, len: usize, parts: &[Blocks<'_>]) -> Result<Buffer> {
+        more_ops::copy_blocks(self, device, dtype, len, parts)
     }
 
     // Multi-device work: see peer.rs and nccl.rs.

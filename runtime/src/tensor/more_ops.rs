@@ -1,0 +1,430 @@
+//! The small ops everyone reaches for: a scalar on the left of `+ - * /`, `abs`,
+//! `square`, `pow`, `clamp`, and narrowing, selecting, concatenating and stacking along
+//! any dim. The layout ops are strided block copies ([`Backend::copy_blocks`]): for a
+//! row-major tensor, everything below a dim is one contiguous run.
+//!
+//! [`Backend::copy_blocks`]: crate::backend::Backend::copy_blocks
+
+use std::marker::PhantomData;
+use std::ops::{Add, Div, Mul, Sub};
+
+use super::Tensor;
+use crate::backend::{BinaryOp, Blocks, ParamOp, UnaryOp};
+use crate::device::Device;
+use crate::element::{Element, Float};
+use crate::error::{Error, Result};
+use crate::placement::SamePlacement;
+use crate::shape;
+
+impl<D: Device, T: Element> Tensor<D, T> {
+    /// `lhs op self`, elementwise: the scalar on the left.
+    pub(crate) fn scalar_lhs(&self, op: BinaryOp, lhs: T) -> Result<Self> {
+        let buf =
+            self.backend()?.scalar_binary(self.device(), op, T::DTYPE, lhs.to_scalar(), self.buffer(), self.numel())?;
+        Ok(self.with_buffer(buf, self.shape.clone()))
+    }
+
+    /// The absolute value elementwise. Integers wrap: `i32::MIN` stays `i32::MIN`, as
+    /// in PyTorch.
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cuda, Tensor};
+    /// let t = Tensor::<Cuda<0>, i32>::from_vec(vec![-3, 0, 4], [3])?;
+    /// assert_eq!(t.abs()?.to_vec()?, vec![3, 0, 4]);
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn abs(&self) -> Result<Self> {
+        self.unary(UnaryOp::Abs)
+    }
+
+    /// `x * x` elementwise (integers wrap).
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
+    /// let t = Tensor::<Cpu>::from_vec(vec![-3.0, 0.5], [2])?;
+    /// assert_eq!(t.square()?.to_vec()?, vec![9.0, 0.25]);
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn square(&self) -> Result<Self> {
+        self.unary(UnaryOp::Square)
+    }
+
+    /// Each element limited to `[min, max]` (PyTorch's `clamp`); NaN stays NaN. `min >
+    /// max`, or a NaN bound, is an error.
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cuda, Tensor};
+    /// let t = Tensor::<Cuda<0>>::from_vec(vec![-2.0, 0.5, 7.0], [3])?;
+    /// assert_eq!(t.clamp(0.0, 1.0)?.to_vec()?, vec![0.0, 0.5, 1.0]);
+    /// assert!(t.clamp(1.0, 0.0).is_err());
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn clamp(&self, min: T, max: T) -> Result<Self> {
+        // `None` (a NaN bound) fails too.
+        if !matches!(min.partial_cmp(&max), Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal)) {
+            return Err(Error::InvalidArgument {
+                op: "clamp",
+                reason: format!("needs min <= max, got min = {min:?} and max = {max:?}"),
+            });
+        }
+        self.param(ParamOp::Clamp(min.to_scalar(), max.to_scalar()))
+    }
+
+    fn param(&self, op: ParamOp) -> Result<Self> {
+        let buf = self.backend()?.unary_param(self.device(), op, T::DTYPE, self.buffer(), self.numel())?;
+        Ok(self.with_buffer(buf, self.shape.clone()))
+    }
+
+    /// Elements `start..start + len` along `dim`, the other dims whole (PyTorch's
+    /// `narrow`); a copy. Columns of a matrix are `narrow(1, ..)`.
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cuda, Tensor};
+    /// let t = Tensor::<Cuda<0>, i32>::arange(0, 6, 1)?.reshape([2, 3])?;
+    /// let cols = t.narrow(1, 1, 2)?;
+    /// assert_eq!(cols.shape(), &[2, 2]);
+    /// assert_eq!(cols.to_vec()?, vec![1, 2, 4, 5]);
+    /// assert!(t.narrow(1, 2, 2).is_err());
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn narrow(&self, dim: usize, start: usize, len: usize) -> Result<Self> {
+        self.narrowed("narrow", dim, start, len)
+    }
+
+    /// The slice at `index` along `dim`, which is removed from the shape (PyTorch's
+    /// `select`); a copy. Column `j` of a matrix is `select(1, j)`.
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
+    /// let t = Tensor::<Cpu, i32>::arange(0, 6, 1)?.reshape([2, 3])?;
+    /// assert_eq!(t.select(1, 2)?.to_vec()?, vec![2, 5]);
+    /// assert_eq!(t.select(0, 1)?.shape(), &[3]);
+    /// assert!(t.select(0, 2).is_err());
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn select(&self, dim: usize, index: usize) -> Result<Self> {
+        let mut t = self.narrowed("select", dim, index, 1)?;
+        t.shape.remove(dim);
+        Ok(t)
+    }
+
+    fn narrowed(&self, op: &'static str, dim: usize, start: usize, len: usize) -> Result<Self> {
+        self.dim_in_range(op, dim, self.rank())?;
+        let size = self.shape[dim];
+        if start.checked_add(len).is_none_or(|end| end > size) {
+            let what = if op == "select" { format!("index {start}") } else { format!("{start}..{start}+{len}") };
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!(
+                    "{what} is out of range for dim {dim} (size {size}) of a tensor of shape {:?}",
+                    self.shape
+                ),
+            });
+        }
+        let mut out_shape = self.shape.clone();
+        out_shape[dim] = len;
+        let out_len = shape::numel(op, &out_shape)?;
+        if out_len == 0 {
+            return self.assembled(op, out_shape, 0, &[]);
+        }
+        // The output is non-empty, so every factor of its size fits in usize, and so do
+        // the input's (its element count fits).
+        let (outer, inner) =
+            (self.shape[..dim].iter().product::<usize>(), self.shape[dim + 1..].iter().product::<usize>());
+        let part = Blocks {
+            src: self.buffer(),
+            src_offset: start * inner,
+            src_stride: size * inner,
+            dst_offset: 0,
+            dst_stride: len * inner,
+            count: outer,
+            block: len * inner,
+        };
+        self.assembled(op, out_shape, out_len, &[part])
+    }
+
+    /// A new tensor of `shape` (`len` elements) on this tensor's device, written by `parts`.
+    fn assembled(&self, op: &'static str, shape: Vec<usize>, len: usize, parts: &[Blocks<'_>]) -> Result<Self> {
+        debug_assert_eq!(shape::numel(op, &shape).ok(), Some(len));
+        let buf = self.backend()?.copy_blocks(self.device(), T::DTYPE, len, parts)?;
+        Ok(self.with_buffer(buf, shape))
+    }
+
+    fn dim_in_range(&self, op: &'static str, dim: usize, limit: usize) -> Result<()> {
+        if dim >= limit {
+            let allowed = if limit == 0 { "none".to_string() } else { format!("0..{limit}") };
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!(
+                    "dim {dim} is out of range (allowed: {allowed}) for a tensor of shape {:?}",
+                    self.shape
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// `self` followed by `rhs` along `dim`; the other dims must agree (the two-tensor
+    /// form of [`Tensor::concat_dim`], with the placement checked at compile time).
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cuda, Tensor};
+    /// let a = Tensor::<Cuda<0>>::zeros([2, 1])?;
+    /// let b = Tensor::<Cuda<0>>::ones([2, 2])?;
+    /// let c = a.cat_dim(&b, 1)?;
+    /// assert_eq!(c.shape(), &[2, 3]);
+    /// assert_eq!(c.to_vec()?, vec![0.0, 1.0, 1.0, 0.0, 1.0, 1.0]);
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn cat_dim<E: Device>(&self, rhs: &Tensor<E, T>, dim: usize) -> Result<Self>
+    where
+        D: SamePlacement<E>,
+    {
+        self.same_device("cat", rhs)?;
+        // Same device (checked above), so rhs may be seen under this placement.
+        let rhs = Tensor::<D, T> {
+            storage: rhs.storage.clone(),
+            shape: rhs.shape.clone(),
+            placement: self.placement,
+            _elem: PhantomData,
+        };
+        Self::concat_dim(&[self, &rhs], dim)
+    }
+
+    /// The tensors one after another along `dim` (PyTorch's `torch.cat(list, dim)`); all
+    /// on one device, with equal ranks and equal sizes in every other dim.
+    /// [`Tensor::concat`] is `concat_dim(parts, 0)`.
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
+    /// let a = Tensor::<Cpu, i32>::from_vec(vec![1, 2, 3, 4], [2, 2])?;
+    /// let b = Tensor::<Cpu, i32>::from_vec(vec![5, 6], [2, 1])?;
+    /// assert_eq!(Tensor::concat_dim(&[&a, &b], 1)?.to_vec()?, vec![1, 2, 5, 3, 4, 6]);
+    /// assert!(Tensor::concat_dim(&[&a, &b], 0).is_err());
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn concat_dim(parts: &[&Self], dim: usize) -> Result<Self> {
+        let first = Self::first_of("cat", parts)?;
+        first.dim_in_range("cat", dim, first.rank())?;
+        let mut total = 0usize;
+        for p in parts {
+            first.same_device("cat", p)?;
+            let same_rest = p.rank() == first.rank()
+                && p.shape.iter().zip(&first.shape).enumerate().all(|(d, (a, b))| d == dim || a == b);
+            if !same_rest {
+                return Err(Error::ShapeMismatch { op: "cat", lhs: first.shape.clone(), rhs: p.shape.clone() });
+            }
+            total = total.checked_add(p.shape[dim]).ok_or_else(|| too_big("cat", &first.shape))?;
+        }
+        let mut out_shape = first.shape.clone();
+        out_shape[dim] = total;
+        let sizes: Vec<usize> = parts.iter().map(|p| p.shape[dim]).collect();
+        Self::joined("cat", parts, dim, &sizes, out_shape)
+    }
+
+    /// The tensors, of one shape, along a new dim `dim` (`0..=rank`) (PyTorch's
+    /// `torch.stack`); all on one device.
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cuda, Tensor};
+    /// let a = Tensor::<Cuda<0>>::from_vec(vec![1.0, 2.0], [2])?;
+    /// let b = Tensor::<Cuda<0>>::from_vec(vec![3.0, 4.0], [2])?;
+    /// assert_eq!(Tensor::stack(&[&a, &b], 0)?.to_vec()?, vec![1.0, 2.0, 3.0, 4.0]);
+    /// let s = Tensor::stack(&[&a, &b], 1)?;
+    /// assert_eq!(s.shape(), &[2, 2]);
+    /// assert_eq!(s.to_vec()?, vec![1.0, 3.0, 2.0, 4.0]);
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn stack(parts: &[&Self], dim: usize) -> Result<Self> {
+        let first = Self::first_of("stack", parts)?;
+        first.dim_in_range("stack", dim, first.rank() + 1)?;
+        for p in parts {
+            first.same_device("stack", p)?;
+            if p.shape != first.shape {
+                return Err(Error::ShapeMismatch { op: "stack", lhs: first.shape.clone(), rhs: p.shape.clone() });
+            }
+        }
+        let mut out_shape = first.shape.clone();
+        out_shape.insert(dim, parts.len());
+        Self::joined("stack", parts, dim, &vec![1; parts.len()], out_shape)
+    }
+
+    fn first_of<'p>(op: &'static str, parts: &[&'p Self]) -> Result<&'p Self> {
+        parts
+            .first()
+            .copied()
+            .ok_or_else(|| Error::InvalidArgument { op, reason: "got an empty list of tensors".into() })
+    }
+
+    /// Writes `parts` one after another along `dim` of `out_shape`, part `j` taking
+    /// `sizes[j]` places of that dim.
+    fn joined(op: &'static str, parts: &[&Self], dim: usize, sizes: &[usize], out_shape: Vec<usize>) -> Result<Self> {
+        let first = parts[0];
+        let out_len = shape::numel(op, &out_shape)?;
+        if out_len == 0 {
+            return first.assembled(op, out_shape, 0, &[]);
+        }
+        // A non-empty output: every factor of its size, and every part, fits in usize.
+        let outer: usize = out_shape[..dim].iter().product();
+        let inner: usize = out_shape[dim + 1..].iter().product();
+        let row = out_shape[dim] * inner;
+        let mut at = 0;
+        let blocks: Vec<Blocks<'_>> = parts
+            .iter()
+            .zip(sizes)
+            .map(|(p, &size)| {
+                let block = size * inner;
+                let b = Blocks {
+                    src: p.buffer(),
+                    src_offset: 0,
+                    src_stride: block,
+                    dst_offset: at,
+                    dst_stride: row,
+                    count: outer,
+                    block,
+                };
+                at += block;
+                b
+            })
+            .collect();
+        first.assembled(op, out_shape, out_len, &blocks)
+    }
+}
+
+fn too_big(op: &'static str, shape: &[usize]) -> Error {
+    Error::InvalidArgument {
+        op,
+        reason: format!("the result of shape like {shape:?} has more elements than fit in memory"),
+    }
+}
+
+impl<D: Device, T: Float> Tensor<D, T> {
+    /// `x^exponent` elementwise (float types only: for integers, convert first).
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cuda, Tensor};
+    /// let t = Tensor::<Cuda<0>, f64>::from_vec(vec![4.0, 9.0], [2])?;
+    /// assert_eq!(t.pow(0.5)?.to_vec()?, vec![2.0, 3.0]);
+    /// assert_eq!(t.pow(2.0)?.to_vec()?, vec![16.0, 81.0]);
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn pow(&self, exponent: T) -> Result<Self> {
+        self.param(ParamOp::Pow(exponent.to_scalar()))
+    }
+}
+
+/// `scalar op tensor` for one operator, every element type, both operand forms; the
+/// doc (with its example) goes on the first type's impl only.
+macro_rules! scalar_lhs_op {
+    ($Trait:ident, $method:ident, $op:expr, $doc:literal, $first:ty $(, $t:ty)*) => {
+        #[doc = $doc]
+        impl<D: Device> $Trait<&Tensor<D, $first>> for $first {
+            type Output = Result<Tensor<D, $first>>;
+            fn $method(self, rhs: &Tensor<D, $first>) -> Self::Output {
+                rhs.scalar_lhs($op, self)
+            }
+        }
+        scalar_lhs_op!(@owned $Trait, $method, $op, $first);
+        $(
+            impl<D: Device> $Trait<&Tensor<D, $t>> for $t {
+                type Output = Result<Tensor<D, $t>>;
+                fn $method(self, rhs: &Tensor<D, $t>) -> Self::Output {
+                    rhs.scalar_lhs($op, self)
+                }
+            }
+            scalar_lhs_op!(@owned $Trait, $method, $op, $t);
+        )*
+    };
+    (@owned $Trait:ident, $method:ident, $op:expr, $t:ty) => {
+        impl<D: Device> $Trait<Tensor<D, $t>> for $t {
+            type Output = Result<Tensor<D, $t>>;
+            fn $method(self, rhs: Tensor<D, $t>) -> Self::Output {
+                rhs.scalar_lhs($op, self)
+            }
+        }
+    };
+}
+
+scalar_lhs_op!(
+    Add,
+    add,
+    BinaryOp::Add,
+    "`s + x` elementwise, for every element type.
+
+```
+# extern crate locus_runtime as locus;
+use locus::{Cuda, Tensor};
+let x = Tensor::<Cuda<0>, u8>::from_vec(vec![1, 255], [2])?;
+assert_eq!((1 + &x)?.to_vec()?, vec![2, 0]); // integers wrap
+# Ok::<(), locus::Error>(())
+```",
+    f32,
+    f64,
+    i32,
+    u8
+);
+scalar_lhs_op!(
+    Sub,
+    sub,
+    BinaryOp::Sub,
+    "`s - x` elementwise, for every element type.
+
+```
+# extern crate locus_runtime as locus;
+use locus::{Cpu, Tensor};
+let x = Tensor::<Cpu>::from_vec(vec![0.25, 2.0], [2])?;
+assert_eq!((1.0 - &x)?.to_vec()?, vec![0.75, -1.0]);
+# Ok::<(), locus::Error>(())
+```",
+    f32,
+    f64,
+    i32,
+    u8
+);
+scalar_lhs_op!(
+    Mul,
+    mul,
+    BinaryOp::Mul,
+    "`s * x` elementwise, for every element type.
+
+```
+# extern crate locus_runtime as locus;
+use locus::{Cuda, Tensor};
+let x = Tensor::<Cuda<0>>::from_vec(vec![1.0, -2.0], [2])?;
+assert_eq!((2.0 * x)?.to_vec()?, vec![2.0, -4.0]);
+# Ok::<(), locus::Error>(())
+```",
+    f32,
+    f64,
+    i32,
+    u8
+);
+scalar_lhs_op!(
+    Div,
+    div,
+    BinaryOp::Div,
+    "`s / x` elementwise, for every element type; integer division by zero is an error.
+
+```
+# extern crate locus_runtime as locus;
+use locus::{Cpu, Tensor};
+let x = Tensor::<Cpu, i32>::from_vec(vec![2, -3], [2])?;
+assert_eq!((12 / &x)?.to_vec()?, vec![6, -4]);
+let z = Tensor::<Cpu, i32>::zeros([1])?;
+assert!((1 / &z).is_err());
+# Ok::<(), locus::Error>(())
+```",
+    f32,
+    f64,
+    i32,
+    u8
+);
