@@ -14,7 +14,7 @@ use crate::device::Device;
 use crate::element::{Element, Float};
 use crate::error::{Error, Result};
 use crate::placement::SamePlacement;
-use crate::shape;
+use crate::shape::{self, Shape};
 
 impl<D: Device, T: Element> Tensor<D, T> {
     /// `lhs op self`, elementwise: the scalar on the left.
@@ -109,7 +109,9 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// ```
     pub fn select(&self, dim: usize, index: usize) -> Result<Self> {
         let mut t = self.narrowed("select", dim, index, 1)?;
-        t.shape.remove(dim);
+        let mut dims = t.shape.to_vec();
+        dims.remove(dim);
+        t.shape = Shape::new("select", dims, T::DTYPE)?;
         Ok(t)
     }
 
@@ -126,9 +128,9 @@ impl<D: Device, T: Element> Tensor<D, T> {
                 ),
             });
         }
-        let mut out_shape = self.shape.clone();
+        let mut out_shape = self.shape.to_vec();
         out_shape[dim] = len;
-        let out_len = shape::numel(op, &out_shape)?;
+        let out_len = shape::numel(op, &out_shape, T::DTYPE)?;
         if out_len == 0 {
             return self.assembled(op, out_shape, 0, &[]);
         }
@@ -150,7 +152,8 @@ impl<D: Device, T: Element> Tensor<D, T> {
 
     /// A new tensor of `shape` (`len` elements) on this tensor's device, written by `parts`.
     fn assembled(&self, op: &'static str, shape: Vec<usize>, len: usize, parts: &[Blocks<'_>]) -> Result<Self> {
-        debug_assert_eq!(shape::numel(op, &shape).ok(), Some(len));
+        let shape = Shape::new(op, shape, T::DTYPE)?;
+        debug_assert_eq!(shape.numel(), len);
         let buf = self.backend()?.copy_blocks(self.device(), T::DTYPE, len, parts)?;
         Ok(self.with_buffer(buf, shape))
     }
@@ -217,13 +220,13 @@ impl<D: Device, T: Element> Tensor<D, T> {
         for p in parts {
             first.same_device("cat", p)?;
             let same_rest = p.rank() == first.rank()
-                && p.shape.iter().zip(&first.shape).enumerate().all(|(d, (a, b))| d == dim || a == b);
+                && p.shape.iter().zip(first.shape.iter()).enumerate().all(|(d, (a, b))| d == dim || a == b);
             if !same_rest {
-                return Err(Error::ShapeMismatch { op: "cat", lhs: first.shape.clone(), rhs: p.shape.clone() });
+                return Err(Error::ShapeMismatch { op: "cat", lhs: first.shape.to_vec(), rhs: p.shape.to_vec() });
             }
             total = total.checked_add(p.shape[dim]).ok_or_else(|| too_big("cat", &first.shape))?;
         }
-        let mut out_shape = first.shape.clone();
+        let mut out_shape = first.shape.to_vec();
         out_shape[dim] = total;
         let sizes: Vec<usize> = parts.iter().map(|p| p.shape[dim]).collect();
         Self::joined("cat", parts, dim, &sizes, out_shape)
@@ -249,10 +252,10 @@ impl<D: Device, T: Element> Tensor<D, T> {
         for p in parts {
             first.same_device("stack", p)?;
             if p.shape != first.shape {
-                return Err(Error::ShapeMismatch { op: "stack", lhs: first.shape.clone(), rhs: p.shape.clone() });
+                return Err(Error::ShapeMismatch { op: "stack", lhs: first.shape.to_vec(), rhs: p.shape.to_vec() });
             }
         }
-        let mut out_shape = first.shape.clone();
+        let mut out_shape = first.shape.to_vec();
         out_shape.insert(dim, parts.len());
         Self::joined("stack", parts, dim, &vec![1; parts.len()], out_shape)
     }
@@ -268,7 +271,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// `sizes[j]` places of that dim.
     fn joined(op: &'static str, parts: &[&Self], dim: usize, sizes: &[usize], out_shape: Vec<usize>) -> Result<Self> {
         let first = parts[0];
-        let out_len = shape::numel(op, &out_shape)?;
+        let out_len = shape::numel(op, &out_shape, T::DTYPE)?;
         if out_len == 0 {
             return first.assembled(op, out_shape, 0, &[]);
         }
