@@ -58,7 +58,7 @@ fn guard_restores_on_return() {
 #[test]
 fn guard_restores_on_question_mark() {
     let err = fails_with_question_mark().unwrap_err();
-    assert!(matches!(err, Error::InvalidArgument { op: "from_slice", .. }), "{err}");
+    assert!(matches!(err, Error::InvalidArgument { op: "from_vec", .. }), "{err}");
     assert_eq!(current_device(), DeviceId::Cpu);
 }
 

@@ -28,7 +28,7 @@ fn factories_fill_as_asked() -> locus::Result<()> {
 fn factories_reject_bad_input() {
     assert!(matches!(
         Tensor::<G>::from_vec(vec![1.0, 2.0, 3.0], [2, 2]),
-        Err(Error::InvalidArgument { op: "from_slice", .. })
+        Err(Error::InvalidArgument { op: "from_vec", .. })
     ));
     assert!(matches!(Tensor::<G, i32>::arange(0, 5, 0), Err(Error::InvalidArgument { op: "arange", .. })));
     assert!(matches!(Tensor::<G, i32>::arange(0, 5, -1), Err(Error::InvalidArgument { op: "arange", .. })));
@@ -110,7 +110,13 @@ fn mismatched_shapes_are_errors_not_panics() {
     assert!(matches!(a.matmul(&b), Err(Error::InvalidArgument { op: "matmul", .. })));
     assert!(matches!(a.cat(&t(&[1.0; 4], &[2, 2])), Err(Error::ShapeMismatch { op: "cat", .. })));
     assert!(matches!(b.transpose(), Err(Error::InvalidArgument { op: "transpose", .. })));
-    assert!(matches!(a.reshape([5]), Err(Error::ShapeMismatch { op: "reshape", .. })));
+    let err = a.reshape([5]).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { op: "reshape", .. }));
+    // The message gives both element counts, not only the shapes.
+    let msg = err.to_string();
+    assert!(msg.contains("[5] has 5 elements") && msg.contains("[2, 3] has 6"), "{msg}");
+    let err = Tensor::<Cpu>::from_vec(vec![1.0; 3], [2]).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { op: "from_vec", .. }), "errors name the fn called: {err}");
 }
 
 #[test]

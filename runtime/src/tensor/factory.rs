@@ -49,20 +49,25 @@ impl<D: Device, T: Element> Tensor<D, T> {
 
     /// `data` (row-major) as a tensor of `shape` on `device`.
     pub fn from_slice_on(device: D, data: &[T], shape: impl AsRef<[usize]>) -> Result<Self> {
-        let shape = Shape::new("from_slice", shape.as_ref(), T::DTYPE)?;
+        Self::from_data("from_slice", device, data, shape.as_ref())
+    }
+
+    /// `data` (row-major) as a tensor of `shape` on `device`.
+    pub fn from_vec_on(device: D, data: Vec<T>, shape: impl AsRef<[usize]>) -> Result<Self> {
+        Self::from_data("from_vec", device, &data, shape.as_ref())
+    }
+
+    /// `data` as a tensor of `shape`; errors name `op`, the function the user called.
+    fn from_data(op: &'static str, device: D, data: &[T], shape: &[usize]) -> Result<Self> {
+        let shape = Shape::new(op, shape, T::DTYPE)?;
         if shape.numel() != data.len() {
             return Err(Error::InvalidArgument {
-                op: "from_slice",
+                op,
                 reason: format!("{} elements do not fill shape {:?} ({} elements)", data.len(), &*shape, shape.numel()),
             });
         }
         let buf = backend::for_device(device.id())?.upload(device.id(), bytemuck::cast_slice(data))?;
         Ok(Self::from_buffer(device, buf, shape))
-    }
-
-    /// `data` (row-major) as a tensor of `shape` on `device`.
-    pub fn from_vec_on(device: D, data: Vec<T>, shape: impl AsRef<[usize]>) -> Result<Self> {
-        Self::from_slice_on(device, &data, shape)
     }
 
     /// `start, start + step, …` up to but not including `end`, on `device`.

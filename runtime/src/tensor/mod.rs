@@ -176,7 +176,16 @@ impl<D: Device, T: Element> Tensor<D, T> {
     pub fn reshape(&self, shape: impl AsRef<[usize]>) -> Result<Self> {
         let shape = Shape::new("reshape", shape.as_ref(), T::DTYPE)?;
         if shape.numel() != self.numel() {
-            return Err(Error::ShapeMismatch { op: "reshape", lhs: self.shape.to_vec(), rhs: shape.to_vec() });
+            return Err(Error::InvalidArgument {
+                op: "reshape",
+                reason: format!(
+                    "shape {:?} has {} elements, but the tensor of shape {:?} has {}",
+                    &*shape,
+                    shape.numel(),
+                    &*self.shape,
+                    self.numel()
+                ),
+            });
         }
         Ok(Tensor { shape, ..self.clone() })
     }
