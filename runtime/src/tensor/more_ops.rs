@@ -5,7 +5,6 @@
 //!
 //! [`Backend::copy_blocks`]: crate::backend::Backend::copy_blocks
 
-use std::marker::PhantomData;
 use std::ops::{Add, Div, Mul, Sub};
 
 use super::Tensor;
@@ -189,14 +188,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
     where
         D: SamePlacement<E>,
     {
-        self.same_device("cat", rhs)?;
-        // Same device (checked above), so rhs may be seen under this placement.
-        let rhs = Tensor::<D, T> {
-            storage: rhs.storage.clone(),
-            shape: rhs.shape.clone(),
-            placement: self.placement,
-            _elem: PhantomData,
-        };
+        let rhs = self.seen_here("cat", rhs)?;
         Self::concat_dim(&[self, &rhs], dim)
     }
 

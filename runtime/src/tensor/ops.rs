@@ -157,15 +157,20 @@ impl<D: Device, T: Element> Tensor<D, T> {
     where
         D: SamePlacement<E>,
     {
-        self.same_device("cat", rhs)?;
-        // Same device (checked above), so rhs may be seen under this placement.
-        let rhs = Tensor::<D, T> {
+        let rhs = self.seen_here("cat", rhs)?;
+        Self::concat(&[self, &rhs])
+    }
+
+    /// `rhs`, checked at run time to be on this tensor's device, under this placement
+    /// (for two-tensor ops whose placements the compiler already matched).
+    pub(super) fn seen_here<E: Device>(&self, op: &'static str, rhs: &Tensor<E, T>) -> Result<Self> {
+        self.same_device(op, rhs)?;
+        Ok(Tensor {
             storage: rhs.storage.clone(),
             shape: rhs.shape.clone(),
             placement: self.placement,
             _elem: PhantomData,
-        };
-        Self::concat(&[self, &rhs])
+        })
     }
 
     /// The tensors one after another along dim 0 (PyTorch's `torch.cat(list)`); all
