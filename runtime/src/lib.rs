@@ -11,6 +11,24 @@
 //! # Ok::<(), locus::Error>(())
 //! ```
 
+// Layers, bottom up. A module may import from its own layer and the ones below it.
+//
+// - foundation: `error` (Error, Result), `element` (element types), `shape` (checked
+//   shapes and layouts), `DeviceId` from `device`.
+// - backend: `backend` and everything under it: the `Backend` trait, the host and cuda
+//   implementations, the pinned pool (`backend::pinned_pool`), the current-stream state
+//   (`backend::current_stream`), the stream-ordering books (`backend::ordering`). It
+//   imports only the foundation (tests/layers.rs checks this).
+// - placement and memory: `device` (placements), `placement` (the compile-time checks),
+//   `storage` (a buffer with its device and type), `memory` (statistics).
+// - tensors and streams: `tensor` (ops, factories, conversions), `stream` (Stream,
+//   Event, on_stream), `copy` (pin_memory, async copies, Pending), `unwaited`
+//   (diagnostics for reading a Pending), `guard` (the current device), `to_device`.
+// - on top: `loader`, `parallel` (peer access, collectives, DataParallel),
+//   `macro_support` (what the macros expand to).
+//
+// Known exceptions, left for the backend rebuild: `device` calls into `backend` for
+// device counts, and `storage`/`copy` reach past the trait to `Buffer::Host`.
 mod backend;
 mod copy;
 mod device;
@@ -21,7 +39,6 @@ mod loader;
 mod macro_support;
 mod memory;
 pub mod parallel;
-mod pinned;
 mod placement;
 mod shape;
 mod storage;
@@ -30,6 +47,7 @@ mod tensor;
 mod to_device;
 mod unwaited;
 
+pub use backend::pinned_pool::{pinned_stats, release_cached_pinned, PinnedStats};
 pub use backend::{backend_name, device_count};
 pub use copy::{AsyncSource, HostPlacement, Pending, Transfer};
 pub use device::{devices, Cpu, Cuda, Device, DeviceId, Dyn, Here, Pinned, StaticDevice};
@@ -39,7 +57,6 @@ pub use guard::{current_device, DeviceGuard, IntoDeviceId, OnDevice};
 pub use loader::{Batch, Dataset, Loader, LoaderBuilder};
 pub use memory::{max_memory_allocated, memory_allocated, memory_reserved, reset_peak_memory_stats, stream_count};
 pub use parallel::{can_access_peer, enable_peer_access, DataParallel, Module, PeerAccess};
-pub use pinned::{pinned_stats, release_cached_pinned, PinnedStats};
 pub use placement::{SameEventDevice, SamePlacement, SameStreamDevice};
 pub use stream::{
     cross_stream_waits, cross_stream_waits_skipped, current_stream, on_stream, synchronize, Event, Stream,

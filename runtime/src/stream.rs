@@ -6,7 +6,7 @@
 //! wait), and its memory is freed only after every stream that used it. A program that
 //! uses one stream records no events at all.
 
-use std::cell::RefCell;
+use crate::backend::current_stream::{current, with_current};
 use std::time::Duration;
 
 use crate::backend::{self, RawEvent, RawStream};
@@ -15,35 +15,6 @@ use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::placement::{SameEventDevice, SameStreamDevice};
 use crate::tensor::Tensor;
-
-thread_local! {
-    /// Streams made current by `on_stream`, innermost last.
-    static CURRENT: RefCell<Vec<(DeviceId, RawStream)>> = const { RefCell::new(Vec::new()) };
-}
-
-/// The stream `on_stream` made current for `device` on this thread, if any.
-pub(crate) fn current(device: DeviceId) -> Option<RawStream> {
-    CURRENT.with(|c| {
-        let c = c.borrow();
-        if c.is_empty() {
-            return None;
-        }
-        c.iter().rev().find(|(d, _)| *d == device).map(|(_, s)| s.clone())
-    })
-}
-
-/// Runs `f` with `stream` current for `device` (what `on_stream` does, untyped).
-pub(crate) fn with_current<R>(device: DeviceId, stream: RawStream, f: impl FnOnce() -> R) -> R {
-    struct Pop;
-    impl Drop for Pop {
-        fn drop(&mut self) {
-            CURRENT.with(|c| c.borrow_mut().pop());
-        }
-    }
-    CURRENT.with(|c| c.borrow_mut().push((device, stream)));
-    let _pop = Pop;
-    f()
-}
 
 /// A stream of work on device `D`.
 ///

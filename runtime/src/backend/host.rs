@@ -14,13 +14,13 @@ use super::account::MemoryAccount;
 use super::host_kernels as k;
 use super::huge_pages::Mapping;
 use super::ordering::{self, Mark, Order};
+use super::pinned_pool::{self as pinned, PinnedBlock};
 use super::{
     count_cross_stream_wait, Backend, BinaryOp, Blocks, Buffer, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp,
 };
 use crate::device::DeviceId;
 use crate::element::{with_dtype, DType, Element, Scalar};
 use crate::error::{Error, Result};
-use crate::pinned::{self, PinnedBlock};
 use crate::shape::{Layout, Reduction};
 
 const DEFAULT_DEVICES: usize = 2;
@@ -261,7 +261,7 @@ impl HostBackend {
 
 /// The id of the simulated stream current for `device` on this thread (0: the default).
 fn current_stream(device: DeviceId) -> u64 {
-    match crate::stream::current(device) {
+    match super::current_stream::current(device) {
         Some(RawStream::Host { id, .. }) => id,
         _ => 0,
     }
@@ -351,7 +351,7 @@ fn stream_id(s: &RawStream) -> u64 {
 /// `f` writes is owned by `stream`.
 fn on_host_stream<R>(stream: &RawStream, f: impl FnOnce() -> R) -> R {
     match stream {
-        RawStream::Host { device, .. } => crate::stream::with_current(*device, stream.clone(), f),
+        RawStream::Host { device, .. } => super::current_stream::with_current(*device, stream.clone(), f),
         RawStream::Cuda(_) => f(),
     }
 }

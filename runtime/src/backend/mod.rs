@@ -6,11 +6,13 @@
 
 mod account;
 mod cuda;
+pub(crate) mod current_stream;
 pub(crate) mod host;
 mod host_collective;
 mod host_kernels;
 mod huge_pages;
 pub(crate) mod ordering;
+pub(crate) mod pinned_pool;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};

@@ -126,7 +126,7 @@ impl CudaBackend {
     /// The stream ops on `dev` use on this thread: the one `on_stream` made current, else
     /// the device's default stream.
     fn stream(&self, dev: &'static DeviceState) -> Arc<StreamObj> {
-        match crate::stream::current(dev.id()) {
+        match super::current_stream::current(dev.id()) {
             Some(RawStream::Cuda(s)) => s,
             _ => Arc::clone(&dev.stream),
         }

@@ -16,9 +16,9 @@ use cudarc::driver::result;
 
 use super::device::{driver, DeviceState};
 use super::stream::{EventObj, StreamObj};
+use crate::backend::pinned_pool::{self as pinned, PinnedBlock};
 use crate::backend::RawEvent;
 use crate::error::{panic_message, Error, Result};
-use crate::pinned::{self, PinnedBlock};
 
 /// Copies at least this large are staged; smaller ones go direct.
 const STAGE_MIN: usize = 4 << 20;
