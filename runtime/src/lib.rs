@@ -11,6 +11,7 @@
 //! # Ok::<(), locus::Error>(())
 //! ```
 
+#![deny(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc, unsafe_op_in_unsafe_fn)]
 mod backend;
 mod copy;
 mod device;

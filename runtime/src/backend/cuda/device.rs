@@ -172,7 +172,22 @@ impl DeviceState {
     }
 
     /// Launches `f` on `stream` with the given geometry and argument pointers.
-    pub fn launch(
+    ///
+    /// # Safety
+    /// - `f` is a function of this device's modules (from [`Self::kernel`] or
+    ///   [`Self::function`]), and `stream` a live stream of this device.
+    /// - `args` has exactly one entry per parameter `f` declares, in order, and each
+    ///   points at a live value of exactly that parameter's type and size (a device
+    ///   pointer as a `u64`, a `u64` count, a `#[repr(C)]` struct laid out as the kernel's,
+    ///   ...); the driver copies the values during this call, so they need only outlive it.
+    /// - Every device address among them is an allocation usable by this device (its
+    ///   own, or a peer's with access enabled) holding at least the elements the kernel
+    ///   reads or writes for this geometry and these counts, and stays allocated until the
+    ///   launch completes on `stream` (stream-ordered frees on `stream`, or frees that
+    ///   wait for it).
+    /// - Memory the kernel reads was written before the launch in `stream`'s order, and
+    ///   no other stream reads or writes what it writes until ordered after it.
+    pub unsafe fn launch(
         &self,
         f: sys::CUfunction,
         grid: (u32, u32, u32),
@@ -181,6 +196,9 @@ impl DeviceState {
         args: &mut [*mut c_void],
     ) -> Result<()> {
         self.bind()?;
+        // SAFETY: this device's context is current (bind above); `f`, `stream`, `args` and
+        // the memory they name are valid for this launch by the caller's contract. No
+        // dynamic shared memory is asked for (0 bytes).
         unsafe { result::launch_kernel(f, grid, block, 0, stream, args) }
             .map_err(driver(self.ordinal, "cuLaunchKernel"))
     }
@@ -216,6 +234,11 @@ pub(crate) fn set_current(ordinal: u32, ctx: sys::CUcontext) -> Result<()> {
     if BOUND.with(|b| b.get()) == Some(ordinal) {
         return Ok(());
     }
+    // SAFETY: every caller passes the primary context of a device (`ctx.cu_ctx()` of a
+    // `DeviceState`, or the copy a stream or event of it keeps), retained by that device's
+    // `CudaContext`. Devices are leaked for the process (`CudaBackend::dev`), and in
+    // `DeviceState::open` the context outlives the stream made there, so it is initialised
+    // and not yet released.
     unsafe { result::ctx::set_current(ctx) }.map_err(driver(ordinal, "cuCtxSetCurrent"))?;
     BOUND.with(|b| b.set(Some(ordinal)));
     Ok(())
@@ -231,6 +254,10 @@ fn keep_pool_memory(ctx: &CudaContext, ordinal: u32) -> Result<()> {
     if !ctx.has_async_alloc() {
         return Ok(());
     }
+    // SAFETY: `ctx.cu_device()` is a device handle the driver returned for this ordinal
+    // (cuDeviceGet in `CudaContext::new`), and its default pool lives as long as the
+    // device. CU_MEMPOOL_ATTR_RELEASE_THRESHOLD takes a `cuuint64_t`: `threshold` is a
+    // live `u64` on this stack frame, which the driver reads during the call only.
     unsafe {
         let pool = result::device::get_default_mem_pool(ctx.cu_device())
             .map_err(driver(ordinal, "cuDeviceGetDefaultMemPool"))?;
