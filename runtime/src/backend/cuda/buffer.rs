@@ -178,7 +178,11 @@ impl Drop for CudaBuffer {
         // Work queued later on this stream runs after every use above, so the memory can
         // be handed out again on this stream at once.
         if self.cap <= CACHE_MAX {
-            self.stream.put_cached(self.cap, self.ptr);
+            // SAFETY: the block holds `self.cap` bytes (a cache bin, allocated on
+            // `self.stream` or taken from its cache) and this buffer, its only owner, is
+            // going; every reader's use is ordered before this point of the stream (the
+            // waits above), and the writer's own work is on this stream.
+            unsafe { self.stream.put_cached(self.cap, self.ptr) };
         } else {
             // SAFETY: the block came from cuMemAllocAsync on `self.stream` (a larger-than-
             // cache block is never shared with another buffer) and is freed only here, once;

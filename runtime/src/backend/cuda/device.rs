@@ -25,28 +25,39 @@ thread_local! {
 /// raw pointer of any other kind stays `!Send`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Handle<T>(pub T);
-// SAFETY: the CUDA driver API is thread-safe: contexts, streams, events and loaded
-// functions may be used from any thread (a context is made current per thread before
-// use, see `set_current`). Their lifetimes are managed by the owners of the `Handle`s.
+// SAFETY: the CUDA driver API is thread-safe: a context handle may be made current on
+// any thread (`set_current`), by several threads at once. Primary contexts are retained
+// by their `DeviceState`, which lives for the process, so a copy held anywhere stays valid.
 unsafe impl Send for Handle<sys::CUcontext> {}
-// SAFETY: as above.
+// SAFETY: a context handle is an opaque id that `&Handle` only lets one copy; every use
+// is a driver call, which the driver serialises internally.
 unsafe impl Sync for Handle<sys::CUcontext> {}
-// SAFETY: as above.
+// SAFETY: a stream may be used from any thread with its device's context current (every
+// user binds first); it is destroyed only when its owning `StreamObj` drops, after which
+// no `Handle` copy of it is used.
 unsafe impl Send for Handle<sys::CUstream> {}
-// SAFETY: as above.
+// SAFETY: enqueueing on one stream from several threads at once is allowed by the driver
+// (each call is atomic; locus orders dependent work itself, see `ordering`).
 unsafe impl Sync for Handle<sys::CUstream> {}
-// SAFETY: as above.
+// SAFETY: an event may be recorded, waited on, queried and destroyed from any thread with
+// its context current; it is destroyed only when its owning `EventObj` drops.
 unsafe impl Send for Handle<sys::CUevent> {}
-// SAFETY: as above.
+// SAFETY: concurrent driver calls on one event are thread-safe; `&Handle` gives only a
+// copy of the id.
 unsafe impl Sync for Handle<sys::CUevent> {}
-// SAFETY: as above; a function stays valid while its module, kept by the device, lives.
+// SAFETY: a loaded function may be launched from any thread; it stays valid while its
+// module, kept by the device (for the process), lives.
 unsafe impl Send for Handle<sys::CUfunction> {}
-// SAFETY: as above.
+// SAFETY: concurrent launches of one function are allowed (launch state is per call, not
+// per function); locus never changes a function's attributes.
 unsafe impl Sync for Handle<sys::CUfunction> {}
-// SAFETY: cuBLAS handles may be used from several host threads at once; locus binds a
-// handle to its stream once, before sharing it, and never changes its configuration.
+// SAFETY: cuBLAS is thread-safe and its functions may be called from several host
+// threads, even with the same handle; locus never destroys one (a dropped stream pools
+// its handle for the next stream of the device).
 unsafe impl Send for Handle<cudarc::cublas::sys::cublasHandle_t> {}
-// SAFETY: as above.
+// SAFETY: what cuBLAS does not allow is changing a shared handle's configuration under
+// another thread: locus binds a handle to its stream once, before sharing it, and never
+// changes its configuration afterwards.
 unsafe impl Sync for Handle<cudarc::cublas::sys::cublasHandle_t> {}
 
 /// A kernel by op, variant and element type.

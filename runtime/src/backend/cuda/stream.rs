@@ -109,7 +109,13 @@ impl StreamObj {
     }
 
     /// Caches a block of `cap` bytes whose last use is queued on this stream.
-    pub fn put_cached(self: &Arc<Self>, cap: usize, ptr: sys::CUdeviceptr) {
+    ///
+    /// # Safety
+    /// `ptr` is a block of exactly `cap` bytes from `cuMemAllocAsync` on this stream's
+    /// device that nothing else owns from here on (it will be handed out again by
+    /// `take_cached` and freed by `free_cached`), and every use of it, on any stream, is
+    /// ordered before this point of this stream.
+    pub unsafe fn put_cached(self: &Arc<Self>, cap: usize, ptr: sys::CUdeviceptr) {
         self.cache.lock().unwrap_or_else(|p| p.into_inner()).entry(cap).or_default().push(ptr);
         // Never with this stream's cache locked: `cached_bytes` locks the list first.
         if !self.listed.swap(true, Ordering::Relaxed) {
