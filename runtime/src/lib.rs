@@ -11,6 +11,11 @@
 //! # Ok::<(), locus::Error>(())
 //! ```
 
+// Every `unsafe` block says why it is sound (`// SAFETY:`), every `unsafe fn` says what
+// its caller must uphold (`# Safety`), and the body of an `unsafe fn` is not an implicit
+// unsafe block (the 2024 edition's default).
+#![deny(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc, unsafe_op_in_unsafe_fn)]
+
 // Layers, bottom up. A module may import from its own layer and the ones below it.
 //
 // - foundation: `error` (Error, Result), `element` (element types), `shape` (checked

@@ -24,6 +24,8 @@ pub(crate) struct Mapping {
 // SAFETY: the mapping is plain memory owned by this value alone; access goes through
 // `&self` / `&mut self` like a `Vec`'s.
 unsafe impl Send for Mapping {}
+// SAFETY: shared access is `&self` only, which hands out nothing but the address; writes
+// through it need `unsafe` and the owner's `&mut` (as in `HostBuffer::bytes_mut`).
 unsafe impl Sync for Mapping {}
 
 impl Mapping {

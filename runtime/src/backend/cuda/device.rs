@@ -25,28 +25,39 @@ thread_local! {
 /// raw pointer of any other kind stays `!Send`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Handle<T>(pub T);
-// SAFETY: the CUDA driver API is thread-safe: contexts, streams, events and loaded
-// functions may be used from any thread (a context is made current per thread before
-// use, see `set_current`). Their lifetimes are managed by the owners of the `Handle`s.
+// SAFETY: the CUDA driver API is thread-safe: a context handle may be made current on
+// any thread (`set_current`), by several threads at once. Primary contexts are retained
+// by their `DeviceState`, which lives for the process, so a copy held anywhere stays valid.
 unsafe impl Send for Handle<sys::CUcontext> {}
-// SAFETY: as above.
+// SAFETY: a context handle is an opaque id that `&Handle` only lets one copy; every use
+// is a driver call, which the driver serialises internally.
 unsafe impl Sync for Handle<sys::CUcontext> {}
-// SAFETY: as above.
+// SAFETY: a stream may be used from any thread with its device's context current (every
+// user binds first); it is destroyed only when its owning `StreamObj` drops, after which
+// no `Handle` copy of it is used.
 unsafe impl Send for Handle<sys::CUstream> {}
-// SAFETY: as above.
+// SAFETY: enqueueing on one stream from several threads at once is allowed by the driver
+// (each call is atomic; locus orders dependent work itself, see `ordering`).
 unsafe impl Sync for Handle<sys::CUstream> {}
-// SAFETY: as above.
+// SAFETY: an event may be recorded, waited on, queried and destroyed from any thread with
+// its context current; it is destroyed only when its owning `EventObj` drops.
 unsafe impl Send for Handle<sys::CUevent> {}
-// SAFETY: as above.
+// SAFETY: concurrent driver calls on one event are thread-safe; `&Handle` gives only a
+// copy of the id.
 unsafe impl Sync for Handle<sys::CUevent> {}
-// SAFETY: as above; a function stays valid while its module, kept by the device, lives.
+// SAFETY: a loaded function may be launched from any thread; it stays valid while its
+// module, kept by the device (for the process), lives.
 unsafe impl Send for Handle<sys::CUfunction> {}
-// SAFETY: as above.
+// SAFETY: concurrent launches of one function are allowed (launch state is per call, not
+// per function); locus never changes a function's attributes.
 unsafe impl Sync for Handle<sys::CUfunction> {}
-// SAFETY: cuBLAS handles may be used from several host threads at once; locus binds a
-// handle to its stream once, before sharing it, and never changes its configuration.
+// SAFETY: cuBLAS is thread-safe and its functions may be called from several host
+// threads, even with the same handle; locus never destroys one (a dropped stream pools
+// its handle for the next stream of the device).
 unsafe impl Send for Handle<cudarc::cublas::sys::cublasHandle_t> {}
-// SAFETY: as above.
+// SAFETY: what cuBLAS does not allow is changing a shared handle's configuration under
+// another thread: locus binds a handle to its stream once, before sharing it, and never
+// changes its configuration afterwards.
 unsafe impl Sync for Handle<cudarc::cublas::sys::cublasHandle_t> {}
 
 /// A kernel by op, variant and element type.
@@ -172,7 +183,22 @@ impl DeviceState {
     }
 
     /// Launches `f` on `stream` with the given geometry and argument pointers.
-    pub fn launch(
+    ///
+    /// # Safety
+    /// - `f` is a function of this device's modules (from [`Self::kernel`] or
+    ///   [`Self::function`]), and `stream` a live stream of this device.
+    /// - `args` has exactly one entry per parameter `f` declares, in order, and each
+    ///   points at a live value of exactly that parameter's type and size (a device
+    ///   pointer as a `u64`, a `u64` count, a `#[repr(C)]` struct laid out as the kernel's,
+    ///   ...); the driver copies the values during this call, so they need only outlive it.
+    /// - Every device address among them is an allocation usable by this device (its
+    ///   own, or a peer's with access enabled) holding at least the elements the kernel
+    ///   reads or writes for this geometry and these counts, and stays allocated until the
+    ///   launch completes on `stream` (stream-ordered frees on `stream`, or frees that
+    ///   wait for it).
+    /// - Memory the kernel reads was written before the launch in `stream`'s order, and
+    ///   no other stream reads or writes what it writes until ordered after it.
+    pub unsafe fn launch(
         &self,
         f: sys::CUfunction,
         grid: (u32, u32, u32),
@@ -181,6 +207,9 @@ impl DeviceState {
         args: &mut [*mut c_void],
     ) -> Result<()> {
         self.bind()?;
+        // SAFETY: this device's context is current (bind above); `f`, `stream`, `args` and
+        // the memory they name are valid for this launch by the caller's contract. No
+        // dynamic shared memory is asked for (0 bytes).
         unsafe { result::launch_kernel(f, grid, block, 0, stream, args) }
             .map_err(driver(self.ordinal, "cuLaunchKernel"))
     }
@@ -216,6 +245,11 @@ pub(crate) fn set_current(ordinal: u32, ctx: sys::CUcontext) -> Result<()> {
     if BOUND.with(|b| b.get()) == Some(ordinal) {
         return Ok(());
     }
+    // SAFETY: every caller passes the primary context of a device (`ctx.cu_ctx()` of a
+    // `DeviceState`, or the copy a stream or event of it keeps), retained by that device's
+    // `CudaContext`. Devices are leaked for the process (`CudaBackend::dev`), and in
+    // `DeviceState::open` the context outlives the stream made there, so it is initialised
+    // and not yet released.
     unsafe { result::ctx::set_current(ctx) }.map_err(driver(ordinal, "cuCtxSetCurrent"))?;
     BOUND.with(|b| b.set(Some(ordinal)));
     Ok(())
@@ -231,6 +265,10 @@ fn keep_pool_memory(ctx: &CudaContext, ordinal: u32) -> Result<()> {
     if !ctx.has_async_alloc() {
         return Ok(());
     }
+    // SAFETY: `ctx.cu_device()` is a device handle the driver returned for this ordinal
+    // (cuDeviceGet in `CudaContext::new`), and its default pool lives as long as the
+    // device. CU_MEMPOOL_ATTR_RELEASE_THRESHOLD takes a `cuuint64_t`: `threshold` is a
+    // live `u64` on this stack frame, which the driver reads during the call only.
     unsafe {
         let pool = result::device::get_default_mem_pool(ctx.cu_device())
             .map_err(driver(ordinal, "cuDeviceGetDefaultMemPool"))?;

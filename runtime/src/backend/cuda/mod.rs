@@ -41,6 +41,9 @@ pub(crate) struct CudaBackend {
 
 /// The cuda backend, if this machine can run it; else why not, as a sentence.
 pub(crate) fn open() -> std::result::Result<CudaBackend, String> {
+    // SAFETY: these only try to load the libraries (libloading, dropped at once) and touch
+    // no symbol of them; cudarc resolves symbols only on the first call made through it,
+    // which comes after these checks, so a missing library is reported, not a panic.
     unsafe {
         if !sys::is_culib_present() {
             return Err("no CUDA driver found (libcuda.so); install the NVIDIA driver".into());
@@ -134,6 +137,13 @@ impl CudaBackend {
 
     /// The device, its current stream, and `len` new elements on it; `inputs` are made
     /// ready to be read on that stream.
+    ///
+    /// This is what the unsafe blocks of the ops rely on: work queued on the returned
+    /// stream may read `inputs` and write the output, and all that memory stays allocated
+    /// until that work is done. The output is allocated on the stream (stream-ordered);
+    /// each input has waited for its writer and recorded the stream as a reader
+    /// (`CudaBuffer::use_on`), so its free, or its return to its stream's cache, first waits
+    /// for everything queued on this stream until then.
     fn alloc(
         &self,
         id: DeviceId,
@@ -154,7 +164,15 @@ impl CudaBackend {
 
     /// A new `len`-element buffer written by one 1-d launch of kernel `name` over `work`
     /// items.
-    fn produce(
+    ///
+    /// # Safety
+    /// `args`, given the output's device address, returns the argument pointers of kernel
+    /// `{op}_{dtype}` of `source` as [`DeviceState::launch`] requires them: one per kernel
+    /// parameter, in order, each at a live value of that parameter's type that outlives
+    /// the call (the closure's captures do). Every device address among them other than the
+    /// output is a buffer of `inputs` holding what the kernel reads for `len` elements of
+    /// `dtype`. The output holds `len` elements of `dtype`.
+    unsafe fn produce(
         &self,
         id: DeviceId,
         dtype: DType,
@@ -169,7 +187,11 @@ impl CudaBackend {
             // The argument pointers point at this local, which outlives the launch.
             let ptr = out.ptr();
             let mut a = args(&ptr);
-            dev.launch(f, (dev.grid_full(work, 256), 1, 1), (256, 1, 1), s.raw.0, &mut a)?;
+            // SAFETY: `f` is `{op}_{dtype}` of this device; `a` matches its parameters and
+            // names `out` (`len` elements, allocated on `s`) and buffers of `inputs` (made
+            // ready on `s` and kept alive past the kernel by `alloc`): the caller's
+            // contract. The kernels bound every access by their count, whatever the grid.
+            unsafe { dev.launch(f, (dev.grid_full(work, 256), 1, 1), (256, 1, 1), s.raw.0, &mut a)? };
         }
         self.done(out)
     }
@@ -182,9 +204,15 @@ impl CudaBackend {
         let dev = self.dev(DeviceId::Cuda(s.ordinal))?;
         let flag = CudaBuffer::alloc(dev, &self.stream(dev), 4)?;
         let d = |call| driver(s.ordinal, call);
+        // SAFETY: `flag` is a live 4-byte allocation of this device (held to the end of
+        // this function, and its free is ordered on its stream after `s` via the sync
+        // below); `s` is a live stream of the device, whose context `alloc` made current.
         unsafe { result::memset_d8_async(flag.ptr(), 0, 4, s.raw.0) }.map_err(d("cuMemsetD8Async"))?;
         launch(flag.ptr())?;
         let mut hit = [0i32];
+        // SAFETY: 4 bytes from `flag` (4 bytes, zeroed above and written only by the
+        // launch, both on `s`) into `hit`, one `i32` that lives on this frame until the
+        // `synchronize` below has waited for the copy.
         unsafe { result::memcpy_dtoh_async(&mut hit, flag.ptr(), s.raw.0) }.map_err(d("cuMemcpyDtoHAsync"))?;
         s.synchronize()?;
         if hit[0] != 0 {
@@ -193,10 +221,18 @@ impl CudaBackend {
         Ok(())
     }
 
-    fn dtod(s: &StreamObj, dst: u64, src: u64, bytes: usize) -> Result<()> {
+    /// Copies `bytes` bytes from device address `src` to `dst`, queued on `s`.
+    ///
+    /// # Safety
+    /// `src .. src + bytes` and `dst .. dst + bytes` lie within live allocations of `s`'s
+    /// device (or of a peer it may access) that do not overlap and stay allocated until
+    /// the copy is done on `s`; `src` was written before this point of `s`'s order, and no
+    /// other stream uses `dst` until ordered after the copy.
+    unsafe fn dtod(s: &StreamObj, dst: u64, src: u64, bytes: usize) -> Result<()> {
         if bytes == 0 {
             return Ok(());
         }
+        // SAFETY: both ranges are valid, ordered and alive on `s`, by the caller's contract.
         unsafe { result::memcpy_dtod_async(dst, src, bytes, s.raw.0) }.map_err(driver(s.ordinal, "cuMemcpyDtoDAsync"))
     }
 
@@ -360,6 +396,9 @@ impl Backend for CudaBackend {
         // Any context will do: portable memory is pinned for all of them.
         let dev = self.dev(DeviceId::Cuda(0))?;
         dev.bind()?;
+        // SAFETY: a context is current (bind above); the driver returns a new page-locked
+        // block of `bytes` bytes (or an error) and touches nothing of ours. Its contents are
+        // uninitialised: the pinned pool zeroes every block before handing it out.
         match unsafe { result::malloc_host(bytes, sys::CU_MEMHOSTALLOC_PORTABLE) } {
             Ok(p) => Ok(p as usize),
             Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
@@ -372,6 +411,9 @@ impl Backend for CudaBackend {
     unsafe fn free_pinned(&self, ptr: usize, _bytes: usize) {
         if let Ok(dev) = self.dev(DeviceId::Cuda(0)) {
             if dev.bind().is_ok() {
+                // SAFETY: by this fn's contract `ptr` came from `alloc_pinned` above, that
+                // is from cuMemHostAlloc (non-null), is freed once, and nothing uses it;
+                // a context is current (bind above).
                 let _ = unsafe { result::free_host(ptr as *mut c_void) };
             }
         }
@@ -435,7 +477,10 @@ impl Backend for CudaBackend {
     fn upload(&self, device: DeviceId, data: &[u8]) -> Result<Buffer> {
         let (dev, s, out) = self.alloc(device, DType::U8, data.len(), &[])?;
         dev.bind()?;
-        staged::upload(dev, &s, out.ptr(), data)?;
+        // SAFETY: `out` holds exactly `data.len()` bytes of `dev`, allocated on `s` and
+        // held until `done`, whose drop frees it on `s` after the copy; `dev`'s context is
+        // current (bind above).
+        unsafe { staged::upload(dev, &s, out.ptr(), data)? };
         self.done(out)
     }
 
@@ -451,7 +496,10 @@ impl Backend for CudaBackend {
         let s = self.stream(dev);
         b.use_on(&s)?;
         dev.bind()?;
-        staged::download(dev, &s, b.ptr(), out)
+        // SAFETY: `b` holds exactly `out.len()` bytes of `dev` (checked above), is ready on
+        // `s` (use_on above) and borrowed for this call, which returns only once the copy
+        // is done; `dev`'s context is current (bind above).
+        unsafe { staged::download(dev, &s, b.ptr(), out) }
     }
 
     fn copy(&self, _src: DeviceId, buf: &Buffer, dst: DeviceId) -> Result<Buffer> {
@@ -459,7 +507,9 @@ impl Backend for CudaBackend {
         let (from, bytes) = (b.device(), b.bytes());
         if std::ptr::eq(from, self.dev(dst)?) {
             let (_, s, out) = self.alloc(dst, DType::U8, bytes, &[buf])?;
-            Self::dtod(&s, out.ptr(), b.ptr(), bytes)?;
+            // SAFETY: `out` (new, on `s`) and `b` (ready on `s` and alive past the copy,
+            // see `alloc`) both hold `bytes` bytes of this device, in distinct allocations.
+            unsafe { Self::dtod(&s, out.ptr(), b.ptr(), bytes)? };
             return self.done(out);
         }
         let (to, s, out) = self.alloc(dst, DType::U8, bytes, &[])?;
@@ -470,6 +520,10 @@ impl Backend for CudaBackend {
         // waits for the copy.
         s.wait_for(b.stream())?;
         to.bind()?;
+        // SAFETY: `out` holds `bytes` bytes of `to`, allocated on `s`; `b` holds `bytes`
+        // bytes of `from`, and both contexts are the devices' live primary contexts. `s`
+        // waited for `b`'s writer above, and `b`'s stream waits for `s` below, so `b`'s
+        // free (ordered on its stream) comes after the copy; `out` is freed on `s`.
         unsafe { result::memcpy_peer_async(to.ctx.cu_ctx(), out.ptr(), from.ctx.cu_ctx(), b.ptr(), bytes, s.raw.0) }
             .map_err(driver(to.ordinal, "cuMemcpyPeerAsync"))?;
         b.stream().wait_for(&s)?;
@@ -478,14 +532,23 @@ impl Backend for CudaBackend {
 
     fn fill(&self, device: DeviceId, dtype: DType, len: usize, value: Scalar) -> Result<Buffer> {
         let n = len as u64;
-        with_scalar!(value, v => self.produce(device, dtype, len, (Source::Init, "fill", n), &[], |out| {
+        // SAFETY: `fill_{dtype}(T* out, u64 n, T v)` gets the output address, `n` = `len`
+        // (the output's element count) and `v`, whose Rust type is `dtype`'s: the tensor
+        // layer passes `T::DTYPE` with `value.to_scalar()` of the same `T`.
+        with_scalar!(value, v => unsafe { self.produce(device, dtype, len, (Source::Init, "fill", n), &[], |out| {
             args![*out, n, v].to_vec()
-        }))
+        }) })
     }
 
     fn arange(&self, device: DeviceId, dtype: DType, len: usize, start: f64, step: f64) -> Result<Buffer> {
         let n = len as u64;
-        self.produce(device, dtype, len, (Source::Init, "arange", n), &[], |out| args![*out, n, start, step].to_vec())
+        // SAFETY: `arange_{dtype}(T* out, u64 n, f64 start, f64 step)` gets the output
+        // address, `n` = `len` (the output's element count) and two `f64`s.
+        unsafe {
+            self.produce(device, dtype, len, (Source::Init, "arange", n), &[], |out| {
+                args![*out, n, start, step].to_vec()
+            })
+        }
     }
 
     fn rand(&self, device: DeviceId, dtype: DType, len: usize, seed: u64) -> Result<Buffer> {
@@ -493,7 +556,9 @@ impl Backend for CudaBackend {
             return Err(Error::InvalidArgument { op: "rand", reason: format!("{dtype} is not a float type") });
         }
         let n = len as u64;
-        self.produce(device, dtype, len, (Source::Init, "rand", n), &[], |out| args![*out, n, seed].to_vec())
+        // SAFETY: `rand_{f32,f64}(T* out, u64 n, u64 seed)` (float `dtype` checked above)
+        // gets the output address, `n` = `len` (the output's element count) and a `u64`.
+        unsafe { self.produce(device, dtype, len, (Source::Init, "rand", n), &[], |out| args![*out, n, seed].to_vec()) }
     }
 
     fn unary(&self, device: DeviceId, op: UnaryOp, dtype: DType, x: &Buffer, len: usize) -> Result<Buffer> {
@@ -510,7 +575,14 @@ impl Backend for CudaBackend {
         }
         let (xp, n) = (cuda(x).ptr(), len as u64);
         let work = n.div_ceil(16 / dtype.size() as u64).div_ceil(UNROLL);
-        self.produce(device, dtype, len, (Source::Elementwise, opname, work), &[x], |out| args![xp, *out, n].to_vec())
+        // SAFETY: `{op}_{dtype}(const T* x, T* out, u64 n)` gets `x` (an input, `len`
+        // elements of `dtype` by the Backend contract), the output (`len` elements) and
+        // `n` = `len`.
+        unsafe {
+            self.produce(device, dtype, len, (Source::Elementwise, opname, work), &[x], |out| {
+                args![xp, *out, n].to_vec()
+            })
+        }
     }
 
     fn binary(
@@ -540,11 +612,23 @@ impl Backend for CudaBackend {
             None => {
                 let f = dev.kernel(Source::Elementwise, op.name(), "same", dtype)?;
                 let grid = dev.grid_full(n.div_ceil(16 / dtype.size() as u64).div_ceil(UNROLL), 256);
-                dev.launch(f, (grid, 1, 1), (256, 1, 1), s.raw.0, &mut args![a, b, o, n, err])
+                // SAFETY: `{op}_same_{dtype}(const T* a, const T* b, T* out, u64 n, int* err)`:
+                // `lhs`, `rhs` and `out` each hold `n` = `len` elements of `dtype` (same
+                // layout: equal shapes), ready and kept alive on `s` (see `alloc`); `err`
+                // is the 4-byte flag of `with_div_check`, or 0 where no op can divide an
+                // integer by zero (the kernels touch `err` only then).
+                unsafe { dev.launch(f, (grid, 1, 1), (256, 1, 1), s.raw.0, &mut args![a, b, o, n, err]) }
             }
             Some(bc) => {
                 let f = dev.kernel(Source::Elementwise, op.name(), "bcast", dtype)?;
-                dev.launch(f, (dev.grid(n, 256), 1, 1), (256, 1, 1), s.raw.0, &mut args![a, b, o, n, bc, err])
+                // SAFETY: `{op}_bcast_{dtype}(const T* a, const T* b, T* out, u64 n, Bcast bc,
+                // int* err)`: `out` holds `n` = `len` elements; `bc` is the `#[repr(C)]`
+                // mirror of the kernel's `Bcast`, built from the checked broadcast strides,
+                // so every index it yields lies within `lhs` and `rhs`, ready and kept alive
+                // on `s` (see `alloc`); `err` as in the same-layout case.
+                unsafe {
+                    dev.launch(f, (dev.grid(n, 256), 1, 1), (256, 1, 1), s.raw.0, &mut args![a, b, o, n, bc, err])
+                }
             }
         })?;
         self.done(out)
@@ -570,7 +654,14 @@ impl Backend for CudaBackend {
         let f = dev.kernel(Source::Elementwise, op.name(), "scalar", dtype)?;
         let (a, o, n, err) = (cuda(lhs).ptr(), out.ptr(), len as u64, 0u64);
         let grid = dev.grid_full(n.div_ceil(16 / dtype.size() as u64).div_ceil(UNROLL), 256);
-        with_scalar!(rhs, v => dev.launch(f, (grid, 1, 1), (256, 1, 1), stream.raw.0, &mut args![a, v, o, n, err]))?;
+        // SAFETY: `{op}_scalar_{dtype}(const T* a, T s, T* out, u64 n, int* err)`: `lhs` and
+        // `out` hold `n` = `len` elements of `dtype`, ready and kept alive on `stream` (see
+        // `alloc`); `v` has `dtype`'s Rust type (the tensor layer passes `T::to_scalar` with
+        // `T::DTYPE`); `err` is null, which the kernel never touches since an integer zero
+        // divisor was refused above.
+        with_scalar!(rhs, v => unsafe {
+            dev.launch(f, (grid, 1, 1), (256, 1, 1), stream.raw.0, &mut args![a, v, o, n, err])
+        })?;
         self.done(out)
     }
 
@@ -606,24 +697,40 @@ impl Backend for CudaBackend {
         let k = |variant: &'static str| dev.kernel(Source::Reduce, opname, variant, dtype);
         let (xp, o, s) = (cuda(x).ptr(), out.ptr(), stream.raw.0);
         let (outer, len, inner) = (r.outer as u64, r.len as u64, r.inner as u64);
+        // In every launch below `x` holds `outer * len * inner` elements of `dtype` and
+        // `out` `outer * inner` (= `r.out_len()`), both ready and kept alive on `stream`
+        // (see `alloc`); the kernels bound their accesses by these counts.
         if outer == 1 && inner == 1 {
             if len <= 1 << 16 {
-                dev.launch(k("single")?, (1, 1, 1), (1024, 1, 1), s, &mut args![xp, len, o])?;
+                // SAFETY: `{op}_single_{dtype}(const T* x, u64 n, T* out)`: `len` elements of
+                // `x` into the one element of `out`.
+                unsafe { dev.launch(k("single")?, (1, 1, 1), (1024, 1, 1), s, &mut args![xp, len, o])? };
             } else {
                 // Accumulator width: f64 for float sums and means and for f64 max, else 4 bytes.
                 let acc = if op != ReduceOp::Max && dtype.is_float() || dtype == DType::F64 { 8 } else { 4 };
                 let blocks = dev.grid(len.div_ceil(16 / dtype.size() as u64), 256);
                 let partial = CudaBuffer::alloc(dev, &stream, blocks as usize * acc)?;
                 let (p, nparts) = (partial.ptr(), blocks as u64);
-                dev.launch(k("partial")?, (blocks, 1, 1), (256, 1, 1), s, &mut args![xp, len, p])?;
-                dev.launch(k("final")?, (1, 1, 1), (1024, 1, 1), s, &mut args![p, nparts, o, len])?;
+                // SAFETY: `{op}_partial_{dtype}(const T* x, u64 n, A* partial)`: one
+                // accumulator per block into `partial`, which holds `blocks` accumulators of
+                // `acc` bytes (the kernel's `A`: f64 for float sums and means and f64 max,
+                // else 4 bytes), allocated on `stream` and freed there after both launches.
+                unsafe { dev.launch(k("partial")?, (blocks, 1, 1), (256, 1, 1), s, &mut args![xp, len, p])? };
+                // SAFETY: `{op}_final_{dtype}(const A* partial, u64 nparts, T* out, u64 len)`:
+                // the `nparts` = `blocks` accumulators written just before on `stream`, into
+                // the one element of `out`.
+                unsafe { dev.launch(k("final")?, (1, 1, 1), (1024, 1, 1), s, &mut args![p, nparts, o, len])? };
             }
         } else if inner == 1 {
             let grid = outer.min(dev.sm_count as u64 * 16) as u32;
-            dev.launch(k("rows")?, (grid, 1, 1), (256, 1, 1), s, &mut args![xp, o, outer, len])?;
+            // SAFETY: `{op}_rows_{dtype}(const T* x, T* out, u64 outer, u64 len)`: `outer`
+            // rows of `len` elements of `x`, one result each into `out` (`outer` elements).
+            unsafe { dev.launch(k("rows")?, (grid, 1, 1), (256, 1, 1), s, &mut args![xp, o, outer, len])? };
         } else {
             let grid = dev.grid(outer * inner, 256);
-            dev.launch(k("cols")?, (grid, 1, 1), (256, 1, 1), s, &mut args![xp, o, outer, len, inner])?;
+            // SAFETY: `{op}_cols_{dtype}(const T* x, T* out, u64 outer, u64 len, u64 inner)`:
+            // `x` as `[outer, len, inner]`, reduced over `len` into `out` (`outer * inner`).
+            unsafe { dev.launch(k("cols")?, (grid, 1, 1), (256, 1, 1), s, &mut args![xp, o, outer, len, inner])? };
         }
         self.done(out)
     }
@@ -644,6 +751,8 @@ impl Backend for CudaBackend {
         }
         let (ap, bp, o, s) = (cuda(a).ptr(), cuda(b).ptr(), out.ptr(), stream.raw.0);
         if k == 0 {
+            // SAFETY: `out` holds exactly `m * n` elements of `dtype`, allocated on `s`
+            // (`stream`, live for the call) and freed there after this memset.
             unsafe { result::memset_d8_async(o, 0, m * n * dtype.size(), s) }
                 .map_err(driver(dev.ordinal, "cuMemsetD8Async"))?;
             return self.done(out);
@@ -666,7 +775,11 @@ impl Backend for CudaBackend {
             // Row-major C = A B is column-major C^T = B^T A^T: swap operands, no transposes.
             let nn = cublasOperation_t::CUBLAS_OP_N;
             // SAFETY: `ap`, `bp` and `o` hold m*k, k*n and m*n elements of `dtype` on this
-            // device (allocated by this backend for these shapes), ready on `stream`.
+            // device (allocated by this backend for these shapes), ready and kept alive on
+            // `stream` (see `alloc`); `h` is `stream`'s own cuBLAS handle, bound to it, and
+            // this device's context is current. The leading dimensions (n, k, n) are those
+            // of the row-major operands read as column-major, and all dims fit an `i32`
+            // (checked above). `alpha`/`beta` point at temporaries that outlive the call.
             unsafe {
                 // The same call for both widths; only the element type differs.
                 macro_rules! gemm {
@@ -706,7 +819,10 @@ impl Backend for CudaBackend {
             }
             let (m, k, n) = (m as u64, k as u64, n as u64);
             let f = dev.kernel(Source::Matrix, "matmul", "", dtype)?;
-            dev.launch(f, (gx as u32, gy as u32, 1), (16, 16, 1), s, &mut args![ap, bp, o, m, k, n])?;
+            // SAFETY: `matmul_{dtype}(const T* a, const T* b, T* out, u64 m, u64 k, u64 n)`:
+            // `a`, `b` and `out` hold m*k, k*n and m*n elements of `dtype`, ready and kept
+            // alive on `stream` (see `alloc`); the kernel bounds its indices by m, k and n.
+            unsafe { dev.launch(f, (gx as u32, gy as u32, 1), (16, 16, 1), s, &mut args![ap, bp, o, m, k, n])? };
         }
         self.done(out)
     }
@@ -722,7 +838,10 @@ impl Backend for CudaBackend {
         }
         let (xp, o, r, c) = (cuda(x).ptr(), out.ptr(), rows as u64, cols as u64);
         let f = dev.kernel(Source::Matrix, "transpose", "", dtype)?;
-        dev.launch(f, (gx as u32, gy as u32, 1), (32, 8, 1), s.raw.0, &mut args![xp, o, r, c])?;
+        // SAFETY: `transpose_{dtype}(const T* x, T* out, u64 rows, u64 cols)`: `x` and `out`
+        // each hold `rows * cols` elements of `dtype`, ready and kept alive on `s` (see
+        // `alloc`); the kernel bounds its indices by `rows` and `cols`.
+        unsafe { dev.launch(f, (gx as u32, gy as u32, 1), (32, 8, 1), s.raw.0, &mut args![xp, o, r, c])? };
         self.done(out)
     }
 
@@ -733,7 +852,10 @@ impl Backend for CudaBackend {
         let mut at = out.ptr();
         for (buf, _) in parts {
             let b = cuda(buf);
-            Self::dtod(&s, at, b.ptr(), b.bytes())?;
+            // SAFETY: `out` holds the sum of the parts' lengths, so `at .. at + b.bytes()`
+            // (the running offset) lies within it; `b` is a distinct input buffer of
+            // `b.bytes()` bytes; both ready and kept alive on `s` (see `alloc`).
+            unsafe { Self::dtod(&s, at, b.ptr(), b.bytes())? };
             at += b.bytes() as u64;
         }
         self.done(out)
@@ -742,7 +864,10 @@ impl Backend for CudaBackend {
     fn slice(&self, device: DeviceId, dtype: DType, x: &Buffer, offset: usize, len: usize) -> Result<Buffer> {
         let (_, s, out) = self.alloc(device, dtype, len, &[x])?;
         let src = cuda(x).ptr() + (offset * dtype.size()) as u64;
-        Self::dtod(&s, out.ptr(), src, len * dtype.size())?;
+        // SAFETY: the caller checked `offset + len` against `x`'s length (Backend
+        // contract), so the source range lies within `x`; `out` holds `len` elements; both
+        // are ready and kept alive on `s` (see `alloc`), in distinct allocations.
+        unsafe { Self::dtod(&s, out.ptr(), src, len * dtype.size())? };
         self.done(out)
     }
 

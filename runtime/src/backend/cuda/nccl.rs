@@ -35,6 +35,8 @@ static COMMS: LazyLock<Mutex<HashMap<Vec<u32>, Comms>>> = LazyLock::new(|| Mutex
 /// Whether libnccl can be loaded, checked once.
 fn present() -> bool {
     static PRESENT: OnceLock<bool> = OnceLock::new();
+    // SAFETY: only tries to load libnccl (libloading, dropped at once) and touches no
+    // symbol; cudarc resolves NCCL symbols on their first use, which this check guards.
     *PRESENT.get_or_init(|| unsafe { nsys::is_culib_present() })
 }
 
@@ -125,14 +127,27 @@ pub(super) fn collective(
         }
         let recv = outs[i].ptr() as *mut c_void;
         let send = inputs[i].map_or(recv as *const c_void, |buf| cuda(buf).ptr() as *const c_void);
+        // SAFETY (the three calls): `recv` is `outs[i]`, `out_bytes` bytes of device i
+        // (`len` elements of `dtype`, or `n * len` for all-gather), allocated on stream `s`;
+        // `send` is device i's input (`len` elements of `dtype`, checked above), ready on
+        // `s` (use_on above), or `recv` itself for a broadcast's non-root ranks, which NCCL
+        // then only writes. `comm` is rank i of the communicators made for exactly these
+        // ordinals (under the `COMMS` lock, held until the group ends, so no other thread
+        // enqueues on them); `dt` is `dtype`'s NCCL type and `root < n`. The inputs are
+        // borrowed by the caller and their frees wait for `s` (a reader), the outputs are
+        // freed on `s`, so all stay allocated until the collective is done; device i's
+        // context is current (bind above).
         let call = match op {
+            // SAFETY: see above.
             Collective::Broadcast { root, .. } => unsafe {
                 nccl::broadcast(send, recv, len, dt, root as i32, comm, s).map_err(nccl_err(dev.id(), "ncclBroadcast"))
             },
+            // SAFETY: see above.
             Collective::AllReduceSum(_) => unsafe {
                 nccl::all_reduce(send, recv, len, dt, nsys::ncclRedOp_t::ncclSum, comm, s)
                     .map_err(nccl_err(dev.id(), "ncclAllReduce"))
             },
+            // SAFETY: see above.
             Collective::AllGather(_) => unsafe {
                 nccl::all_gather(send, recv, len, dt, comm, s).map_err(nccl_err(dev.id(), "ncclAllGather"))
             },
@@ -155,6 +170,9 @@ pub(super) fn collective(
 fn init(states: &[&'static DeviceState]) -> Result<Comms> {
     let list: Vec<i32> = states.iter().map(|d| d.ctx.cu_device()).collect();
     let mut comms = vec![std::ptr::null_mut(); list.len()];
+    // SAFETY: `comms` has room for `list.len()` communicators, which NCCL writes; `list`
+    // holds that many device handles (distinct, from `cu_device` of live devices), read
+    // during the call; the count fits an `i32` (the caller bounds the device list).
     unsafe { nccl::comm_init_all(comms.as_mut_ptr(), list.len() as i32, list.as_ptr()) }
         .map_err(nccl_err(states[0].id(), "ncclCommInitAll"))?;
     Ok(comms.into_iter().map(Handle).collect())

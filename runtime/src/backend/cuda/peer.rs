@@ -17,6 +17,8 @@ pub(super) fn can_access_peer(b: &CudaBackend, device: DeviceId, peer: DeviceId)
         return Ok(false);
     }
     let mut can = 0;
+    // SAFETY: `can` is a live `i32` the driver writes during the call; both device
+    // handles come from `cu_device` of live `DeviceState`s.
     unsafe { sys::cuDeviceCanAccessPeer(&mut can, d.ctx.cu_device(), p.ctx.cu_device()) }
         .result()
         .map_err(driver(d.ordinal, "cuDeviceCanAccessPeer"))?;
@@ -36,6 +38,8 @@ pub(super) fn enable_peer_access(b: &CudaBackend, device: DeviceId, peer: Device
 /// Lets `from` access the memory of `to`.
 fn one_way(from: &DeviceState, to: &DeviceState) -> Result<()> {
     from.bind()?;
+    // SAFETY: `from`'s context is current (bind above) and `to`'s context is a live
+    // primary context (devices live for the process); flags must be 0.
     match unsafe { sys::cuCtxEnablePeerAccess(to.ctx.cu_ctx(), 0) }.result() {
         Ok(()) => {}
         // Enabled before, by locus or by other code in the process: what was asked for.
@@ -45,6 +49,8 @@ fn one_way(from: &DeviceState, to: &DeviceState) -> Result<()> {
     if !to.ctx.has_async_alloc() {
         return Ok(());
     }
+    // SAFETY: `to.ctx.cu_device()` is a device handle from the driver for a live device;
+    // its default pool lives as long as the device.
     let pool = unsafe { result::device::get_default_mem_pool(to.ctx.cu_device()) }
         .map_err(driver(to.ordinal, "cuDeviceGetDefaultMemPool"))?;
     let grant = sys::CUmemAccessDesc {
@@ -54,5 +60,7 @@ fn one_way(from: &DeviceState, to: &DeviceState) -> Result<()> {
         },
         flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
     };
+    // SAFETY: `pool` is `to`'s default pool (above); `grant` is one valid descriptor on
+    // this frame, read during the call, and the count is 1.
     unsafe { sys::cuMemPoolSetAccess(pool, &grant, 1) }.result().map_err(driver(to.ordinal, "cuMemPoolSetAccess"))
 }

@@ -31,11 +31,19 @@ const CHUNK_MAX: usize = 2 << 20;
 /// and before what `stream` queues next. `data` may be dropped when this returns.
 /// (Page-locking the source in place with `cuMemHostRegister` instead was measured on
 /// the H200 at 18 GB/s, slower than staging.)
-pub(super) fn upload(dev: &DeviceState, stream: &StreamObj, dst: u64, data: &[u8]) -> Result<()> {
+///
+/// # Safety
+/// `dst .. dst + data.len()` lies within a live allocation of `dev`, which stays
+/// allocated until `stream`'s work queued before its next use is done (a buffer freed
+/// stream-ordered on `stream`), and nothing else writes or reads it until then unless
+/// ordered after `stream`. `dev`'s context is current on this thread.
+pub(super) unsafe fn upload(dev: &DeviceState, stream: &StreamObj, dst: u64, data: &[u8]) -> Result<()> {
     if data.len() < STAGE_MIN {
         if !data.is_empty() {
             // SAFETY: `dst` holds at least `data.len()` bytes of this device (the caller's
-            // allocation), and `data` is valid for reads until this function returns.
+            // contract) and is written on `stream`, whose work orders its later uses. `data`
+            // is valid for reads until this function returns: the driver stages pageable
+            // memory before returning, and page-locked memory is waited for just below.
             unsafe { result::memcpy_htod_async(dst, data, stream.raw.0) }
                 .map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"))?;
             // The driver stages a small pageable copy before it returns, but reads
@@ -51,8 +59,15 @@ pub(super) fn upload(dev: &DeviceState, stream: &StreamObj, dst: u64, data: &[u8
         while let Some(range) = lane.next_chunk() {
             let k = lane.turn();
             let stage = lane.stage(k, range.len())?;
-            // SAFETY: the stage holds `range.len()` bytes and is not the source.
+            // SAFETY: the stage holds `range.len()` bytes (a slice of that length) and is
+            // pinned pool memory, not the source; the source slice has `range.len()` bytes.
             unsafe { stream_copy(stage.as_mut_ptr(), data[range.clone()].as_ptr(), range.len()) };
+            // SAFETY: `range` lies within `0 .. data.len()`, so `dst + range.start` has
+            // `range.len()` bytes within the caller's allocation (contract). The side stream
+            // waited for `stream` (in `staged`), and `stream` waits for the side stream
+            // before this copy returns, so the write is ordered like one on `stream`. The
+            // stage is pinned and is not written again until this DMA's event (recorded by
+            // `queued`) completes, nor freed before (the pool holds it until then).
             unsafe { result::memcpy_htod_async(dst + range.start as u64, &stage[..], lane.side.raw.0) }
                 .map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"))?;
             lane.queued(k)?;
@@ -63,8 +78,17 @@ pub(super) fn upload(dev: &DeviceState, stream: &StreamObj, dst: u64, data: &[u8
 
 /// Device-to-host: `out.len()` bytes of device memory at `src`, after `stream`'s work,
 /// into `out`. Returns when `out` holds the data.
-pub(super) fn download(dev: &DeviceState, stream: &StreamObj, src: u64, out: &mut [u8]) -> Result<()> {
+///
+/// # Safety
+/// `src .. src + out.len()` lies within a live allocation of `dev` that was written
+/// before this point of `stream`'s order and stays allocated until `stream`'s work queued
+/// now is done (a buffer ready on `stream` and freed after it). `dev`'s context is
+/// current on this thread.
+pub(super) unsafe fn download(dev: &DeviceState, stream: &StreamObj, src: u64, out: &mut [u8]) -> Result<()> {
     if out.len() < STAGE_MIN {
+        // SAFETY: `src` holds `out.len()` bytes ready on `stream` (the caller's contract);
+        // `out` is borrowed mutably for this call, which waits for the copy (synchronize
+        // below) before returning, so the DMA never outlives the borrow.
         unsafe { result::memcpy_dtoh_async(&mut out[..], src, stream.raw.0) }
             .map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"))?;
         return stream.synchronize();
@@ -79,6 +103,12 @@ pub(super) fn download(dev: &DeviceState, stream: &StreamObj, src: u64, out: &mu
                 Some(range) => {
                     let k = lane.turn();
                     let stage = lane.stage(k, range.len())?;
+                    // SAFETY: `range` lies within `0 .. out.len()`, so `src + range.start`
+                    // has `range.len()` bytes within the caller's allocation, ordered after
+                    // its writer (the side stream waited for `stream` in `staged`) and freed
+                    // only after the side stream's work (`stream` waits for it at the end).
+                    // The stage is pinned, `range.len()` bytes long, idle (`lane.stage` waited
+                    // for its last DMA), and read only after this DMA's event completes.
                     unsafe { result::memcpy_dtoh_async(stage, src + range.start as u64, lane.side.raw.0) }
                         .map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"))?;
                     lane.queued(k)?;
@@ -87,9 +117,11 @@ pub(super) fn download(dev: &DeviceState, stream: &StreamObj, src: u64, out: &mu
                 None => None,
             };
             if let Some((k, range)) = landing.take() {
-                let stage = lane.stage(k, range.len())?; // waits for its DMA
-                                                         // SAFETY: the chunk is within `out`, which outlives this call, and no
-                                                         // other thread takes the same chunk.
+                // Waits for its DMA.
+                let stage = lane.stage(k, range.len())?;
+                // SAFETY: the chunk `range` is within `out` (of `len` bytes), which outlives
+                // this call, and no other thread takes the same chunk; the stage holds
+                // `range.len()` bytes and is pinned pool memory, not part of `out`.
                 unsafe { stream_copy((base + range.start) as *mut u8, stage.as_ptr(), range.len()) };
             }
             if next.is_none() {
@@ -239,20 +271,34 @@ unsafe fn stream_copy(dst: *mut u8, src: *const u8, len: usize) {
         use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
         // Align the destination to 16 bytes with a plain copy of the head.
         let head = dst.align_offset(16).min(len);
-        std::ptr::copy_nonoverlapping(src, dst, head);
+        // SAFETY: `head <= len`, so both ranges are within the caller's valid,
+        // non-overlapping `len` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, head) };
         let body = (len - head) / 16;
-        let (s, d) = (src.add(head), dst.add(head));
+        // SAFETY: `head <= len`: both offsets stay within (or one past) the `len` bytes.
+        let (s, d) = unsafe { (src.add(head), dst.add(head)) };
         for i in 0..body {
-            // SSE2 is part of x86_64, so these need no feature check.
-            let v = _mm_loadu_si128(s.add(i * 16) as *const __m128i);
-            _mm_stream_si128(d.add(i * 16) as *mut __m128i, v);
+            // SAFETY: `head + i * 16 + 16 <= head + body * 16 <= len`, so the 16 bytes read
+            // and written lie within `src` and `dst`; `d + i * 16` is 16-byte aligned (`d`
+            // was aligned above), as `_mm_stream_si128` requires, and the load is
+            // unaligned-tolerant. SSE2 is part of x86_64, so these need no feature check.
+            unsafe {
+                let v = _mm_loadu_si128(s.add(i * 16) as *const __m128i);
+                _mm_stream_si128(d.add(i * 16) as *mut __m128i, v);
+            }
         }
-        _mm_sfence();
+        // SAFETY: a store fence has no memory operands; SSE is part of x86_64. It orders the
+        // non-temporal stores above before whatever the caller does next.
+        unsafe { _mm_sfence() };
         let done = head + body * 16;
-        std::ptr::copy_nonoverlapping(src.add(done), dst.add(done), len - done);
+        // SAFETY: `done <= len`: the remaining `len - done` bytes of both ranges.
+        unsafe { std::ptr::copy_nonoverlapping(src.add(done), dst.add(done), len - done) };
     }
     #[cfg(not(target_arch = "x86_64"))]
-    std::ptr::copy_nonoverlapping(src, dst, len);
+    // SAFETY: the caller's contract: both valid for `len` bytes, not overlapping.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src, dst, len)
+    };
 }
 
 /// Runs `f(0)` on this thread and `f(1)` .. `f(n - 1)` on the copy threads, and returns
@@ -356,6 +402,8 @@ mod tests {
             let len = len.min(src.len() - off);
             let mut dst = vec![0u8; len + 16];
             let at = off % 16;
+            // SAFETY: `dst[at..]` has `len + 16 - at >= len` bytes and `src[off..]` has at
+            // least `len` (clamped above); two distinct vectors.
             unsafe { stream_copy(dst[at..].as_mut_ptr(), src[off..].as_ptr(), len) };
             assert_eq!(&dst[at..at + len], &src[off..off + len], "offset {off}, length {len}");
         }

@@ -109,7 +109,13 @@ impl StreamObj {
     }
 
     /// Caches a block of `cap` bytes whose last use is queued on this stream.
-    pub fn put_cached(self: &Arc<Self>, cap: usize, ptr: sys::CUdeviceptr) {
+    ///
+    /// # Safety
+    /// `ptr` is a block of exactly `cap` bytes from `cuMemAllocAsync` on this stream's
+    /// device that nothing else owns from here on (it will be handed out again by
+    /// `take_cached` and freed by `free_cached`), and every use of it, on any stream, is
+    /// ordered before this point of this stream.
+    pub unsafe fn put_cached(self: &Arc<Self>, cap: usize, ptr: sys::CUdeviceptr) {
         self.cache.lock().unwrap_or_else(|p| p.into_inner()).entry(cap).or_default().push(ptr);
         // Never with this stream's cache locked: `cached_bytes` locks the list first.
         if !self.listed.swap(true, Ordering::Relaxed) {
@@ -245,10 +251,13 @@ impl EventObj {
     }
 
     pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: `self.raw` is a live event made by `create` (not null), destroyed only in
+        // drop, which cannot run while `&self` is borrowed.
         unsafe { result::event::synchronize(self.raw.0) }.map_err(driver(self.ordinal, "cuEventSynchronize"))
     }
 
     pub fn is_complete(&self) -> Result<bool> {
+        // SAFETY: `self.raw` is a live, non-null event, destroyed only in drop.
         match unsafe { result::event::query(self.raw.0) } {
             Ok(()) => Ok(true),
             Err(e) if e.0 == sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
@@ -258,6 +267,9 @@ impl EventObj {
 
     /// Milliseconds from `self` to `end`, both recorded and complete.
     pub fn elapsed_ms(&self, end: &EventObj) -> Result<f32> {
+        // SAFETY: both events are live (borrowed; destroyed only in their drops) and were
+        // made by `create`; the driver reports an error, not UB, for events not recorded,
+        // not complete or made without timing.
         unsafe { result::event::elapsed(self.raw.0, end.raw.0) }.map_err(driver(self.ordinal, "cuEventElapsedTime"))
     }
 }
@@ -266,6 +278,9 @@ impl Drop for EventObj {
     fn drop(&mut self) {
         // Destroying a recorded event that has not completed is deferred by the driver.
         if set_current(self.ordinal, self.ctx.0).is_ok() {
+            // SAFETY: the event is live and destroyed only here, once, with its context
+            // current; streams that still wait on it keep the wait (the driver defers the
+            // release), and no `EventObj` use can follow its drop.
             let _ = unsafe { result::event::destroy(self.raw.0) };
         }
     }
