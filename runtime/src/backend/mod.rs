@@ -5,6 +5,7 @@
 //! on the host implementation; `cuda:N` runs on the backend chosen by `LOCUS_BACKEND`.
 
 mod account;
+pub(crate) mod copy_threads;
 mod cuda;
 pub(crate) mod current_stream;
 pub(crate) mod host;
