@@ -117,6 +117,7 @@ impl Raw {
     }
 
     fn sync(&self) {
+        // SAFETY: `self.stream` was created in `Raw::new` and is never destroyed.
         unsafe { result::stream::synchronize(self.stream) }.unwrap();
     }
 
@@ -130,6 +131,8 @@ impl Raw {
                 result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).unwrap(),
                 result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).unwrap(),
             );
+            // SAFETY: `a` and `b` were just created on the bound context and are destroyed
+            // only after `b` completed; `self.stream` lives as long as `self`.
             unsafe {
                 result::event::record(a, self.stream).unwrap();
                 f();
@@ -147,17 +150,22 @@ impl Raw {
 fn ceilings(raw: &Raw) -> (f64, f64) {
     raw.bind();
     let bytes = GIB;
+    // SAFETY: plain allocations on the bound context; freed below, after every use.
     let (x, y) = unsafe { (result::malloc_sync(bytes).unwrap(), result::malloc_sync(bytes).unwrap()) };
+    // SAFETY: `x` and `y` are distinct allocations of `bytes` bytes, alive until freed below.
     let ce = raw.time(10, || unsafe { result::memcpy_dtod_async(y, x, bytes, raw.stream).unwrap() });
     let ce_gbs = 2.0 * bytes as f64 / ce / 1e9;
     row("ceiling_d2d_copy_engine", Some(ce_gbs), "GB/s", "cuMemcpyDtoDAsync 1 GiB, read+write");
     let n = (bytes / 16) as u64;
+    // SAFETY: `copy4(x, y, n)` reads and writes `n` float4s, which `x` and `y` hold; the
+    // argument pointers point at the locals `x`, `y` and `n`, alive during the launch.
     let kernel = raw.time(10, || unsafe {
         let mut args = [&x as *const _ as *mut c_void, &y as *const _ as *mut c_void, &n as *const _ as *mut c_void];
         result::launch_kernel(raw.copy, (132 * 8, 1, 1), (256, 1, 1), 0, raw.stream, &mut args).unwrap();
     });
     let k_gbs = 2.0 * bytes as f64 / kernel / 1e9;
     row("ceiling_d2d_copy_kernel", Some(k_gbs), "GB/s", "float4 grid-stride copy 1 GiB, read+write");
+    // SAFETY: `raw.time` synchronized the stream, so no work uses `x` or `y` any more.
     unsafe {
         result::free_sync(x).unwrap();
         result::free_sync(y).unwrap();
@@ -167,6 +175,7 @@ fn ceilings(raw: &Raw) -> (f64, f64) {
     raw.sync();
     let t = Instant::now();
     for _ in 0..launches {
+        // SAFETY: `empty` takes no arguments and touches no memory.
         unsafe { result::launch_kernel(raw.empty, (1, 1, 1), (1, 1, 1), 0, raw.stream, &mut []).unwrap() };
     }
     raw.sync();
@@ -174,14 +183,22 @@ fn ceilings(raw: &Raw) -> (f64, f64) {
     row("ceiling_launch_floor", Some(floor), "us", "empty kernel, raw cuLaunchKernel back to back");
     // Pinned copies through raw cudarc calls.
     for size in [MIB, 16 * MIB, 256 * MIB] {
+        // SAFETY: a plain page-locked allocation of `size` bytes, freed below.
         let host = unsafe { result::malloc_host(size, 0).unwrap() } as *mut u8;
+        // SAFETY: a plain device allocation of `size` bytes, freed below.
         let dev = unsafe { result::malloc_sync(size).unwrap() };
+        // SAFETY: `host` holds `size` bytes that only this slice uses until it is freed; the
+        // copies below only move those bytes (their values do not matter).
         let slice = unsafe { std::slice::from_raw_parts_mut(host, size) };
+        // SAFETY: `dev` and `slice` hold `size` bytes each; `raw.time` synchronizes before
+        // it returns, so the copies end before the memory is reused or freed.
         let h2d = raw.time(10, || unsafe { result::memcpy_htod_async(dev, &slice[..], raw.stream).unwrap() });
+        // SAFETY: as for the H2D copy above.
         let d2h = raw.time(10, || unsafe { result::memcpy_dtoh_async(&mut slice[..], dev, raw.stream).unwrap() });
         let mb = size / MIB;
         row(&format!("ceiling_h2d_pinned_{mb}MiB"), Some(size as f64 / h2d / 1e9), "GB/s", "raw cuMemcpyHtoDAsync");
         row(&format!("ceiling_d2h_pinned_{mb}MiB"), Some(size as f64 / d2h / 1e9), "GB/s", "raw cuMemcpyDtoHAsync");
+        // SAFETY: the copies were synchronized by `raw.time`; nothing uses the memory now.
         unsafe {
             result::free_sync(dev).unwrap();
             result::free_host(host as *mut c_void).unwrap();
@@ -189,11 +206,17 @@ fn ceilings(raw: &Raw) -> (f64, f64) {
     }
     // Both directions at once, each on its own stream: can H2D and D2H overlap here?
     let size = 256 * MIB;
+    // SAFETY: plain page-locked allocations of `size` bytes, freed below.
     let (h_in, h_out) = unsafe { (result::malloc_host(size, 0).unwrap(), result::malloc_host(size, 0).unwrap()) };
+    // SAFETY: plain device allocations of `size` bytes, freed below.
     let (d_in, d_out) = unsafe { (result::malloc_sync(size).unwrap(), result::malloc_sync(size).unwrap()) };
     let other = result::stream::create(result::stream::StreamKind::NonBlocking).unwrap();
+    // SAFETY: `h_in` holds `size` bytes, used only through this slice until freed.
     let src = unsafe { std::slice::from_raw_parts(h_in as *const u8, size) };
+    // SAFETY: `h_out` holds `size` bytes, used only through this slice until freed.
     let dst = unsafe { std::slice::from_raw_parts_mut(h_out as *mut u8, size) };
+    // SAFETY: each buffer holds `size` bytes; both streams are synchronized before the
+    // closure returns, so no copy outlives a round.
     let both = wall_time(2, 5, || unsafe {
         result::memcpy_htod_async(d_in, src, raw.stream).unwrap();
         result::memcpy_dtoh_async(&mut dst[..], d_out, other).unwrap();
@@ -206,6 +229,7 @@ fn ceilings(raw: &Raw) -> (f64, f64) {
         "GB/s",
         "raw H2D and D2H at once on two streams, sum of both",
     );
+    // SAFETY: both streams were synchronized; nothing uses these buffers or `other` now.
     unsafe {
         result::free_sync(d_in).unwrap();
         result::free_sync(d_out).unwrap();
