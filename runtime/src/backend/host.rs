@@ -268,10 +268,10 @@ fn current_stream(device: DeviceId) -> u64 {
 }
 
 /// The host memory of `b`, about to be read on the current stream.
-fn host_buf(b: &Buffer) -> &HostBuffer {
-    let h = host_mem(b);
+fn host_buf(b: &Buffer) -> Result<&HostBuffer> {
+    let h = host_mem(b)?;
     use_on_stream(h, current_stream(h.account.device));
-    h
+    Ok(h)
 }
 
 /// Books a use of `h` on simulated stream `on` as the cuda backend books its event
@@ -324,10 +324,11 @@ pub(crate) struct HostEvent {
     mark: Mark,
 }
 
-fn host_mem(b: &Buffer) -> &HostBuffer {
+/// The host memory of `b`; device memory here is a caller's bug, reported, not a panic.
+fn host_mem(b: &Buffer) -> Result<&HostBuffer> {
     match b {
-        Buffer::Host(h) => h,
-        Buffer::Cuda(_) => unreachable!("the host backend was handed device memory"),
+        Buffer::Host(h) => Ok(h),
+        Buffer::Cuda(_) => Err(super::wrong_buffer("host", "cuda")),
     }
 }
 
@@ -458,7 +459,7 @@ impl Backend for HostBackend {
 
     fn use_on(&self, buf: &Buffer, stream: &RawStream) -> Result<()> {
         if let RawStream::Host { id, .. } = stream {
-            use_on_stream(host_mem(buf), *id);
+            use_on_stream(host_mem(buf)?, *id);
         }
         Ok(())
     }
@@ -494,7 +495,7 @@ impl Backend for HostBackend {
         dst: &mut HostBuffer,
         stream: &RawStream,
     ) -> Result<RawEvent> {
-        let s = host_mem(src);
+        let s = host_mem(src)?;
         use_on_stream(s, stream_id(stream));
         dst.bytes_mut().copy_from_slice(s.bytes());
         let done = self.new_event(device, false)?;
@@ -513,12 +514,12 @@ impl Backend for HostBackend {
     }
 
     fn download(&self, _device: DeviceId, buf: &Buffer, out: &mut [u8]) -> Result<()> {
-        out.copy_from_slice(host_buf(buf).bytes());
+        out.copy_from_slice(host_buf(buf)?.bytes());
         Ok(())
     }
 
     fn copy(&self, _src: DeviceId, buf: &Buffer, dst: DeviceId) -> Result<Buffer> {
-        self.upload(dst, host_buf(buf).bytes())
+        self.upload(dst, host_buf(buf)?.bytes())
     }
 
     fn fill(&self, device: DeviceId, dtype: DType, len: usize, value: Scalar) -> Result<Buffer> {
@@ -550,7 +551,7 @@ impl Backend for HostBackend {
     }
 
     fn unary(&self, device: DeviceId, op: UnaryOp, dtype: DType, x: &Buffer, len: usize) -> Result<Buffer> {
-        let x = host_buf(x);
+        let x = host_buf(x)?;
         host().produce(device, dtype, len, |out| match (dtype, op) {
             (DType::F32, _) => {
                 k::unary_float::<f32>(op, x.as_slice(), out.as_mut_slice());
@@ -578,7 +579,7 @@ impl Backend for HostBackend {
         out_shape: &[usize],
         layout: &Layout,
     ) -> Result<Buffer> {
-        let (l, r) = (host_buf(lhs), host_buf(rhs));
+        let (l, r) = (host_buf(lhs)?, host_buf(rhs)?);
         let len = out_shape.iter().product();
         host().produce(device, dtype, len, |out| {
             with_dtype!(dtype, T => k::binary::<T>(op, l.as_slice(), r.as_slice(), out.as_mut_slice(), out_shape, layout))
@@ -594,7 +595,7 @@ impl Backend for HostBackend {
         len: usize,
         rhs: Scalar,
     ) -> Result<Buffer> {
-        let l = host_buf(lhs);
+        let l = host_buf(lhs)?;
         host().produce(device, dtype, len, |out| {
             with_dtype!(dtype, T => k::binary::<T>(
                 op,
@@ -616,7 +617,7 @@ impl Backend for HostBackend {
         rhs: &Buffer,
         len: usize,
     ) -> Result<Buffer> {
-        let r = host_buf(rhs);
+        let r = host_buf(rhs)?;
         host().produce(device, dtype, len, |out| {
             with_dtype!(dtype, T => k::binary::<T>(
                 op,
@@ -630,7 +631,7 @@ impl Backend for HostBackend {
     }
 
     fn unary_param(&self, device: DeviceId, op: ParamOp, dtype: DType, x: &Buffer, len: usize) -> Result<Buffer> {
-        let x = host_buf(x);
+        let x = host_buf(x)?;
         host().produce(device, dtype, len, |out| match (op, dtype) {
             (ParamOp::Pow(e), DType::F32) => {
                 k::pow::<f32>(x.as_slice(), f32::from_scalar(e), out.as_mut_slice());
@@ -656,7 +657,7 @@ impl Backend for HostBackend {
     }
 
     fn reduce(&self, device: DeviceId, op: ReduceOp, dtype: DType, x: &Buffer, r: Reduction) -> Result<Buffer> {
-        let x = host_buf(x);
+        let x = host_buf(x)?;
         host().produce(device, dtype, r.out_len(), |out| {
             with_dtype!(dtype, T => k::reduce::<T>(op, x.as_slice(), out.as_mut_slice(), r));
             Ok(())
@@ -673,7 +674,7 @@ impl Backend for HostBackend {
         kk: usize,
         n: usize,
     ) -> Result<Buffer> {
-        let (a, b) = (host_buf(a), host_buf(b));
+        let (a, b) = (host_buf(a)?, host_buf(b)?);
         host().produce(device, dtype, m * n, |out| {
             with_dtype!(dtype, T => k::matmul::<T>(a.as_slice(), b.as_slice(), out.as_mut_slice(), m, kk, n));
             Ok(())
@@ -681,7 +682,7 @@ impl Backend for HostBackend {
     }
 
     fn transpose(&self, device: DeviceId, dtype: DType, x: &Buffer, rows: usize, cols: usize) -> Result<Buffer> {
-        let x = host_buf(x);
+        let x = host_buf(x)?;
         host().produce(device, dtype, rows * cols, |out| {
             with_dtype!(dtype, T => k::transpose::<T>(x.as_slice(), out.as_mut_slice(), rows, cols));
             Ok(())
@@ -694,7 +695,7 @@ impl Backend for HostBackend {
             let mut at = 0;
             let dst = out.bytes_mut();
             for (buf, _) in parts {
-                let src = host_buf(buf).bytes();
+                let src = host_buf(buf)?.bytes();
                 dst[at..at + src.len()].copy_from_slice(src);
                 at += src.len();
             }
@@ -704,14 +705,14 @@ impl Backend for HostBackend {
 
     fn slice(&self, device: DeviceId, dtype: DType, x: &Buffer, offset: usize, len: usize) -> Result<Buffer> {
         let s = dtype.size();
-        self.upload(device, &host_buf(x).bytes()[offset * s..(offset + len) * s])
+        self.upload(device, &host_buf(x)?.bytes()[offset * s..(offset + len) * s])
     }
 
     fn copy_blocks(&self, device: DeviceId, dtype: DType, len: usize, parts: &[Blocks<'_>]) -> Result<Buffer> {
         host().produce(device, dtype, len, |out| {
             let dst = out.bytes_mut();
             for b in parts {
-                k::copy_blocks(dst, host_buf(b.src).bytes(), dtype.size(), b);
+                k::copy_blocks(dst, host_buf(b.src)?.bytes(), dtype.size(), b);
             }
             Ok(())
         })

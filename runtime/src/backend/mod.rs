@@ -303,6 +303,12 @@ pub(crate) trait Backend: Send + Sync + 'static {
     ) -> Result<Option<Vec<Buffer>>>;
 }
 
+/// The error for a buffer of one backend handed to the other (a bug above the backend,
+/// reported as an error rather than a panic).
+pub(crate) fn wrong_buffer(backend: &str, memory: &str) -> Error {
+    Error::InvalidArgument { op: "backend", reason: format!("the {backend} backend was handed {memory} memory") }
+}
+
 /// The random bits of element `i` under `seed` (SplitMix64 of a counter), shared by all
 /// backends so that `rand` gives the same values everywhere.
 pub(crate) fn rand_bits(seed: u64, i: u64) -> u64 {

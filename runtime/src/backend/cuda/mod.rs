@@ -75,10 +75,11 @@ pub(crate) fn open() -> std::result::Result<CudaBackend, String> {
 /// Vectors per thread in the elementwise kernels (`UNROLL` in elementwise.cu).
 const UNROLL: u64 = 4;
 
-fn cuda(b: &Buffer) -> &CudaBuffer {
+/// The device memory of `b`; host memory here is a caller's bug, reported, not a panic.
+fn cuda(b: &Buffer) -> Result<&CudaBuffer> {
     match b {
-        Buffer::Cuda(c) => c,
-        Buffer::Host(_) => unreachable!("the cuda backend was handed host memory"),
+        Buffer::Cuda(c) => Ok(c),
+        Buffer::Host(_) => Err(super::wrong_buffer("cuda", "host")),
     }
 }
 
@@ -118,7 +119,7 @@ impl CudaBackend {
         let dev = self.dev(id)?;
         let s = self.stream(dev);
         for b in inputs {
-            cuda(b).use_on(&s)?;
+            cuda(b)?.use_on(&s)?;
         }
         let bytes =
             len.checked_mul(dtype.size()).ok_or(Error::OutOfMemory { device: id, requested: usize::MAX, free: 0 })?;
@@ -339,8 +340,8 @@ impl Backend for CudaBackend {
 
     fn use_on(&self, buf: &Buffer, stream: &RawStream) -> Result<()> {
         let s = self.raw_stream(stream)?;
-        cuda(buf).device().bind()?;
-        cuda(buf).use_on(&s)
+        cuda(buf)?.device().bind()?;
+        cuda(buf)?.use_on(&s)
     }
 
     fn alloc_pinned(&self, bytes: usize) -> Result<usize> {

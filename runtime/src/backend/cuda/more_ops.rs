@@ -36,7 +36,7 @@ pub(super) fn scalar_binary(
     }
     let check = op == BinaryOp::Div && !dtype.is_float();
     let f = dev.kernel(Source::Elementwise, op.name(), "rscalar", dtype)?;
-    let (a, o, n) = (cuda(rhs).ptr(), out.ptr(), len as u64);
+    let (a, o, n) = (cuda(rhs)?.ptr(), out.ptr(), len as u64);
     let grid = dev.grid_full(vector_work(n, dtype), 256);
     b.with_div_check(&s, check, |err| {
         // SAFETY: `{op}_rscalar_{dtype}(const T* a, T s, T* out, u64 n, int* err)`: `rhs`
@@ -59,7 +59,7 @@ pub(super) fn unary_param(
     len: usize,
 ) -> Result<Buffer> {
     let mismatch = |op| Error::InvalidArgument { op, reason: format!("parameters of another type than {dtype}") };
-    let (xp, n) = (cuda(x).ptr(), len as u64);
+    let (xp, n) = (cuda(x)?.ptr(), len as u64);
     let work = (Source::Elementwise, "", vector_work(n, dtype));
     // In the launches below `x` holds `len` elements of `dtype` (Backend contract), and the
     // parameters' Rust type is `dtype`'s (matched on).
@@ -116,7 +116,7 @@ pub(super) fn copy_blocks(
         if p.count == 0 || p.block == 0 {
             continue;
         }
-        let src = cuda(p.src).ptr() + p.src_offset as u64 * size;
+        let src = cuda(p.src)?.ptr() + p.src_offset as u64 * size;
         let dst = out.ptr() + p.dst_offset as u64 * size;
         let (count, block) = (p.count as u64, p.block as u64);
         if p.count == 1 || (p.src_stride == p.block && p.dst_stride == p.block) {

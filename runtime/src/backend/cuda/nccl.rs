@@ -91,7 +91,7 @@ pub(super) fn collective(
         Collective::Broadcast { root, buf } => (0..n).map(|i| (i == root).then_some(buf)).collect(),
         Collective::AllReduceSum(bufs) | Collective::AllGather(bufs) => bufs.iter().map(|&b| Some(b)).collect(),
     };
-    if inputs.len() != n || inputs.iter().flatten().any(|b| cuda(b).bytes() != bytes) {
+    if inputs.len() != n || inputs.iter().flatten().any(|b| cuda(b).map_or(true, |c| c.bytes() != bytes)) {
         return Err(Error::InvalidArgument { op: "collective", reason: "one input of equal length per device".into() });
     }
 
@@ -110,7 +110,7 @@ pub(super) fn collective(
     for (dev, input) in states.iter().zip(&inputs) {
         let s = b.stream(dev);
         if let Some(buf) = input {
-            cuda(buf).use_on(&s)?;
+            cuda(buf)?.use_on(&s)?;
         }
         outs.push(CudaBuffer::alloc(dev, &s, out_bytes)?);
         streams.push(s);
@@ -126,7 +126,10 @@ pub(super) fn collective(
             continue;
         }
         let recv = outs[i].ptr() as *mut c_void;
-        let send = inputs[i].map_or(recv as *const c_void, |buf| cuda(buf).ptr() as *const c_void);
+        let send = match inputs[i] {
+            Some(buf) => cuda(buf)?.ptr() as *const c_void,
+            None => recv as *const c_void,
+        };
         // SAFETY (the three calls): `recv` is `outs[i]`, `out_bytes` bytes of device i
         // (`len` elements of `dtype`, or `n * len` for all-gather), allocated on stream `s`;
         // `send` is device i's input (`len` elements of `dtype`, checked above), ready on

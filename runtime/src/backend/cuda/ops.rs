@@ -116,7 +116,7 @@ impl CudaBackend {
         if matches!(op, UnaryOp::Exp | UnaryOp::Sqrt) && !dtype.is_float() {
             return Err(Error::InvalidArgument { op: opname, reason: format!("needs a float type, not {dtype}") });
         }
-        let (xp, n) = (cuda(x).ptr(), len as u64);
+        let (xp, n) = (cuda(x)?.ptr(), len as u64);
         let work = n.div_ceil(16 / dtype.size() as u64).div_ceil(UNROLL);
         // SAFETY: `{op}_{dtype}(const T* x, T* out, u64 n)` gets `x` (an input, `len`
         // elements of `dtype` by the Backend contract), the output (`len` elements) and
@@ -144,7 +144,7 @@ impl CudaBackend {
         if len == 0 {
             return self.done(out);
         }
-        let (a, b, o, n) = (cuda(lhs).ptr(), cuda(rhs).ptr(), out.ptr(), len as u64);
+        let (a, b, o, n) = (cuda(lhs)?.ptr(), cuda(rhs)?.ptr(), out.ptr(), len as u64);
         let check = op == BinaryOp::Div && !dtype.is_float();
         let geometry = match layout {
             Layout::Same => None,
@@ -196,7 +196,7 @@ impl CudaBackend {
             return Err(Error::InvalidArgument { op: "div", reason: "integer division by zero".into() });
         }
         let f = dev.kernel(Source::Elementwise, op.name(), "scalar", dtype)?;
-        let (a, o, n, err) = (cuda(lhs).ptr(), out.ptr(), len as u64, 0u64);
+        let (a, o, n, err) = (cuda(lhs)?.ptr(), out.ptr(), len as u64, 0u64);
         let grid = dev.grid_full(n.div_ceil(16 / dtype.size() as u64).div_ceil(UNROLL), 256);
         // SAFETY: `{op}_scalar_{dtype}(const T* a, T s, T* out, u64 n, int* err)`: `lhs` and
         // `out` hold `n` = `len` elements of `dtype`, ready and kept alive on `stream` (see
@@ -230,7 +230,7 @@ impl CudaBackend {
             return self.done(out);
         }
         let k = |variant: &'static str| dev.kernel(Source::Reduce, opname, variant, dtype);
-        let (xp, o, s) = (cuda(x).ptr(), out.ptr(), stream.raw.0);
+        let (xp, o, s) = (cuda(x)?.ptr(), out.ptr(), stream.raw.0);
         let (outer, len, inner) = (r.outer as u64, r.len as u64, r.inner as u64);
         // In every launch below `x` holds `outer * len * inner` elements of `dtype` and
         // `out` `outer * inner` (= `r.out_len()`), both ready and kept alive on `stream`
@@ -285,7 +285,7 @@ impl CudaBackend {
         if m == 0 || n == 0 {
             return self.done(out);
         }
-        let (ap, bp, o, s) = (cuda(a).ptr(), cuda(b).ptr(), out.ptr(), stream.raw.0);
+        let (ap, bp, o, s) = (cuda(a)?.ptr(), cuda(b)?.ptr(), out.ptr(), stream.raw.0);
         if k == 0 {
             // SAFETY: `out` holds exactly `m * n` elements of `dtype`, allocated on `s`
             // (`stream`, live for the call) and freed there after this memset.
@@ -379,7 +379,7 @@ impl CudaBackend {
         if gx > i32::MAX as usize || gy > 65535 {
             return Err(Error::InvalidArgument { op: "transpose", reason: format!("[{rows}, {cols}] is too large") });
         }
-        let (xp, o, r, c) = (cuda(x).ptr(), out.ptr(), rows as u64, cols as u64);
+        let (xp, o, r, c) = (cuda(x)?.ptr(), out.ptr(), rows as u64, cols as u64);
         let f = dev.kernel(Source::Matrix, "transpose", "", dtype)?;
         // SAFETY: `transpose_{dtype}(const T* x, T* out, u64 rows, u64 cols)`: `x` and `out`
         // each hold `rows * cols` elements of `dtype`, ready and kept alive on `s` (see
@@ -394,7 +394,7 @@ impl CudaBackend {
         let (_, s, out) = self.alloc(device, dtype, len, &inputs)?;
         let mut at = out.ptr();
         for (buf, _) in parts {
-            let b = cuda(buf);
+            let b = cuda(buf)?;
             // SAFETY: `out` holds the sum of the parts' lengths, so `at .. at + b.bytes()`
             // (the running offset) lies within it; `b` is a distinct input buffer of
             // `b.bytes()` bytes; both ready and kept alive on `s` (see `alloc`).
@@ -413,7 +413,7 @@ impl CudaBackend {
         len: usize,
     ) -> Result<Buffer> {
         let (_, s, out) = self.alloc(device, dtype, len, &[x])?;
-        let src = cuda(x).ptr() + (offset * dtype.size()) as u64;
+        let src = cuda(x)?.ptr() + (offset * dtype.size()) as u64;
         // SAFETY: the caller checked `offset + len` against `x`'s length (Backend
         // contract), so the source range lies within `x`; `out` holds `len` elements; both
         // are ready and kept alive on `s` (see `alloc`), in distinct allocations.

@@ -68,7 +68,7 @@ impl CudaBackend {
         if s.ordinal != dev.ordinal {
             return Err(foreign_stream(device, s.ordinal));
         }
-        let b = cuda(src);
+        let b = cuda(src)?;
         b.use_on(&s)?;
         let done = Arc::new(EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), false)?);
         if b.bytes() > 0 {
@@ -100,7 +100,7 @@ impl CudaBackend {
     }
 
     pub(super) fn download_op(&self, _device: DeviceId, buf: &Buffer, out: &mut [u8]) -> Result<()> {
-        let b = cuda(buf);
+        let b = cuda(buf)?;
         let dev = b.device();
         if out.len() != b.bytes() {
             return Err(Error::InvalidArgument { op: "to_vec", reason: "host buffer of the wrong length".into() });
@@ -118,7 +118,7 @@ impl CudaBackend {
     }
 
     pub(super) fn copy_op(&self, _src: DeviceId, buf: &Buffer, dst: DeviceId) -> Result<Buffer> {
-        let b = cuda(buf);
+        let b = cuda(buf)?;
         let (from, bytes) = (b.device(), b.bytes());
         if std::ptr::eq(from, self.dev(dst)?) {
             let (_, s, out) = self.alloc(dst, DType::U8, bytes, &[buf])?;
