@@ -16,7 +16,8 @@ use super::huge_pages::Mapping;
 use super::ordering::{self, Mark, Order};
 use super::pinned_pool::{self as pinned, PinnedBlock};
 use super::{
-    count_cross_stream_wait, Backend, BinaryOp, Blocks, Buffer, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp,
+    count_cross_stream_wait, float_only, Backend, BinaryOp, Blocks, Buffer, ParamOp, RawEvent, RawStream, ReduceOp,
+    UnaryOp,
 };
 use crate::device::DeviceId;
 use crate::element::{with_dtype, DType, Element, Scalar};
@@ -546,7 +547,7 @@ impl Backend for HostBackend {
                 k::rand(out.as_mut_slice::<f64>(), seed);
                 Ok(())
             }
-            _ => Err(Error::InvalidArgument { op: "rand", reason: format!("{dtype} is not a float type") }),
+            _ => float_only("rand", dtype),
         })
     }
 
@@ -565,7 +566,7 @@ impl Backend for HostBackend {
                 with_dtype!(dtype, T => k::unary::<T>(op, x.as_slice(), out.as_mut_slice()));
                 Ok(())
             }
-            _ => Err(Error::InvalidArgument { op: "unary", reason: format!("{op:?} needs a float type, not {dtype}") }),
+            _ => float_only(op.name(), dtype),
         })
     }
 
@@ -657,6 +658,9 @@ impl Backend for HostBackend {
     }
 
     fn reduce(&self, device: DeviceId, op: ReduceOp, dtype: DType, x: &Buffer, r: Reduction) -> Result<Buffer> {
+        if op == ReduceOp::Mean {
+            float_only("mean", dtype)?;
+        }
         let x = host_buf(x)?;
         host().produce(device, dtype, r.out_len(), |out| {
             with_dtype!(dtype, T => k::reduce::<T>(op, x.as_slice(), out.as_mut_slice(), r));

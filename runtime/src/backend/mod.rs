@@ -86,6 +86,30 @@ pub(crate) enum UnaryOp {
     Square,
 }
 
+impl UnaryOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Relu => "relu",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Square => "square",
+        }
+    }
+}
+
+/// The one check (and message) both backends make for ops defined on float types only.
+/// The typed API cannot reach them with another type; the check keeps a bad call an
+/// error, worded the same on every backend.
+pub(crate) fn float_only(op: &'static str, dtype: DType) -> Result<()> {
+    if dtype.is_float() {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument { op, reason: format!("needs a float type, not {dtype}") })
+    }
+}
+
 /// An elementwise op of one operand with scalar parameters (of the operand's dtype).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum ParamOp {

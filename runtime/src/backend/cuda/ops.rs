@@ -11,7 +11,7 @@ use locus_kernels::Source;
 
 use super::device::driver;
 use super::{cuda, CudaBackend, CudaBuffer, UNROLL};
-use crate::backend::{BinaryOp, Buffer, ReduceOp, UnaryOp};
+use crate::backend::{float_only, BinaryOp, Buffer, ReduceOp, UnaryOp};
 use crate::device::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
@@ -88,9 +88,7 @@ impl CudaBackend {
     }
 
     pub(super) fn rand_op(&self, device: DeviceId, dtype: DType, len: usize, seed: u64) -> Result<Buffer> {
-        if !dtype.is_float() {
-            return Err(Error::InvalidArgument { op: "rand", reason: format!("{dtype} is not a float type") });
-        }
+        float_only("rand", dtype)?;
         let n = len as u64;
         // SAFETY: `rand_{f32,f64}(T* out, u64 n, u64 seed)` (float `dtype` checked above)
         // gets the output address, `n` = `len` (the output's element count) and a `u64`.
@@ -105,16 +103,9 @@ impl CudaBackend {
         x: &Buffer,
         len: usize,
     ) -> Result<Buffer> {
-        let opname = match op {
-            UnaryOp::Neg => "neg",
-            UnaryOp::Relu => "relu",
-            UnaryOp::Exp => "exp",
-            UnaryOp::Sqrt => "sqrt",
-            UnaryOp::Abs => "abs",
-            UnaryOp::Square => "square",
-        };
-        if matches!(op, UnaryOp::Exp | UnaryOp::Sqrt) && !dtype.is_float() {
-            return Err(Error::InvalidArgument { op: opname, reason: format!("needs a float type, not {dtype}") });
+        let opname = op.name();
+        if matches!(op, UnaryOp::Exp | UnaryOp::Sqrt) {
+            float_only(opname, dtype)?;
         }
         let (xp, n) = (cuda(x)?.ptr(), len as u64);
         let work = n.div_ceil(16 / dtype.size() as u64).div_ceil(UNROLL);
@@ -222,8 +213,8 @@ impl CudaBackend {
             ReduceOp::Mean => "mean",
             ReduceOp::Max => "max",
         };
-        if op == ReduceOp::Mean && !dtype.is_float() {
-            return Err(Error::InvalidArgument { op: "mean", reason: format!("needs a float type, not {dtype}") });
+        if op == ReduceOp::Mean {
+            float_only("mean", dtype)?;
         }
         let (dev, stream, out) = self.alloc(device, dtype, r.out_len(), &[x])?;
         if r.out_len() == 0 {
