@@ -5,20 +5,22 @@
 //! `Error::OutOfMemory` as on a GPU. `cpu` and `pinned` memory are ordinary host memory
 //! on every backend, and run here.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, OnceLock};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use super::account::MemoryAccount;
-use super::host_kernels as k;
-use super::huge_pages::Mapping;
-use super::ordering::{self, Mark, Order};
-use super::pinned_pool::{self as pinned, PinnedBlock};
-use super::{
-    count_cross_stream_wait, float_only, Backend, BinaryOp, Blocks, Buffer, ParamOp, RawEvent, RawStream, ReduceOp,
-    UnaryOp,
+mod buffer;
+mod streams;
+
+pub(crate) use buffer::HostBuffer;
+pub(crate) use streams::HostEvent;
+use streams::{
+    host_buf, host_event, host_mem, on_host_stream, order_of, stream_id, stream_key, use_on_stream, NEXT_STREAM,
 };
+
+use crate::backend::account::MemoryAccount;
+use crate::backend::host_kernels as k;
+use crate::backend::{float_only, Backend, BinaryOp, Blocks, Buffer, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp};
 use crate::device::DeviceId;
 use crate::element::{with_dtype, DType, Element, Scalar};
 use crate::error::{Error, Result};
@@ -29,141 +31,6 @@ const DEFAULT_DEVICES: usize = 2;
 /// stream state, and CUDA itself has no more ordinals per process than this.
 const MAX_DEVICES: usize = 1024;
 const DEFAULT_DEVICE_MEMORY: usize = 16 << 30;
-
-/// `n` zeroed words, or `None` when the allocator refuses. Zeroed allocation lets the OS
-/// hand out untouched zero pages, so memory is written once, by whoever fills it.
-fn zeroed_words(n: usize) -> Option<Vec<u64>> {
-    if n == 0 {
-        return Some(Vec::new());
-    }
-    let layout = std::alloc::Layout::array::<u64>(n).ok()?;
-    // SAFETY: the layout is non-zero-sized; a non-null result is an allocation of `n`
-    // zeroed u64s with u64 alignment from the global allocator, which is what a
-    // Vec<u64> of capacity `n` owns.
-    unsafe {
-        let p = std::alloc::alloc_zeroed(layout) as *mut u64;
-        (!p.is_null()).then(|| Vec::from_raw_parts(p, n, n))
-    }
-}
-
-/// Host memory of one device, 8-byte aligned so that any element type can view it.
-/// `pinned` memory comes from the pinned pool, large buffers from their own mapping on
-/// huge pages, the rest from the ordinary allocator.
-#[derive(Debug)]
-pub(crate) struct HostBuffer {
-    mem: Mem,
-    len: usize,
-    account: &'static MemoryAccount,
-    /// The simulated stream that wrote this memory.
-    stream: u64,
-    /// The number of that write on its stream.
-    written: u64,
-    /// Other streams that already waited for this memory.
-    readers: Mutex<Vec<u64>>,
-}
-
-#[derive(Debug)]
-enum Mem {
-    Heap(Vec<u64>),
-    /// Large buffers, on huge pages where the system has them.
-    Mapped(Mapping),
-    Pinned(PinnedBlock),
-}
-
-impl HostBuffer {
-    /// `len` bytes on `account`'s device: zeroed pageable memory, or a pinned block whose
-    /// bytes are initialised but unspecified (a reused block keeps its old contents).
-    fn alloc(account: &'static MemoryAccount, len: usize) -> Result<Self> {
-        account.reserve(len)?;
-        let mem = if account.device == DeviceId::Pinned {
-            pinned::acquire(len).map(Mem::Pinned)
-        } else if let Some(m) = Mapping::zeroed(len) {
-            Ok(Mem::Mapped(m))
-        } else {
-            zeroed_words(len.div_ceil(8)).map(Mem::Heap).ok_or(Error::OutOfMemory {
-                device: account.device,
-                requested: len,
-                free: 0,
-            })
-        };
-        match mem {
-            Ok(mem) => {
-                let stream = current_stream(account.device);
-                let written = order_of(account.device, stream).mark_write();
-                Ok(HostBuffer { mem, len, account, stream, written, readers: Mutex::new(Vec::new()) })
-            }
-            Err(e) => {
-                account.release(len);
-                Err(e)
-            }
-        }
-    }
-
-    pub fn bytes(&self) -> &[u8] {
-        let start = match &self.mem {
-            Mem::Heap(w) => return &bytemuck::cast_slice(w)[..self.len],
-            Mem::Mapped(m) => m.as_ptr(),
-            Mem::Pinned(b) => b.ptr(),
-        };
-        // SAFETY: the mapping or block holds at least `len` bytes and this buffer owns it.
-        unsafe { std::slice::from_raw_parts(start, self.len) }
-    }
-
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
-        let start = match &mut self.mem {
-            Mem::Heap(w) => return &mut bytemuck::cast_slice_mut(w)[..self.len],
-            Mem::Mapped(m) => m.as_ptr(),
-            Mem::Pinned(b) => b.ptr(),
-        };
-        // SAFETY: as in `bytes`, and `&mut self` makes the access unique.
-        unsafe { std::slice::from_raw_parts_mut(start, self.len) }
-    }
-
-    pub fn as_slice<T: Element>(&self) -> &[T] {
-        bytemuck::cast_slice(self.bytes())
-    }
-
-    pub fn as_mut_slice<T: Element>(&mut self) -> &mut [T] {
-        bytemuck::cast_slice_mut(self.bytes_mut())
-    }
-
-    /// Whether this is page-locked memory from the pinned pool.
-    pub fn is_pinned(&self) -> bool {
-        matches!(self.mem, Mem::Pinned(_))
-    }
-
-    /// Keeps pinned memory from reuse by the pool, and from host writes through
-    /// [`HostBuffer::writable`], until `event` has completed.
-    pub fn hold_until(&self, event: RawEvent) {
-        if let Mem::Pinned(b) = &self.mem {
-            b.hold_until(event);
-        }
-    }
-
-    /// Retires pinned memory that a copy may still use but whose end cannot be observed:
-    /// it is never written by the host nor reused again.
-    pub fn retire(&self) {
-        if let Mem::Pinned(b) = &self.mem {
-            b.retire();
-        }
-    }
-
-    /// The bytes, for the host to write in place, once every copy that still uses this
-    /// memory has completed (pageable memory has none). The only way to write a buffer
-    /// that tensors have shared: freshly allocated buffers may use `bytes_mut`.
-    pub fn writable<T: Element>(&mut self) -> Result<&mut [T]> {
-        if let Mem::Pinned(b) = &self.mem {
-            b.wait_unused()?;
-        }
-        Ok(self.as_mut_slice())
-    }
-}
-
-impl Drop for HostBuffer {
-    fn drop(&mut self) {
-        self.account.release(self.len);
-    }
-}
 
 /// The host backend.
 #[derive(Debug)]
@@ -260,79 +127,6 @@ impl HostBackend {
     }
 }
 
-/// The id of the simulated stream current for `device` on this thread (0: the default).
-fn current_stream(device: DeviceId) -> u64 {
-    match super::current_stream::current(device) {
-        Some(RawStream::Host { id, .. }) => id,
-        _ => 0,
-    }
-}
-
-/// The host memory of `b`, about to be read on the current stream.
-fn host_buf(b: &Buffer) -> Result<&HostBuffer> {
-    let h = host_mem(b)?;
-    use_on_stream(h, current_stream(h.account.device));
-    Ok(h)
-}
-
-/// Books a use of `h` on simulated stream `on` as the cuda backend books its event
-/// waits: none on the writer's stream, none when `on` already waited for `h` or for a
-/// later write of the writer (counted as skipped), else one wait. Work on the host runs
-/// at once, so the wait itself is only booked.
-fn use_on_stream(h: &HostBuffer, on: u64) {
-    if h.stream == on {
-        return;
-    }
-    let mut readers = h.readers.lock().unwrap_or_else(|p| p.into_inner());
-    if readers.contains(&on) {
-        ordering::count_skipped();
-        return;
-    }
-    let device = h.account.device;
-    let order = order_of(device, on);
-    let writer = stream_key(device, h.stream);
-    if order.has_waited(writer, h.written) {
-        ordering::count_skipped();
-    } else {
-        order.note_wait(writer, h.written);
-        count_cross_stream_wait();
-    }
-    readers.push(on);
-}
-
-/// A process-unique number for simulated stream `id` of `device` (default streams are
-/// 0 on every device).
-fn stream_key(device: DeviceId, id: u64) -> u64 {
-    let d = match device {
-        DeviceId::Cpu => 0,
-        DeviceId::Pinned => 1,
-        DeviceId::Cuda(n) => 2 + n as u64,
-    };
-    (d << 48) | id
-}
-
-/// The ordering books of simulated stream `id` of `device`.
-fn order_of(device: DeviceId, id: u64) -> Arc<Order> {
-    static ORDERS: LazyLock<Mutex<HashMap<u64, Arc<Order>>>> = LazyLock::new(Default::default);
-    let mut m = ORDERS.lock().unwrap_or_else(|p| p.into_inner());
-    Arc::clone(m.entry(stream_key(device, id)).or_default())
-}
-
-/// An event of the host backend: when it was recorded, and after which writes.
-#[derive(Debug, Default)]
-pub(crate) struct HostEvent {
-    at: Mutex<Option<Instant>>,
-    mark: Mark,
-}
-
-/// The host memory of `b`; device memory here is a caller's bug, reported, not a panic.
-fn host_mem(b: &Buffer) -> Result<&HostBuffer> {
-    match b {
-        Buffer::Host(h) => Ok(h),
-        Buffer::Cuda(_) => Err(super::wrong_buffer("host", "cuda")),
-    }
-}
-
 /// Simulated pinned memory is page-aligned, like the real thing.
 fn pinned_layout(bytes: usize) -> Result<std::alloc::Layout> {
     std::alloc::Layout::from_size_align(bytes.max(1), 4096).map_err(|_| Error::OutOfMemory {
@@ -340,33 +134,6 @@ fn pinned_layout(bytes: usize) -> Result<std::alloc::Layout> {
         requested: bytes,
         free: 0,
     })
-}
-
-fn stream_id(s: &RawStream) -> u64 {
-    match s {
-        RawStream::Host { id, .. } => *id,
-        RawStream::Cuda(_) => 0,
-    }
-}
-
-/// Runs `f` with `stream` as the current simulated stream of its device, so that what
-/// `f` writes is owned by `stream`.
-fn on_host_stream<R>(stream: &RawStream, f: impl FnOnce() -> R) -> R {
-    match stream {
-        RawStream::Host { device, .. } => super::current_stream::with_current(*device, stream.clone(), f),
-        RawStream::Cuda(_) => f(),
-    }
-}
-
-static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
-
-fn host_event(e: &RawEvent) -> Result<&HostEvent> {
-    match e {
-        RawEvent::Host(e) => Ok(e),
-        RawEvent::Cuda(_) => {
-            Err(Error::InvalidArgument { op: "event", reason: "a cuda event was handed to the host backend".into() })
-        }
-    }
 }
 
 impl Backend for HostBackend {
