@@ -5,9 +5,13 @@ use std::fmt;
 /// The run-time tag of an [`Element`] type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
+    /// `f32`, CUDA `float`.
     F32,
+    /// `f64`, CUDA `double`.
     F64,
+    /// `i32`, CUDA `int`.
     I32,
+    /// `u8`, CUDA `unsigned char`.
     U8,
 }
 
@@ -51,9 +55,13 @@ impl fmt::Display for DType {
 /// One value of any element type, for scalar operands and fills.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Scalar {
+    /// An `f32` value.
     F32(f32),
+    /// An `f64` value.
     F64(f64),
+    /// An `i32` value.
     I32(i32),
+    /// A `u8` value.
     U8(u8),
 }
 

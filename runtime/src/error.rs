@@ -19,63 +19,144 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// A CUDA ordinal at or beyond the device count.
     #[error("no such device cuda:{ordinal}: {count} device(s) available (ordinals 0..{count})")]
-    NoSuchDevice { ordinal: u32, count: usize },
+    NoSuchDevice {
+        /// The ordinal asked for.
+        ordinal: u32,
+        /// How many devices there are.
+        count: usize,
+    },
 
     /// Two operands of a run-time-checked op live on different placements.
     #[error("{op}: lhs is on {lhs} but rhs is on {rhs}; move one with .to(..) or .to_dyn(..) first")]
-    DeviceMismatch { op: &'static str, lhs: DeviceId, rhs: DeviceId },
+    DeviceMismatch {
+        /// The op.
+        op: &'static str,
+        /// Where the left operand is.
+        lhs: DeviceId,
+        /// Where the right operand is.
+        rhs: DeviceId,
+    },
 
     /// A checked conversion to a placement the tensor is not on (`try_into_device`).
     #[error("the tensor is on {actual}, not {expected}; copy it with .to(..) or .to_dyn({expected}) to move it")]
-    NotOnDevice { expected: DeviceId, actual: DeviceId },
+    NotOnDevice {
+        /// The placement asked for.
+        expected: DeviceId,
+        /// Where the tensor is.
+        actual: DeviceId,
+    },
 
     /// Operand shapes that the op cannot combine.
     #[error("{op}: shapes {lhs:?} and {rhs:?} do not fit together")]
-    ShapeMismatch { op: &'static str, lhs: Vec<usize>, rhs: Vec<usize> },
+    ShapeMismatch {
+        /// The op.
+        op: &'static str,
+        /// The left operand's shape.
+        lhs: Vec<usize>,
+        /// The right operand's shape.
+        rhs: Vec<usize>,
+    },
 
     /// An argument the op cannot take (bad dim, zero step, wrong element count, ...).
     #[error("{op}: {reason}")]
-    InvalidArgument { op: &'static str, reason: String },
+    InvalidArgument {
+        /// The op (the function the user called).
+        op: &'static str,
+        /// What is wrong, and how to fix it.
+        reason: String,
+    },
 
     /// An allocation larger than the device has free.
     #[error("out of memory on {device}: requested {requested} bytes, {free} bytes free")]
-    OutOfMemory { device: DeviceId, requested: usize, free: usize },
+    OutOfMemory {
+        /// The device (or `cpu`/`pinned`).
+        device: DeviceId,
+        /// Bytes asked for.
+        requested: usize,
+        /// Bytes free, as far as known (0 when unknown).
+        free: usize,
+    },
 
     /// A driver call that failed.
     #[error("{call} failed on {device}: {code}")]
-    Driver { device: DeviceId, call: &'static str, code: String },
+    Driver {
+        /// The device the call ran for.
+        device: DeviceId,
+        /// The driver call, e.g. `cuMemcpyHtoDAsync`.
+        call: &'static str,
+        /// The driver's error name.
+        code: String,
+    },
 
     /// A kernel that failed to compile, load or launch.
     #[error("kernel `{name}` on {device}: {message}")]
-    Kernel { device: DeviceId, name: String, message: String },
+    Kernel {
+        /// The device.
+        device: DeviceId,
+        /// The kernel, or the source file or library call.
+        name: String,
+        /// What the compiler, loader or library said.
+        message: String,
+    },
 
     /// No backend could be set up.
     #[error("no backend: {reason} (LOCUS_BACKEND is `{requested}`; use `auto`, `cuda` or `host`)")]
-    NoBackend { requested: String, reason: String },
+    NoBackend {
+        /// The value of `LOCUS_BACKEND` (`auto` when unset).
+        requested: String,
+        /// Why no backend could be set up.
+        reason: String,
+    },
 
     /// A device name that does not parse.
     #[error("`{input}` is not a device: {reason}")]
-    ParseDevice { input: String, reason: String },
+    ParseDevice {
+        /// The text that was parsed.
+        input: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 
     /// A data-loader worker failed while producing a batch.
     #[error("loader worker failed on batch {batch}: {message}")]
-    LoaderWorker { batch: usize, message: String },
+    LoaderWorker {
+        /// The batch that failed.
+        batch: usize,
+        /// The worker's error or panic message.
+        message: String,
+    },
 
     /// Two devices that cannot read each other's memory directly.
     #[error("{lhs} and {rhs} have no peer-to-peer path; copy with .to(..), which stages through the host")]
-    NoPeerAccess { lhs: DeviceId, rhs: DeviceId },
+    NoPeerAccess {
+        /// One device.
+        lhs: DeviceId,
+        /// The other device.
+        rhs: DeviceId,
+    },
 
     /// The replica of a data-parallel module on `device` failed.
     #[error("replica on {device} failed: {source}")]
-    Replica { device: DeviceId, source: Box<Error> },
+    Replica {
+        /// The replica's device.
+        device: DeviceId,
+        /// What went wrong there.
+        source: Box<Error>,
+    },
 
     /// Code run on a worker thread panicked; the panic was caught and the thread joined.
     #[error("panicked: {message}")]
-    Panicked { message: String },
+    Panicked {
+        /// The panic's message.
+        message: String,
+    },
 
     /// The operating system refused to start a worker thread.
     #[error("could not start a thread: {message}")]
-    Thread { message: String },
+    Thread {
+        /// The operating system's error.
+        message: String,
+    },
 }
 
 /// The message of a caught panic's payload, as the default hook prints it.
