@@ -15,6 +15,8 @@
 // its caller must uphold (`# Safety`), and the body of an `unsafe fn` is not an implicit
 // unsafe block (the 2024 edition's default).
 #![deny(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc, unsafe_op_in_unsafe_fn)]
+// Every public item is documented, and `pub` means reachable from outside the crate.
+#![warn(missing_docs, unreachable_pub)]
 
 // Layers, bottom up. A module may import from its own layer and the ones below it.
 //

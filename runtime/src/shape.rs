@@ -57,7 +57,7 @@ pub(crate) struct Shape {
 
 impl Shape {
     /// `dims` as a shape of `dtype` elements, checked.
-    pub fn new(op: &'static str, dims: impl Into<Vec<usize>>, dtype: DType) -> Result<Self> {
+    pub(crate) fn new(op: &'static str, dims: impl Into<Vec<usize>>, dtype: DType) -> Result<Self> {
         let dims = dims.into();
         let numel = numel(op, &dims, dtype)?;
         Ok(Shape { dims, numel })
@@ -65,7 +65,7 @@ impl Shape {
 
     /// The shape `dims` of the result of `op` on operands of shapes `inputs`, checked; the
     /// error names the operands too.
-    pub fn result(op: &'static str, dims: Vec<usize>, dtype: DType, inputs: &[&[usize]]) -> Result<Self> {
+    pub(crate) fn result(op: &'static str, dims: Vec<usize>, dtype: DType, inputs: &[&[usize]]) -> Result<Self> {
         Shape::new(op, dims, dtype).map_err(|e| match e {
             Error::InvalidArgument { op, reason } => {
                 Error::InvalidArgument { op, reason: format!("the result of {} would have {reason}", operands(inputs)) }
@@ -75,12 +75,12 @@ impl Shape {
     }
 
     /// The shape of a 0-d tensor: one element.
-    pub fn scalar() -> Self {
+    pub(crate) fn scalar() -> Self {
         Shape { dims: Vec::new(), numel: 1 }
     }
 
     /// The number of elements.
-    pub fn numel(&self) -> usize {
+    pub(crate) fn numel(&self) -> usize {
         self.numel
     }
 }
@@ -179,14 +179,14 @@ pub(crate) struct Reduction {
 
 impl Reduction {
     /// A reduction of all `n` elements to one.
-    pub fn all(n: usize) -> Self {
+    pub(crate) fn all(n: usize) -> Self {
         Reduction { outer: 1, len: n, inner: 1 }
     }
 
     /// A reduction over `dim` of `shape`; an error naming `op` if there is no such dim or
     /// the sizes overflow, so that the kernels' `outer * len * inner` and `outer * inner`
     /// cannot.
-    pub fn over(op: &'static str, shape: &[usize], dim: usize) -> Result<Self> {
+    pub(crate) fn over(op: &'static str, shape: &[usize], dim: usize) -> Result<Self> {
         let Some(&len) = shape.get(dim) else {
             return Err(Error::InvalidArgument { op, reason: format!("shape {shape:?} has no dim {dim}") });
         };
@@ -197,7 +197,7 @@ impl Reduction {
     }
 
     /// The number of outputs.
-    pub fn out_len(&self) -> usize {
+    pub(crate) fn out_len(&self) -> usize {
         self.outer * self.inner
     }
 }

@@ -33,38 +33,38 @@ impl ContentsId {
 }
 
 impl Storage {
-    pub fn new(buf: Buffer, device: DeviceId, dtype: DType, len: usize) -> Self {
+    pub(crate) fn new(buf: Buffer, device: DeviceId, dtype: DType, len: usize) -> Self {
         Storage { buf, device, dtype, len, contents: ContentsId::next() }
     }
 
     /// The id of the current contents.
-    pub fn contents(&self) -> ContentsId {
+    pub(crate) fn contents(&self) -> ContentsId {
         self.contents
     }
 
     /// The buffer, to be written in place: the contents get a new id.
-    pub fn buf_mut(&mut self) -> &mut Buffer {
+    pub(crate) fn buf_mut(&mut self) -> &mut Buffer {
         self.contents = ContentsId::next();
         &mut self.buf
     }
 
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.len * self.dtype.size()
     }
 
     /// The backend that owns this storage.
-    pub fn backend(&self) -> Result<&'static dyn Backend> {
+    pub(crate) fn backend(&self) -> Result<&'static dyn Backend> {
         backend::for_device(self.device)
     }
 
     /// Copies the contents into `out`, which holds exactly [`Storage::bytes`] bytes.
-    pub fn read_into(&self, out: &mut [u8]) -> Result<()> {
+    pub(crate) fn read_into(&self, out: &mut [u8]) -> Result<()> {
         self.backend()?.download(self.device, &self.buf, out)
     }
 
     /// A copy of this storage on `dst`: within one backend its own copy, across
     /// backends through host memory.
-    pub fn copy_to(&self, dst: DeviceId) -> Result<Storage> {
+    pub(crate) fn copy_to(&self, dst: DeviceId) -> Result<Storage> {
         let (from, to) = (self.backend()?, backend::for_device(dst)?);
         let buf = if backend::same(from, to) {
             from.copy(self.device, &self.buf, dst)?

@@ -15,11 +15,11 @@ pub(crate) struct MemoryAccount {
 }
 
 impl MemoryAccount {
-    pub fn new(device: DeviceId, capacity: usize) -> Self {
+    pub(crate) fn new(device: DeviceId, capacity: usize) -> Self {
         MemoryAccount { device, capacity, allocated: AtomicUsize::new(0), peak: AtomicUsize::new(0) }
     }
 
-    pub fn reserve(&self, bytes: usize) -> Result<()> {
+    pub(crate) fn reserve(&self, bytes: usize) -> Result<()> {
         let oom = |held: usize| Error::OutOfMemory {
             device: self.device,
             requested: bytes,
@@ -38,22 +38,22 @@ impl MemoryAccount {
         }
     }
 
-    pub fn release(&self, bytes: usize) {
+    pub(crate) fn release(&self, bytes: usize) {
         self.allocated.fetch_sub(bytes, Ordering::Relaxed);
     }
 
     /// Bytes held now.
-    pub fn allocated(&self) -> usize {
+    pub(crate) fn allocated(&self) -> usize {
         self.allocated.load(Ordering::Relaxed)
     }
 
     /// The most bytes held since the last [`MemoryAccount::reset_peak`].
-    pub fn peak(&self) -> usize {
+    pub(crate) fn peak(&self) -> usize {
         self.peak.load(Ordering::Relaxed)
     }
 
     /// Starts the high-water mark again from what is held now.
-    pub fn reset_peak(&self) {
+    pub(crate) fn reset_peak(&self) {
         self.peak.store(self.allocated(), Ordering::Relaxed);
     }
 }

@@ -31,7 +31,7 @@ unsafe impl Sync for Mapping {}
 impl Mapping {
     /// `bytes` zeroed bytes, 2 MiB-aligned, or `None` where huge pages are not to be had
     /// (the caller then uses the global allocator).
-    pub fn zeroed(bytes: usize) -> Option<Mapping> {
+    pub(super) fn zeroed(bytes: usize) -> Option<Mapping> {
         if bytes < HUGE_PAGE || !thp_available() {
             return None;
         }
@@ -79,7 +79,7 @@ impl Mapping {
         None
     }
 
-    pub fn as_ptr(&self) -> *mut u8 {
+    pub(super) fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
 }

@@ -42,7 +42,7 @@ pub(crate) enum RawStream {
 
 impl RawStream {
     /// Whether both name the same stream.
-    pub fn same(&self, other: &RawStream) -> bool {
+    pub(crate) fn same(&self, other: &RawStream) -> bool {
         match (self, other) {
             (RawStream::Host { device: a, id: x }, RawStream::Host { device: b, id: y }) => a == b && x == y,
             (RawStream::Cuda(a), RawStream::Cuda(b)) => Arc::ptr_eq(a, b),
@@ -87,7 +87,7 @@ pub(crate) enum UnaryOp {
 }
 
 impl UnaryOp {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             UnaryOp::Neg => "neg",
             UnaryOp::Relu => "relu",
@@ -144,7 +144,7 @@ pub(crate) enum BinaryOp {
 }
 
 impl BinaryOp {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             BinaryOp::Add => "add",
             BinaryOp::Sub => "sub",

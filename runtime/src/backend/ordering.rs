@@ -43,25 +43,25 @@ pub(crate) struct Order {
 
 impl Order {
     /// Numbers a write just queued on this stream (from 1).
-    pub fn mark_write(&self) -> u64 {
+    pub(crate) fn mark_write(&self) -> u64 {
         self.writes.fetch_add(1, Ordering::SeqCst) + 1
     }
 
     /// The number of the last write queued so far: read it before recording an event,
     /// so the event claims no write queued after the record.
-    pub fn writes(&self) -> u64 {
+    pub(crate) fn writes(&self) -> u64 {
         self.writes.load(Ordering::SeqCst)
     }
 
     /// This stream now waits for stream `writer` up to its write `upto`.
-    pub fn note_wait(&self, writer: u64, upto: u64) {
+    pub(crate) fn note_wait(&self, writer: u64, upto: u64) {
         let mut w = self.waited.lock().unwrap_or_else(|p| p.into_inner());
         let at = w.entry(writer).or_insert(0);
         *at = (*at).max(upto);
     }
 
     /// Whether this stream is already ordered after write `n` of stream `writer`.
-    pub fn has_waited(&self, writer: u64, n: u64) -> bool {
+    pub(crate) fn has_waited(&self, writer: u64, n: u64) -> bool {
         n > 0 && self.waited.lock().unwrap_or_else(|p| p.into_inner()).get(&writer).is_some_and(|&at| at >= n)
     }
 }
@@ -75,13 +75,13 @@ pub(crate) struct Mark {
 
 impl Mark {
     /// Remembers a record on stream `id` after `writes` writes (read before the record).
-    pub fn set(&self, id: u64, writes: u64) {
+    pub(crate) fn set(&self, id: u64, writes: u64) {
         self.writes.store(writes, Ordering::SeqCst);
         self.stream.store(id, Ordering::SeqCst);
     }
 
     /// The stream and write count of the last record, if the event was recorded.
-    pub fn get(&self) -> Option<(u64, u64)> {
+    pub(crate) fn get(&self) -> Option<(u64, u64)> {
         let id = self.stream.load(Ordering::SeqCst);
         (id != 0).then(|| (id, self.writes.load(Ordering::SeqCst)))
     }

@@ -75,7 +75,7 @@ pub(crate) struct PinnedBlock {
 
 impl PinnedBlock {
     /// The start of the block (dangling but aligned when the block is empty).
-    pub fn ptr(&self) -> *mut u8 {
+    pub(crate) fn ptr(&self) -> *mut u8 {
         if self.cap == 0 {
             std::ptr::NonNull::<u64>::dangling().as_ptr() as *mut u8
         } else {
@@ -84,7 +84,7 @@ impl PinnedBlock {
     }
 
     /// Keeps the block from reuse until `event` has completed.
-    pub fn hold_until(&self, event: RawEvent) {
+    pub(crate) fn hold_until(&self, event: RawEvent) {
         let mut ev = self.events.lock().unwrap_or_else(|p| p.into_inner());
         // Drop events that already completed, so a long-lived block does not pile them up.
         if ev.len() >= 8 {
@@ -97,7 +97,7 @@ impl PinnedBlock {
 
     /// Waits on the host until no copy uses the block any more: call before the host
     /// writes to it. An error leaves the events in place (the block stays unwritable).
-    pub fn wait_unused(&self) -> Result<()> {
+    pub(crate) fn wait_unused(&self) -> Result<()> {
         let mut ev = self.events.lock().unwrap_or_else(|p| p.into_inner());
         if ev.is_empty() {
             return Ok(());
@@ -112,7 +112,7 @@ impl PinnedBlock {
 
     /// Keeps the block from the host and from reuse for the rest of the process: for a
     /// copy that was queued but whose end cannot be observed.
-    pub fn retire(&self) {
+    pub(crate) fn retire(&self) {
         self.retired.store(true, Ordering::Relaxed);
     }
 }

@@ -52,7 +52,7 @@ impl std::fmt::Debug for CudaBuffer {
 
 impl CudaBuffer {
     /// Uninitialised memory, ordered on `stream`. Zero bytes allocate nothing.
-    pub fn alloc(dev: &'static DeviceState, stream: &Arc<StreamObj>, bytes: usize) -> Result<Self> {
+    pub(crate) fn alloc(dev: &'static DeviceState, stream: &Arc<StreamObj>, bytes: usize) -> Result<Self> {
         let cap = bin(bytes);
         let new = |ptr| CudaBuffer {
             ptr,
@@ -102,30 +102,30 @@ impl CudaBuffer {
         Ok(new(ptr))
     }
 
-    pub fn ptr(&self) -> sys::CUdeviceptr {
+    pub(crate) fn ptr(&self) -> sys::CUdeviceptr {
         self.ptr
     }
 
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
 
-    pub fn device(&self) -> &'static DeviceState {
+    pub(crate) fn device(&self) -> &'static DeviceState {
         self.dev
     }
 
     /// Numbers the write that produced this memory, just queued on its stream.
-    pub fn mark_written(&self) {
+    pub(crate) fn mark_written(&self) {
         self.written.store(self.stream.order.mark_write(), Ordering::SeqCst);
     }
 
     /// Marks the end of the write that produced this memory.
-    pub fn set_ready(&self, written: Arc<EventObj>) {
+    pub(crate) fn set_ready(&self, written: Arc<EventObj>) {
         let _ = self.ready.set(written);
     }
 
     /// The stream that wrote this memory.
-    pub fn stream(&self) -> &Arc<StreamObj> {
+    pub(crate) fn stream(&self) -> &Arc<StreamObj> {
         &self.stream
     }
 
@@ -134,7 +134,7 @@ impl CudaBuffer {
     /// `on`. No wait when `on` is the writer, when `on` already waited for this memory,
     /// or when an earlier wait of `on` (an event recorded at or after the write) implies
     /// it; those are counted as skipped.
-    pub fn use_on(&self, on: &Arc<StreamObj>) -> Result<()> {
+    pub(crate) fn use_on(&self, on: &Arc<StreamObj>) -> Result<()> {
         if Arc::ptr_eq(&self.stream, on) || self.ptr == 0 {
             return Ok(());
         }

@@ -92,7 +92,7 @@ pub(crate) fn driver(device: u32, call: &'static str) -> impl FnOnce(DriverError
 }
 
 impl DeviceState {
-    pub fn open(ordinal: u32) -> Result<Self> {
+    pub(crate) fn open(ordinal: u32) -> Result<Self> {
         let d = |call| driver(ordinal, call);
         let ctx = CudaContext::new(ordinal as usize).map_err(d("cuDevicePrimaryCtxRetain"))?;
         BOUND.with(|b| b.set(Some(ordinal)));
@@ -116,13 +116,13 @@ impl DeviceState {
         })
     }
 
-    pub fn id(&self) -> DeviceId {
+    pub(crate) fn id(&self) -> DeviceId {
         DeviceId::Cuda(self.ordinal)
     }
 
     /// Makes this device's context current on the calling thread; no driver call when
     /// locus already made it current here.
-    pub fn bind(&self) -> Result<()> {
+    pub(crate) fn bind(&self) -> Result<()> {
         set_current(self.ordinal, self.ctx.cu_ctx())
     }
 
@@ -148,7 +148,7 @@ impl DeviceState {
 
     /// The kernel `{op}_{variant}_{dtype}` (or `{op}_{dtype}` when `variant` is empty)
     /// from `source`, compiled and loaded on first use; later calls are a map lookup.
-    pub fn kernel(
+    pub(crate) fn kernel(
         &self,
         source: Source,
         op: &'static str,
@@ -166,7 +166,7 @@ impl DeviceState {
     }
 
     /// The kernel `name` from `source`, compiled and loaded on first use.
-    pub fn function(&self, source: Source, name: &str) -> Result<sys::CUfunction> {
+    pub(crate) fn function(&self, source: Source, name: &str) -> Result<sys::CUfunction> {
         if let Some(f) = self.functions.lock().map_err(|_| poisoned(self.id()))?.get(name) {
             return Ok(f.0);
         }
@@ -198,7 +198,7 @@ impl DeviceState {
     ///   wait for it).
     /// - Memory the kernel reads was written before the launch in `stream`'s order, and
     ///   no other stream reads or writes what it writes until ordered after it.
-    pub unsafe fn launch(
+    pub(crate) unsafe fn launch(
         &self,
         f: sys::CUfunction,
         grid: (u32, u32, u32),
@@ -215,7 +215,7 @@ impl DeviceState {
     }
 
     /// The side stream for staged host copies, created on first use.
-    pub fn copy_stream(&self) -> Result<&Arc<StreamObj>> {
+    pub(crate) fn copy_stream(&self) -> Result<&Arc<StreamObj>> {
         self.copy
             .get_or_init(|| {
                 self.bind()?;
@@ -229,11 +229,11 @@ impl DeviceState {
     /// device, then grid-stride loops.
     /// A grid of one `block`-thread block per `block` work items: for kernels whose
     /// threads each do a fixed amount (the unrolled elementwise ones).
-    pub fn grid_full(&self, work: u64, block: u32) -> u32 {
+    pub(crate) fn grid_full(&self, work: u64, block: u32) -> u32 {
         work.div_ceil(block as u64).clamp(1, i32::MAX as u64) as u32
     }
 
-    pub fn grid(&self, work: u64, block: u32) -> u32 {
+    pub(crate) fn grid(&self, work: u64, block: u32) -> u32 {
         let fill = self.sm_count.max(1) as u64 * (2048 / block as u64).max(1);
         work.div_ceil(block as u64).clamp(1, fill) as u32
     }

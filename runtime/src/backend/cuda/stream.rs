@@ -65,7 +65,7 @@ impl std::fmt::Debug for StreamObj {
 
 impl StreamObj {
     /// A new non-blocking stream; the device's context must be current.
-    pub fn create(ordinal: u32, ctx: sys::CUcontext) -> Result<Self> {
+    pub(crate) fn create(ordinal: u32, ctx: sys::CUcontext) -> Result<Self> {
         let raw = result::stream::create(result::stream::StreamKind::NonBlocking)
             .map_err(driver(ordinal, "cuStreamCreate"))?;
         LIVE.fetch_add(1, Ordering::Relaxed);
@@ -81,19 +81,19 @@ impl StreamObj {
         })
     }
 
-    pub fn synchronize(&self) -> Result<()> {
+    pub(crate) fn synchronize(&self) -> Result<()> {
         // SAFETY: the stream is alive (destroyed only in drop).
         unsafe { result::stream::synchronize(self.raw.0) }.map_err(driver(self.ordinal, "cuStreamSynchronize"))
     }
 
     /// Makes this stream wait for everything queued on `other` so far (no host wait).
-    pub fn wait_for(&self, other: &StreamObj) -> Result<()> {
+    pub(crate) fn wait_for(&self, other: &StreamObj) -> Result<()> {
         let ev = EventObj::create(other.ordinal, other.ctx.0, false)?;
         ev.record(other)?;
         self.wait(&ev)
     }
 
-    pub fn wait(&self, ev: &EventObj) -> Result<()> {
+    pub(crate) fn wait(&self, ev: &EventObj) -> Result<()> {
         // SAFETY: both handles are alive; the driver copies the event's state at the call.
         unsafe { result::stream::wait_event(self.raw.0, ev.raw.0, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) }
             .map_err(driver(self.ordinal, "cuStreamWaitEvent"))?;
@@ -104,7 +104,7 @@ impl StreamObj {
     }
 
     /// A cached block of `cap` bytes freed on this stream, if any.
-    pub fn take_cached(&self, cap: usize) -> Option<sys::CUdeviceptr> {
+    pub(crate) fn take_cached(&self, cap: usize) -> Option<sys::CUdeviceptr> {
         self.cache.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&cap)?.pop()
     }
 
@@ -115,7 +115,7 @@ impl StreamObj {
     /// device that nothing else owns from here on (it will be handed out again by
     /// `take_cached` and freed by `free_cached`), and every use of it, on any stream, is
     /// ordered before this point of this stream.
-    pub unsafe fn put_cached(self: &Arc<Self>, cap: usize, ptr: sys::CUdeviceptr) {
+    pub(crate) unsafe fn put_cached(self: &Arc<Self>, cap: usize, ptr: sys::CUdeviceptr) {
         self.cache.lock().unwrap_or_else(|p| p.into_inner()).entry(cap).or_default().push(ptr);
         // Never with this stream's cache locked: `cached_bytes` locks the list first.
         if !self.listed.swap(true, Ordering::Relaxed) {
@@ -126,7 +126,7 @@ impl StreamObj {
     }
 
     /// Bytes of the blocks cached on this stream.
-    pub fn cached_bytes(&self) -> usize {
+    pub(crate) fn cached_bytes(&self) -> usize {
         self.cache.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(cap, v)| cap * v.len()).sum()
     }
 
@@ -143,7 +143,7 @@ impl StreamObj {
     /// This stream's cuBLAS handle: one from a dropped stream of the device (after that
     /// stream's last gemm) or a new one, bound to this stream once. The device's
     /// context must be current.
-    pub fn blas(&self) -> Result<cublasHandle_t> {
+    pub(crate) fn blas(&self) -> Result<cublasHandle_t> {
         let h = self.blas.get_or_init(|| {
             let pooled = {
                 let mut pool = BLAS_POOL.lock().unwrap_or_else(|p| p.into_inner());
@@ -233,7 +233,7 @@ impl std::fmt::Debug for EventObj {
 
 impl EventObj {
     /// A new event; `timing` events can measure elapsed time, others are cheaper.
-    pub fn create(ordinal: u32, ctx: sys::CUcontext, timing: bool) -> Result<Self> {
+    pub(crate) fn create(ordinal: u32, ctx: sys::CUcontext, timing: bool) -> Result<Self> {
         set_current(ordinal, ctx)?;
         let flags =
             if timing { sys::CUevent_flags::CU_EVENT_DEFAULT } else { sys::CUevent_flags::CU_EVENT_DISABLE_TIMING };
@@ -241,7 +241,7 @@ impl EventObj {
         Ok(EventObj { raw: Handle(raw), ordinal, ctx: Handle(ctx), mark: Mark::default() })
     }
 
-    pub fn record(&self, stream: &StreamObj) -> Result<()> {
+    pub(crate) fn record(&self, stream: &StreamObj) -> Result<()> {
         // Read before the record: the event then claims no write queued after it.
         let writes = stream.order.writes();
         // SAFETY: both handles are alive.
@@ -250,13 +250,13 @@ impl EventObj {
         Ok(())
     }
 
-    pub fn synchronize(&self) -> Result<()> {
+    pub(crate) fn synchronize(&self) -> Result<()> {
         // SAFETY: `self.raw` is a live event made by `create` (not null), destroyed only in
         // drop, which cannot run while `&self` is borrowed.
         unsafe { result::event::synchronize(self.raw.0) }.map_err(driver(self.ordinal, "cuEventSynchronize"))
     }
 
-    pub fn is_complete(&self) -> Result<bool> {
+    pub(crate) fn is_complete(&self) -> Result<bool> {
         // SAFETY: `self.raw` is a live, non-null event, destroyed only in drop.
         match unsafe { result::event::query(self.raw.0) } {
             Ok(()) => Ok(true),
@@ -266,7 +266,7 @@ impl EventObj {
     }
 
     /// Milliseconds from `self` to `end`, both recorded and complete.
-    pub fn elapsed_ms(&self, end: &EventObj) -> Result<f32> {
+    pub(crate) fn elapsed_ms(&self, end: &EventObj) -> Result<f32> {
         // SAFETY: both events are live (borrowed; destroyed only in their drops) and were
         // made by `create`; the driver reports an error, not UB, for events not recorded,
         // not complete or made without timing.

@@ -82,7 +82,7 @@ impl HostBuffer {
         }
     }
 
-    pub fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         let start = match &self.mem {
             Mem::Heap(w) => return &bytemuck::cast_slice(w)[..self.len],
             Mem::Mapped(m) => m.as_ptr(),
@@ -92,7 +92,7 @@ impl HostBuffer {
         unsafe { std::slice::from_raw_parts(start, self.len) }
     }
 
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
         let start = match &mut self.mem {
             Mem::Heap(w) => return &mut bytemuck::cast_slice_mut(w)[..self.len],
             Mem::Mapped(m) => m.as_ptr(),
@@ -102,22 +102,22 @@ impl HostBuffer {
         unsafe { std::slice::from_raw_parts_mut(start, self.len) }
     }
 
-    pub fn as_slice<T: Element>(&self) -> &[T] {
+    pub(crate) fn as_slice<T: Element>(&self) -> &[T] {
         bytemuck::cast_slice(self.bytes())
     }
 
-    pub fn as_mut_slice<T: Element>(&mut self) -> &mut [T] {
+    pub(crate) fn as_mut_slice<T: Element>(&mut self) -> &mut [T] {
         bytemuck::cast_slice_mut(self.bytes_mut())
     }
 
     /// Whether this is page-locked memory from the pinned pool.
-    pub fn is_pinned(&self) -> bool {
+    pub(crate) fn is_pinned(&self) -> bool {
         matches!(self.mem, Mem::Pinned(_))
     }
 
     /// Keeps pinned memory from reuse by the pool, and from host writes through
     /// [`HostBuffer::writable`], until `event` has completed.
-    pub fn hold_until(&self, event: RawEvent) {
+    pub(crate) fn hold_until(&self, event: RawEvent) {
         if let Mem::Pinned(b) = &self.mem {
             b.hold_until(event);
         }
@@ -125,7 +125,7 @@ impl HostBuffer {
 
     /// Retires pinned memory that a copy may still use but whose end cannot be observed:
     /// it is never written by the host nor reused again.
-    pub fn retire(&self) {
+    pub(crate) fn retire(&self) {
         if let Mem::Pinned(b) = &self.mem {
             b.retire();
         }
@@ -134,7 +134,7 @@ impl HostBuffer {
     /// The bytes, for the host to write in place, once every copy that still uses this
     /// memory has completed (pageable memory has none). The only way to write a buffer
     /// that tensors have shared: freshly allocated buffers may use `bytes_mut`.
-    pub fn writable<T: Element>(&mut self) -> Result<&mut [T]> {
+    pub(crate) fn writable<T: Element>(&mut self) -> Result<&mut [T]> {
         if let Mem::Pinned(b) = &self.mem {
             b.wait_unused()?;
         }

@@ -88,7 +88,7 @@ impl HostBackend {
     }
 
     /// The memory account of `device`.
-    pub fn account(&'static self, device: DeviceId) -> Result<&'static MemoryAccount> {
+    pub(crate) fn account(&'static self, device: DeviceId) -> Result<&'static MemoryAccount> {
         let i = match device {
             DeviceId::Cpu => 0,
             DeviceId::Pinned => 1,
