@@ -72,10 +72,9 @@ impl CudaBuffer {
             Some(p) => p,
             None => {
                 dev.bind()?;
-                // SAFETY: `stream` is a live stream of `dev` (an `Arc<StreamObj>` held for
-                // the call), and `dev`'s context is current (bind above). The memory comes
-                // back uninitialised, which is fine for bytes: every op writes its output
-                // before a read; the buffer keeps `stream` and frees the block there.
+                // SAFETY: `stream` is a live stream of `dev` (an `Arc<StreamObj>` held for the call), and `dev`'s
+                // context is current (bind above). The memory comes back uninitialised, which is fine for bytes: every
+                // op writes its output before a read; the buffer keeps `stream` and frees the block there.
                 match unsafe { result::malloc_async(stream.raw.0, cap) } {
                     Ok(p) => p,
                     Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
@@ -178,17 +177,15 @@ impl Drop for CudaBuffer {
         // Work queued later on this stream runs after every use above, so the memory can
         // be handed out again on this stream at once.
         if self.cap <= CACHE_MAX {
-            // SAFETY: the block holds `self.cap` bytes (a cache bin, allocated on
-            // `self.stream` or taken from its cache) and this buffer, its only owner, is
-            // going; every reader's use is ordered before this point of the stream (the
-            // waits above), and the writer's own work is on this stream.
+            // SAFETY: the block holds `self.cap` bytes (a cache bin, allocated on `self.stream` or taken from its
+            // cache) and this buffer, its only owner, is going; every reader's use is ordered before this point of the
+            // stream (the waits above), and the writer's own work is on this stream.
             unsafe { self.stream.put_cached(self.cap, self.ptr) };
         } else {
-            // SAFETY: the block came from cuMemAllocAsync on `self.stream` (a larger-than-
-            // cache block is never shared with another buffer) and is freed only here, once;
-            // the stream is alive (held by `self`), the device's context is current (bind
-            // above), and every reader's use is ordered before this point of the stream
-            // (the waits above).
+            // The block came from cuMemAllocAsync on `self.stream` (a larger-than-cache block is never shared with
+            // another buffer) and is freed only here, once;
+            // SAFETY: the stream is alive (held by `self`), the device's context is current (bind above), and every
+            // reader's use is ordered before this point of the stream (the waits above).
             let _ = unsafe { result::free_async(self.ptr, self.stream.raw.0) };
         }
     }

@@ -245,11 +245,10 @@ pub(crate) fn set_current(ordinal: u32, ctx: sys::CUcontext) -> Result<()> {
     if BOUND.with(|b| b.get()) == Some(ordinal) {
         return Ok(());
     }
-    // SAFETY: every caller passes the primary context of a device (`ctx.cu_ctx()` of a
-    // `DeviceState`, or the copy a stream or event of it keeps), retained by that device's
-    // `CudaContext`. Devices are leaked for the process (`CudaBackend::dev`), and in
-    // `DeviceState::open` the context outlives the stream made there, so it is initialised
-    // and not yet released.
+    // Every caller passes the primary context of a device (`ctx.cu_ctx()` of a `DeviceState`, or the copy a stream or
+    // event of it keeps), retained by that device's `CudaContext`.
+    // SAFETY: devices are leaked for the process (`CudaBackend::dev`), and in `DeviceState::open` the context outlives
+    // the stream made there, so it is initialised and not yet released.
     unsafe { result::ctx::set_current(ctx) }.map_err(driver(ordinal, "cuCtxSetCurrent"))?;
     BOUND.with(|b| b.set(Some(ordinal)));
     Ok(())
@@ -265,10 +264,9 @@ fn keep_pool_memory(ctx: &CudaContext, ordinal: u32) -> Result<()> {
     if !ctx.has_async_alloc() {
         return Ok(());
     }
-    // SAFETY: `ctx.cu_device()` is a device handle the driver returned for this ordinal
-    // (cuDeviceGet in `CudaContext::new`), and its default pool lives as long as the
-    // device. CU_MEMPOOL_ATTR_RELEASE_THRESHOLD takes a `cuuint64_t`: `threshold` is a
-    // live `u64` on this stack frame, which the driver reads during the call only.
+    // SAFETY: `ctx.cu_device()` is a device handle the driver returned for this ordinal (cuDeviceGet in
+    // `CudaContext::new`), and its default pool lives as long as the device. CU_MEMPOOL_ATTR_RELEASE_THRESHOLD takes a
+    // `cuuint64_t`: `threshold` is a live `u64` on this stack frame, which the driver reads during the call only.
     unsafe {
         let pool = result::device::get_default_mem_pool(ctx.cu_device())
             .map_err(driver(ordinal, "cuDeviceGetDefaultMemPool"))?;

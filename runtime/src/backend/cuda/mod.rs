@@ -152,10 +152,9 @@ impl CudaBackend {
             // The argument pointers point at this local, which outlives the launch.
             let ptr = out.ptr();
             let mut a = args(&ptr);
-            // SAFETY: `f` is `{op}_{dtype}` of this device; `a` matches its parameters and
-            // names `out` (`len` elements, allocated on `s`) and buffers of `inputs` (made
-            // ready on `s` and kept alive past the kernel by `alloc`): the caller's
-            // contract. The kernels bound every access by their count, whatever the grid.
+            // SAFETY: `f` is `{op}_{dtype}` of this device; `a` matches its parameters and names `out` (`len` elements,
+            // allocated on `s`) and buffers of `inputs` (made ready on `s` and kept alive past the kernel by `alloc`):
+            // the caller's contract. The kernels bound every access by their count, whatever the grid.
             unsafe { dev.launch(f, (dev.grid_full(work, 256), 1, 1), (256, 1, 1), s.raw.0, &mut a)? };
         }
         self.done(out)

@@ -39,12 +39,11 @@ pub(super) fn scalar_binary(
     let (a, o, n) = (cuda(rhs)?.ptr(), out.ptr(), len as u64);
     let grid = dev.grid_full(vector_work(n, dtype), 256);
     b.with_div_check(&s, check, |err| {
-        // SAFETY: `{op}_rscalar_{dtype}(const T* a, T s, T* out, u64 n, int* err)`: `rhs`
-        // and `out` hold `n` = `len` elements of `dtype`, ready and kept alive on `s` (see
-        // `CudaBackend::alloc`); `v` has `dtype`'s Rust type (the tensor layer passes
-        // `T::to_scalar` with `T::DTYPE`); `err` is `with_div_check`'s 4-byte flag for
-        // integer division, else 0, which the kernel touches only for an integer zero
-        // divisor.
+        // `{op}_rscalar_{dtype}(const T* a, T s, T* out, u64 n, int* err)`: `rhs` and `out` hold `n` = `len` elements
+        // of `dtype`, ready and kept alive on `s` (see `CudaBackend::alloc`);
+        // SAFETY: `v` has `dtype`'s Rust type (the tensor layer passes `T::to_scalar` with `T::DTYPE`); `err` is
+        // `with_div_check`'s 4-byte flag for integer division, else 0, which the kernel touches only for an integer
+        // zero divisor.
         with_scalar!(lhs, v => unsafe { dev.launch(f, (grid, 1, 1), (256, 1, 1), s.raw.0, &mut args![a, v, o, n, err]) })
     })?;
     b.done(out)
@@ -121,21 +120,20 @@ pub(super) fn copy_blocks(
         let (count, block) = (p.count as u64, p.block as u64);
         if p.count == 1 || (p.src_stride == p.block && p.dst_stride == p.block) {
             // One contiguous run: a plain copy.
-            // SAFETY: the caller (the tensor layer) sized the part so that `count` runs of
-            // `block` elements at `src_offset` lie within `p.src` and at `dst_offset` within
-            // `out` (`len` elements); being one run (`count == 1` or both strides equal to
-            // `block`), that is `count * block` contiguous elements on each side. `p.src` is
-            // an input and `out` the new buffer, distinct, both ready and kept alive on `s`
-            // (see `CudaBackend::alloc`).
+            // One contiguous run: a plain copy. The caller (the tensor layer) sized the part so that `count` runs of
+            // `block` elements at `src_offset` lie within `p.src` and at `dst_offset` within `out` (`len` elements);
+            // being one run (`count == 1` or both strides equal to `block`), that is `count * block` contiguous
+            // elements on each side.
+            // SAFETY: both ranges lie within their buffers (above); `p.src` is an input and `out` the new buffer,
+            // distinct, both ready and kept alive on `s` (see `CudaBackend::alloc`).
             unsafe { CudaBackend::dtod(&s, dst, src, (count * block * size) as usize)? };
             continue;
         }
         let (ss, ds) = (p.src_stride as u64, p.dst_stride as u64);
         let f = dev.kernel(Source::Matrix, "copy_blocks", "", dtype)?;
-        // SAFETY: `copy_blocks_{dtype}(const T* src, T* out, u64 count, u64 block, u64
-        // src_stride, u64 dst_stride)`: `count` runs of `block` elements, `ss` apart from
-        // `src` and `ds` apart from `dst`, all within `p.src` and `out` (sized so by the
-        // tensor layer, as above), both ready and kept alive on `s`; the kernel bounds its
+        // `copy_blocks_{dtype}(const T* src, T* out, u64 count, u64 block, u64 src_stride, u64 dst_stride)`:
+        // SAFETY: `count` runs of `block` elements, `ss` apart from `src` and `ds` apart from `dst`, all within `p.src`
+        // and `out` (sized so by the tensor layer, as above), both ready and kept alive on `s`; the kernel bounds its
         // indices by `count * block`.
         unsafe {
             dev.launch(

@@ -147,20 +147,18 @@ impl CudaBackend {
             None => {
                 let f = dev.kernel(Source::Elementwise, op.name(), "same", dtype)?;
                 let grid = dev.grid_full(n.div_ceil(16 / dtype.size() as u64).div_ceil(UNROLL), 256);
-                // SAFETY: `{op}_same_{dtype}(const T* a, const T* b, T* out, u64 n, int* err)`:
-                // `lhs`, `rhs` and `out` each hold `n` = `len` elements of `dtype` (same
-                // layout: equal shapes), ready and kept alive on `s` (see `alloc`); `err`
-                // is the 4-byte flag of `with_div_check`, or 0 where no op can divide an
-                // integer by zero (the kernels touch `err` only then).
+                // `{op}_same_{dtype}(const T* a, const T* b, T* out, u64 n, int* err)`:
+                // SAFETY: `lhs`, `rhs` and `out` each hold `n` = `len` elements of `dtype` (same layout: equal shapes),
+                // ready and kept alive on `s` (see `alloc`); `err` is the 4-byte flag of `with_div_check`, or 0 where
+                // no op can divide an integer by zero (the kernels touch `err` only then).
                 unsafe { dev.launch(f, (grid, 1, 1), (256, 1, 1), s.raw.0, &mut args![a, b, o, n, err]) }
             }
             Some(bc) => {
                 let f = dev.kernel(Source::Elementwise, op.name(), "bcast", dtype)?;
-                // SAFETY: `{op}_bcast_{dtype}(const T* a, const T* b, T* out, u64 n, Bcast bc,
-                // int* err)`: `out` holds `n` = `len` elements; `bc` is the `#[repr(C)]`
-                // mirror of the kernel's `Bcast`, built from the checked broadcast strides,
-                // so every index it yields lies within `lhs` and `rhs`, ready and kept alive
-                // on `s` (see `alloc`); `err` as in the same-layout case.
+                // `{op}_bcast_{dtype}(const T* a, const T* b, T* out, u64 n, Bcast bc, int* err)`:
+                // SAFETY: `out` holds `n` = `len` elements; `bc` is the `#[repr(C)]` mirror of the kernel's `Bcast`,
+                // built from the checked broadcast strides, so every index it yields lies within `lhs` and `rhs`, ready
+                // and kept alive on `s` (see `alloc`); `err` as in the same-layout case.
                 unsafe {
                     dev.launch(f, (dev.grid(n, 256), 1, 1), (256, 1, 1), s.raw.0, &mut args![a, b, o, n, bc, err])
                 }
@@ -189,11 +187,10 @@ impl CudaBackend {
         let f = dev.kernel(Source::Elementwise, op.name(), "scalar", dtype)?;
         let (a, o, n, err) = (cuda(lhs)?.ptr(), out.ptr(), len as u64, 0u64);
         let grid = dev.grid_full(n.div_ceil(16 / dtype.size() as u64).div_ceil(UNROLL), 256);
-        // SAFETY: `{op}_scalar_{dtype}(const T* a, T s, T* out, u64 n, int* err)`: `lhs` and
-        // `out` hold `n` = `len` elements of `dtype`, ready and kept alive on `stream` (see
-        // `alloc`); `v` has `dtype`'s Rust type (the tensor layer passes `T::to_scalar` with
-        // `T::DTYPE`); `err` is null, which the kernel never touches since an integer zero
-        // divisor was refused above.
+        // `{op}_scalar_{dtype}(const T* a, T s, T* out, u64 n, int* err)`:
+        // SAFETY: `lhs` and `out` hold `n` = `len` elements of `dtype`, ready and kept alive on `stream` (see `alloc`);
+        // `v` has `dtype`'s Rust type (the tensor layer passes `T::to_scalar` with `T::DTYPE`); `err` is null, which
+        // the kernel never touches since an integer zero divisor was refused above.
         with_scalar!(rhs, v => unsafe {
             dev.launch(f, (grid, 1, 1), (256, 1, 1), stream.raw.0, &mut args![a, v, o, n, err])
         })?;
@@ -237,10 +234,9 @@ impl CudaBackend {
                 let blocks = dev.grid(len.div_ceil(16 / dtype.size() as u64), 256);
                 let partial = CudaBuffer::alloc(dev, &stream, blocks as usize * acc)?;
                 let (p, nparts) = (partial.ptr(), blocks as u64);
-                // SAFETY: `{op}_partial_{dtype}(const T* x, u64 n, A* partial)`: one
-                // accumulator per block into `partial`, which holds `blocks` accumulators of
-                // `acc` bytes (the kernel's `A`: f64 for float sums and means and f64 max,
-                // else 4 bytes), allocated on `stream` and freed there after both launches.
+                // SAFETY: `{op}_partial_{dtype}(const T* x, u64 n, A* partial)`: one accumulator per block into
+                // `partial`, which holds `blocks` accumulators of `acc` bytes (the kernel's `A`: f64 for float sums and
+                // means and f64 max, else 4 bytes), allocated on `stream` and freed there after both launches.
                 unsafe { dev.launch(k("partial")?, (blocks, 1, 1), (256, 1, 1), s, &mut args![xp, len, p])? };
                 // SAFETY: `{op}_final_{dtype}(const A* partial, u64 nparts, T* out, u64 len)`:
                 // the `nparts` = `blocks` accumulators written just before on `stream`, into
@@ -301,12 +297,11 @@ impl CudaBackend {
             let (mi, ni, ki) = (m as i32, n as i32, k as i32);
             // Row-major C = A B is column-major C^T = B^T A^T: swap operands, no transposes.
             let nn = cublasOperation_t::CUBLAS_OP_N;
-            // SAFETY: `ap`, `bp` and `o` hold m*k, k*n and m*n elements of `dtype` on this
-            // device (allocated by this backend for these shapes), ready and kept alive on
-            // `stream` (see `alloc`); `h` is `stream`'s own cuBLAS handle, bound to it, and
-            // this device's context is current. The leading dimensions (n, k, n) are those
-            // of the row-major operands read as column-major, and all dims fit an `i32`
-            // (checked above). `alpha`/`beta` point at temporaries that outlive the call.
+            // `ap`, `bp` and `o` hold m*k, k*n and m*n elements of `dtype` on this device (allocated by this backend
+            // for these shapes), ready and kept alive on `stream` (see `alloc`);
+            // SAFETY: `h` is `stream`'s own cuBLAS handle, bound to it, and this device's context is current. The
+            // leading dimensions (n, k, n) are those of the row-major operands read as column-major, and all dims fit
+            // an `i32` (checked above). `alpha`/`beta` point at temporaries that outlive the call.
             unsafe {
                 // The same call for both widths; only the element type differs.
                 macro_rules! gemm {

@@ -39,10 +39,9 @@ const CHUNK_MAX: usize = 2 << 20;
 pub(super) unsafe fn upload(dev: &DeviceState, stream: &StreamObj, dst: u64, data: &[u8]) -> Result<()> {
     if data.len() < STAGE_MIN {
         if !data.is_empty() {
-            // SAFETY: `dst` holds at least `data.len()` bytes of this device (the caller's
-            // contract) and is written on `stream`, whose work orders its later uses. `data`
-            // is valid for reads until this function returns: the driver stages pageable
-            // memory before returning, and page-locked memory is waited for just below.
+            // SAFETY: `dst` holds at least `data.len()` bytes of this device (the caller's contract) and is written on
+            // `stream`, whose work orders its later uses. `data` is valid for reads until this function returns: the
+            // driver stages pageable memory before returning, and page-locked memory is waited for just below.
             unsafe { result::memcpy_htod_async(dst, data, stream.raw.0) }
                 .map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"))?;
             // The driver stages a small pageable copy before it returns, but reads
@@ -61,12 +60,11 @@ pub(super) unsafe fn upload(dev: &DeviceState, stream: &StreamObj, dst: u64, dat
             // SAFETY: the stage holds `range.len()` bytes (a slice of that length) and is
             // pinned pool memory, not the source; the source slice has `range.len()` bytes.
             unsafe { stream_copy(stage.as_mut_ptr(), data[range.clone()].as_ptr(), range.len()) };
-            // SAFETY: `range` lies within `0 .. data.len()`, so `dst + range.start` has
-            // `range.len()` bytes within the caller's allocation (contract). The side stream
-            // waited for `stream` (in `staged`), and `stream` waits for the side stream
-            // before this copy returns, so the write is ordered like one on `stream`. The
-            // stage is pinned and is not written again until this DMA's event (recorded by
-            // `queued`) completes, nor freed before (the pool holds it until then).
+            // `range` lies within `0 .. data.len()`, so `dst + range.start` has `range.len()` bytes within the caller's
+            // allocation (contract). The side stream waited for `stream` (in `staged`), and `stream` waits for the side
+            // stream before this copy returns, so the write is ordered like one on `stream`.
+            // SAFETY: The stage is pinned and is not written again until this DMA's event (recorded by `queued`)
+            // completes, nor freed before (the pool holds it until then).
             unsafe { result::memcpy_htod_async(dst + range.start as u64, &stage[..], lane.side.raw.0) }
                 .map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"))?;
             lane.queued(k)?;
@@ -102,12 +100,11 @@ pub(super) unsafe fn download(dev: &DeviceState, stream: &StreamObj, src: u64, o
                 Some(range) => {
                     let k = lane.turn();
                     let stage = lane.stage(k, range.len())?;
-                    // SAFETY: `range` lies within `0 .. out.len()`, so `src + range.start`
-                    // has `range.len()` bytes within the caller's allocation, ordered after
-                    // its writer (the side stream waited for `stream` in `staged`) and freed
-                    // only after the side stream's work (`stream` waits for it at the end).
-                    // The stage is pinned, `range.len()` bytes long, idle (`lane.stage` waited
-                    // for its last DMA), and read only after this DMA's event completes.
+                    // `range` lies within `0 .. out.len()`, so `src + range.start` has `range.len()` bytes within the
+                    // caller's allocation, ordered after its writer (the side stream waited for `stream` in `staged`)
+                    // and freed only after the side stream's work (`stream` waits for it at the end).
+                    // SAFETY: The stage is pinned, `range.len()` bytes long, idle (`lane.stage` waited for its last
+                    // DMA), and read only after this DMA's event completes.
                     unsafe { result::memcpy_dtoh_async(stage, src + range.start as u64, lane.side.raw.0) }
                         .map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"))?;
                     lane.queued(k)?;
@@ -277,10 +274,9 @@ unsafe fn stream_copy(dst: *mut u8, src: *const u8, len: usize) {
         // SAFETY: `head <= len`: both offsets stay within (or one past) the `len` bytes.
         let (s, d) = unsafe { (src.add(head), dst.add(head)) };
         for i in 0..body {
-            // SAFETY: `head + i * 16 + 16 <= head + body * 16 <= len`, so the 16 bytes read
-            // and written lie within `src` and `dst`; `d + i * 16` is 16-byte aligned (`d`
-            // was aligned above), as `_mm_stream_si128` requires, and the load is
-            // unaligned-tolerant. SSE2 is part of x86_64, so these need no feature check.
+            // SAFETY: `head + i * 16 + 16 <= head + body * 16 <= len`, so the 16 bytes read and written lie within
+            // `src` and `dst`; `d + i * 16` is 16-byte aligned (`d` was aligned above), as `_mm_stream_si128` requires,
+            // and the load is unaligned-tolerant. SSE2 is part of x86_64, so these need no feature check.
             unsafe {
                 let v = _mm_loadu_si128(s.add(i * 16) as *const __m128i);
                 _mm_stream_si128(d.add(i * 16) as *mut __m128i, v);

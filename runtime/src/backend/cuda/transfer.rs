@@ -135,10 +135,9 @@ impl CudaBackend {
         // waits for the copy.
         s.wait_for(b.stream())?;
         to.bind()?;
-        // SAFETY: `out` holds `bytes` bytes of `to`, allocated on `s`; `b` holds `bytes`
-        // bytes of `from`, and both contexts are the devices' live primary contexts. `s`
-        // waited for `b`'s writer above, and `b`'s stream waits for `s` below, so `b`'s
-        // free (ordered on its stream) comes after the copy; `out` is freed on `s`.
+        // SAFETY: `out` holds `bytes` bytes of `to`, allocated on `s`; `b` holds `bytes` bytes of `from`, and both
+        // contexts are the devices' live primary contexts. `s` waited for `b`'s writer above, and `b`'s stream waits
+        // for `s` below, so `b`'s free (ordered on its stream) comes after the copy; `out` is freed on `s`.
         unsafe { result::memcpy_peer_async(to.ctx.cu_ctx(), out.ptr(), from.ctx.cu_ctx(), b.ptr(), bytes, s.raw.0) }
             .map_err(driver(to.ordinal, "cuMemcpyPeerAsync"))?;
         b.stream().wait_for(&s)?;
