@@ -1,8 +1,10 @@
 //! Peer access and collectives of the host backend. Simulated devices all live in host
 //! memory, so every pair of distinct devices can reach each other, and a collective is
-//! a few copies and sums: the same results NCCL gives, in the same device order.
+//! a few copies and sums: the same results NCCL gives, in the same device order. The
+//! inputs are read once their writers' streams are done (a host wait, stronger than the
+//! event waits NCCL makes); the outputs are new memory of each device's current stream.
 
-use super::host::{host, HostBuffer};
+use super::host::host;
 use super::{Buffer, Collective};
 use crate::device::DeviceId;
 use crate::element::{with_dtype, DType, Element};
@@ -36,15 +38,13 @@ pub(crate) fn collective(
             if root >= devices.len() {
                 return Err(bad("the root is not one of the devices"));
             }
-            sized(buf, bytes)?.bytes().to_vec()
+            host().read_now(sized(buf, bytes)?)?.to_vec()
         }
         Collective::AllReduceSum(inputs) => {
             let inputs = inputs_of(devices, inputs, bytes)?;
             with_dtype!(dtype, T => sum::<T>(&inputs))
         }
-        Collective::AllGather(inputs) => {
-            inputs_of(devices, inputs, bytes)?.iter().flat_map(|b| b.bytes()).copied().collect()
-        }
+        Collective::AllGather(inputs) => inputs_of(devices, inputs, bytes)?.concat(),
     };
     let outputs = devices
         .iter()
@@ -58,26 +58,27 @@ pub(crate) fn collective(
 }
 
 /// The elementwise sum of the inputs, added in device order, as bytes.
-fn sum<T: Element>(inputs: &[&HostBuffer]) -> Vec<u8> {
-    let mut acc: Vec<T> = inputs[0].as_slice::<T>().to_vec();
+fn sum<T: Element>(inputs: &[&[u8]]) -> Vec<u8> {
+    let mut acc: Vec<T> = bytemuck::cast_slice::<u8, T>(inputs[0]).to_vec();
     for b in &inputs[1..] {
-        for (a, &x) in acc.iter_mut().zip(b.as_slice::<T>()) {
+        for (a, &x) in acc.iter_mut().zip(bytemuck::cast_slice::<u8, T>(b)) {
             *a = Element::add(*a, x);
         }
     }
     bytemuck::cast_slice(&acc).to_vec()
 }
 
-fn inputs_of<'a>(devices: &[DeviceId], inputs: &[&'a Buffer], bytes: usize) -> Result<Vec<&'a HostBuffer>> {
+/// The inputs' bytes, read once their writers are done.
+fn inputs_of<'a>(devices: &[DeviceId], inputs: &[&'a Buffer], bytes: usize) -> Result<Vec<&'a [u8]>> {
     if inputs.len() != devices.len() || inputs.is_empty() {
         return Err(bad("one input per device is needed"));
     }
-    inputs.iter().map(|b| sized(b, bytes)).collect()
+    inputs.iter().map(|b| host().read_now(sized(b, bytes)?)).collect()
 }
 
-fn sized(b: &Buffer, bytes: usize) -> Result<&HostBuffer> {
+fn sized(b: &Buffer, bytes: usize) -> Result<&Buffer> {
     match b {
-        Buffer::Host(h) if h.bytes().len() == bytes => Ok(h),
+        Buffer::Host(h) if h.len() == bytes => Ok(b),
         Buffer::Host(_) => Err(bad("an input has the wrong length")),
         Buffer::Cuda(_) => Err(bad("device memory was handed to the host backend")),
     }

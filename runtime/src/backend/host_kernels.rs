@@ -167,8 +167,26 @@ pub(super) fn transpose<T: Element>(x: &[T], out: &mut [T], rows: usize, cols: u
     }
 }
 
+/// The numbers of one [`Blocks`] copy, without its source buffer.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Geometry {
+    src_offset: usize,
+    src_stride: usize,
+    dst_offset: usize,
+    dst_stride: usize,
+    count: usize,
+    block: usize,
+}
+
+impl Geometry {
+    pub(super) fn of(b: &Blocks<'_>) -> Geometry {
+        let Blocks { src_offset, src_stride, dst_offset, dst_stride, count, block, .. } = *b;
+        Geometry { src_offset, src_stride, dst_offset, dst_stride, count, block }
+    }
+}
+
 /// Copies the blocks of `b` (elements of `size` bytes) from `src` into `dst`.
-pub(super) fn copy_blocks(dst: &mut [u8], src: &[u8], size: usize, b: &Blocks<'_>) {
+pub(super) fn copy_blocks(dst: &mut [u8], src: &[u8], size: usize, b: &Geometry) {
     let width = b.block * size;
     for i in 0..b.count {
         let s = (b.src_offset + i * b.src_stride) * size;

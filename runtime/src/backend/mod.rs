@@ -8,6 +8,7 @@ mod account;
 pub(crate) mod copy_threads;
 mod cuda;
 pub(crate) mod current_stream;
+pub(crate) mod hazard;
 pub(crate) mod host;
 mod host_collective;
 mod host_kernels;
@@ -32,11 +33,11 @@ pub(crate) enum Buffer {
     Cuda(cuda::CudaBuffer),
 }
 
-/// A stream of one backend: on the host a number (work there is sequential), on CUDA a
-/// reference-counted driver stream.
+/// A stream of one backend: a simulated stream (a queue with its own worker) on the
+/// host, a reference-counted driver stream on CUDA.
 #[derive(Clone, Debug)]
 pub(crate) enum RawStream {
-    Host { device: DeviceId, id: u64 },
+    Host(Arc<host::HostStream>),
     Cuda(Arc<cuda::StreamObj>),
 }
 
@@ -44,14 +45,14 @@ impl RawStream {
     /// Whether both name the same stream.
     pub(crate) fn same(&self, other: &RawStream) -> bool {
         match (self, other) {
-            (RawStream::Host { device: a, id: x }, RawStream::Host { device: b, id: y }) => a == b && x == y,
+            (RawStream::Host(a), RawStream::Host(b)) => Arc::ptr_eq(a, b),
             (RawStream::Cuda(a), RawStream::Cuda(b)) => Arc::ptr_eq(a, b),
             _ => false,
         }
     }
 }
 
-/// An event of one backend: on the host the instant it was recorded.
+/// An event of one backend: on the host a point in a simulated stream's queue.
 #[derive(Clone, Debug)]
 pub(crate) enum RawEvent {
     Host(Arc<host::HostEvent>),

@@ -15,9 +15,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
+use crate::backend::hazard::{self, Region, Track};
 use crate::backend::{self, RawEvent};
+use crate::device::DeviceId;
 use crate::error::Result;
 
 /// The smallest block: a page.
@@ -50,6 +52,27 @@ struct Cached {
     ptr: usize,
     /// Copies that used the block; it is reused once they have all completed.
     events: Vec<RawEvent>,
+    life: Arc<Life>,
+}
+
+/// What a block carries from one use to the next: the hazard checker's track, and how
+/// many queued host-backend jobs still hold its address (the pool never frees such a
+/// block, whatever its events say, so a simulated DMA cannot touch freed memory).
+#[derive(Debug, Default)]
+struct Life {
+    track: Track,
+    in_flight: AtomicUsize,
+}
+
+/// A queued job's claim on a block's memory: while it lives the pool does not free the
+/// block (it may still hand it out; that is the race the checker reports).
+#[derive(Debug)]
+pub(crate) struct InFlight(Arc<Life>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 #[derive(Default)]
@@ -71,9 +94,25 @@ pub(crate) struct PinnedBlock {
     events: Mutex<Vec<RawEvent>>,
     /// Set when a copy's end could not be observed: the block is never reused.
     retired: AtomicBool,
+    life: Arc<Life>,
 }
 
 impl PinnedBlock {
+    fn new(ptr: usize, cap: usize, life: Arc<Life>) -> Self {
+        PinnedBlock { ptr, cap, events: Mutex::new(Vec::new()), retired: AtomicBool::new(false), life }
+    }
+
+    /// The hazard checker's record of this block's uses, kept across reuses.
+    pub(crate) fn track(&self) -> &Track {
+        &self.life.track
+    }
+
+    /// A claim that keeps the block's memory allocated for a queued job.
+    pub(crate) fn in_flight(&self) -> InFlight {
+        self.life.in_flight.fetch_add(1, Ordering::AcqRel);
+        InFlight(Arc::clone(&self.life))
+    }
+
     /// The start of the block (dangling but aligned when the block is empty).
     pub(crate) fn ptr(&self) -> *mut u8 {
         if self.cap == 0 {
@@ -129,7 +168,7 @@ impl Drop for PinnedBlock {
             return;
         }
         let mut bins = POOL.bins.lock().unwrap_or_else(|p| p.into_inner());
-        bins.entry(self.cap).or_default().push(Cached { ptr: self.ptr, events });
+        bins.entry(self.cap).or_default().push(Cached { ptr: self.ptr, events, life: Arc::clone(&self.life) });
     }
 }
 
@@ -143,17 +182,20 @@ fn all_done(events: &[RawEvent]) -> bool {
 /// A block of at least `bytes` bytes: a completed cached one of its bin, else new.
 pub(crate) fn acquire(bytes: usize) -> Result<PinnedBlock> {
     if bytes == 0 {
-        return Ok(PinnedBlock { ptr: 0, cap: 0, events: Mutex::new(Vec::new()), retired: AtomicBool::new(false) });
+        return Ok(PinnedBlock::new(0, 0, Arc::default()));
     }
     let cap = bytes.max(MIN_BLOCK).checked_next_power_of_two().unwrap_or(bytes);
     let reused = {
         let mut bins = POOL.bins.lock().unwrap_or_else(|p| p.into_inner());
         bins.get_mut(&cap).and_then(|bin| bin.iter().position(|c| all_done(&c.events)).map(|i| bin.swap_remove(i)))
     };
-    let ptr = match reused {
+    let (ptr, life) = match reused {
         Some(c) => {
             POOL.cache_hits.fetch_add(1, Ordering::Relaxed);
-            c.ptr
+            if hazard::enabled() {
+                hazard::reused(Region { track: &c.life.track, device: DeviceId::Pinned, bytes: cap, dtype: None });
+            }
+            (c.ptr, c.life)
         }
         None => {
             let b = backend::selected()?;
@@ -170,11 +212,11 @@ pub(crate) fn acquire(bytes: usize) -> Result<PinnedBlock> {
             unsafe { std::ptr::write_bytes(ptr as *mut u8, 0, cap) };
             POOL.host_allocs.fetch_add(1, Ordering::Relaxed);
             POOL.bytes_held.fetch_add(cap, Ordering::Relaxed);
-            ptr
+            (ptr, Arc::default())
         }
     };
     POOL.bytes_in_use.fetch_add(cap, Ordering::Relaxed);
-    Ok(PinnedBlock { ptr, cap, events: Mutex::new(Vec::new()), retired: AtomicBool::new(false) })
+    Ok(PinnedBlock::new(ptr, cap, life))
 }
 
 /// The pool's counters.
@@ -208,7 +250,7 @@ fn release_cached() -> usize {
     let mut bins = POOL.bins.lock().unwrap_or_else(|p| p.into_inner());
     for (&cap, bin) in bins.iter_mut() {
         bin.retain(|c| {
-            if !all_done(&c.events) {
+            if !all_done(&c.events) || c.life.in_flight.load(Ordering::Acquire) > 0 {
                 return true;
             }
             // SAFETY: the block came from this backend's alloc_pinned with this size, and

@@ -217,7 +217,7 @@ impl CudaBackend {
     fn raw_stream(&self, stream: &RawStream) -> Result<Arc<StreamObj>> {
         match stream {
             RawStream::Cuda(s) => Ok(Arc::clone(s)),
-            RawStream::Host { .. } => Err(foreign("stream")),
+            RawStream::Host(_) => Err(foreign("stream")),
         }
     }
 

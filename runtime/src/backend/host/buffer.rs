@@ -1,16 +1,21 @@
 //! Host memory of the host backend's devices and of the `cpu` and `pinned` placements:
 //! pageable heap or huge-page mappings, or blocks of the pinned pool, with the stream
-//! that wrote them and the streams that have read them.
+//! that wrote them, the streams that have read them, and the hazard checker's track.
+//!
+//! Queued jobs reach the memory through a [`Span`]: pageable memory stays allocated while
+//! a span holds it (a stream-ordered free), pinned memory goes back to the pool when the
+//! buffer is dropped, as on the GPU, and the pool frees a block only once no span uses it.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use super::streams::{current_stream, order_of};
+use super::streams::HostStream;
 use crate::backend::account::MemoryAccount;
+use crate::backend::hazard::{self, Kind, Region, Track};
 use crate::backend::huge_pages::Mapping;
-use crate::backend::pinned_pool::{self as pinned, PinnedBlock};
+use crate::backend::pinned_pool::{self as pinned, InFlight, PinnedBlock};
 use crate::backend::RawEvent;
 use crate::device::DeviceId;
-use crate::element::Element;
+use crate::element::{DType, Element};
 use crate::error::{Error, Result};
 
 /// `n` zeroed words, or `None` when the allocator refuses. Zeroed allocation lets the OS
@@ -29,51 +34,121 @@ fn zeroed_words(n: usize) -> Option<Vec<u64>> {
     }
 }
 
-/// Host memory of one device, 8-byte aligned so that any element type can view it.
-/// `pinned` memory comes from the pinned pool, large buffers from their own mapping on
-/// huge pages, the rest from the ordinary allocator.
+/// Pageable memory, shared by a buffer and the jobs that use it. Only held (its drop
+/// frees the memory); every access goes through the buffer's or a span's pointer.
 #[derive(Debug)]
-pub(crate) struct HostBuffer {
-    mem: Mem,
-    len: usize,
-    pub(super) account: &'static MemoryAccount,
-    /// The simulated stream that wrote this memory.
-    pub(super) stream: u64,
-    /// The number of that write on its stream.
-    pub(super) written: u64,
-    /// Other streams that already waited for this memory.
-    pub(super) readers: Mutex<Vec<u64>>,
-}
-
-#[derive(Debug)]
-enum Mem {
+#[allow(dead_code)]
+enum Owned {
     Heap(Vec<u64>),
     /// Large buffers, on huge pages where the system has them.
     Mapped(Mapping),
+}
+
+#[derive(Debug)]
+enum Keep {
+    Owned(Arc<Owned>),
     Pinned(PinnedBlock),
 }
 
+/// Host memory of one device, 8-byte aligned so that any element type can view it.
+#[derive(Debug)]
+pub(crate) struct HostBuffer {
+    /// The first byte; all access goes through it (see [`Span`]).
+    ptr: *mut u8,
+    len: usize,
+    keep: Keep,
+    /// The checker's record of pageable memory (pinned blocks carry their own).
+    track: Track,
+    pub(super) account: &'static MemoryAccount,
+    /// The simulated stream that wrote this memory; `None` for host placements, whose
+    /// ops run on the calling thread.
+    pub(super) stream: Option<Arc<HostStream>>,
+    /// The number of that write on its stream.
+    pub(super) written: u64,
+    /// Other streams that used this memory; its free is ordered after them.
+    pub(super) readers: Mutex<Vec<Arc<HostStream>>>,
+}
+
+// SAFETY: the buffer owns its memory (a Vec, a mapping or a pool block) as a Vec<u8>
+// would; the raw pointer is into that memory. Shared access (`bytes`) only reads, and
+// writes need `&mut self`; jobs on other threads reach it only through spans, ordered by
+// their stream (what the hazard checker verifies).
+unsafe impl Send for HostBuffer {}
+// SAFETY: as for Send: `&HostBuffer` gives read access only.
+unsafe impl Sync for HostBuffer {}
+
+/// A job's handle on a buffer's memory: the address, and what keeps it allocated.
+pub(super) struct Span {
+    ptr: *mut u8,
+    len: usize,
+    _keep: SpanKeep,
+}
+
+/// Only held, for what its drop does.
+#[allow(dead_code)]
+enum SpanKeep {
+    Owned(Arc<Owned>),
+    Pinned(InFlight),
+}
+
+// SAFETY: a span is an address into memory kept allocated by what it holds (an `Arc` of
+// the allocation, or the pool's in-flight count); the job that owns it runs on one
+// worker thread at a time.
+unsafe impl Send for Span {}
+
+impl Span {
+    /// The memory, read by a job.
+    ///
+    /// # Safety
+    /// The job runs after the memory's last write in stream order, and no write to it
+    /// runs while the returned slice lives.
+    pub(super) unsafe fn bytes(&self) -> &[u8] {
+        // SAFETY: `ptr..ptr+len` is allocated while the span lives; the caller rules out
+        // concurrent writes.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// The memory, written by a job.
+    ///
+    /// # Safety
+    /// No other access to the memory runs while the returned slice lives (the job is
+    /// ordered after every earlier use, and every later use is ordered after it).
+    pub(super) unsafe fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`, and the caller rules out every other access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
 impl HostBuffer {
-    /// `len` bytes on `account`'s device: zeroed pageable memory, or a pinned block whose
-    /// bytes are initialised but unspecified (a reused block keeps its old contents).
-    pub(super) fn alloc(account: &'static MemoryAccount, len: usize) -> Result<Self> {
+    /// `len` bytes on `account`'s device, written on `stream`: zeroed pageable memory,
+    /// or a pinned block whose bytes are initialised but unspecified (a reused block
+    /// keeps its old contents).
+    pub(super) fn alloc(account: &'static MemoryAccount, len: usize, stream: Option<Arc<HostStream>>) -> Result<Self> {
         account.reserve(len)?;
-        let mem = if account.device == DeviceId::Pinned {
-            pinned::acquire(len).map(Mem::Pinned)
+        let oom = || Error::OutOfMemory { device: account.device, requested: len, free: 0 };
+        let made = if account.device == DeviceId::Pinned {
+            pinned::acquire(len).map(|b| (b.ptr(), Keep::Pinned(b)))
         } else if let Some(m) = Mapping::zeroed(len) {
-            Ok(Mem::Mapped(m))
+            Ok((m.as_ptr(), Keep::Owned(Arc::new(Owned::Mapped(m)))))
         } else {
-            zeroed_words(len.div_ceil(8)).map(Mem::Heap).ok_or(Error::OutOfMemory {
-                device: account.device,
-                requested: len,
-                free: 0,
+            zeroed_words(len.div_ceil(8)).ok_or_else(oom).map(|mut w| {
+                let p = if w.is_empty() { std::ptr::NonNull::<u64>::dangling().as_ptr() } else { w.as_mut_ptr() };
+                (p as *mut u8, Keep::Owned(Arc::new(Owned::Heap(w))))
             })
         };
-        match mem {
-            Ok(mem) => {
-                let stream = current_stream(account.device);
-                let written = order_of(account.device, stream).mark_write();
-                Ok(HostBuffer { mem, len, account, stream, written, readers: Mutex::new(Vec::new()) })
+        match made {
+            Ok((ptr, keep)) => {
+                let written = stream.as_ref().map_or(0, |s| s.order.mark_write());
+                Ok(HostBuffer {
+                    ptr,
+                    len,
+                    keep,
+                    track: Track::default(),
+                    account,
+                    stream,
+                    written,
+                    readers: Mutex::new(Vec::new()),
+                })
             }
             Err(e) => {
                 account.release(len);
@@ -82,24 +157,49 @@ impl HostBuffer {
         }
     }
 
-    pub(crate) fn bytes(&self) -> &[u8] {
-        let start = match &self.mem {
-            Mem::Heap(w) => return &bytemuck::cast_slice(w)[..self.len],
-            Mem::Mapped(m) => m.as_ptr(),
-            Mem::Pinned(b) => b.ptr(),
-        };
-        // SAFETY: the mapping or block holds at least `len` bytes and this buffer owns it.
-        unsafe { std::slice::from_raw_parts(start, self.len) }
+    /// Bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
     }
 
-    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
-        let start = match &mut self.mem {
-            Mem::Heap(w) => return &mut bytemuck::cast_slice_mut(w)[..self.len],
-            Mem::Mapped(m) => m.as_ptr(),
-            Mem::Pinned(b) => b.ptr(),
+    /// This memory as the hazard checker names it.
+    pub(super) fn region(&self, dtype: Option<DType>) -> Region<'_> {
+        let track = match &self.keep {
+            Keep::Pinned(b) => b.track(),
+            Keep::Owned(_) => &self.track,
         };
-        // SAFETY: as in `bytes`, and `&mut self` makes the access unique.
-        unsafe { std::slice::from_raw_parts_mut(start, self.len) }
+        Region { track, device: self.account.device, bytes: self.len, dtype }
+    }
+
+    /// A handle on the memory for a queued job.
+    pub(super) fn span(&self) -> Span {
+        let keep = match &self.keep {
+            Keep::Owned(o) => SpanKeep::Owned(Arc::clone(o)),
+            Keep::Pinned(b) => SpanKeep::Pinned(b.in_flight()),
+        };
+        Span { ptr: self.ptr, len: self.len, _keep: keep }
+    }
+
+    fn host_use(&self, kind: Kind, op: &'static str) {
+        if hazard::enabled() && self.len > 0 {
+            hazard::host_use(self.region(None), kind, op);
+        }
+    }
+
+    /// The bytes, read by host code now: for memory a stream wrote, only after the host
+    /// waited for that write (the checker reports it otherwise).
+    pub(crate) fn bytes(&self) -> &[u8] {
+        self.host_use(Kind::Read, "a host read");
+        // SAFETY: the buffer owns `len` bytes at `ptr` (see the Send impl); `&self` allows
+        // no host write meanwhile, and stream writes are ordered before host reads.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// The bytes, written by host code now (fresh memory, or memory no queued work uses).
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        self.host_use(Kind::Write, "a host write");
+        // SAFETY: as in `bytes`, and `&mut self` makes the host access unique.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
 
     pub(crate) fn as_slice<T: Element>(&self) -> &[T] {
@@ -112,13 +212,13 @@ impl HostBuffer {
 
     /// Whether this is page-locked memory from the pinned pool.
     pub(crate) fn is_pinned(&self) -> bool {
-        matches!(self.mem, Mem::Pinned(_))
+        matches!(self.keep, Keep::Pinned(_))
     }
 
     /// Keeps pinned memory from reuse by the pool, and from host writes through
     /// [`HostBuffer::writable`], until `event` has completed.
     pub(crate) fn hold_until(&self, event: RawEvent) {
-        if let Mem::Pinned(b) = &self.mem {
+        if let Keep::Pinned(b) = &self.keep {
             b.hold_until(event);
         }
     }
@@ -126,7 +226,7 @@ impl HostBuffer {
     /// Retires pinned memory that a copy may still use but whose end cannot be observed:
     /// it is never written by the host nor reused again.
     pub(crate) fn retire(&self) {
-        if let Mem::Pinned(b) = &self.mem {
+        if let Keep::Pinned(b) = &self.keep {
             b.retire();
         }
     }
@@ -135,7 +235,7 @@ impl HostBuffer {
     /// memory has completed (pageable memory has none). The only way to write a buffer
     /// that tensors have shared: freshly allocated buffers may use `bytes_mut`.
     pub(crate) fn writable<T: Element>(&mut self) -> Result<&mut [T]> {
-        if let Mem::Pinned(b) = &self.mem {
+        if let Keep::Pinned(b) = &self.keep {
             b.wait_unused()?;
         }
         Ok(self.as_mut_slice())
@@ -145,5 +245,11 @@ impl HostBuffer {
 impl Drop for HostBuffer {
     fn drop(&mut self) {
         self.account.release(self.len);
+        if let (Some(owner), true) = (&self.stream, hazard::enabled() && self.len > 0) {
+            // Stream-ordered free on the writer's stream, after the streams that used it.
+            let readers: Vec<_> =
+                self.readers.get_mut().unwrap_or_else(|p| p.into_inner()).iter().map(|r| r.agent()).collect();
+            hazard::freed(self.region(None), owner.agent(), &readers);
+        }
     }
 }

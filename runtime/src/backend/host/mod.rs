@@ -5,24 +5,22 @@
 //! `Error::OutOfMemory` as on a GPU. `cpu` and `pinned` memory are ordinary host memory
 //! on every backend, and run here.
 
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
 
 mod buffer;
+mod ops;
+mod queue;
 mod streams;
 
 pub(crate) use buffer::HostBuffer;
-pub(crate) use streams::HostEvent;
-use streams::{
-    host_buf, host_event, host_mem, on_host_stream, order_of, stream_id, stream_key, use_on_stream, NEXT_STREAM,
-};
+use streams::{current_stream, default_stream, host_event, host_mem, host_stream, streams_of, use_on_stream};
+pub(crate) use streams::{HostEvent, HostStream};
 
 use crate::backend::account::MemoryAccount;
-use crate::backend::host_kernels as k;
-use crate::backend::{float_only, Backend, BinaryOp, Blocks, Buffer, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp};
+use crate::backend::hazard::Kind;
+use crate::backend::{Backend, BinaryOp, Blocks, Buffer, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp};
 use crate::device::DeviceId;
-use crate::element::{with_dtype, DType, Element, Scalar};
+use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
 use crate::shape::{Layout, Reduction};
 
@@ -79,7 +77,11 @@ impl HostBackend {
             Ok(n)
         });
         let memory = env_number("LOCUS_HOST_DEVICE_MEMORY", DEFAULT_DEVICE_MEMORY);
-        let config_error = devices.as_ref().err().or(memory.as_ref().err()).cloned();
+        let delay = queue::configure().map_err(|reason| Error::NoBackend {
+            requested: std::env::var("LOCUS_BACKEND").unwrap_or_else(|_| "auto".into()),
+            reason,
+        });
+        let config_error = devices.as_ref().err().or(memory.as_ref().err()).or(delay.as_ref().err()).cloned();
         let (devices, memory) = (devices.unwrap_or(0), memory.unwrap_or(0));
         let mut accounts =
             vec![MemoryAccount::new(DeviceId::Cpu, usize::MAX), MemoryAccount::new(DeviceId::Pinned, usize::MAX)];
@@ -99,31 +101,23 @@ impl HostBackend {
             .ok_or(Error::NoSuchDevice { ordinal: device.ordinal().unwrap_or(0), count: self.accounts.len() - 2 })
     }
 
-    /// Host memory of `bytes` bytes on `device` (a host placement or a simulated device)
-    /// whose contents are initialised but unspecified: pageable memory is zeroed, a reused
-    /// pinned block keeps its old bytes. For a copy or kernel that writes every byte
-    /// before the buffer is shared.
+    /// Host memory of `bytes` bytes on `device` (a host placement or a simulated device,
+    /// where the current stream owns it) whose contents are initialised but unspecified:
+    /// pageable memory is zeroed, a reused pinned block keeps its old bytes. For a copy or
+    /// kernel that writes every byte before the buffer is shared.
     pub(crate) fn alloc_for_overwrite(&'static self, device: DeviceId, bytes: usize) -> Result<HostBuffer> {
-        HostBuffer::alloc(self.account(device)?, bytes)
+        let stream = (!device.is_host()).then(|| current_stream(device));
+        HostBuffer::alloc(self.account(device)?, bytes, stream)
     }
 
-    fn alloc_elems(&'static self, device: DeviceId, dtype: DType, len: usize) -> Result<HostBuffer> {
-        let bytes =
-            len.checked_mul(dtype.size()).ok_or(Error::OutOfMemory { device, requested: usize::MAX, free: 0 })?;
-        self.alloc_for_overwrite(device, bytes)
-    }
-
-    /// A new buffer of `len` elements filled by `f`.
-    fn produce(
-        &'static self,
-        device: DeviceId,
-        dtype: DType,
-        len: usize,
-        f: impl FnOnce(&mut HostBuffer) -> Result<()>,
-    ) -> Result<Buffer> {
-        let mut out = self.alloc_elems(device, dtype, len)?;
-        f(&mut out)?;
-        Ok(Buffer::Host(out))
+    /// The bytes of `b`, for host code to read now: a simulated device's memory after
+    /// the host waited for the stream that wrote it.
+    pub(crate) fn read_now<'a>(&'static self, b: &'a Buffer) -> Result<&'a [u8]> {
+        let h = host_mem(b)?;
+        if let Some(s) = &h.stream {
+            s.synchronize()?;
+        }
+        Ok(h.bytes())
     }
 }
 
@@ -160,25 +154,26 @@ impl Backend for HostBackend {
     }
 
     fn live_streams(&self) -> usize {
-        0
+        streams::live_streams()
     }
 
     fn default_stream(&self, device: DeviceId) -> Result<RawStream> {
         host().account(device)?;
-        Ok(RawStream::Host { device, id: 0 })
+        Ok(RawStream::Host(default_stream(device)))
     }
 
     fn new_stream(&self, device: DeviceId) -> Result<RawStream> {
         host().account(device)?;
-        Ok(RawStream::Host { device, id: NEXT_STREAM.fetch_add(1, Ordering::Relaxed) })
+        Ok(RawStream::Host(HostStream::new_side(device)))
     }
 
-    fn sync_stream(&self, _stream: &RawStream) -> Result<()> {
-        Ok(())
+    fn sync_stream(&self, stream: &RawStream) -> Result<()> {
+        host_stream(stream)?.synchronize()
     }
 
     fn sync_device(&self, device: DeviceId) -> Result<()> {
-        host().account(device).map(|_| ())
+        host().account(device)?;
+        streams_of(device).iter().try_for_each(|s| s.synchronize())
     }
 
     fn new_event(&self, device: DeviceId, _timing: bool) -> Result<RawEvent> {
@@ -187,38 +182,23 @@ impl Backend for HostBackend {
     }
 
     fn record_event(&self, event: &RawEvent, stream: &RawStream) -> Result<()> {
-        let e = host_event(event)?;
-        *e.at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-        if let RawStream::Host { device, id } = *stream {
-            e.mark.set(stream_key(device, id), order_of(device, id).writes());
-        }
-        Ok(())
+        host_event(event)?.record(host_stream(stream)?)
     }
 
     fn wait_event(&self, stream: &RawStream, event: &RawEvent) -> Result<()> {
-        let e = host_event(event)?;
-        if let (RawStream::Host { device, id }, Some((writer, upto))) = (stream, e.mark.get()) {
-            order_of(*device, *id).note_wait(writer, upto);
-        }
-        Ok(())
+        host_event(event)?.wait_on(host_stream(stream)?)
     }
 
     fn sync_event(&self, event: &RawEvent) -> Result<()> {
-        host_event(event).map(|_| ())
+        host_event(event)?.synchronize()
     }
 
     fn event_done(&self, event: &RawEvent) -> Result<bool> {
-        host_event(event).map(|_| true)
+        Ok(host_event(event)?.is_done())
     }
 
     fn elapsed_ms(&self, start: &RawEvent, end: &RawEvent) -> Result<f32> {
-        let read = |e| -> Result<Instant> {
-            host_event(e)?.at.lock().unwrap_or_else(|p| p.into_inner()).ok_or_else(|| Error::InvalidArgument {
-                op: "elapsed",
-                reason: "both events must be recorded first".into(),
-            })
-        };
-        let (a, b) = (read(start)?, read(end)?);
+        let (a, b) = (host_event(start)?.time()?, host_event(end)?.time()?);
         Ok(match b.checked_duration_since(a) {
             Some(d) => d.as_secs_f32() * 1e3,
             None => -(a.duration_since(b).as_secs_f32() * 1e3),
@@ -226,10 +206,7 @@ impl Backend for HostBackend {
     }
 
     fn use_on(&self, buf: &Buffer, stream: &RawStream) -> Result<()> {
-        if let RawStream::Host { id, .. } = stream {
-            use_on_stream(host_mem(buf)?, *id);
-        }
-        Ok(())
+        use_on_stream(host_mem(buf)?, host_stream(stream)?)
     }
 
     fn alloc_pinned(&self, bytes: usize) -> Result<usize> {
@@ -250,10 +227,25 @@ impl Backend for HostBackend {
     }
 
     fn upload_async(&self, device: DeviceId, src: &HostBuffer, stream: &RawStream) -> Result<(Buffer, RawEvent)> {
-        let buf = on_host_stream(stream, || self.upload(device, src.bytes()))?;
+        let s = host_stream(stream)?;
+        let out = HostBuffer::alloc(host().account(device)?, src.len(), Some(Arc::clone(s)))?;
+        let (from, mut to) = (src.span(), out.span());
+        let uses = [(src.region(None), Kind::Read), (out.region(None), Kind::Write)];
+        s.launch(
+            "upload_async",
+            &uses,
+            Box::new(move || {
+                // SAFETY: `to` is fresh memory of this stream; `from` is pinned memory held
+                // from host writes and reuse until the event below (`hold_until`).
+                unsafe { to.bytes_mut().copy_from_slice(from.bytes()) }
+            }),
+        )?;
         let done = self.new_event(device, false)?;
         self.record_event(&done, stream)?;
-        Ok((buf, done))
+        // The DMA reads `src` after this returns: the block is neither reused nor
+        // written by the host before the copy is done.
+        src.hold_until(done.clone());
+        Ok((Buffer::Host(out), done))
     }
 
     fn download_async(
@@ -263,11 +255,22 @@ impl Backend for HostBackend {
         dst: &mut HostBuffer,
         stream: &RawStream,
     ) -> Result<RawEvent> {
-        let s = host_mem(src)?;
-        use_on_stream(s, stream_id(stream));
-        dst.bytes_mut().copy_from_slice(s.bytes());
+        let (s, h) = (host_stream(stream)?, host_mem(src)?);
+        use_on_stream(h, s)?;
+        let (from, mut to) = (h.span(), dst.span());
+        let uses = [(h.region(None), Kind::Read), (dst.region(None), Kind::Write)];
+        s.launch(
+            "download_async",
+            &uses,
+            Box::new(move || {
+                // SAFETY: `from` was written before this point of the stream (the wait
+                // above); `to` is pinned memory held from the host until the event below.
+                unsafe { to.bytes_mut().copy_from_slice(from.bytes()) }
+            }),
+        )?;
         let done = self.new_event(device, false)?;
         self.record_event(&done, stream)?;
+        dst.hold_until(done.clone());
         Ok(done)
     }
 
@@ -276,65 +279,60 @@ impl Backend for HostBackend {
     }
 
     fn upload(&self, device: DeviceId, data: &[u8]) -> Result<Buffer> {
+        // Pageable memory is read before this returns, as cuMemcpyHtoD does.
         let mut out = host().alloc_for_overwrite(device, data.len())?;
         out.bytes_mut().copy_from_slice(data);
         Ok(Buffer::Host(out))
     }
 
-    fn download(&self, _device: DeviceId, buf: &Buffer, out: &mut [u8]) -> Result<()> {
-        out.copy_from_slice(host_buf(buf)?.bytes());
+    fn download(&self, device: DeviceId, buf: &Buffer, out: &mut [u8]) -> Result<()> {
+        let h = host_mem(buf)?;
+        if !device.is_host() {
+            // As a device-to-host copy: queued on the current stream, which first waits
+            // for the writer, then waited for.
+            let s = current_stream(device);
+            use_on_stream(h, &s)?;
+            s.synchronize()?;
+        }
+        out.copy_from_slice(h.bytes());
         Ok(())
     }
 
-    fn copy(&self, _src: DeviceId, buf: &Buffer, dst: DeviceId) -> Result<Buffer> {
-        self.upload(dst, host_buf(buf)?.bytes())
+    fn copy(&self, src: DeviceId, buf: &Buffer, dst: DeviceId) -> Result<Buffer> {
+        let h = host_mem(buf)?;
+        match (src.is_host(), dst.is_host()) {
+            (true, false) if h.is_pinned() => Ok(self.upload_async(dst, h, &RawStream::Host(current_stream(dst)))?.0),
+            (true, _) => self.upload(dst, h.bytes()),
+            (false, true) => {
+                let mut out = host().alloc_for_overwrite(dst, h.len())?;
+                self.download(src, buf, out.bytes_mut())?;
+                Ok(Buffer::Host(out))
+            }
+            (false, false) => host().launch(
+                ops::Launch { op: "copy", device: dst, dtype: DType::U8, len: h.len(), check: false },
+                &[buf],
+                Box::new(|ins, out| {
+                    out.copy_from_slice(ins[0]);
+                    Ok(())
+                }),
+            ),
+        }
     }
 
     fn fill(&self, device: DeviceId, dtype: DType, len: usize, value: Scalar) -> Result<Buffer> {
-        host().produce(device, dtype, len, |out| {
-            with_dtype!(dtype, T => out.as_mut_slice::<T>().fill(T::from_scalar(value)));
-            Ok(())
-        })
+        host().fill_op(device, dtype, len, value)
     }
 
     fn arange(&self, device: DeviceId, dtype: DType, len: usize, start: f64, step: f64) -> Result<Buffer> {
-        host().produce(device, dtype, len, |out| {
-            with_dtype!(dtype, T => k::arange(out.as_mut_slice::<T>(), start, step));
-            Ok(())
-        })
+        host().arange_op(device, dtype, len, start, step)
     }
 
     fn rand(&self, device: DeviceId, dtype: DType, len: usize, seed: u64) -> Result<Buffer> {
-        host().produce(device, dtype, len, |out| match dtype {
-            DType::F32 => {
-                k::rand(out.as_mut_slice::<f32>(), seed);
-                Ok(())
-            }
-            DType::F64 => {
-                k::rand(out.as_mut_slice::<f64>(), seed);
-                Ok(())
-            }
-            _ => float_only("rand", dtype),
-        })
+        host().rand_op(device, dtype, len, seed)
     }
 
     fn unary(&self, device: DeviceId, op: UnaryOp, dtype: DType, x: &Buffer, len: usize) -> Result<Buffer> {
-        let x = host_buf(x)?;
-        host().produce(device, dtype, len, |out| match (dtype, op) {
-            (DType::F32, _) => {
-                k::unary_float::<f32>(op, x.as_slice(), out.as_mut_slice());
-                Ok(())
-            }
-            (DType::F64, _) => {
-                k::unary_float::<f64>(op, x.as_slice(), out.as_mut_slice());
-                Ok(())
-            }
-            (_, UnaryOp::Neg | UnaryOp::Relu | UnaryOp::Abs | UnaryOp::Square) => {
-                with_dtype!(dtype, T => k::unary::<T>(op, x.as_slice(), out.as_mut_slice()));
-                Ok(())
-            }
-            _ => float_only(op.name(), dtype),
-        })
+        host().unary_op(device, op, dtype, x, len)
     }
 
     fn binary(
@@ -347,11 +345,7 @@ impl Backend for HostBackend {
         out_shape: &[usize],
         layout: &Layout,
     ) -> Result<Buffer> {
-        let (l, r) = (host_buf(lhs)?, host_buf(rhs)?);
-        let len = out_shape.iter().product();
-        host().produce(device, dtype, len, |out| {
-            with_dtype!(dtype, T => k::binary::<T>(op, l.as_slice(), r.as_slice(), out.as_mut_slice(), out_shape, layout))
-        })
+        host().binary_op(device, op, dtype, [lhs, rhs], out_shape, layout)
     }
 
     fn binary_scalar(
@@ -363,17 +357,7 @@ impl Backend for HostBackend {
         len: usize,
         rhs: Scalar,
     ) -> Result<Buffer> {
-        let l = host_buf(lhs)?;
-        host().produce(device, dtype, len, |out| {
-            with_dtype!(dtype, T => k::binary::<T>(
-                op,
-                l.as_slice(),
-                &[T::from_scalar(rhs)],
-                out.as_mut_slice(),
-                &[len],
-                &Layout::RhsScalar,
-            ))
-        })
+        host().binary_scalar_op(device, op, dtype, (lhs, len), rhs, false)
     }
 
     fn scalar_binary(
@@ -385,54 +369,15 @@ impl Backend for HostBackend {
         rhs: &Buffer,
         len: usize,
     ) -> Result<Buffer> {
-        let r = host_buf(rhs)?;
-        host().produce(device, dtype, len, |out| {
-            with_dtype!(dtype, T => k::binary::<T>(
-                op,
-                &[T::from_scalar(lhs)],
-                r.as_slice(),
-                out.as_mut_slice(),
-                &[len],
-                &Layout::LhsScalar,
-            ))
-        })
+        host().binary_scalar_op(device, op, dtype, (rhs, len), lhs, true)
     }
 
     fn unary_param(&self, device: DeviceId, op: ParamOp, dtype: DType, x: &Buffer, len: usize) -> Result<Buffer> {
-        let x = host_buf(x)?;
-        host().produce(device, dtype, len, |out| match (op, dtype) {
-            (ParamOp::Pow(e), DType::F32) => {
-                k::pow::<f32>(x.as_slice(), f32::from_scalar(e), out.as_mut_slice());
-                Ok(())
-            }
-            (ParamOp::Pow(e), DType::F64) => {
-                k::pow::<f64>(x.as_slice(), f64::from_scalar(e), out.as_mut_slice());
-                Ok(())
-            }
-            (ParamOp::Pow(_), _) => {
-                Err(Error::InvalidArgument { op: "pow", reason: format!("needs a float type, not {dtype}") })
-            }
-            (ParamOp::Clamp(lo, hi), _) => {
-                with_dtype!(dtype, T => k::clamp::<T>(
-                    x.as_slice(),
-                    T::from_scalar(lo),
-                    T::from_scalar(hi),
-                    out.as_mut_slice(),
-                ));
-                Ok(())
-            }
-        })
+        host().unary_param_op(device, op, dtype, x, len)
     }
 
     fn reduce(&self, device: DeviceId, op: ReduceOp, dtype: DType, x: &Buffer, r: Reduction) -> Result<Buffer> {
-        if op == ReduceOp::Mean {
-            float_only("mean", dtype)?;
-        }
-        let x = host_buf(x)?;
-        host().produce(device, dtype, r.out_len(), |out| {
-            with_dtype!(dtype, T => k::reduce::<T>(op, x.as_slice(), out.as_mut_slice(), r));
-            Ok(())
-        })
+        host().reduce_op(device, op, dtype, x, r)
     }
 
     fn matmul(
@@ -442,51 +387,26 @@ impl Backend for HostBackend {
         a: &Buffer,
         b: &Buffer,
         m: usize,
-        kk: usize,
+        k: usize,
         n: usize,
     ) -> Result<Buffer> {
-        let (a, b) = (host_buf(a)?, host_buf(b)?);
-        host().produce(device, dtype, m * n, |out| {
-            with_dtype!(dtype, T => k::matmul::<T>(a.as_slice(), b.as_slice(), out.as_mut_slice(), m, kk, n));
-            Ok(())
-        })
+        host().matmul_op(device, dtype, [a, b], [m, k, n])
     }
 
     fn transpose(&self, device: DeviceId, dtype: DType, x: &Buffer, rows: usize, cols: usize) -> Result<Buffer> {
-        let x = host_buf(x)?;
-        host().produce(device, dtype, rows * cols, |out| {
-            with_dtype!(dtype, T => k::transpose::<T>(x.as_slice(), out.as_mut_slice(), rows, cols));
-            Ok(())
-        })
+        host().transpose_op(device, dtype, x, rows, cols)
     }
 
     fn concat(&self, device: DeviceId, dtype: DType, parts: &[(&Buffer, usize)]) -> Result<Buffer> {
-        let len = parts.iter().map(|p| p.1).sum();
-        host().produce(device, dtype, len, |out| {
-            let mut at = 0;
-            let dst = out.bytes_mut();
-            for (buf, _) in parts {
-                let src = host_buf(buf)?.bytes();
-                dst[at..at + src.len()].copy_from_slice(src);
-                at += src.len();
-            }
-            Ok(())
-        })
+        host().concat_op(device, dtype, parts)
     }
 
     fn slice(&self, device: DeviceId, dtype: DType, x: &Buffer, offset: usize, len: usize) -> Result<Buffer> {
-        let s = dtype.size();
-        self.upload(device, &host_buf(x)?.bytes()[offset * s..(offset + len) * s])
+        host().slice_op(device, dtype, x, offset, len)
     }
 
     fn copy_blocks(&self, device: DeviceId, dtype: DType, len: usize, parts: &[Blocks<'_>]) -> Result<Buffer> {
-        host().produce(device, dtype, len, |out| {
-            let dst = out.bytes_mut();
-            for b in parts {
-                k::copy_blocks(dst, host_buf(b.src)?.bytes(), dtype.size(), b);
-            }
-            Ok(())
-        })
+        host().copy_blocks_op(device, dtype, len, parts)
     }
 
     // Multi-device work: see host_collective.rs.

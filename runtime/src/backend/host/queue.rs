@@ -1,0 +1,266 @@
+//! The work queues of simulated streams: each stream is an in-order queue of jobs run by
+//! its own worker thread (started with the first job, ended when the stream is dropped
+//! and its queue has drained), so host code runs ahead of the "GPU" as it does with
+//! CUDA. `LOCUS_HOST_STREAM_DELAY` delays every job on purpose, to widen race windows:
+//! `N` sleeps N microseconds before each job, `0-N:SEED` a pseudo-random time from 0 to N
+//! microseconds drawn from SEED.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::device::DeviceId;
+use crate::error::{Error, Result};
+
+/// A unit of queued work.
+pub(super) type Job = Box<dyn FnOnce() + Send + 'static>;
+
+/// The queue one stream and its worker share.
+#[derive(Debug)]
+pub(crate) struct Queue {
+    state: Mutex<State>,
+    /// Signals the worker: a job arrived, or the stream closed.
+    work: Condvar,
+    /// Signals waiters: a job finished.
+    finished: Condvar,
+    device: DeviceId,
+    name: String,
+}
+
+#[derive(Default)]
+struct State {
+    jobs: VecDeque<Job>,
+    /// Jobs queued so far; job `n` (from 1) is the n-th.
+    pushed: u64,
+    /// Jobs finished so far (they finish in order).
+    done: u64,
+    worker: bool,
+    closed: bool,
+    /// What the first failed job said (sticky, as a CUDA error is).
+    failed: Option<String>,
+    /// Events waiting for a job to finish, to stamp the time it did.
+    stamps: Vec<(u64, Stamp)>,
+}
+
+/// When a stream reached an event; set once it has.
+pub(super) type Stamp = Arc<Mutex<Option<Instant>>>;
+
+impl std::fmt::Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "State {{ pushed: {}, done: {}, closed: {} }}", self.pushed, self.done, self.closed)
+    }
+}
+
+impl Queue {
+    pub(super) fn new(device: DeviceId, name: String) -> Arc<Queue> {
+        Arc::new(Queue { state: Mutex::default(), work: Condvar::new(), finished: Condvar::new(), device, name })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues `job` and returns its number.
+    pub(super) fn push(self: &Arc<Self>, job: Job) -> Result<u64> {
+        let mut s = self.lock();
+        if !s.worker {
+            let queue = Arc::clone(self);
+            std::thread::Builder::new()
+                .name(format!("locus-{}", self.name))
+                .spawn(move || queue.run())
+                .map_err(|e| Error::Thread { message: format!("the worker of host {}: {e}", self.name) })?;
+            s.worker = true;
+        }
+        s.jobs.push_back(job);
+        s.pushed += 1;
+        self.work.notify_one();
+        Ok(s.pushed)
+    }
+
+    /// The number of the last job queued.
+    pub(super) fn pushed(&self) -> u64 {
+        self.lock().pushed
+    }
+
+    /// A point after every job queued so far (an event's record): its number, and the
+    /// stamp set when the worker gets there.
+    pub(super) fn mark(&self) -> (u64, Stamp) {
+        let mut s = self.lock();
+        let (seq, stamp) = (s.pushed, Stamp::default());
+        if s.done >= seq {
+            *stamp.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        } else {
+            s.stamps.push((seq, Arc::clone(&stamp)));
+        }
+        (seq, stamp)
+    }
+
+    /// Whether job `seq` has finished.
+    pub(super) fn is_done(&self, seq: u64) -> bool {
+        self.lock().done >= seq
+    }
+
+    /// Waits on the host until job `seq` has finished; an error when a job of this stream
+    /// failed.
+    pub(super) fn wait_for(&self, seq: u64) -> Result<()> {
+        let mut s = self.lock();
+        while s.done < seq {
+            s = self.finished.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+        match &s.failed {
+            None => Ok(()),
+            Some(why) => Err(Error::Kernel { device: self.device, name: self.name.clone(), message: why.clone() }),
+        }
+    }
+
+    /// No more jobs will come: the worker ends once the queue has drained.
+    pub(super) fn close(&self) {
+        self.lock().closed = true;
+        self.work.notify_all();
+    }
+
+    fn run(&self) {
+        let mut s = self.lock();
+        loop {
+            let Some(job) = s.jobs.pop_front() else {
+                if s.closed {
+                    s.worker = false;
+                    return;
+                }
+                s = self.work.wait(s).unwrap_or_else(|p| p.into_inner());
+                continue;
+            };
+            drop(s);
+            delay();
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+            s = self.lock();
+            if let Err(e) = outcome {
+                s.failed.get_or_insert(crate::error::panic_message(&*e));
+            }
+            s.done += 1;
+            let done = s.done;
+            if s.stamps.first().is_some_and(|(at, _)| *at <= done) {
+                let now = Instant::now();
+                s.stamps.retain(|(at, stamp)| {
+                    let reached = *at <= done;
+                    if reached {
+                        *stamp.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
+                    }
+                    !reached
+                });
+            }
+            self.finished.notify_all();
+        }
+    }
+}
+
+/// The delay before each job, from `LOCUS_HOST_STREAM_DELAY`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Delay {
+    None,
+    Fixed(Duration),
+    /// Up to `max_us` microseconds, drawn from `seed`.
+    Random {
+        max_us: u64,
+        seed: u64,
+    },
+}
+
+static DELAY: OnceLock<Delay> = OnceLock::new();
+
+/// Reads `LOCUS_HOST_STREAM_DELAY`; the error says what is wrong with it.
+pub(super) fn configure() -> std::result::Result<(), String> {
+    let d = match std::env::var("LOCUS_HOST_STREAM_DELAY") {
+        Err(_) => Delay::None,
+        Ok(v) => parse_delay(&v)?,
+    };
+    let _ = DELAY.set(d);
+    Ok(())
+}
+
+pub(super) fn parse_delay(v: &str) -> std::result::Result<Delay, String> {
+    let v = v.trim();
+    let bad = || {
+        format!(
+            "LOCUS_HOST_STREAM_DELAY=`{v}` is neither N (microseconds before each stream op) nor 0-N:SEED (a random \
+             delay up to N microseconds from SEED)"
+        )
+    };
+    if v.is_empty() || v == "0" {
+        return Ok(Delay::None);
+    }
+    if let Some(rest) = v.strip_prefix("0-") {
+        let (max, seed) = rest.split_once(':').ok_or_else(bad)?;
+        let max_us = max.trim().parse().map_err(|_| bad())?;
+        let seed = seed.trim().parse().map_err(|_| bad())?;
+        return Ok(Delay::Random { max_us, seed });
+    }
+    v.parse().map(|us| Delay::Fixed(Duration::from_micros(us))).map_err(|_| bad())
+}
+
+fn delay() {
+    static DRAWS: AtomicU64 = AtomicU64::new(0);
+    match DELAY.get().copied().unwrap_or(Delay::None) {
+        Delay::None => {}
+        Delay::Fixed(d) => std::thread::sleep(d),
+        Delay::Random { max_us, seed } => {
+            let n = DRAWS.fetch_add(1, Ordering::Relaxed);
+            let us = crate::backend::rand_bits(seed, n) % (max_us + 1);
+            std::thread::sleep(Duration::from_micros(us));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jobs_run_in_order_behind_the_host_and_waits_see_them_done() {
+        let q = Queue::new(DeviceId::Cuda(0), "test".into());
+        let gate = Arc::new((Mutex::new(false), Condvar::new()));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let g = Arc::clone(&gate);
+        q.push(Box::new(move || {
+            let mut open = g.0.lock().unwrap();
+            while !*open {
+                open = g.1.wait(open).unwrap();
+            }
+        }))
+        .unwrap();
+        let mut last = 0;
+        for i in 0..5 {
+            let seen = Arc::clone(&seen);
+            last = q.push(Box::new(move || seen.lock().unwrap().push(i))).unwrap();
+        }
+        // The host ran ahead: nothing after the gate has run.
+        assert!(!q.is_done(last));
+        assert!(seen.lock().unwrap().is_empty());
+        *gate.0.lock().unwrap() = true;
+        gate.1.notify_all();
+        q.wait_for(last).unwrap();
+        assert_eq!(*seen.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+        q.close();
+    }
+
+    #[test]
+    fn a_failed_job_is_a_sticky_error() {
+        let q = Queue::new(DeviceId::Cuda(1), "failing".into());
+        let n = q.push(Box::new(|| panic!("boom"))).unwrap();
+        let e = q.wait_for(n).unwrap_err().to_string();
+        assert!(e.contains("boom") && e.contains("cuda:1"), "{e}");
+        let m = q.push(Box::new(|| {})).unwrap();
+        assert!(q.wait_for(m).is_err());
+        q.close();
+    }
+
+    #[test]
+    fn delays_parse_or_say_why_not() {
+        assert_eq!(parse_delay("").unwrap(), Delay::None);
+        assert_eq!(parse_delay("50").unwrap(), Delay::Fixed(Duration::from_micros(50)));
+        assert_eq!(parse_delay("0-200:7").unwrap(), Delay::Random { max_us: 200, seed: 7 });
+        assert!(parse_delay("fast").unwrap_err().contains("LOCUS_HOST_STREAM_DELAY=`fast`"));
+        assert!(parse_delay("0-20").is_err());
+    }
+}
