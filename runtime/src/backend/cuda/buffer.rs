@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::{result, sys};
 
 use super::device::{driver, DeviceState};
-use super::stream::{free_all_cached, EventObj, StreamObj};
+use super::event::EventObj;
+use super::stream::{free_all_cached, StreamObj};
 use crate::error::{Error, Result};
 
 /// `bytes` bytes on one device, written on `stream` and freed there (stream-ordered)

@@ -1,5 +1,8 @@
-//! One CUDA device: its primary context, locus' stream on it, compiled kernels, the
-//! cuBLAS handle and the memory account.
+//! The driver and one CUDA device: probing for the libraries before any driver call,
+//! the device's primary context and which context this thread has current, locus'
+//! default stream and copy stream on it, the cache of NVRTC-compiled kernels, and the
+//! memory account. Also the raw handle wrapper ([`Handle`]) with the reason each handle
+//! type may cross threads, and the driver-error conversion every module uses.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -59,6 +62,35 @@ unsafe impl Send for Handle<cudarc::cublas::sys::cublasHandle_t> {}
 // another thread: locus binds a handle to its stream once, before sharing it, and never
 // changes its configuration afterwards.
 unsafe impl Sync for Handle<cudarc::cublas::sys::cublasHandle_t> {}
+
+/// The number of CUDA devices, once the driver and the libraries locus loads are known to
+/// be there; else why this machine cannot run the cuda backend, as a sentence.
+pub(crate) fn probe() -> std::result::Result<usize, String> {
+    // SAFETY: these only try to load the libraries (libloading, dropped at once) and touch
+    // no symbol of them; cudarc resolves symbols only on the first call made through it,
+    // which comes after these checks, so a missing library is reported, not a panic.
+    unsafe {
+        if !sys::is_culib_present() {
+            return Err("no CUDA driver found (libcuda.so); install the NVIDIA driver".into());
+        }
+        if !cudarc::nvrtc::sys::is_culib_present() {
+            return Err(
+                "the CUDA driver is present but NVRTC (libnvrtc.so) is not; install the CUDA toolkit's NVRTC".into()
+            );
+        }
+        if !cudarc::cublas::sys::is_culib_present() {
+            return Err(
+                "the CUDA driver is present but cuBLAS (libcublas.so) is not; install the CUDA toolkit's cuBLAS".into(),
+            );
+        }
+    }
+    result::init().map_err(|e| format!("cuInit failed: {e:?}"))?;
+    let count = result::device::get_count().map_err(|e| format!("cuDeviceGetCount failed: {e:?}"))?;
+    if count < 1 {
+        return Err("the CUDA driver reports no devices (check CUDA_VISIBLE_DEVICES)".into());
+    }
+    Ok(count as usize)
+}
 
 /// A kernel by op, variant and element type.
 type KernelKey = (&'static str, &'static str, DType);
@@ -182,38 +214,6 @@ impl DeviceState {
         Ok(raw)
     }
 
-    /// Launches `f` on `stream` with the given geometry and argument pointers.
-    ///
-    /// # Safety
-    /// - `f` is a function of this device's modules (from [`Self::kernel`] or
-    ///   [`Self::function`]), and `stream` a live stream of this device.
-    /// - `args` has exactly one entry per parameter `f` declares, in order, and each
-    ///   points at a live value of exactly that parameter's type and size (a device
-    ///   pointer as a `u64`, a `u64` count, a `#[repr(C)]` struct laid out as the kernel's,
-    ///   ...); the driver copies the values during this call, so they need only outlive it.
-    /// - Every device address among them is an allocation usable by this device (its
-    ///   own, or a peer's with access enabled) holding at least the elements the kernel
-    ///   reads or writes for this geometry and these counts, and stays allocated until the
-    ///   launch completes on `stream` (stream-ordered frees on `stream`, or frees that
-    ///   wait for it).
-    /// - Memory the kernel reads was written before the launch in `stream`'s order, and
-    ///   no other stream reads or writes what it writes until ordered after it.
-    pub(crate) unsafe fn launch(
-        &self,
-        f: sys::CUfunction,
-        grid: (u32, u32, u32),
-        block: (u32, u32, u32),
-        stream: sys::CUstream,
-        args: &mut [*mut c_void],
-    ) -> Result<()> {
-        self.bind()?;
-        // SAFETY: this device's context is current (bind above); `f`, `stream`, `args` and
-        // the memory they name are valid for this launch by the caller's contract. No
-        // dynamic shared memory is asked for (0 bytes).
-        unsafe { result::launch_kernel(f, grid, block, 0, stream, args) }
-            .map_err(driver(self.ordinal, "cuLaunchKernel"))
-    }
-
     /// The side stream for staged host copies, created on first use.
     pub(crate) fn copy_stream(&self) -> Result<&Arc<StreamObj>> {
         self.copy
@@ -223,19 +223,6 @@ impl DeviceState {
             })
             .as_ref()
             .map_err(Clone::clone)
-    }
-
-    /// A grid size for `work` items at `block` threads each: enough blocks to fill the
-    /// device, then grid-stride loops.
-    /// A grid of one `block`-thread block per `block` work items: for kernels whose
-    /// threads each do a fixed amount (the unrolled elementwise ones).
-    pub(crate) fn grid_full(&self, work: u64, block: u32) -> u32 {
-        work.div_ceil(block as u64).clamp(1, i32::MAX as u64) as u32
-    }
-
-    pub(crate) fn grid(&self, work: u64, block: u32) -> u32 {
-        let fill = self.sm_count.max(1) as u64 * (2048 / block as u64).max(1);
-        work.div_ceil(block as u64).clamp(1, fill) as u32
     }
 }
 

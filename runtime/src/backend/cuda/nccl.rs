@@ -15,7 +15,8 @@ use cudarc::nccl::{result as nccl, sys as nsys};
 
 use super::buffer::CudaBuffer;
 use super::device::{DeviceState, Handle};
-use super::{cuda, CudaBackend};
+use super::memory::cuda;
+use super::CudaBackend;
 use crate::backend::{Buffer, Collective};
 use crate::device::DeviceId;
 use crate::element::DType;

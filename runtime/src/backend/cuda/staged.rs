@@ -13,7 +13,8 @@ use std::sync::Arc;
 use cudarc::driver::result;
 
 use super::device::{driver, DeviceState};
-use super::stream::{EventObj, StreamObj};
+use super::event::EventObj;
+use super::stream::StreamObj;
 use crate::backend::copy_threads::{copy_threads, on_copiers};
 use crate::backend::pinned_pool::{self as pinned, PinnedBlock};
 use crate::backend::RawEvent;

@@ -1,5 +1,5 @@
-//! CUDA streams and events, reference-counted so that memory allocated on a stream can
-//! still be freed on it after the user's `Stream` is gone.
+//! CUDA streams, reference-counted so that memory allocated on a stream can still be
+//! freed on it after the user's `Stream` is gone.
 //!
 //! Each stream owns what is ordered on it alone: the small device blocks freed on it
 //! (reused by later allocations on the same stream without a driver call) and, once it
@@ -15,7 +15,8 @@ use cudarc::cublas::sys::cublasHandle_t;
 use cudarc::driver::{result, sys};
 
 use super::device::{driver, set_current, FastMap, Handle};
-use crate::backend::ordering::{new_stream_id, Mark, Order};
+use super::event::EventObj;
+use crate::backend::ordering::{new_stream_id, Order};
 use crate::error::{Error, Result};
 
 /// Live stream objects of this process (the devices' own included).
@@ -34,7 +35,8 @@ static WITH_CACHE: Mutex<Vec<Weak<StreamObj>>> = Mutex::new(Vec::new());
 type PooledBlas = (u32, Handle<cublasHandle_t>, Option<EventObj>);
 static BLAS_POOL: Mutex<Vec<PooledBlas>> = Mutex::new(Vec::new());
 
-fn blas_err(device: u32, call: &str, e: impl std::fmt::Debug) -> Error {
+/// A cuBLAS error as a locus error naming the device and the call.
+pub(super) fn blas_err(device: u32, call: &str, e: impl std::fmt::Debug) -> Error {
     Error::Kernel { device: crate::device::DeviceId::Cuda(device), name: call.into(), message: format!("{e:?}") }
 }
 
@@ -97,7 +99,7 @@ impl StreamObj {
         // SAFETY: both handles are alive; the driver copies the event's state at the call.
         unsafe { result::stream::wait_event(self.raw.0, ev.raw.0, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) }
             .map_err(driver(self.ordinal, "cuStreamWaitEvent"))?;
-        if let Some((writer, upto)) = ev.mark.get() {
+        if let Some((writer, upto)) = ev.recorded_at() {
             self.order.note_wait(writer, upto);
         }
         Ok(())
@@ -213,75 +215,5 @@ impl Drop for StreamObj {
         }
         // SAFETY: the last reference is gone; nothing queues work on this stream again.
         let _ = unsafe { result::stream::destroy(self.raw.0) };
-    }
-}
-
-/// An event of one device.
-pub(crate) struct EventObj {
-    pub raw: Handle<sys::CUevent>,
-    pub ordinal: u32,
-    /// The stream and write count of the last record.
-    mark: Mark,
-    ctx: Handle<sys::CUcontext>,
-}
-
-impl std::fmt::Debug for EventObj {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "event {:p} on cuda:{}", self.raw.0, self.ordinal)
-    }
-}
-
-impl EventObj {
-    /// A new event; `timing` events can measure elapsed time, others are cheaper.
-    pub(crate) fn create(ordinal: u32, ctx: sys::CUcontext, timing: bool) -> Result<Self> {
-        set_current(ordinal, ctx)?;
-        let flags =
-            if timing { sys::CUevent_flags::CU_EVENT_DEFAULT } else { sys::CUevent_flags::CU_EVENT_DISABLE_TIMING };
-        let raw = result::event::create(flags).map_err(driver(ordinal, "cuEventCreate"))?;
-        Ok(EventObj { raw: Handle(raw), ordinal, ctx: Handle(ctx), mark: Mark::default() })
-    }
-
-    pub(crate) fn record(&self, stream: &StreamObj) -> Result<()> {
-        // Read before the record: the event then claims no write queued after it.
-        let writes = stream.order.writes();
-        // SAFETY: both handles are alive.
-        unsafe { result::event::record(self.raw.0, stream.raw.0) }.map_err(driver(self.ordinal, "cuEventRecord"))?;
-        self.mark.set(stream.id, writes);
-        Ok(())
-    }
-
-    pub(crate) fn synchronize(&self) -> Result<()> {
-        // SAFETY: `self.raw` is a live event made by `create` (not null), destroyed only in
-        // drop, which cannot run while `&self` is borrowed.
-        unsafe { result::event::synchronize(self.raw.0) }.map_err(driver(self.ordinal, "cuEventSynchronize"))
-    }
-
-    pub(crate) fn is_complete(&self) -> Result<bool> {
-        // SAFETY: `self.raw` is a live, non-null event, destroyed only in drop.
-        match unsafe { result::event::query(self.raw.0) } {
-            Ok(()) => Ok(true),
-            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            Err(e) => Err(driver(self.ordinal, "cuEventQuery")(e)),
-        }
-    }
-
-    /// Milliseconds from `self` to `end`, both recorded and complete.
-    pub(crate) fn elapsed_ms(&self, end: &EventObj) -> Result<f32> {
-        // SAFETY: both events are live (borrowed; destroyed only in their drops) and were
-        // made by `create`; the driver reports an error, not UB, for events not recorded,
-        // not complete or made without timing.
-        unsafe { result::event::elapsed(self.raw.0, end.raw.0) }.map_err(driver(self.ordinal, "cuEventElapsedTime"))
-    }
-}
-
-impl Drop for EventObj {
-    fn drop(&mut self) {
-        // Destroying a recorded event that has not completed is deferred by the driver.
-        if set_current(self.ordinal, self.ctx.0).is_ok() {
-            // SAFETY: the event is live and destroyed only here, once, with its context
-            // current; streams that still wait on it keep the wait (the driver defers the
-            // release), and no `EventObj` use can follow its drop.
-            let _ = unsafe { result::event::destroy(self.raw.0) };
-        }
     }
 }

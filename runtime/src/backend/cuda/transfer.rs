@@ -6,8 +6,12 @@ use std::sync::Arc;
 
 use cudarc::driver::result;
 
+use super::buffer::CudaBuffer;
 use super::device::driver;
-use super::{cuda, staged, CudaBackend, CudaBuffer, EventObj, StreamObj};
+use super::event::EventObj;
+use super::memory::cuda;
+use super::stream::StreamObj;
+use super::{staged, CudaBackend};
 use crate::backend::{Buffer, HostBuffer, RawEvent, RawStream};
 use crate::device::DeviceId;
 use crate::element::DType;
@@ -28,119 +32,117 @@ fn foreign_stream(device: DeviceId, stream_ordinal: u32) -> Error {
     Error::DeviceMismatch { op: "copy_async", lhs: device, rhs: DeviceId::Cuda(stream_ordinal) }
 }
 
-impl CudaBackend {
-    pub(super) fn upload_async_op(
-        &self,
-        device: DeviceId,
-        src: &HostBuffer,
-        stream: &RawStream,
-    ) -> Result<(Buffer, RawEvent)> {
-        let s = self.raw_stream(stream)?;
-        let dev = self.dev(device)?;
-        if s.ordinal != dev.ordinal {
-            return Err(foreign_stream(device, s.ordinal));
-        }
-        let out = CudaBuffer::alloc(dev, &s, src.bytes().len())?;
-        let done = Arc::new(EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), false)?);
-        if !src.bytes().is_empty() {
-            // SAFETY: `out` holds `src.bytes().len()` bytes on this device; `src` is
-            // page-locked memory that stays allocated and unwritten until `done`
-            // completes (held below, or retired if that cannot be known).
-            unsafe { result::memcpy_htod_async(out.ptr(), src.bytes(), s.raw.0) }
-                .map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"))?;
-        }
-        out.mark_written();
-        marked(&s, &done, || src.retire())?;
-        src.hold_until(RawEvent::Cuda(Arc::clone(&done)));
-        out.set_ready(Arc::clone(&done));
-        Ok((Buffer::Cuda(out), RawEvent::Cuda(done)))
+pub(super) fn upload_async(
+    bk: &CudaBackend,
+    device: DeviceId,
+    src: &HostBuffer,
+    stream: &RawStream,
+) -> Result<(Buffer, RawEvent)> {
+    let s = bk.raw_stream(stream)?;
+    let dev = bk.dev(device)?;
+    if s.ordinal != dev.ordinal {
+        return Err(foreign_stream(device, s.ordinal));
     }
+    let out = CudaBuffer::alloc(dev, &s, src.bytes().len())?;
+    let done = Arc::new(EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), false)?);
+    if !src.bytes().is_empty() {
+        // SAFETY: `out` holds `src.bytes().len()` bytes on this device; `src` is
+        // page-locked memory that stays allocated and unwritten until `done`
+        // completes (held below, or retired if that cannot be known).
+        unsafe { result::memcpy_htod_async(out.ptr(), src.bytes(), s.raw.0) }
+            .map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"))?;
+    }
+    out.mark_written();
+    marked(&s, &done, || src.retire())?;
+    src.hold_until(RawEvent::Cuda(Arc::clone(&done)));
+    out.set_ready(Arc::clone(&done));
+    Ok((Buffer::Cuda(out), RawEvent::Cuda(done)))
+}
 
-    pub(super) fn download_async_op(
-        &self,
-        device: DeviceId,
-        src: &Buffer,
-        dst: &mut HostBuffer,
-        stream: &RawStream,
-    ) -> Result<RawEvent> {
-        let s = self.raw_stream(stream)?;
-        let dev = self.dev(device)?;
-        if s.ordinal != dev.ordinal {
-            return Err(foreign_stream(device, s.ordinal));
-        }
-        let b = cuda(src)?;
-        b.use_on(&s)?;
-        let done = Arc::new(EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), false)?);
-        if b.bytes() > 0 {
-            if dst.bytes().len() != b.bytes() {
-                return Err(Error::InvalidArgument {
-                    op: "to_pinned_async",
-                    reason: "host buffer of the wrong length".into(),
-                });
-            }
-            // SAFETY: `dst` is a fresh page-locked buffer of the source's length that the
-            // caller exposes only after `done` (a `Pending`); it is held from reuse until
-            // then, or retired if that cannot be known.
-            unsafe { result::memcpy_dtoh_async(dst.bytes_mut(), b.ptr(), s.raw.0) }
-                .map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"))?;
-        }
-        marked(&s, &done, || dst.retire())?;
-        dst.hold_until(RawEvent::Cuda(Arc::clone(&done)));
-        Ok(RawEvent::Cuda(done))
+pub(super) fn download_async(
+    bk: &CudaBackend,
+    device: DeviceId,
+    src: &Buffer,
+    dst: &mut HostBuffer,
+    stream: &RawStream,
+) -> Result<RawEvent> {
+    let s = bk.raw_stream(stream)?;
+    let dev = bk.dev(device)?;
+    if s.ordinal != dev.ordinal {
+        return Err(foreign_stream(device, s.ordinal));
     }
+    let b = cuda(src)?;
+    b.use_on(&s)?;
+    let done = Arc::new(EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), false)?);
+    if b.bytes() > 0 {
+        if dst.bytes().len() != b.bytes() {
+            return Err(Error::InvalidArgument {
+                op: "to_pinned_async",
+                reason: "host buffer of the wrong length".into(),
+            });
+        }
+        // SAFETY: `dst` is a fresh page-locked buffer of the source's length that the
+        // caller exposes only after `done` (a `Pending`); it is held from reuse until
+        // then, or retired if that cannot be known.
+        unsafe { result::memcpy_dtoh_async(dst.bytes_mut(), b.ptr(), s.raw.0) }
+            .map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"))?;
+    }
+    marked(&s, &done, || dst.retire())?;
+    dst.hold_until(RawEvent::Cuda(Arc::clone(&done)));
+    Ok(RawEvent::Cuda(done))
+}
 
-    pub(super) fn upload_op(&self, device: DeviceId, data: &[u8]) -> Result<Buffer> {
-        let (dev, s, out) = self.alloc(device, DType::U8, data.len(), &[])?;
-        dev.bind()?;
-        // SAFETY: `out` holds exactly `data.len()` bytes of `dev`, allocated on `s` and
-        // held until `done`, whose drop frees it on `s` after the copy; `dev`'s context is
-        // current (bind above).
-        unsafe { staged::upload(dev, &s, out.ptr(), data)? };
-        self.done(out)
-    }
+pub(super) fn upload(bk: &CudaBackend, device: DeviceId, data: &[u8]) -> Result<Buffer> {
+    let (dev, s, out) = bk.alloc(device, DType::U8, data.len(), &[])?;
+    dev.bind()?;
+    // SAFETY: `out` holds exactly `data.len()` bytes of `dev`, allocated on `s` and
+    // held until `done`, whose drop frees it on `s` after the copy; `dev`'s context is
+    // current (bind above).
+    unsafe { staged::upload(dev, &s, out.ptr(), data)? };
+    bk.done(out)
+}
 
-    pub(super) fn download_op(&self, _device: DeviceId, buf: &Buffer, out: &mut [u8]) -> Result<()> {
-        let b = cuda(buf)?;
-        let dev = b.device();
-        if out.len() != b.bytes() {
-            return Err(Error::InvalidArgument { op: "to_vec", reason: "host buffer of the wrong length".into() });
-        }
-        if out.is_empty() {
-            return Ok(());
-        }
-        let s = self.stream(dev);
-        b.use_on(&s)?;
-        dev.bind()?;
-        // SAFETY: `b` holds exactly `out.len()` bytes of `dev` (checked above), is ready on
-        // `s` (use_on above) and borrowed for this call, which returns only once the copy
-        // is done; `dev`'s context is current (bind above).
-        unsafe { staged::download(dev, &s, b.ptr(), out) }
+pub(super) fn download(bk: &CudaBackend, buf: &Buffer, out: &mut [u8]) -> Result<()> {
+    let b = cuda(buf)?;
+    let dev = b.device();
+    if out.len() != b.bytes() {
+        return Err(Error::InvalidArgument { op: "to_vec", reason: "host buffer of the wrong length".into() });
     }
+    if out.is_empty() {
+        return Ok(());
+    }
+    let s = bk.stream(dev);
+    b.use_on(&s)?;
+    dev.bind()?;
+    // SAFETY: `b` holds exactly `out.len()` bytes of `dev` (checked above), is ready on
+    // `s` (use_on above) and borrowed for this call, which returns only once the copy
+    // is done; `dev`'s context is current (bind above).
+    unsafe { staged::download(dev, &s, b.ptr(), out) }
+}
 
-    pub(super) fn copy_op(&self, _src: DeviceId, buf: &Buffer, dst: DeviceId) -> Result<Buffer> {
-        let b = cuda(buf)?;
-        let (from, bytes) = (b.device(), b.bytes());
-        if std::ptr::eq(from, self.dev(dst)?) {
-            let (_, s, out) = self.alloc(dst, DType::U8, bytes, &[buf])?;
-            // SAFETY: `out` (new, on `s`) and `b` (ready on `s` and alive past the copy,
-            // see `alloc`) both hold `bytes` bytes of this device, in distinct allocations.
-            unsafe { Self::dtod(&s, out.ptr(), b.ptr(), bytes)? };
-            return self.done(out);
-        }
-        let (to, s, out) = self.alloc(dst, DType::U8, bytes, &[])?;
-        if bytes == 0 {
-            return self.done(out);
-        }
-        // Across devices: the copy waits for the source's writer, and the source's free
-        // waits for the copy.
-        s.wait_for(b.stream())?;
-        to.bind()?;
-        // SAFETY: `out` holds `bytes` bytes of `to`, allocated on `s`; `b` holds `bytes` bytes of `from`, and both
-        // contexts are the devices' live primary contexts. `s` waited for `b`'s writer above, and `b`'s stream waits
-        // for `s` below, so `b`'s free (ordered on its stream) comes after the copy; `out` is freed on `s`.
-        unsafe { result::memcpy_peer_async(to.ctx.cu_ctx(), out.ptr(), from.ctx.cu_ctx(), b.ptr(), bytes, s.raw.0) }
-            .map_err(driver(to.ordinal, "cuMemcpyPeerAsync"))?;
-        b.stream().wait_for(&s)?;
-        self.done(out)
+pub(super) fn copy(bk: &CudaBackend, buf: &Buffer, dst: DeviceId) -> Result<Buffer> {
+    let b = cuda(buf)?;
+    let (from, bytes) = (b.device(), b.bytes());
+    if std::ptr::eq(from, bk.dev(dst)?) {
+        let (_, s, out) = bk.alloc(dst, DType::U8, bytes, &[buf])?;
+        // SAFETY: `out` (new, on `s`) and `b` (ready on `s` and alive past the copy,
+        // see `alloc`) both hold `bytes` bytes of this device, in distinct allocations.
+        unsafe { CudaBackend::dtod(&s, out.ptr(), b.ptr(), bytes)? };
+        return bk.done(out);
     }
+    let (to, s, out) = bk.alloc(dst, DType::U8, bytes, &[])?;
+    if bytes == 0 {
+        return bk.done(out);
+    }
+    // Across devices: the copy waits for the source's writer, and the source's free
+    // waits for the copy.
+    s.wait_for(b.stream())?;
+    to.bind()?;
+    // SAFETY: `out` holds `bytes` bytes of `to`, allocated on `s`; `b` holds `bytes` bytes of `from`, and both
+    // contexts are the devices' live primary contexts. `s` waited for `b`'s writer above, and `b`'s stream waits
+    // for `s` below, so `b`'s free (ordered on its stream) comes after the copy; `out` is freed on `s`.
+    unsafe { result::memcpy_peer_async(to.ctx.cu_ctx(), out.ptr(), from.ctx.cu_ctx(), b.ptr(), bytes, s.raw.0) }
+        .map_err(driver(to.ordinal, "cuMemcpyPeerAsync"))?;
+    b.stream().wait_for(&s)?;
+    bk.done(out)
 }

@@ -1,0 +1,280 @@
+//! The elementwise ops, kernels of elementwise.cu: unary ops, unary ops with scalar
+//! parameters (`pow`, `clamp`), and binary ops of two tensors (same shape, or broadcast
+//! through [`Bcast`]), of a tensor and a scalar, and of a scalar and a tensor. Integer
+//! division checks its divisor on the device, through an error flag the kernel sets.
+
+use cudarc::driver::result;
+use locus_kernels::Source;
+
+use super::buffer::CudaBuffer;
+use super::device::driver;
+use super::launch::{flat_grid, vector_work, KernelArg, KernelArgs};
+use super::memory::cuda;
+use super::stream::StreamObj;
+use super::CudaBackend;
+use crate::backend::{float_only, BinaryOp, Buffer, ParamOp, UnaryOp};
+use crate::device::DeviceId;
+use crate::element::{DType, Scalar};
+use crate::error::{Error, Result};
+use crate::shape::Layout;
+
+/// Up to 8 dims of a broadcast, with per-operand strides; matches `Bcast` in
+/// elementwise.cu.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Bcast {
+    rank: i32,
+    shape: [u64; 8],
+    lhs: [u64; 8],
+    rhs: [u64; 8],
+}
+
+/// `#[repr(C)]` with the kernel's field order and types: `int` then three `u64[8]`.
+impl KernelArg for Bcast {}
+
+/// Merges neighbouring dims that both operands walk contiguously, then packs them.
+fn bcast(op: &'static str, shape: &[usize], lhs: &[usize], rhs: &[usize]) -> Result<Bcast> {
+    let mut dims: Vec<(u64, u64, u64)> = Vec::new();
+    for i in 0..shape.len() {
+        let (n, l, r) = (shape[i] as u64, lhs[i] as u64, rhs[i] as u64);
+        if n == 1 {
+            continue;
+        }
+        match dims.last_mut() {
+            Some(last) if last.1 == l * n && last.2 == r * n => *last = (last.0 * n, l, r),
+            _ => dims.push((n, l, r)),
+        }
+    }
+    if dims.len() > 8 {
+        return Err(Error::InvalidArgument {
+            op,
+            reason: format!("broadcasting over {} non-mergeable dims; the cuda backend takes at most 8", dims.len()),
+        });
+    }
+    let mut b = Bcast { rank: dims.len() as i32, shape: [1; 8], lhs: [0; 8], rhs: [0; 8] };
+    for (i, (n, l, r)) in dims.into_iter().enumerate() {
+        (b.shape[i], b.lhs[i], b.rhs[i]) = (n, l, r);
+    }
+    Ok(b)
+}
+
+/// The element type a scalar holds.
+fn scalar_dtype(s: Scalar) -> DType {
+    match s {
+        Scalar::F32(_) => DType::F32,
+        Scalar::F64(_) => DType::F64,
+        Scalar::I32(_) => DType::I32,
+        Scalar::U8(_) => DType::U8,
+    }
+}
+
+/// Runs `launch` with an error flag for integer division (when `check`; else with none),
+/// and reports a zero divisor.
+fn with_div_check(
+    b: &CudaBackend,
+    s: &StreamObj,
+    check: bool,
+    launch: impl FnOnce(Option<&CudaBuffer>) -> Result<()>,
+) -> Result<()> {
+    if !check {
+        return launch(None);
+    }
+    let dev = b.dev(DeviceId::Cuda(s.ordinal))?;
+    let flag = CudaBuffer::alloc(dev, &b.stream(dev), 4)?;
+    let d = |call| driver(s.ordinal, call);
+    // SAFETY: `flag` is a live 4-byte allocation of this device (held to the end of
+    // this function, and its free is ordered on its stream after `s` via the sync
+    // below); `s` is a live stream of the device, whose context `alloc` made current.
+    unsafe { result::memset_d8_async(flag.ptr(), 0, 4, s.raw.0) }.map_err(d("cuMemsetD8Async"))?;
+    launch(Some(&flag))?;
+    let mut hit = [0i32];
+    // SAFETY: 4 bytes from `flag` (4 bytes, zeroed above and written only by the
+    // launch, both on `s`) into `hit`, one `i32` that lives on this frame until the
+    // `synchronize` below has waited for the copy.
+    unsafe { result::memcpy_dtoh_async(&mut hit, flag.ptr(), s.raw.0) }.map_err(d("cuMemcpyDtoHAsync"))?;
+    s.synchronize()?;
+    if hit[0] != 0 {
+        return Err(Error::InvalidArgument { op: "div", reason: "integer division by zero".into() });
+    }
+    Ok(())
+}
+
+/// `op` of each of the `len` elements of `x`.
+pub(super) fn unary(
+    b: &CudaBackend,
+    device: DeviceId,
+    op: UnaryOp,
+    dtype: DType,
+    x: &Buffer,
+    len: usize,
+) -> Result<Buffer> {
+    let opname = op.name();
+    if matches!(op, UnaryOp::Exp | UnaryOp::Sqrt) {
+        float_only(opname, dtype)?;
+    }
+    let (xb, n) = (cuda(x)?, len as u64);
+    // SAFETY: `{op}_{dtype}(const T* x, T* out, u64 n)` gets `x` (an input, `len`
+    // elements of `dtype` by the Backend contract), the output (`len` elements) and
+    // `n` = `len`.
+    unsafe {
+        b.produce(device, dtype, len, (Source::Elementwise, opname, vector_work(n, dtype)), &[x], |out| {
+            KernelArgs::new().ptr(xb).ptr(out).u64(n)
+        })
+    }
+}
+
+/// `op` of `lhs` and `rhs` into a new buffer of `out_shape`, walking the operands as
+/// `layout` says.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn binary(
+    b: &CudaBackend,
+    device: DeviceId,
+    op: BinaryOp,
+    dtype: DType,
+    lhs: &Buffer,
+    rhs: &Buffer,
+    out_shape: &[usize],
+    layout: &Layout,
+) -> Result<Buffer> {
+    let len: usize = out_shape.iter().product();
+    let (dev, s, out) = b.alloc(device, dtype, len, &[lhs, rhs])?;
+    if len == 0 {
+        return b.done(out);
+    }
+    let (lb, rb, n) = (cuda(lhs)?, cuda(rhs)?, len as u64);
+    let check = op == BinaryOp::Div && !dtype.is_float();
+    let geometry = match layout {
+        Layout::Same => None,
+        Layout::RhsScalar => Some(bcast(op.name(), &[len], &[1], &[0])?),
+        Layout::LhsScalar => Some(bcast(op.name(), &[len], &[0], &[1])?),
+        Layout::Strided { lhs, rhs } => Some(bcast(op.name(), out_shape, lhs, rhs)?),
+    };
+    with_div_check(b, &s, check, |err| {
+        let args = KernelArgs::new().ptr(lb).ptr(rb).ptr(&out).u64(n);
+        match geometry {
+            None => {
+                let f = dev.kernel(Source::Elementwise, op.name(), "same", dtype)?;
+                let grid = flat_grid(vector_work(n, dtype), 256);
+                // `{op}_same_{dtype}(const T* a, const T* b, T* out, u64 n, int* err)`:
+                // SAFETY: `lhs`, `rhs` and `out` each hold `n` = `len` elements of `dtype` (same layout: equal shapes),
+                // ready and kept alive on `s` (see `alloc`); `err` is the 4-byte flag of `with_div_check`, or null
+                // where no op can divide an integer by zero (the kernels touch `err` only then).
+                unsafe { dev.launch(f, (grid, 1, 1), (256, 1, 1), &s, args.ptr_or_null(err)) }
+            }
+            Some(bc) => {
+                let f = dev.kernel(Source::Elementwise, op.name(), "bcast", dtype)?;
+                // `{op}_bcast_{dtype}(const T* a, const T* b, T* out, u64 n, Bcast bc, int* err)`:
+                // SAFETY: `out` holds `n` = `len` elements; `bc` is the `#[repr(C)]` mirror of the kernel's `Bcast`,
+                // built from the checked broadcast strides, so every index it yields lies within `lhs` and `rhs`, ready
+                // and kept alive on `s` (see `alloc`); `err` as in the same-layout case.
+                unsafe { dev.launch(f, (dev.grid(n, 256), 1, 1), (256, 1, 1), &s, args.val(bc).ptr_or_null(err)) }
+            }
+        }
+    })?;
+    b.done(out)
+}
+
+/// `op` of each of the `len` elements of `lhs` and the scalar `rhs`.
+pub(super) fn binary_scalar(
+    b: &CudaBackend,
+    device: DeviceId,
+    op: BinaryOp,
+    dtype: DType,
+    lhs: &Buffer,
+    len: usize,
+    rhs: Scalar,
+) -> Result<Buffer> {
+    let (dev, stream, out) = b.alloc(device, dtype, len, &[lhs])?;
+    if len == 0 {
+        return b.done(out);
+    }
+    let zero_divisor = matches!(rhs, Scalar::I32(0) | Scalar::U8(0));
+    if op == BinaryOp::Div && zero_divisor {
+        return Err(Error::InvalidArgument { op: "div", reason: "integer division by zero".into() });
+    }
+    let f = dev.kernel(Source::Elementwise, op.name(), "scalar", dtype)?;
+    let n = len as u64;
+    let grid = flat_grid(vector_work(n, dtype), 256);
+    let args = KernelArgs::new().ptr(cuda(lhs)?).scalar(rhs).ptr(&out).u64(n).ptr_or_null(None);
+    // `{op}_scalar_{dtype}(const T* a, T s, T* out, u64 n, int* err)`:
+    // SAFETY: `lhs` and `out` hold `n` = `len` elements of `dtype`, ready and kept alive on `stream` (see `alloc`);
+    // `rhs` has `dtype`'s Rust type (the tensor layer passes `T::to_scalar` with `T::DTYPE`); `err` is null, which
+    // the kernel never touches since an integer zero divisor was refused above.
+    unsafe { dev.launch(f, (grid, 1, 1), (256, 1, 1), &stream, args)? };
+    b.done(out)
+}
+
+/// `op` of the scalar `lhs` and each of the `len` elements of `rhs`.
+pub(super) fn scalar_binary(
+    b: &CudaBackend,
+    device: DeviceId,
+    op: BinaryOp,
+    dtype: DType,
+    lhs: Scalar,
+    rhs: &Buffer,
+    len: usize,
+) -> Result<Buffer> {
+    if matches!(op, BinaryOp::Add | BinaryOp::Mul) {
+        // These commute (IEEE and wrapping integer arithmetic alike).
+        return binary_scalar(b, device, op, dtype, rhs, len, lhs);
+    }
+    let (dev, s, out) = b.alloc(device, dtype, len, &[rhs])?;
+    if len == 0 {
+        return b.done(out);
+    }
+    let check = op == BinaryOp::Div && !dtype.is_float();
+    let f = dev.kernel(Source::Elementwise, op.name(), "rscalar", dtype)?;
+    let (rb, n) = (cuda(rhs)?, len as u64);
+    let grid = flat_grid(vector_work(n, dtype), 256);
+    with_div_check(b, &s, check, |err| {
+        let args = KernelArgs::new().ptr(rb).scalar(lhs).ptr(&out).u64(n).ptr_or_null(err);
+        // `{op}_rscalar_{dtype}(const T* a, T s, T* out, u64 n, int* err)`: `rhs` and `out` hold `n` = `len` elements
+        // of `dtype`, ready and kept alive on `s` (see `CudaBackend::alloc`);
+        // SAFETY: `lhs` has `dtype`'s Rust type (the tensor layer passes `T::to_scalar` with `T::DTYPE`); `err` is
+        // `with_div_check`'s 4-byte flag for integer division, else null, which the kernel touches only for an integer
+        // zero divisor.
+        unsafe { dev.launch(f, (grid, 1, 1), (256, 1, 1), &s, args) }
+    })?;
+    b.done(out)
+}
+
+/// `op` (`pow`, `clamp`) of each of the `len` elements of `x`, with its scalar parameters.
+pub(super) fn unary_param(
+    b: &CudaBackend,
+    device: DeviceId,
+    op: ParamOp,
+    dtype: DType,
+    x: &Buffer,
+    len: usize,
+) -> Result<Buffer> {
+    let mismatch = |op| Error::InvalidArgument { op, reason: format!("parameters of another type than {dtype}") };
+    let (xb, n) = (cuda(x)?, len as u64);
+    let work = |op| (Source::Elementwise, op, vector_work(n, dtype));
+    // In the launches below `x` holds `len` elements of `dtype` (Backend contract), and the
+    // parameters' Rust type is `dtype`'s (checked).
+    match op {
+        ParamOp::Pow(e) if dtype.is_float() && scalar_dtype(e) == dtype => {
+            // SAFETY: `pow_{f32,f64}(const T* x, T e, T* out, u64 n)`, `x` an input of
+            // `n` = `len` elements and `e` of `dtype`'s type.
+            unsafe {
+                b.produce(device, dtype, len, work("pow"), &[x], |out| {
+                    KernelArgs::new().ptr(xb).scalar(e).ptr(out).u64(n)
+                })
+            }
+        }
+        ParamOp::Pow(_) if !dtype.is_float() => {
+            Err(Error::InvalidArgument { op: "pow", reason: format!("needs a float type, not {dtype}") })
+        }
+        ParamOp::Pow(_) => Err(mismatch("pow")),
+        ParamOp::Clamp(lo, hi) if scalar_dtype(lo) == dtype && scalar_dtype(hi) == dtype => {
+            // SAFETY: `clamp_{dtype}(const T* x, T lo, T hi, T* out, u64 n)`, with `lo` and
+            // `hi` of `dtype`'s type (checked) and `x` an input of `n` = `len` elements.
+            unsafe {
+                b.produce(device, dtype, len, work("clamp"), &[x], |out| {
+                    KernelArgs::new().ptr(xb).scalar(lo).scalar(hi).ptr(out).u64(n)
+                })
+            }
+        }
+        ParamOp::Clamp(..) => Err(mismatch("clamp")),
+    }
+}

@@ -1,0 +1,86 @@
+//! CUDA events: the marks streams wait on and the host synchronises with. Each event
+//! remembers which stream it was last recorded on and how many writes that stream had
+//! queued by then, so that a stream waiting on it learns which writes it is now ordered
+//! after (the books of `ordering`) and later cross-stream uses can skip a wait.
+
+use cudarc::driver::{result, sys};
+
+use super::device::{driver, set_current, Handle};
+use super::stream::StreamObj;
+use crate::backend::ordering::Mark;
+use crate::error::Result;
+
+/// An event of one device.
+pub(crate) struct EventObj {
+    pub raw: Handle<sys::CUevent>,
+    pub ordinal: u32,
+    /// The stream and write count of the last record.
+    mark: Mark,
+    ctx: Handle<sys::CUcontext>,
+}
+
+impl std::fmt::Debug for EventObj {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "event {:p} on cuda:{}", self.raw.0, self.ordinal)
+    }
+}
+
+impl EventObj {
+    /// A new event; `timing` events can measure elapsed time, others are cheaper.
+    pub(crate) fn create(ordinal: u32, ctx: sys::CUcontext, timing: bool) -> Result<Self> {
+        set_current(ordinal, ctx)?;
+        let flags =
+            if timing { sys::CUevent_flags::CU_EVENT_DEFAULT } else { sys::CUevent_flags::CU_EVENT_DISABLE_TIMING };
+        let raw = result::event::create(flags).map_err(driver(ordinal, "cuEventCreate"))?;
+        Ok(EventObj { raw: Handle(raw), ordinal, ctx: Handle(ctx), mark: Mark::default() })
+    }
+
+    pub(crate) fn record(&self, stream: &StreamObj) -> Result<()> {
+        // Read before the record: the event then claims no write queued after it.
+        let writes = stream.order.writes();
+        // SAFETY: both handles are alive.
+        unsafe { result::event::record(self.raw.0, stream.raw.0) }.map_err(driver(self.ordinal, "cuEventRecord"))?;
+        self.mark.set(stream.id, writes);
+        Ok(())
+    }
+
+    /// The stream and write count of the last record, if the event was recorded.
+    pub(super) fn recorded_at(&self) -> Option<(u64, u64)> {
+        self.mark.get()
+    }
+
+    pub(crate) fn synchronize(&self) -> Result<()> {
+        // SAFETY: `self.raw` is a live event made by `create` (not null), destroyed only in
+        // drop, which cannot run while `&self` is borrowed.
+        unsafe { result::event::synchronize(self.raw.0) }.map_err(driver(self.ordinal, "cuEventSynchronize"))
+    }
+
+    pub(crate) fn is_complete(&self) -> Result<bool> {
+        // SAFETY: `self.raw` is a live, non-null event, destroyed only in drop.
+        match unsafe { result::event::query(self.raw.0) } {
+            Ok(()) => Ok(true),
+            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            Err(e) => Err(driver(self.ordinal, "cuEventQuery")(e)),
+        }
+    }
+
+    /// Milliseconds from `self` to `end`, both recorded and complete.
+    pub(crate) fn elapsed_ms(&self, end: &EventObj) -> Result<f32> {
+        // SAFETY: both events are live (borrowed; destroyed only in their drops) and were
+        // made by `create`; the driver reports an error, not UB, for events not recorded,
+        // not complete or made without timing.
+        unsafe { result::event::elapsed(self.raw.0, end.raw.0) }.map_err(driver(self.ordinal, "cuEventElapsedTime"))
+    }
+}
+
+impl Drop for EventObj {
+    fn drop(&mut self) {
+        // Destroying a recorded event that has not completed is deferred by the driver.
+        if set_current(self.ordinal, self.ctx.0).is_ok() {
+            // SAFETY: the event is live and destroyed only here, once, with its context
+            // current; streams that still wait on it keep the wait (the driver defers the
+            // release), and no `EventObj` use can follow its drop.
+            let _ = unsafe { result::event::destroy(self.raw.0) };
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! How an op gets and hands back memory. An op runs on the thread's current stream of its
+//! device; [`CudaBackend::alloc`] allocates its output there and makes its inputs ready to
+//! be read there, which is the ordering every unsafe block of the ops relies on, and
+//! [`CudaBackend::done`] marks the output written so that readers on other streams wait
+//! for exactly that write. Device-to-device copies within one device and the page-locked
+//! blocks behind the pinned pool live here too; the buffer type itself (caching bins,
+//! readers, stream-ordered free) is in `buffer`.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use cudarc::driver::{result, sys};
+
+use super::buffer::CudaBuffer;
+use super::device::{driver, DeviceState};
+use super::event::EventObj;
+use super::stream::StreamObj;
+use super::CudaBackend;
+use crate::backend::{current_stream, wrong_buffer, Buffer, RawStream};
+use crate::device::DeviceId;
+use crate::element::DType;
+use crate::error::{Error, Result};
+
+/// The device memory of `b`; host memory here is a caller's bug, reported, not a panic.
+pub(super) fn cuda(b: &Buffer) -> Result<&CudaBuffer> {
+    match b {
+        Buffer::Cuda(c) => Ok(c),
+        Buffer::Host(_) => Err(wrong_buffer("cuda", "host")),
+    }
+}
+
+impl CudaBackend {
+    /// The stream ops on `dev` use on this thread: the one `on_stream` made current, else
+    /// the device's default stream.
+    pub(super) fn stream(&self, dev: &'static DeviceState) -> Arc<StreamObj> {
+        match current_stream::current(dev.id()) {
+            Some(RawStream::Cuda(s)) => s,
+            _ => Arc::clone(&dev.stream),
+        }
+    }
+
+    /// The device, its current stream, and `len` new elements on it; `inputs` are made
+    /// ready to be read on that stream.
+    ///
+    /// This is what the unsafe blocks of the ops rely on: work queued on the returned
+    /// stream may read `inputs` and write the output, and all that memory stays allocated
+    /// until that work is done. The output is allocated on the stream (stream-ordered);
+    /// each input has waited for its writer and recorded the stream as a reader
+    /// (`CudaBuffer::use_on`), so its free, or its return to its stream's cache, first waits
+    /// for everything queued on this stream until then.
+    pub(super) fn alloc(
+        &self,
+        id: DeviceId,
+        dtype: DType,
+        len: usize,
+        inputs: &[&Buffer],
+    ) -> Result<(&'static DeviceState, Arc<StreamObj>, CudaBuffer)> {
+        let dev = self.dev(id)?;
+        let s = self.stream(dev);
+        for b in inputs {
+            cuda(b)?.use_on(&s)?;
+        }
+        let bytes =
+            len.checked_mul(dtype.size()).ok_or(Error::OutOfMemory { device: id, requested: usize::MAX, free: 0 })?;
+        let out = CudaBuffer::alloc(dev, &s, bytes)?;
+        Ok((dev, s, out))
+    }
+
+    /// The buffer an op produced. Written on a stream other than the device's default,
+    /// it gets an event marking the write, so that readers on other streams wait for
+    /// this write alone; on the default stream (single-stream programs) no event.
+    pub(super) fn done(&self, out: CudaBuffer) -> Result<Buffer> {
+        let dev = out.device();
+        out.mark_written();
+        if out.bytes() > 0 && !Arc::ptr_eq(out.stream(), &dev.stream) {
+            let written = Arc::new(EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), false)?);
+            written.record(out.stream())?;
+            out.set_ready(written);
+        }
+        Ok(Buffer::Cuda(out))
+    }
+
+    /// Copies `bytes` bytes from device address `src` to `dst`, queued on `s`.
+    ///
+    /// # Safety
+    /// `src .. src + bytes` and `dst .. dst + bytes` lie within live allocations of `s`'s
+    /// device (or of a peer it may access) that do not overlap and stay allocated until
+    /// the copy is done on `s`; `src` was written before this point of `s`'s order, and no
+    /// other stream uses `dst` until ordered after the copy.
+    pub(super) unsafe fn dtod(s: &StreamObj, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: both ranges are valid, ordered and alive on `s`, by the caller's contract.
+        unsafe { result::memcpy_dtod_async(dst, src, bytes, s.raw.0) }.map_err(driver(s.ordinal, "cuMemcpyDtoDAsync"))
+    }
+
+    /// A new page-locked host block of `bytes` bytes, portable to every context, for the
+    /// pinned pool.
+    pub(super) fn alloc_pinned_block(&self, bytes: usize) -> Result<usize> {
+        // Any context will do: portable memory is pinned for all of them.
+        let dev = self.dev(DeviceId::Cuda(0))?;
+        dev.bind()?;
+        // SAFETY: a context is current (bind above); the driver returns a new page-locked
+        // block of `bytes` bytes (or an error) and touches nothing of ours. Its contents are
+        // uninitialised: the pinned pool zeroes every block before handing it out.
+        match unsafe { result::malloc_host(bytes, sys::CU_MEMHOSTALLOC_PORTABLE) } {
+            Ok(p) => Ok(p as usize),
+            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+                Err(Error::OutOfMemory { device: DeviceId::Pinned, requested: bytes, free: 0 })
+            }
+            Err(e) => Err(driver(0, "cuMemHostAlloc")(e)),
+        }
+    }
+
+    /// Frees a block of [`Self::alloc_pinned_block`].
+    ///
+    /// # Safety
+    /// `ptr` came from `alloc_pinned_block` of this backend, is freed once, and nothing
+    /// uses it any more (no copy queued on any stream still reads or writes it).
+    pub(super) unsafe fn free_pinned_block(&self, ptr: usize) {
+        if let Ok(dev) = self.dev(DeviceId::Cuda(0)) {
+            if dev.bind().is_ok() {
+                // SAFETY: by this fn's contract `ptr` came from `alloc_pinned_block`, that
+                // is from cuMemHostAlloc (non-null), is freed once, and nothing uses it;
+                // a context is current (bind above).
+                let _ = unsafe { result::free_host(ptr as *mut c_void) };
+            }
+        }
+    }
+}
