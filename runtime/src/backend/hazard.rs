@@ -180,10 +180,12 @@ fn verb(kind: Kind) -> &'static str {
     }
 }
 
-fn report(problems: Vec<String>) {
+fn report(mut problems: Vec<String>) {
     if problems.is_empty() || std::thread::panicking() {
         return;
     }
+    // An op that uses one buffer twice (`x.matmul(&x)`) finds its hazard twice.
+    problems.dedup();
     panic!("locus hazard: {}", problems.join("; "));
 }
 

@@ -190,6 +190,10 @@ impl HostBuffer {
     /// waited for that write (the checker reports it otherwise).
     pub(crate) fn bytes(&self) -> &[u8] {
         self.host_use(Kind::Read, "a host read");
+        self.raw()
+    }
+
+    fn raw(&self) -> &[u8] {
         // SAFETY: the buffer owns `len` bytes at `ptr` (see the Send impl); `&self` allows
         // no host write meanwhile, and stream writes are ordered before host reads.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
@@ -202,12 +206,10 @@ impl HostBuffer {
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
 
+    /// The elements, read by host code now (`Tensor::as_slice` and friends).
     pub(crate) fn as_slice<T: Element>(&self) -> &[T] {
-        bytemuck::cast_slice(self.bytes())
-    }
-
-    pub(crate) fn as_mut_slice<T: Element>(&mut self) -> &mut [T] {
-        bytemuck::cast_slice_mut(self.bytes_mut())
+        self.host_use(Kind::Read, "as_slice");
+        bytemuck::cast_slice(self.raw())
     }
 
     /// Whether this is page-locked memory from the pinned pool.
@@ -238,7 +240,10 @@ impl HostBuffer {
         if let Keep::Pinned(b) = &self.keep {
             b.wait_unused()?;
         }
-        Ok(self.as_mut_slice())
+        self.host_use(Kind::Write, "as_mut_slice");
+        // SAFETY: as in `bytes_mut`.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) };
+        Ok(bytemuck::cast_slice_mut(bytes))
     }
 }
 

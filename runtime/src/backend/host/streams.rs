@@ -162,7 +162,8 @@ pub(super) fn use_on_stream(h: &HostBuffer, on: &Arc<HostStream>) -> Result<()> 
 /// Where an event was recorded, and what waiting for it means.
 #[derive(Debug)]
 struct Recorded {
-    stream: Arc<HostStream>,
+    /// The stream's queue (not the stream: an event does not keep its stream alive).
+    queue: Arc<Queue>,
     seq: u64,
     clock: Clock,
     /// Set when the stream reaches the event.
@@ -177,9 +178,9 @@ pub(crate) struct HostEvent {
 }
 
 impl HostEvent {
-    fn recorded(&self) -> Option<(Arc<HostStream>, u64, Clock, Stamp)> {
+    fn recorded(&self) -> Option<(Arc<Queue>, u64, Clock, Stamp)> {
         let r = self.rec.lock().unwrap_or_else(|p| p.into_inner());
-        r.as_ref().map(|r| (Arc::clone(&r.stream), r.seq, r.clock.clone(), Arc::clone(&r.at)))
+        r.as_ref().map(|r| (Arc::clone(&r.queue), r.seq, r.clock.clone(), Arc::clone(&r.at)))
     }
 
     /// Records the event at the current end of `stream`.
@@ -188,16 +189,15 @@ impl HostEvent {
         let (clock, _) = if hazard::enabled() { hazard::stream_clock(stream.agent()) } else { Default::default() };
         let (seq, at) = stream.queue.mark();
         *self.rec.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some(Recorded { stream: Arc::clone(stream), seq, clock, at });
+            Some(Recorded { queue: Arc::clone(&stream.queue), seq, clock, at });
         self.mark.set(stream.key, writes);
         Ok(())
     }
 
     /// Makes `stream` wait for the event (nothing when it was never recorded).
     pub(super) fn wait_on(&self, stream: &Arc<HostStream>) -> Result<()> {
-        let Some((rec, seq, clock, _)) = self.recorded() else { return Ok(()) };
-        if !Arc::ptr_eq(&rec, stream) {
-            let q = Arc::clone(&rec.queue);
+        let Some((q, seq, clock, _)) = self.recorded() else { return Ok(()) };
+        if !Arc::ptr_eq(&q, &stream.queue) {
             stream.queue.push(Box::new(move || {
                 let _ = q.wait_for(seq);
             }))?;
@@ -212,7 +212,11 @@ impl HostEvent {
     /// Waits on the host for the event.
     pub(super) fn synchronize(&self) -> Result<()> {
         match self.recorded() {
-            Some((s, seq, clock, _)) => s.wait_job(seq, &clock),
+            Some((q, seq, clock, _)) => {
+                q.wait_for(seq)?;
+                hazard::host_waits(&clock);
+                Ok(())
+            }
             None => Ok(()),
         }
     }
@@ -220,8 +224,8 @@ impl HostEvent {
     /// Whether the stream has reached the event (an unrecorded event is complete).
     pub(super) fn is_done(&self) -> bool {
         match self.recorded() {
-            Some((s, seq, clock, _)) => {
-                let done = s.queue.is_done(seq);
+            Some((q, seq, clock, _)) => {
+                let done = q.is_done(seq);
                 if done {
                     hazard::host_waits(&clock);
                 }
