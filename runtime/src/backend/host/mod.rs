@@ -8,6 +8,8 @@
 use std::sync::{Arc, OnceLock};
 
 mod buffer;
+#[cfg(test)]
+mod hazard_tests;
 mod ops;
 mod queue;
 mod streams;
