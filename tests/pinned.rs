@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{keep_busy, note_host, on_gpu};
+use common::{keep_busy, on_gpu};
 use locus::{on_stream, pinned_stats, release_cached_pinned, Cpu, Cuda, Pinned, Stream, Tensor};
 
 type G = Cuda<0>;
@@ -59,7 +59,6 @@ fn steady_state_makes_no_new_pinned_allocations() -> locus::Result<()> {
 #[test]
 fn a_block_is_not_reused_while_its_copy_may_run() -> locus::Result<()> {
     let _s = serial();
-    note_host("block reuse");
     let s = Stream::<G>::new()?;
     for round in 0..10 {
         let src = Tensor::<Cpu>::full([1 << 18], 3.0)?.pin_memory()?;
@@ -108,7 +107,6 @@ fn async_copies_round_trip_and_compose_with_streams() -> locus::Result<()> {
 #[test]
 fn dropping_a_transfer_waits_for_it() -> locus::Result<()> {
     let _s = serial();
-    note_host("dropping a Transfer");
     let s = Stream::<G>::new()?;
     let src = Tensor::<Pinned>::full([1 << 20], 1.5)?;
     on_stream(&s, keep_busy)?;

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{keep_busy, note_host};
+use common::keep_busy;
 use locus::{cross_stream_waits, current_stream, on_stream, Cuda, Event, Stream, Tensor};
 
 type G = Cuda<0>;
@@ -36,7 +36,6 @@ fn single_stream_work_inserts_no_waits() -> locus::Result<()> {
 fn a_tensor_used_on_another_stream_waits_for_its_writer() -> locus::Result<()> {
     let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let before = cross_stream_waits();
-    note_host("cross-stream read");
     let (a, b) = (Stream::<G>::new()?, Stream::<G>::new()?);
     // Enough work on `a` that `b` would read stale memory without the wait: a long
     // chain first, so the product below is written tens of milliseconds later.
@@ -94,7 +93,6 @@ fn on_stream_nests_restores_and_survives_panics() -> locus::Result<()> {
 #[test]
 fn events_order_streams_and_time_work() -> locus::Result<()> {
     let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    note_host("event ordering");
     // Compile the kernels used below first: a first use compiles them on the host, long
     // enough for the GPU to finish the busy work.
     Tensor::<G>::rand([16], 0)?.exp()?.sum()?.item()?;

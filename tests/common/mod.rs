@@ -9,19 +9,10 @@ pub fn on_gpu() -> bool {
     backend_name().map(|b| b == "cuda").unwrap_or(false)
 }
 
-/// Says, once per test, that the race it checks cannot happen on the host backend
-/// (which runs every stream op at once), so only the GPU run can catch it.
-pub fn note_host(test: &str) {
-    if !on_gpu() {
-        eprintln!(
-            "{test}: the host backend runs stream work at once, so this race cannot happen here; the GPU run checks it"
-        );
-    }
-}
-
 /// Queues a long chain of matmuls on the current stream of `Cuda<0>` (about 30 ms on an
-/// H200; a little work on the host backend) and returns without waiting: whatever is
-/// queued next on that stream runs only after it.
+/// H200; a little work on the host backend, whose stream workers run it behind the host
+/// just the same) and returns without waiting: whatever is queued next on that stream
+/// runs only after it.
 pub fn keep_busy() -> locus::Result<()> {
     let n = if on_gpu() { 4096 } else { 32 };
     let m = Tensor::<Cuda<0>>::full([n, n], 1.0 / n as f32)?;
