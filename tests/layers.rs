@@ -76,3 +76,174 @@ fn the_check_sees_upward_paths_and_lets_the_foundation_through() {
     let found: Vec<String> = upward_paths(src).into_iter().map(|(_, p)| p).collect();
     assert_eq!(found, vec!["crate::stream::current", "crate::pinned::acquire", "crate::device::{Device"]);
 }
+
+/// A backend module's id: `hazard` for `backend/hazard.rs`, `host` for
+/// `backend/host/mod.rs`, `host/queue` for `backend/host/queue.rs`, `` for `backend/mod.rs`.
+fn module_id(rel: &Path) -> String {
+    let s = rel.to_string_lossy().replace('\\', "/");
+    let s = s.strip_suffix(".rs").unwrap_or(&s).to_string();
+    match s.strip_suffix("/mod").or(if s == "mod" { Some("") } else { None }) {
+        Some(dir) => dir.to_string(),
+        None => s,
+    }
+}
+
+/// The first path segments named after `prefix` in `source`: `prefix::x` gives `x`,
+/// `prefix::{a, b::c}` gives `a` and `b`.
+fn named_after(source: &str, prefix: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = source;
+    while let Some(at) = rest.find(prefix) {
+        rest = &rest[at + prefix.len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let mut depth = 1;
+            let end = group
+                .char_indices()
+                .find(|&(_, c)| {
+                    depth += match c {
+                        '{' => 1,
+                        '}' => -1,
+                        _ => 0,
+                    };
+                    depth == 0
+                })
+                .map_or(group.len(), |(i, _)| i);
+            let (mut d, mut item) = (0, String::new());
+            for c in group[..end].chars().chain(std::iter::once(',')) {
+                match c {
+                    '{' => d += 1,
+                    '}' => d -= 1,
+                    ',' if d == 0 => {
+                        let first = item.trim().split("::").next().unwrap_or("").trim().to_string();
+                        if !first.is_empty() {
+                            out.push(first);
+                        }
+                        item.clear();
+                        continue;
+                    }
+                    _ => {}
+                }
+                item.push(c);
+            }
+        } else {
+            let id: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            if !id.is_empty() {
+                out.push(id);
+            }
+        }
+    }
+    out
+}
+
+/// The backend modules `source` (the file of module `me`) imports, by id.
+fn backend_imports(me: &str, source: &str, modules: &[String]) -> Vec<String> {
+    let code: String = source.lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n");
+    let (dir, is_dir_mod) = match me.rsplit_once('/') {
+        Some((d, _)) => (d.to_string(), false),
+        None if modules.iter().any(|m| m.starts_with(&format!("{me}/"))) => (me.to_string(), true),
+        None => (String::new(), false),
+    };
+    let root_of = |x: &str| -> Option<String> { modules.iter().find(|m| *m == x).cloned() };
+    let mut found = Vec::new();
+    for x in named_after(&code, "crate::backend::") {
+        found.extend(root_of(&x));
+    }
+    for x in named_after(&code, "super::super::") {
+        found.extend(root_of(&x));
+    }
+    let supers = named_after(&code.replace("super::super::", "__"), "super::");
+    for x in supers {
+        // `super` of a root file (or of a dir's mod.rs) is the backend; of a file in a
+        // dir, that dir's mod.rs, whose children are its siblings.
+        if dir.is_empty() || is_dir_mod {
+            found.extend(root_of(&x));
+        } else {
+            found.extend(root_of(&format!("{dir}/{x}")));
+        }
+    }
+    found.sort();
+    found.dedup();
+    found.retain(|m| m != me && !m.is_empty() && *m != dir);
+    found
+}
+
+#[test]
+fn the_module_map_in_design_lists_every_backend_module_and_its_imports() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (src, design) = (root.join("runtime/src/backend"), root.join("docs/DESIGN.md"));
+    let Ok(doc) = fs::read_to_string(&design) else {
+        eprintln!("skipped: {} is not on this machine", design.display());
+        return;
+    };
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let modules: Vec<String> = files.iter().map(|f| module_id(f.strip_prefix(&src).expect("under backend"))).collect();
+    // The map: `| `file` | what | `a`, `b` (allowed imports, or `*`) |` rows after its header.
+    let mut rows: Vec<(String, Vec<String>)> = Vec::new();
+    let mut in_table = false;
+    for line in doc.lines() {
+        if line.starts_with("| module | what | imports from backend |") {
+            in_table = true;
+            continue;
+        }
+        if in_table && !line.starts_with('|') {
+            break;
+        }
+        if !in_table || line.starts_with("|---") {
+            continue;
+        }
+        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+        let file = cells[0].trim_matches('`').to_string();
+        let allowed = cells.last().unwrap_or(&"").split(',').map(|a| a.trim().trim_matches('`').to_string());
+        rows.push((file, allowed.filter(|a| !a.is_empty() && a != "—").collect()));
+    }
+    assert!(rows.len() > 5, "no module map with the header `| module | what | imports from backend |` in DESIGN.md");
+    let row_of = |m: &str| -> Option<&(String, Vec<String>)> {
+        rows.iter().find(|(file, _)| {
+            let id = module_id(Path::new(file));
+            id == m || file.strip_suffix("/*.rs").is_some_and(|d| m.starts_with(&format!("{d}/")) || m == d)
+        })
+    };
+    let mut report = Vec::new();
+    for (file, _) in &rows {
+        let covered = if let Some(d) = file.strip_suffix("/*.rs") {
+            modules.iter().any(|m| m == d)
+        } else {
+            modules.contains(&module_id(Path::new(file)))
+        };
+        if !covered {
+            report.push(format!("the map lists `{file}`, which is not a file under runtime/src/backend"));
+        }
+    }
+    for (f, m) in files.iter().zip(&modules) {
+        let Some((file, allowed)) = row_of(m) else {
+            report.push(format!("{} is not in the module map", f.display()));
+            continue;
+        };
+        if allowed.iter().any(|a| a == "*") {
+            continue;
+        }
+        let text = fs::read_to_string(f).expect("a readable source file");
+        let group = file.strip_suffix("/*.rs");
+        for import in backend_imports(m, &text, &modules) {
+            let same_group = group.is_some_and(|d| import == d || import.starts_with(&format!("{d}/")));
+            if !same_group && !allowed.contains(&import) {
+                report.push(format!("{} imports `{import}`, which its row (`{file}`) does not allow", f.display()));
+            }
+        }
+    }
+    assert!(report.is_empty(), "docs/DESIGN.md's module map does not match the code:\n{}", report.join("\n"));
+}
+
+#[test]
+fn the_map_check_reads_grouped_and_nested_imports() {
+    let src = "use crate::backend::{self, hazard::Kind, RawEvent};\nuse super::streams::{a, b};\n\
+               use super::{buffer, HostBackend};\nlet x = super::super::ordering::f(); // crate::backend::account\n";
+    let modules: Vec<String> = ["", "hazard", "ordering", "account", "host", "host/streams", "host/buffer", "host/ops"]
+        .map(String::from)
+        .to_vec();
+    assert_eq!(backend_imports("host/ops", src, &modules), vec!["hazard", "host/buffer", "host/streams", "ordering"]);
+    assert_eq!(module_id(Path::new("host/mod.rs")), "host");
+    assert_eq!(module_id(Path::new("mod.rs")), "");
+    assert_eq!(module_id(Path::new("cuda/launch.rs")), "cuda/launch");
+}
