@@ -1,6 +1,6 @@
 //! The backend layer (`runtime/src/backend`) sits at the bottom of the runtime: it may use
-//! the foundation modules below it (`error`, `element`, `shape`, and `DeviceId` from
-//! `device`) and nothing above (tensors, streams, copies, the loader, parallel work).
+//! the foundation modules below it (`error`, `element`, `shape`, `device_id`) and nothing
+//! above (tensors, streams, copies, the loader, parallel work).
 //! This test reads the sources and fails on any other `crate::` path there.
 //!
 //! It needs the sources, so where they are absent (a test binary run on another
@@ -10,8 +10,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// What the backend may name from the rest of the crate.
-const ALLOWED: [&str; 5] =
-    ["crate::backend", "crate::error", "crate::element", "crate::shape", "crate::device::DeviceId"];
+const ALLOWED: [&str; 5] = ["crate::backend", "crate::error", "crate::element", "crate::shape", "crate::device_id"];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = fs::read_dir(dir) else { return };
@@ -35,9 +34,7 @@ fn upward_paths(source: &str) -> Vec<(usize, String)> {
         while let Some(at) = rest.find("crate::") {
             let path: String =
                 rest[at..].chars().take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':' || *c == '{').collect();
-            let ok = ALLOWED.iter().any(|a| path.starts_with(a))
-                || path == "crate::device::{DeviceId}"
-                || path == "crate::device::{DeviceId";
+            let ok = ALLOWED.iter().any(|a| path.starts_with(a));
             if !ok {
                 found.push((n + 1, path.clone()));
             }
@@ -70,7 +67,7 @@ fn the_backend_imports_nothing_above_it() {
 
 #[test]
 fn the_check_sees_upward_paths_and_lets_the_foundation_through() {
-    let src = "use crate::error::Result;\nuse crate::device::DeviceId;\nuse crate::stream::current;\n\
+    let src = "use crate::error::Result;\nuse crate::device_id::DeviceId;\nuse crate::stream::current;\n\
                let x = crate::pinned::acquire(1); // crate::tensor in a comment is fine\n\
                use crate::device::{Device, DeviceId};\n";
     let found: Vec<String> = upward_paths(src).into_iter().map(|(_, p)| p).collect();
@@ -246,4 +243,68 @@ fn the_map_check_reads_grouped_and_nested_imports() {
     assert_eq!(module_id(Path::new("host/mod.rs")), "host");
     assert_eq!(module_id(Path::new("mod.rs")), "");
     assert_eq!(module_id(Path::new("cuda/launch.rs")), "cuda/launch");
+}
+
+/// The runtime's top-level modules, by layer, as DESIGN.md's first map gives them: rows
+/// `| layer | `a`, `b` | … |` after the header `| layer | modules | may import |`.
+fn layer_map(doc: &str) -> Vec<Vec<String>> {
+    let mut layers = Vec::new();
+    let mut in_table = false;
+    for line in doc.lines() {
+        if line.starts_with("| layer | modules | may import |") {
+            in_table = true;
+            continue;
+        }
+        if in_table && !line.starts_with('|') {
+            break;
+        }
+        if !in_table || line.starts_with("|---") {
+            continue;
+        }
+        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+        let names = cells.get(1).copied().unwrap_or("").split('`').skip(1).step_by(2);
+        layers.push(names.map(|n| n.trim_end_matches('/').to_string()).collect());
+    }
+    layers
+}
+
+#[test]
+fn every_runtime_module_is_in_a_layer_and_imports_only_its_layer_and_below() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (src, design) = (root.join("runtime/src"), root.join("docs/DESIGN.md"));
+    let Ok(doc) = fs::read_to_string(&design) else {
+        eprintln!("skipped: {} is not on this machine", design.display());
+        return;
+    };
+    let layers = layer_map(&doc);
+    assert!(layers.len() >= 4, "no layer map with the header `| layer | modules | may import |` in DESIGN.md");
+    let layer_of = |m: &str| layers.iter().position(|l| l.iter().any(|x| x == m));
+    let mut report = Vec::new();
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    for f in &files {
+        let rel = f.strip_prefix(&src).expect("under runtime/src");
+        let top =
+            rel.components().next().expect("a path").as_os_str().to_string_lossy().trim_end_matches(".rs").to_string();
+        if top == "lib" {
+            continue;
+        }
+        let Some(mine) = layer_of(&top) else {
+            report.push(format!("`{top}` ({}) is in no layer of the map", f.display()));
+            continue;
+        };
+        let text = fs::read_to_string(f).expect("a readable source file");
+        let code: String = text.lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n");
+        let mut used = named_after(&code, "crate::");
+        used.sort();
+        used.dedup();
+        for u in used {
+            match layer_of(&u) {
+                Some(l) if l <= mine => {}
+                Some(_) => report.push(format!("{} (`{top}`) imports `{u}` from a layer above its own", f.display())),
+                None => report.push(format!("{} imports `crate::{u}`, which is in no layer of the map", f.display())),
+            }
+        }
+    }
+    assert!(report.is_empty(), "the layer map in docs/DESIGN.md does not match the code:\n{}", report.join("\n"));
 }

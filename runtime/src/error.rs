@@ -1,6 +1,6 @@
 //! The one error type of locus.
 
-use crate::device::DeviceId;
+use crate::device_id::DeviceId;
 
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -21,11 +21,11 @@
 // Layers, bottom up. A module may import from its own layer and the ones below it.
 //
 // - foundation: `error` (Error, Result), `element` (element types), `shape` (checked
-//   shapes and layouts), `DeviceId` from `device`.
+//   shapes and layouts), `device_id` (DeviceId, re-exported by `device`).
 // - backend: `backend` and everything under it: the `Backend` trait, the host and cuda
 //   implementations, the pinned pool (`backend::pinned_pool`), the current-stream state
-//   (`backend::current_stream`), the stream-ordering books (`backend::ordering`). It
-//   imports only the foundation (tests/layers.rs checks this).
+//   (`backend::current_stream`), the stream-ordering books (`backend::ordering`), the
+//   host model's hazard checker (`backend::hazard`). It imports only the foundation.
 // - placement and memory: `device` (placements), `placement` (the compile-time checks),
 //   `storage` (a buffer with its device and type), `memory` (statistics).
 // - tensors and streams: `tensor` (ops, factories, conversions), `stream` (Stream,
@@ -34,11 +34,13 @@
 // - on top: `loader`, `parallel` (peer access, collectives, DataParallel),
 //   `macro_support` (what the macros expand to).
 //
-// Known exceptions, left for the backend rebuild: `device` calls into `backend` for
-// device counts, and `storage`/`copy` reach past the trait to `Buffer::Host`.
+// docs/DESIGN.md has the same map as a table (and the backend's own map), which
+// tests/layers.rs checks against every `crate::` import. Known exception, left for the
+// backend rebuild: `storage`/`copy` match on `Buffer::Host` to reach host memory.
 mod backend;
 mod copy;
 mod device;
+mod device_id;
 mod element;
 mod error;
 mod guard;

@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::device::DeviceId;
+use crate::device_id::DeviceId;
 use crate::error::{Error, Result};
 
 /// The bytes held on one device, with their high-water mark.

@@ -5,7 +5,7 @@
 use std::cell::RefCell;
 
 use super::RawStream;
-use crate::device::DeviceId;
+use crate::device_id::DeviceId;
 
 thread_local! {
     /// Streams made current by `on_stream`, innermost last.

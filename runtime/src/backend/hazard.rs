@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{LazyLock, Mutex};
 
-use crate::device::DeviceId;
+use crate::device_id::DeviceId;
 use crate::element::DType;
 
 /// Whether the checker runs: debug builds, unless `LOCUS_HAZARD_CHECK` is `0` or `off`.

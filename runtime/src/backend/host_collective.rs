@@ -6,7 +6,7 @@
 
 use super::host::host;
 use super::{Buffer, Collective};
-use crate::device::DeviceId;
+use crate::device_id::DeviceId;
 use crate::element::{with_dtype, DType, Element};
 use crate::error::{Error, Result};
 

@@ -19,7 +19,7 @@ pub(crate) mod pinned_pool;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use crate::device::DeviceId;
+use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
 use crate::shape::{Layout, Reduction};

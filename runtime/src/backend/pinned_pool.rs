@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::backend::hazard::{self, Region, Track};
 use crate::backend::{self, RawEvent};
-use crate::device::DeviceId;
+use crate::device_id::DeviceId;
 use crate::error::Result;
 
 /// The smallest block: a page.

@@ -291,7 +291,7 @@ mod tests {
 
     #[test]
     fn a_refresh_copies_only_the_tensors_that_changed() -> Result<()> {
-        let ids: Vec<DeviceId> = crate::devices()?.into_iter().take(2).collect();
+        let ids: Vec<DeviceId> = crate::device::devices()?.into_iter().take(2).collect();
         let module = vec![Tensor::<Cpu>::ones([2])?, Tensor::<Cpu>::zeros([3])?];
         let mut dp = DataParallel::new(module, &ids, Cpu)?;
         let before = dp.replicas()?;

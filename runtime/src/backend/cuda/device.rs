@@ -15,7 +15,7 @@ use locus_kernels::Source;
 
 use super::stream::StreamObj;
 use crate::backend::account::MemoryAccount;
-use crate::device::DeviceId;
+use crate::device_id::DeviceId;
 use crate::element::DType;
 use crate::error::{Error, Result};
 

@@ -13,7 +13,7 @@ use super::memory::cuda;
 use super::stream::StreamObj;
 use super::CudaBackend;
 use crate::backend::{float_only, BinaryOp, Buffer, ParamOp, UnaryOp};
-use crate::device::DeviceId;
+use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
 use crate::shape::Layout;

@@ -6,7 +6,7 @@ use locus_kernels::Source;
 use super::launch::KernelArgs;
 use super::CudaBackend;
 use crate::backend::{float_only, Buffer};
-use crate::device::DeviceId;
+use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::Result;
 

@@ -19,7 +19,7 @@ use super::device::{driver, DeviceState};
 use super::stream::StreamObj;
 use super::CudaBackend;
 use crate::backend::Buffer;
-use crate::device::DeviceId;
+use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::Result;
 

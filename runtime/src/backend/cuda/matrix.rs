@@ -13,7 +13,7 @@ use super::memory::cuda;
 use super::stream::blas_err;
 use super::CudaBackend;
 use crate::backend::{Blocks, Buffer};
-use crate::device::DeviceId;
+use crate::device_id::DeviceId;
 use crate::element::DType;
 use crate::error::{Error, Result};
 

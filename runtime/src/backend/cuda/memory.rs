@@ -17,7 +17,7 @@ use super::event::EventObj;
 use super::stream::StreamObj;
 use super::CudaBackend;
 use crate::backend::{current_stream, wrong_buffer, Buffer, RawStream};
-use crate::device::DeviceId;
+use crate::device_id::DeviceId;
 use crate::element::DType;
 use crate::error::{Error, Result};
 

@@ -42,7 +42,7 @@ pub(crate) use stream::StreamObj;
 use super::{
     Backend, BinaryOp, Blocks, Buffer, Collective, HostBuffer, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp,
 };
-use crate::device::DeviceId;
+use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
 use crate::shape::{Layout, Reduction};

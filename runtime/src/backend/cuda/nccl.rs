@@ -18,7 +18,7 @@ use super::device::{DeviceState, Handle};
 use super::memory::cuda;
 use super::CudaBackend;
 use crate::backend::{Buffer, Collective};
-use crate::device::DeviceId;
+use crate::device_id::DeviceId;
 use crate::element::DType;
 use crate::error::{Error, Result};
 

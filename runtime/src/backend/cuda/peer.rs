@@ -7,7 +7,7 @@ use cudarc::driver::{result, sys};
 
 use super::device::{driver, DeviceState};
 use super::CudaBackend;
-use crate::device::DeviceId;
+use crate::device_id::DeviceId;
 use crate::error::{Error, Result};
 
 /// Whether `device` can read and write the memory of `peer` directly.

@@ -10,7 +10,7 @@ use super::launch::KernelArgs;
 use super::memory::cuda;
 use super::CudaBackend;
 use crate::backend::{float_only, Buffer, ReduceOp};
-use crate::device::DeviceId;
+use crate::device_id::DeviceId;
 use crate::element::DType;
 use crate::error::Result;
 use crate::shape::Reduction;

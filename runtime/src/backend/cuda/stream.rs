@@ -37,7 +37,7 @@ static BLAS_POOL: Mutex<Vec<PooledBlas>> = Mutex::new(Vec::new());
 
 /// A cuBLAS error as a locus error naming the device and the call.
 pub(super) fn blas_err(device: u32, call: &str, e: impl std::fmt::Debug) -> Error {
-    Error::Kernel { device: crate::device::DeviceId::Cuda(device), name: call.into(), message: format!("{e:?}") }
+    Error::Kernel { device: crate::device_id::DeviceId::Cuda(device), name: call.into(), message: format!("{e:?}") }
 }
 
 /// A stream of one device. Destroyed with its last reference (the device's default

@@ -13,7 +13,7 @@ use super::memory::cuda;
 use super::stream::StreamObj;
 use super::{staged, CudaBackend};
 use crate::backend::{Buffer, HostBuffer, RawEvent, RawStream};
-use crate::device::DeviceId;
+use crate::device_id::DeviceId;
 use crate::element::DType;
 use crate::error::{Error, Result};
 

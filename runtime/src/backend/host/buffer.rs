@@ -14,7 +14,7 @@ use crate::backend::hazard::{self, Kind, Region, Track};
 use crate::backend::huge_pages::Mapping;
 use crate::backend::pinned_pool::{self as pinned, InFlight, PinnedBlock};
 use crate::backend::RawEvent;
-use crate::device::DeviceId;
+use crate::device_id::DeviceId;
 use crate::element::{DType, Element};
 use crate::error::{Error, Result};
 

@@ -13,7 +13,7 @@ use super::{host, RawStream};
 use crate::backend::current_stream::with_current;
 use crate::backend::hazard::{self, Kind};
 use crate::backend::Buffer;
-use crate::device::DeviceId;
+use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 
 const DEV: DeviceId = DeviceId::Cuda(0);

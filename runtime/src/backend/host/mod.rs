@@ -21,7 +21,7 @@ pub(crate) use streams::{HostEvent, HostStream};
 use crate::backend::account::MemoryAccount;
 use crate::backend::hazard::Kind;
 use crate::backend::{Backend, BinaryOp, Blocks, Buffer, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp};
-use crate::device::DeviceId;
+use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
 use crate::shape::{Layout, Reduction};

@@ -12,7 +12,7 @@ use super::HostBackend;
 use crate::backend::hazard::Kind;
 use crate::backend::host_kernels::{self as k, Geometry};
 use crate::backend::{float_only, BinaryOp, Blocks, Buffer, ParamOp, ReduceOp, UnaryOp};
-use crate::device::DeviceId;
+use crate::device_id::DeviceId;
 use crate::element::{with_dtype, DType, Element, Scalar};
 use crate::error::{Error, Result};
 use crate::shape::{Layout, Reduction};

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::device::DeviceId;
+use crate::device_id::DeviceId;
 use crate::error::{Error, Result};
 
 /// A unit of queued work.

@@ -14,7 +14,7 @@ use super::queue::{Job, Queue, Stamp};
 use crate::backend::hazard::{self, Agent, Clock, Kind, Region};
 use crate::backend::ordering::{self, Mark, Order};
 use crate::backend::{count_cross_stream_wait, Buffer, RawEvent, RawStream};
-use crate::device::DeviceId;
+use crate::device_id::DeviceId;
 use crate::error::{Error, Result};
 
 /// A simulated stream of one device.
