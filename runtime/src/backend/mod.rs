@@ -334,6 +334,12 @@ pub(crate) fn wrong_buffer(backend: &str, memory: &str) -> Error {
     Error::InvalidArgument { op: "backend", reason: format!("the {backend} backend was handed {memory} memory") }
 }
 
+/// The error of `elapsed` on events that were not both recorded and completed, worded the
+/// same on every backend (the driver says `CUDA_ERROR_NOT_READY` or `…_INVALID_HANDLE`).
+pub(crate) fn events_not_complete() -> Error {
+    Error::InvalidArgument { op: "elapsed", reason: "both events must be recorded and completed first".into() }
+}
+
 /// The random bits of element `i` under `seed` (SplitMix64 of a counter), shared by all
 /// backends so that `rand` gives the same values everywhere.
 pub(crate) fn rand_bits(seed: u64, i: u64) -> u64 {

@@ -69,7 +69,12 @@ impl EventObj {
         // SAFETY: both events are live (borrowed; destroyed only in their drops) and were
         // made by `create`; the driver reports an error, not UB, for events not recorded,
         // not complete or made without timing.
-        unsafe { result::event::elapsed(self.raw.0, end.raw.0) }.map_err(driver(self.ordinal, "cuEventElapsedTime"))
+        unsafe { result::event::elapsed(self.raw.0, end.raw.0) }.map_err(|e| match e.0 {
+            sys::CUresult::CUDA_ERROR_NOT_READY | sys::CUresult::CUDA_ERROR_INVALID_HANDLE => {
+                crate::backend::events_not_complete()
+            }
+            _ => driver(self.ordinal, "cuEventElapsedTime")(e),
+        })
     }
 }
 

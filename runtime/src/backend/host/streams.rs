@@ -237,10 +237,7 @@ impl HostEvent {
 
     /// When the stream reached the event, once it has.
     pub(super) fn time(&self) -> Result<Instant> {
-        let not_yet = || Error::InvalidArgument {
-            op: "elapsed",
-            reason: "both events must be recorded and completed first".into(),
-        };
+        let not_yet = crate::backend::events_not_complete;
         let (_, _, _, at) = self.recorded().ok_or_else(not_yet)?;
         let t = *at.lock().unwrap_or_else(|p| p.into_inner());
         t.ok_or_else(not_yet)
