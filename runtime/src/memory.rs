@@ -51,7 +51,8 @@ pub fn memory_reserved(device: DeviceId) -> Result<usize> {
 
 /// How many CUDA streams locus holds now, over all devices: the devices' own, the
 /// user's [`Stream`](crate::Stream)s, and those kept alive by memory still ordered on
-/// them. The host backend's simulated streams hold nothing and count 0.
+/// them. On the host backend, its simulated streams: each device's default stream once
+/// the device is used, and the user's.
 ///
 /// ```
 /// # extern crate locus_runtime as locus;

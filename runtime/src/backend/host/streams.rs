@@ -35,6 +35,7 @@ static ALL: Mutex<Vec<Weak<HostStream>>> = Mutex::new(Vec::new());
 
 impl HostStream {
     fn create(device: DeviceId, id: u64) -> Arc<HostStream> {
+        LIVE.fetch_add(1, Ordering::Relaxed);
         let name = if id == 0 { format!("{device}-default") } else { format!("{device}-stream{id}") };
         let s = Arc::new(HostStream {
             device,
@@ -51,7 +52,6 @@ impl HostStream {
 
     /// A new (non-default) stream of `device`.
     pub(super) fn new_side(device: DeviceId) -> Arc<HostStream> {
-        LIVE.fetch_add(1, Ordering::Relaxed);
         Self::create(device, NEXT_STREAM.fetch_add(1, Ordering::Relaxed))
     }
 
@@ -102,13 +102,12 @@ impl HostStream {
 impl Drop for HostStream {
     fn drop(&mut self) {
         self.queue.close();
-        if self.id != 0 {
-            LIVE.fetch_sub(1, Ordering::Relaxed);
-        }
+        LIVE.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
-/// Non-default simulated streams alive now.
+/// Simulated streams alive now: the devices' default streams (made on first use, as the
+/// cuda backend makes a device's own stream when it opens it) and the user's.
 pub(super) fn live_streams() -> usize {
     LIVE.load(Ordering::Relaxed)
 }
