@@ -5,7 +5,7 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use crate::backend::{self, host, Buffer, RawEvent, RawStream};
+use crate::backend::{self, host, BackendStorage, Buffer, HostBuffer, RawEvent, RawStream};
 use crate::device::{Cpu, Device, DeviceId, Pinned, StaticDevice};
 use crate::element::Element;
 use crate::error::{Error, Result};
@@ -109,7 +109,7 @@ impl<T: Element> Tensor<Cpu, T> {
 impl<D: Device, T: Element> Tensor<D, T> {
     /// Whether the data is page-locked host memory from the pinned pool.
     pub fn is_pinned(&self) -> bool {
-        matches!(&self.storage().buf, Buffer::Host(h) if h.is_pinned())
+        self.storage().buf.as_host().is_some_and(HostBuffer::is_pinned)
     }
 
     /// Starts copying this pinned tensor to the device of `stream`, on `stream`.
@@ -159,7 +159,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
             });
         }
         let mut dst = host::host().alloc_for_overwrite(DeviceId::Pinned, self.storage().bytes())?;
-        let done = self.backend()?.download_async(self.device(), &self.storage().buf, &mut dst, &stream.raw)?;
+        let done = self.storage().buf.download_async(&mut dst, &stream.raw)?;
         let value = Tensor::from_buffer(Pinned, Buffer::Host(dst), self.checked_shape().clone());
         Ok(Pending { value, device: self.device(), done })
     }
@@ -173,7 +173,7 @@ pub(crate) fn copy_pinned_async<D: Device, E: Device, T: Element>(
     dst: E,
     stream: &RawStream,
 ) -> Result<(Tensor<E, T>, RawEvent)> {
-    let Buffer::Host(host) = &src.storage().buf else {
+    let Some(host) = src.storage().buf.as_host() else {
         return Err(Error::InvalidArgument { op: "to_async", reason: "the source is not host memory".into() });
     };
     if dst.id().ordinal().is_none() {
@@ -202,10 +202,10 @@ impl<D: HostPlacement, T: Element> Tensor<D, T> {
     /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn as_slice(&self) -> &[T] {
-        match &self.storage().buf {
-            Buffer::Host(h) => h.as_slice(),
-            Buffer::Cuda(_) => unreachable!("host placements hold host memory"),
-        }
+        // A host placement's memory comes from the host backend (`backend::for_device`
+        // sends `cpu` and `pinned` nowhere else), so it is host memory; no other memory
+        // can be read in place, and an empty slice is all it could give.
+        self.storage().buf.as_host().map_or(&[], HostBuffer::as_slice)
     }
 
     /// The elements, written in place. A tensor that shares its memory with clones is

@@ -22,7 +22,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
-use crate::backend::{self, Backend};
+use crate::backend::{self, BackendDevice};
 use crate::device::{Device, DeviceId, Dyn};
 use crate::error::{Error, Result};
 
@@ -87,7 +87,7 @@ thread_local! {
 }
 
 /// Makes `device` current on `backend`, the one that runs it.
-fn switch_to(backend: &dyn Backend, device: DeviceId) -> Result<()> {
+fn switch_to(backend: &dyn BackendDevice, device: DeviceId) -> Result<()> {
     #[cfg(test)]
     SWITCHES.with(|n| n.set(n.get() + 1));
     backend.make_current(device)?;

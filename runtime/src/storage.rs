@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::backend::{self, host, Backend, Buffer};
+use crate::backend::{self, host, BackendDevice, BackendStorage, Buffer};
 use crate::device::DeviceId;
 use crate::element::DType;
 use crate::error::Result;
@@ -53,13 +53,13 @@ impl Storage {
     }
 
     /// The backend that owns this storage.
-    pub(crate) fn backend(&self) -> Result<&'static dyn Backend> {
+    pub(crate) fn backend(&self) -> Result<&'static dyn BackendDevice> {
         backend::for_device(self.device)
     }
 
     /// Copies the contents into `out`, which holds exactly [`Storage::bytes`] bytes.
     pub(crate) fn read_into(&self, out: &mut [u8]) -> Result<()> {
-        self.backend()?.download(self.device, &self.buf, out)
+        self.buf.download(out)
     }
 
     /// A copy of this storage on `dst`: within one backend its own copy, across
@@ -67,8 +67,8 @@ impl Storage {
     pub(crate) fn copy_to(&self, dst: DeviceId) -> Result<Storage> {
         let (from, to) = (self.backend()?, backend::for_device(dst)?);
         let buf = if backend::same(from, to) {
-            from.copy(self.device, &self.buf, dst)?
-        } else if let Buffer::Host(h) = &self.buf {
+            to.copy(&self.buf, dst)?
+        } else if let Some(h) = self.buf.as_host() {
             if h.is_pinned() {
                 // Page-locked memory: the DMA reads the source after this returns, so the
                 // copy holds the block from reuse and from host writes until it is done.
@@ -84,7 +84,7 @@ impl Storage {
         } else {
             // Device memory to the host: straight into the new host buffer.
             let mut out = host::host().alloc_for_overwrite(dst, self.bytes())?;
-            from.download(self.device, &self.buf, out.bytes_mut())?;
+            self.buf.download(out.bytes_mut())?;
             Buffer::Host(out)
         };
         Ok(Storage::new(buf, dst, self.dtype, self.len))

@@ -9,7 +9,7 @@
 use crate::backend::current_stream::{current, with_current};
 use std::time::Duration;
 
-use crate::backend::{self, RawEvent, RawStream};
+use crate::backend::{self, BackendStorage, RawEvent, RawStream};
 use crate::device::{Device, DeviceId, StaticDevice};
 use crate::element::Element;
 use crate::error::{Error, Result};
@@ -230,7 +230,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
         D: SameStreamDevice<E>,
     {
         self.same_device_as("record_stream", stream.device())?;
-        self.backend()?.use_on(self.buffer(), &stream.raw)
+        self.buffer().use_on_stream(&stream.raw)
     }
 }
 

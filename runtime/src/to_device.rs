@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::device::{Device, DeviceId, Dyn, StaticDevice};
 use crate::element::Element;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::storage::{ContentsId, Storage};
 use crate::tensor::Tensor;
 
@@ -176,10 +176,11 @@ impl<X: ToDevice, const N: usize> ToDevice for [X; N] {
 
     fn to_placement<E: Device>(&self, placement: E) -> Result<Self::On<E>> {
         let moved: Vec<X::On<E>> = self.iter().map(|x| x.to_placement(placement)).collect::<Result<_>>()?;
-        match moved.try_into() {
-            Ok(array) => Ok(array),
-            Err(_) => unreachable!("N elements in, N elements out"),
-        }
+        // N elements in, N out: the conversion cannot fail, and would be an error if it did.
+        moved.try_into().map_err(|v: Vec<_>| Error::InvalidArgument {
+            op: "to",
+            reason: format!("{} of an array's {N} elements were moved", v.len()),
+        })
     }
 }
 

@@ -28,7 +28,10 @@ pub(super) fn unary<T: Element>(op: UnaryOp, x: &[T], out: &mut [T]) {
         // Wrapping for integers: i32::MIN stays i32::MIN, as in torch.abs.
         UnaryOp::Abs => |v| if v < T::ZERO { v.neg() } else { v },
         UnaryOp::Square => |v| v.mul(v),
-        UnaryOp::Exp | UnaryOp::Sqrt => unreachable!("float-only ops are dispatched to unary_float"),
+        // Float types take `unary_float`, and `float_only` refuses these ops for integers
+        // before any launch; through f64 all the same, so that every op has a kernel.
+        UnaryOp::Exp => |v| T::from_f64(v.to_f64().exp()),
+        UnaryOp::Sqrt => |v| T::from_f64(v.to_f64().sqrt()),
     };
     for (o, &v) in out.iter_mut().zip(x) {
         *o = f(v);
@@ -179,7 +182,7 @@ pub(super) struct Geometry {
 }
 
 impl Geometry {
-    pub(super) fn of(b: &Blocks<'_>) -> Geometry {
+    pub(super) fn of<B>(b: &Blocks<'_, B>) -> Geometry {
         let Blocks { src_offset, src_stride, dst_offset, dst_stride, count, block, .. } = *b;
         Geometry { src_offset, src_stride, dst_offset, dst_stride, count, block }
     }

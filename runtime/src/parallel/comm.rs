@@ -2,6 +2,7 @@
 //! `scatter`, `gather` and `reduce_add`), built from copies between devices.
 
 use super::lists::{DeviceList, Parts};
+use crate::backend::BackendStorage;
 use crate::device::{Device, DeviceId, Dyn};
 use crate::element::Element;
 use crate::error::{Error, Result};
@@ -97,14 +98,13 @@ pub(crate) fn split_to<D: Device, T: Element>(
         return Ok(vec![x.to_dyn(ids[0])?]);
     }
     let row = shape::product(op, &x.shape()[1..])?;
-    let backend = x.backend()?;
     let mut start = 0;
     let mut out = Vec::with_capacity(ids.len());
     for (&id, &n) in ids.iter().zip(sizes) {
         let mut shape = x.shape().to_vec();
         shape[0] = n;
         let shape = Shape::new(op, shape, T::DTYPE)?;
-        let buf = backend.slice(x.device(), T::DTYPE, x.buffer(), shape::mul(op, start, row)?, shape.numel())?;
+        let buf = x.buffer().slice(T::DTYPE, shape::mul(op, start, row)?, shape.numel())?;
         out.push(x.with_buffer(buf, shape).to_dyn(id)?);
         start += n;
     }

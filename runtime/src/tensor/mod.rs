@@ -11,7 +11,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use crate::backend::{self, Backend, Buffer};
+use crate::backend::{self, Buffer};
 use crate::device::{Device, DeviceId, Dyn, StaticDevice};
 use crate::element::Element;
 use crate::error::{Error, Result};
@@ -97,10 +97,6 @@ impl<D: Device, T: Element> Tensor<D, T> {
         debug_assert_eq!(storage.device, placement.id());
         debug_assert_eq!(storage.dtype, T::DTYPE);
         Tensor { storage, shape: self.shape.clone(), placement, _elem: PhantomData }
-    }
-
-    pub(crate) fn backend(&self) -> Result<&'static dyn Backend> {
-        backend::for_device(self.device())
     }
 
     /// The dims, outermost first. A scalar (0-d) tensor has none.

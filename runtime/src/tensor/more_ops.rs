@@ -1,14 +1,12 @@
 //! The small ops everyone reaches for: a scalar on the left of `+ - * /`, `abs`,
 //! `square`, `pow`, `clamp`, and narrowing, selecting, concatenating and stacking along
-//! any dim. The layout ops are strided block copies ([`Backend::copy_blocks`]): for a
-//! row-major tensor, everything below a dim is one contiguous run.
-//!
-//! [`Backend::copy_blocks`]: crate::backend::Backend::copy_blocks
+//! any dim. The layout ops are strided block copies ([`BackendStorage::copy_blocks`]):
+//! for a row-major tensor, everything below a dim is one contiguous run.
 
 use std::ops::{Add, Div, Mul, Sub};
 
 use super::Tensor;
-use crate::backend::{BinaryOp, Blocks, ParamOp, UnaryOp};
+use crate::backend::{BackendStorage, BinaryOp, Blocks, ParamOp, UnaryOp};
 use crate::device::Device;
 use crate::element::{Element, Float};
 use crate::error::{Error, Result};
@@ -18,8 +16,7 @@ use crate::shape::{self, Shape};
 impl<D: Device, T: Element> Tensor<D, T> {
     /// `lhs op self`, elementwise: the scalar on the left.
     pub(crate) fn scalar_lhs(&self, op: BinaryOp, lhs: T) -> Result<Self> {
-        let buf =
-            self.backend()?.scalar_binary(self.device(), op, T::DTYPE, lhs.to_scalar(), self.buffer(), self.numel())?;
+        let buf = self.buffer().scalar_binary(op, T::DTYPE, lhs.to_scalar(), self.numel())?;
         Ok(self.with_buffer(buf, self.shape.clone()))
     }
 
@@ -73,7 +70,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
     }
 
     fn param(&self, op: ParamOp) -> Result<Self> {
-        let buf = self.backend()?.unary_param(self.device(), op, T::DTYPE, self.buffer(), self.numel())?;
+        let buf = self.buffer().unary_param(op, T::DTYPE, self.numel())?;
         Ok(self.with_buffer(buf, self.shape.clone()))
     }
 
@@ -153,7 +150,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
     fn assembled(&self, op: &'static str, shape: Vec<usize>, len: usize, parts: &[Blocks<'_>]) -> Result<Self> {
         let shape = Shape::new(op, shape, T::DTYPE)?;
         debug_assert_eq!(shape.numel(), len);
-        let buf = self.backend()?.copy_blocks(self.device(), T::DTYPE, len, parts)?;
+        let buf = self.buffer().copy_blocks(T::DTYPE, len, parts)?;
         Ok(self.with_buffer(buf, shape))
     }
 

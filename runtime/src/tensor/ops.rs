@@ -3,7 +3,7 @@
 use std::marker::PhantomData;
 
 use super::Tensor;
-use crate::backend::{ReduceOp, UnaryOp};
+use crate::backend::{BackendStorage, Buffer, Gemm, ReduceOp, UnaryOp};
 use crate::device::Device;
 use crate::element::{Element, Float};
 use crate::error::{Error, Result};
@@ -25,7 +25,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
     }
 
     fn reduce(&self, op: ReduceOp, r: Reduction, shape: Shape) -> Result<Self> {
-        let buf = self.backend()?.reduce(self.device(), op, T::DTYPE, self.buffer(), r)?;
+        let buf = self.buffer().reduce(op, T::DTYPE, r)?;
         Ok(self.with_buffer(buf, shape))
     }
 
@@ -120,7 +120,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
         }
         // The operands' shapes are checked, so m * k and k * n fit; m * n may not.
         let out = Shape::result("matmul", vec![m, n], T::DTYPE, &[&self.shape, &rhs.shape])?;
-        let buf = self.backend()?.matmul(self.device(), T::DTYPE, self.buffer(), rhs.buffer(), m, k, n)?;
+        let buf = self.buffer().matmul(rhs.buffer(), T::DTYPE, Gemm { m, k, n })?;
         Ok(self.with_buffer(buf, out))
     }
 
@@ -139,7 +139,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
         self.check_rank("transpose", 2)?;
         let (rows, cols) = (self.shape[0], self.shape[1]);
         let out = Shape::new("transpose", [cols, rows], T::DTYPE)?;
-        let buf = self.backend()?.transpose(self.device(), T::DTYPE, self.buffer(), rows, cols)?;
+        let buf = self.buffer().transpose(T::DTYPE, rows, cols)?;
         Ok(self.with_buffer(buf, out))
     }
 
@@ -210,7 +210,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
         // The parts' element counts add up to the result's, which is checked here.
         let out = Shape::result("cat", shape, T::DTYPE, &inputs)?;
         let bufs: Vec<_> = parts.iter().map(|p| (p.buffer(), p.numel())).collect();
-        let buf = first.backend()?.concat(first.device(), T::DTYPE, &bufs)?;
+        let buf = Buffer::concat(T::DTYPE, &bufs)?;
         Ok(first.with_buffer(buf, out))
     }
 
@@ -240,7 +240,6 @@ impl<D: Device, T: Element> Tensor<D, T> {
         let len = self.shape[0];
         let step = len.div_ceil(n).max(1);
         let row = shape::product("chunk", &self.shape[1..])?;
-        let backend = self.backend()?;
         // Rows of no elements cost no memory, so only the list itself bounds their count.
         let parts = len.div_ceil(step);
         let mut out = Vec::new();
@@ -255,7 +254,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
             shape[0] = rows;
             let shape = Shape::new("chunk", shape, T::DTYPE)?;
             let offset = shape::mul("chunk", start, row)?;
-            let buf = backend.slice(self.device(), T::DTYPE, self.buffer(), offset, shape.numel())?;
+            let buf = self.buffer().slice(T::DTYPE, offset, shape.numel())?;
             out.push(self.with_buffer(buf, shape));
             start += rows;
         }

@@ -7,13 +7,11 @@ use cudarc::driver::result;
 use locus_kernels::Source;
 
 use super::buffer::CudaBuffer;
-use super::device::driver;
-use super::launch::{flat_grid, vector_work, KernelArg, KernelArgs};
-use super::memory::cuda;
+use super::device::{driver, DeviceState};
+use super::launch::{flat_grid, produce, vector_work, KernelArg, KernelArgs};
+use super::memory::{alloc, current, done};
 use super::stream::StreamObj;
-use super::CudaBackend;
-use crate::backend::{float_only, BinaryOp, Buffer, ParamOp, UnaryOp};
-use crate::device_id::DeviceId;
+use crate::backend::{float_only, BinaryOp, ParamOp, UnaryOp};
 use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
 use crate::shape::Layout;
@@ -71,7 +69,7 @@ fn scalar_dtype(s: Scalar) -> DType {
 /// Runs `launch` with an error flag for integer division (when `check`; else with none),
 /// and reports a zero divisor.
 fn with_div_check(
-    b: &CudaBackend,
+    dev: &'static DeviceState,
     s: &StreamObj,
     check: bool,
     launch: impl FnOnce(Option<&CudaBuffer>) -> Result<()>,
@@ -79,8 +77,7 @@ fn with_div_check(
     if !check {
         return launch(None);
     }
-    let dev = b.dev(DeviceId::Cuda(s.ordinal))?;
-    let flag = CudaBuffer::alloc(dev, &b.stream(dev), 4)?;
+    let flag = CudaBuffer::alloc(dev, &current(dev), 4)?;
     let d = |call| driver(s.ordinal, call);
     // SAFETY: `flag` is a live 4-byte allocation of this device (held to the end of
     // this function, and its free is ordered on its stream after `s` via the sync
@@ -100,48 +97,39 @@ fn with_div_check(
 }
 
 /// `op` of each of the `len` elements of `x`.
-pub(super) fn unary(
-    b: &CudaBackend,
-    device: DeviceId,
-    op: UnaryOp,
-    dtype: DType,
-    x: &Buffer,
-    len: usize,
-) -> Result<Buffer> {
+pub(super) fn unary(x: &CudaBuffer, op: UnaryOp, dtype: DType, len: usize) -> Result<CudaBuffer> {
     let opname = op.name();
     if matches!(op, UnaryOp::Exp | UnaryOp::Sqrt) {
         float_only(opname, dtype)?;
     }
-    let (xb, n) = (cuda(x)?, len as u64);
+    let n = len as u64;
     // SAFETY: `{op}_{dtype}(const T* x, T* out, u64 n)` gets `x` (an input, `len`
-    // elements of `dtype` by the Backend contract), the output (`len` elements) and
+    // elements of `dtype` by the caller's contract), the output (`len` elements) and
     // `n` = `len`.
     unsafe {
-        b.produce(device, dtype, len, (Source::Elementwise, opname, vector_work(n, dtype)), &[x], |out| {
-            KernelArgs::new().ptr(xb).ptr(out).u64(n)
+        produce(x.device(), dtype, len, (Source::Elementwise, opname, vector_work(n, dtype)), &[x], |out| {
+            KernelArgs::new().ptr(x).ptr(out).u64(n)
         })
     }
 }
 
 /// `op` of `lhs` and `rhs` into a new buffer of `out_shape`, walking the operands as
 /// `layout` says.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn binary(
-    b: &CudaBackend,
-    device: DeviceId,
+    lhs: &CudaBuffer,
+    rhs: &CudaBuffer,
     op: BinaryOp,
     dtype: DType,
-    lhs: &Buffer,
-    rhs: &Buffer,
     out_shape: &[usize],
     layout: &Layout,
-) -> Result<Buffer> {
+) -> Result<CudaBuffer> {
     let len: usize = out_shape.iter().product();
-    let (dev, s, out) = b.alloc(device, dtype, len, &[lhs, rhs])?;
+    let dev = lhs.device();
+    let (s, out) = alloc(dev, dtype, len, &[lhs, rhs])?;
     if len == 0 {
-        return b.done(out);
+        return done(out);
     }
-    let (lb, rb, n) = (cuda(lhs)?, cuda(rhs)?, len as u64);
+    let (lb, rb, n) = (lhs, rhs, len as u64);
     let check = op == BinaryOp::Div && !dtype.is_float();
     let geometry = match layout {
         Layout::Same => None,
@@ -149,7 +137,7 @@ pub(super) fn binary(
         Layout::LhsScalar => Some(bcast(op.name(), &[len], &[0], &[1])?),
         Layout::Strided { lhs, rhs } => Some(bcast(op.name(), out_shape, lhs, rhs)?),
     };
-    with_div_check(b, &s, check, |err| {
+    with_div_check(dev, &s, check, |err| {
         let args = KernelArgs::new().ptr(lb).ptr(rb).ptr(&out).u64(n);
         match geometry {
             None => {
@@ -171,22 +159,21 @@ pub(super) fn binary(
             }
         }
     })?;
-    b.done(out)
+    done(out)
 }
 
 /// `op` of each of the `len` elements of `lhs` and the scalar `rhs`.
 pub(super) fn binary_scalar(
-    b: &CudaBackend,
-    device: DeviceId,
+    lhs: &CudaBuffer,
     op: BinaryOp,
     dtype: DType,
-    lhs: &Buffer,
     len: usize,
     rhs: Scalar,
-) -> Result<Buffer> {
-    let (dev, stream, out) = b.alloc(device, dtype, len, &[lhs])?;
+) -> Result<CudaBuffer> {
+    let dev = lhs.device();
+    let (stream, out) = alloc(dev, dtype, len, &[lhs])?;
     if len == 0 {
-        return b.done(out);
+        return done(out);
     }
     let zero_divisor = matches!(rhs, Scalar::I32(0) | Scalar::U8(0));
     if op == BinaryOp::Div && zero_divisor {
@@ -195,82 +182,72 @@ pub(super) fn binary_scalar(
     let f = dev.kernel(Source::Elementwise, op.name(), "scalar", dtype)?;
     let n = len as u64;
     let grid = flat_grid(vector_work(n, dtype), 256);
-    let args = KernelArgs::new().ptr(cuda(lhs)?).scalar(rhs).ptr(&out).u64(n).ptr_or_null(None);
+    let args = KernelArgs::new().ptr(lhs).scalar(rhs).ptr(&out).u64(n).ptr_or_null(None);
     // `{op}_scalar_{dtype}(const T* a, T s, T* out, u64 n, int* err)`:
     // SAFETY: `lhs` and `out` hold `n` = `len` elements of `dtype`, ready and kept alive on `stream` (see `alloc`);
     // `rhs` has `dtype`'s Rust type (the tensor layer passes `T::to_scalar` with `T::DTYPE`); `err` is null, which
     // the kernel never touches since an integer zero divisor was refused above.
     unsafe { dev.launch(f, (grid, 1, 1), (256, 1, 1), &stream, args)? };
-    b.done(out)
+    done(out)
 }
 
 /// `op` of the scalar `lhs` and each of the `len` elements of `rhs`.
 pub(super) fn scalar_binary(
-    b: &CudaBackend,
-    device: DeviceId,
+    lhs: Scalar,
+    rhs: &CudaBuffer,
     op: BinaryOp,
     dtype: DType,
-    lhs: Scalar,
-    rhs: &Buffer,
     len: usize,
-) -> Result<Buffer> {
+) -> Result<CudaBuffer> {
     if matches!(op, BinaryOp::Add | BinaryOp::Mul) {
         // These commute (IEEE and wrapping integer arithmetic alike).
-        return binary_scalar(b, device, op, dtype, rhs, len, lhs);
+        return binary_scalar(rhs, op, dtype, len, lhs);
     }
-    let (dev, s, out) = b.alloc(device, dtype, len, &[rhs])?;
+    let dev = rhs.device();
+    let (s, out) = alloc(dev, dtype, len, &[rhs])?;
     if len == 0 {
-        return b.done(out);
+        return done(out);
     }
     let check = op == BinaryOp::Div && !dtype.is_float();
     let f = dev.kernel(Source::Elementwise, op.name(), "rscalar", dtype)?;
-    let (rb, n) = (cuda(rhs)?, len as u64);
+    let (rb, n) = (rhs, len as u64);
     let grid = flat_grid(vector_work(n, dtype), 256);
-    with_div_check(b, &s, check, |err| {
+    with_div_check(dev, &s, check, |err| {
         let args = KernelArgs::new().ptr(rb).scalar(lhs).ptr(&out).u64(n).ptr_or_null(err);
         // `{op}_rscalar_{dtype}(const T* a, T s, T* out, u64 n, int* err)`: `rhs` and `out` hold `n` = `len` elements
-        // of `dtype`, ready and kept alive on `s` (see `CudaBackend::alloc`);
+        // of `dtype`, ready and kept alive on `s` (see `alloc`);
         // SAFETY: `lhs` has `dtype`'s Rust type (the tensor layer passes `T::to_scalar` with `T::DTYPE`); `err` is
         // `with_div_check`'s 4-byte flag for integer division, else null, which the kernel touches only for an integer
         // zero divisor.
         unsafe { dev.launch(f, (grid, 1, 1), (256, 1, 1), &s, args) }
     })?;
-    b.done(out)
+    done(out)
 }
 
 /// `op` (`pow`, `clamp`) of each of the `len` elements of `x`, with its scalar parameters.
-pub(super) fn unary_param(
-    b: &CudaBackend,
-    device: DeviceId,
-    op: ParamOp,
-    dtype: DType,
-    x: &Buffer,
-    len: usize,
-) -> Result<Buffer> {
+pub(super) fn unary_param(x: &CudaBuffer, op: ParamOp, dtype: DType, len: usize) -> Result<CudaBuffer> {
     let mismatch = |op| Error::InvalidArgument { op, reason: format!("parameters of another type than {dtype}") };
-    let (xb, n) = (cuda(x)?, len as u64);
+    let (xb, n, dev) = (x, len as u64, x.device());
     let work = |op| (Source::Elementwise, op, vector_work(n, dtype));
-    // In the launches below `x` holds `len` elements of `dtype` (Backend contract), and the
-    // parameters' Rust type is `dtype`'s (checked).
+    if let ParamOp::Pow(_) = op {
+        float_only("pow", dtype)?;
+    }
+    // In the launches below `x` holds `len` elements of `dtype` (the caller's contract),
+    // and the parameters' Rust type is `dtype`'s (checked).
     match op {
-        ParamOp::Pow(e) if dtype.is_float() && scalar_dtype(e) == dtype => {
-            // SAFETY: `pow_{f32,f64}(const T* x, T e, T* out, u64 n)`, `x` an input of
-            // `n` = `len` elements and `e` of `dtype`'s type.
+        ParamOp::Pow(e) if scalar_dtype(e) == dtype => {
+            // SAFETY: `pow_{f32,f64}(const T* x, T e, T* out, u64 n)` (a float `dtype`,
+            // checked above), `x` an input of `n` = `len` elements and `e` of `dtype`'s type.
             unsafe {
-                b.produce(device, dtype, len, work("pow"), &[x], |out| {
-                    KernelArgs::new().ptr(xb).scalar(e).ptr(out).u64(n)
-                })
+                produce(dev, dtype, len, work("pow"), &[x], |out| KernelArgs::new().ptr(xb).scalar(e).ptr(out).u64(n))
             }
-        }
-        ParamOp::Pow(_) if !dtype.is_float() => {
-            Err(Error::InvalidArgument { op: "pow", reason: format!("needs a float type, not {dtype}") })
         }
         ParamOp::Pow(_) => Err(mismatch("pow")),
         ParamOp::Clamp(lo, hi) if scalar_dtype(lo) == dtype && scalar_dtype(hi) == dtype => {
             // SAFETY: `clamp_{dtype}(const T* x, T lo, T hi, T* out, u64 n)`, with `lo` and
             // `hi` of `dtype`'s type (checked) and `x` an input of `n` = `len` elements.
             unsafe {
-                b.produce(device, dtype, len, work("clamp"), &[x], |out| {
+                produce(dev, dtype, len, work("clamp"), &[x], |out| {
                     KernelArgs::new().ptr(xb).scalar(lo).scalar(hi).ptr(out).u64(n)
                 })
             }

@@ -3,40 +3,31 @@
 
 use locus_kernels::Source;
 
-use super::launch::KernelArgs;
-use super::CudaBackend;
-use crate::backend::{float_only, Buffer};
-use crate::device_id::DeviceId;
+use super::buffer::CudaBuffer;
+use super::device::DeviceState;
+use super::launch::{produce, KernelArgs};
+use crate::backend::float_only;
 use crate::element::{DType, Scalar};
 use crate::error::Result;
 
 /// `len` elements of `dtype`, each `value`.
-pub(super) fn fill(b: &CudaBackend, device: DeviceId, dtype: DType, len: usize, value: Scalar) -> Result<Buffer> {
+pub(super) fn fill(dev: &'static DeviceState, dtype: DType, len: usize, value: Scalar) -> Result<CudaBuffer> {
     let n = len as u64;
     // SAFETY: `fill_{dtype}(T* out, u64 n, T v)` gets the output, `n` = `len` (the output's
     // element count) and `value` in its own type, which is `dtype`'s: the tensor layer
     // passes `T::DTYPE` with `value.to_scalar()` of the same `T`.
     unsafe {
-        b.produce(device, dtype, len, (Source::Init, "fill", n), &[], |out| {
-            KernelArgs::new().ptr(out).u64(n).scalar(value)
-        })
+        produce(dev, dtype, len, (Source::Init, "fill", n), &[], |out| KernelArgs::new().ptr(out).u64(n).scalar(value))
     }
 }
 
 /// `start, start + step, ...`: `len` elements of `dtype`.
-pub(super) fn arange(
-    b: &CudaBackend,
-    device: DeviceId,
-    dtype: DType,
-    len: usize,
-    start: f64,
-    step: f64,
-) -> Result<Buffer> {
+pub(super) fn arange(dev: &'static DeviceState, dtype: DType, len: usize, start: f64, step: f64) -> Result<CudaBuffer> {
     let n = len as u64;
     // SAFETY: `arange_{dtype}(T* out, u64 n, f64 start, f64 step)` gets the output, `n` =
     // `len` (the output's element count) and two `f64`s.
     unsafe {
-        b.produce(device, dtype, len, (Source::Init, "arange", n), &[], |out| {
+        produce(dev, dtype, len, (Source::Init, "arange", n), &[], |out| {
             KernelArgs::new().ptr(out).u64(n).f64(start).f64(step)
         })
     }
@@ -44,12 +35,12 @@ pub(super) fn arange(
 
 /// `len` uniform samples in `[0, 1)` of a float `dtype`, the same for a seed on every
 /// backend.
-pub(super) fn rand(b: &CudaBackend, device: DeviceId, dtype: DType, len: usize, seed: u64) -> Result<Buffer> {
+pub(super) fn rand(dev: &'static DeviceState, dtype: DType, len: usize, seed: u64) -> Result<CudaBuffer> {
     float_only("rand", dtype)?;
     let n = len as u64;
     // SAFETY: `rand_{f32,f64}(T* out, u64 n, u64 seed)` (float `dtype` checked above) gets
     // the output, `n` = `len` (the output's element count) and a `u64`.
     unsafe {
-        b.produce(device, dtype, len, (Source::Init, "rand", n), &[], |out| KernelArgs::new().ptr(out).u64(n).u64(seed))
+        produce(dev, dtype, len, (Source::Init, "rand", n), &[], |out| KernelArgs::new().ptr(out).u64(n).u64(seed))
     }
 }

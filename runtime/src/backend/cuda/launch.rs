@@ -16,10 +16,8 @@ use locus_kernels::Source;
 
 use super::buffer::CudaBuffer;
 use super::device::{driver, DeviceState};
+use super::memory::{alloc, done};
 use super::stream::StreamObj;
-use super::CudaBackend;
-use crate::backend::Buffer;
-use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::Result;
 
@@ -171,36 +169,33 @@ impl DeviceState {
     }
 }
 
-impl CudaBackend {
-    /// A new `len`-element buffer written by one 1-d launch of kernel `{op}_{dtype}` of
-    /// `source` over `work` items.
-    ///
-    /// # Safety
-    /// `args`, given the output, returns the arguments of that kernel as
-    /// [`DeviceState::launch`] requires them: one per kernel parameter, in order, each of
-    /// that parameter's type. Every device address among them other than the output is a
-    /// buffer of `inputs` holding what the kernel reads for `len` elements of `dtype`. The
-    /// output holds `len` elements of `dtype`.
-    pub(super) unsafe fn produce(
-        &self,
-        id: DeviceId,
-        dtype: DType,
-        len: usize,
-        (source, op, work): (Source, &'static str, u64),
-        inputs: &[&Buffer],
-        args: impl FnOnce(&CudaBuffer) -> KernelArgs,
-    ) -> Result<Buffer> {
-        let (dev, s, out) = self.alloc(id, dtype, len, inputs)?;
-        if len > 0 {
-            let f = dev.kernel(source, op, "", dtype)?;
-            let args = args(&out);
-            // SAFETY: `f` is `{op}_{dtype}` of this device; `args` matches its parameters and names `out` (`len`
-            // elements, allocated on `s`) and buffers of `inputs` (made ready on `s` and kept alive past the kernel by
-            // `alloc`): the caller's contract. The kernels bound every access by their count, whatever the grid.
-            unsafe { dev.launch(f, (flat_grid(work, 256), 1, 1), (256, 1, 1), &s, args)? };
-        }
-        self.done(out)
+/// A new `len`-element buffer on `dev` written by one 1-d launch of kernel `{op}_{dtype}`
+/// of `source` over `work` items.
+///
+/// # Safety
+/// `args`, given the output, returns the arguments of that kernel as
+/// [`DeviceState::launch`] requires them: one per kernel parameter, in order, each of that
+/// parameter's type. Every device address among them other than the output is a buffer
+/// of `inputs` holding what the kernel reads for `len` elements of `dtype`. The output
+/// holds `len` elements of `dtype`.
+pub(super) unsafe fn produce(
+    dev: &'static DeviceState,
+    dtype: DType,
+    len: usize,
+    (source, op, work): (Source, &'static str, u64),
+    inputs: &[&CudaBuffer],
+    args: impl FnOnce(&CudaBuffer) -> KernelArgs,
+) -> Result<CudaBuffer> {
+    let (s, out) = alloc(dev, dtype, len, inputs)?;
+    if len > 0 {
+        let f = dev.kernel(source, op, "", dtype)?;
+        let args = args(&out);
+        // SAFETY: `f` is `{op}_{dtype}` of this device; `args` matches its parameters and names `out` (`len`
+        // elements, allocated on `s`) and buffers of `inputs` (made ready on `s` and kept alive past the kernel by
+        // `alloc`): the caller's contract. The kernels bound every access by their count, whatever the grid.
+        unsafe { dev.launch(f, (flat_grid(work, 256), 1, 1), (256, 1, 1), &s, args)? };
     }
+    done(out)
 }
 
 #[cfg(test)]

@@ -7,39 +7,31 @@ use cudarc::cublas::sys::cublasOperation_t;
 use cudarc::driver::result;
 use locus_kernels::Source;
 
-use super::device::driver;
+use super::buffer::CudaBuffer;
+use super::device::{driver, DeviceState};
 use super::launch::KernelArgs;
-use super::memory::cuda;
+use super::memory::{alloc, done};
 use super::stream::blas_err;
 use super::CudaBackend;
-use crate::backend::{Blocks, Buffer};
-use crate::device_id::DeviceId;
+use crate::backend::{Blocks, Gemm};
 use crate::element::DType;
 use crate::error::{Error, Result};
 
 /// `[m, k] x [k, n]`, row-major.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn matmul(
-    bk: &CudaBackend,
-    device: DeviceId,
-    dtype: DType,
-    a: &Buffer,
-    b: &Buffer,
-    m: usize,
-    k: usize,
-    n: usize,
-) -> Result<Buffer> {
-    let (dev, stream, out) = bk.alloc(device, dtype, m * n, &[a, b])?;
+pub(super) fn matmul(a: &CudaBuffer, b: &CudaBuffer, dtype: DType, g: Gemm) -> Result<CudaBuffer> {
+    let Gemm { m, k, n } = g;
+    let dev = a.device();
+    let (stream, out) = alloc(dev, dtype, m * n, &[a, b])?;
     if m == 0 || n == 0 {
-        return bk.done(out);
+        return done(out);
     }
-    let (ab, bb, s) = (cuda(a)?, cuda(b)?, stream.raw.0);
+    let (ab, bb, s) = (a, b, stream.raw.0);
     if k == 0 {
         // SAFETY: `out` holds exactly `m * n` elements of `dtype`, allocated on `s`
         // (`stream`, live for the call) and freed there after this memset.
         unsafe { result::memset_d8_async(out.ptr(), 0, m * n * dtype.size(), s) }
             .map_err(driver(dev.ordinal, "cuMemsetD8Async"))?;
-        return bk.done(out);
+        return done(out);
     }
     let too_big = |what: usize| what > i32::MAX as usize;
     if dtype.is_float() {
@@ -108,86 +100,72 @@ pub(super) fn matmul(
         // alive on `stream` (see `alloc`); the kernel bounds its indices by m, k and n.
         unsafe { dev.launch(f, (gx as u32, gy as u32, 1), (16, 16, 1), &stream, args)? };
     }
-    bk.done(out)
+    done(out)
 }
 
 /// The `[cols, rows]` transpose of the row-major `[rows, cols]` matrix `x`.
-pub(super) fn transpose(
-    b: &CudaBackend,
-    device: DeviceId,
-    dtype: DType,
-    x: &Buffer,
-    rows: usize,
-    cols: usize,
-) -> Result<Buffer> {
-    let (dev, s, out) = b.alloc(device, dtype, rows * cols, &[x])?;
+pub(super) fn transpose(x: &CudaBuffer, dtype: DType, rows: usize, cols: usize) -> Result<CudaBuffer> {
+    let dev = x.device();
+    let (s, out) = alloc(dev, dtype, rows * cols, &[x])?;
     if rows == 0 || cols == 0 {
-        return b.done(out);
+        return done(out);
     }
     let (gx, gy) = (cols.div_ceil(32), rows.div_ceil(32));
     if gx > i32::MAX as usize || gy > 65535 {
         return Err(Error::InvalidArgument { op: "transpose", reason: format!("[{rows}, {cols}] is too large") });
     }
-    let args = KernelArgs::new().ptr(cuda(x)?).ptr(&out).u64(rows as u64).u64(cols as u64);
+    let args = KernelArgs::new().ptr(x).ptr(&out).u64(rows as u64).u64(cols as u64);
     let f = dev.kernel(Source::Matrix, "transpose", "", dtype)?;
     // SAFETY: `transpose_{dtype}(const T* x, T* out, u64 rows, u64 cols)`: `x` and `out`
     // each hold `rows * cols` elements of `dtype`, ready and kept alive on `s` (see
     // `alloc`); the kernel bounds its indices by `rows` and `cols`.
     unsafe { dev.launch(f, (gx as u32, gy as u32, 1), (32, 8, 1), &s, args)? };
-    b.done(out)
+    done(out)
 }
 
-/// The parts' elements one after another (each part is `(buffer, its length)`).
-pub(super) fn concat(b: &CudaBackend, device: DeviceId, dtype: DType, parts: &[(&Buffer, usize)]) -> Result<Buffer> {
+/// The parts' elements one after another (each part is `(buffer, its length)`), on
+/// `dev`.
+pub(super) fn concat(dev: &'static DeviceState, dtype: DType, parts: &[(&CudaBuffer, usize)]) -> Result<CudaBuffer> {
     let len = parts.iter().map(|p| p.1).sum();
-    let inputs: Vec<&Buffer> = parts.iter().map(|p| p.0).collect();
-    let (_, s, out) = b.alloc(device, dtype, len, &inputs)?;
+    let inputs: Vec<&CudaBuffer> = parts.iter().map(|p| p.0).collect();
+    let (s, out) = alloc(dev, dtype, len, &inputs)?;
     let mut at = out.ptr();
-    for (buf, _) in parts {
-        let part = cuda(buf)?;
+    for &(part, _) in parts {
         // SAFETY: `out` holds the sum of the parts' lengths, so `at .. at + part.bytes()`
         // (the running offset) lies within it; `part` is a distinct input buffer of
         // `part.bytes()` bytes; both ready and kept alive on `s` (see `alloc`).
         unsafe { CudaBackend::dtod(&s, at, part.ptr(), part.bytes())? };
         at += part.bytes() as u64;
     }
-    b.done(out)
+    done(out)
 }
 
 /// Elements `offset .. offset + len` of `x`.
-pub(super) fn slice(
-    b: &CudaBackend,
-    device: DeviceId,
-    dtype: DType,
-    x: &Buffer,
-    offset: usize,
-    len: usize,
-) -> Result<Buffer> {
-    let (_, s, out) = b.alloc(device, dtype, len, &[x])?;
-    let src = cuda(x)?.ptr() + (offset * dtype.size()) as u64;
+pub(super) fn slice(x: &CudaBuffer, dtype: DType, offset: usize, len: usize) -> Result<CudaBuffer> {
+    let (s, out) = alloc(x.device(), dtype, len, &[x])?;
+    let src = x.ptr() + (offset * dtype.size()) as u64;
     // SAFETY: the caller checked `offset + len` against `x`'s length (Backend
     // contract), so the source range lies within `x`; `out` holds `len` elements; both
     // are ready and kept alive on `s` (see `alloc`), in distinct allocations.
     unsafe { CudaBackend::dtod(&s, out.ptr(), src, len * dtype.size())? };
-    b.done(out)
+    done(out)
 }
 
-/// A new buffer of `len` elements, each part's runs of elements copied into it.
+/// A new buffer of `len` elements on `dev`, each part's runs of elements copied into it.
 pub(super) fn copy_blocks(
-    b: &CudaBackend,
-    device: DeviceId,
+    dev: &'static DeviceState,
     dtype: DType,
     len: usize,
-    parts: &[Blocks<'_>],
-) -> Result<Buffer> {
-    let inputs: Vec<&Buffer> = parts.iter().map(|p| p.src).collect();
-    let (dev, s, out) = b.alloc(device, dtype, len, &inputs)?;
+    parts: &[Blocks<'_, CudaBuffer>],
+) -> Result<CudaBuffer> {
+    let inputs: Vec<&CudaBuffer> = parts.iter().map(|p| p.src).collect();
+    let (s, out) = alloc(dev, dtype, len, &inputs)?;
     let size = dtype.size() as u64;
     for p in parts {
         if p.count == 0 || p.block == 0 {
             continue;
         }
-        let (src, src_at) = (cuda(p.src)?, p.src_offset as u64 * size);
+        let (src, src_at) = (p.src, p.src_offset as u64 * size);
         let dst_at = p.dst_offset as u64 * size;
         let (count, block) = (p.count as u64, p.block as u64);
         if p.count == 1 || (p.src_stride == p.block && p.dst_stride == p.block) {
@@ -196,7 +174,7 @@ pub(super) fn copy_blocks(
             // being one run (`count == 1` or both strides equal to `block`), that is `count * block` contiguous
             // elements on each side.
             // SAFETY: both ranges lie within their buffers (above); `p.src` is an input and `out` the new buffer,
-            // distinct, both ready and kept alive on `s` (see `CudaBackend::alloc`).
+            // distinct, both ready and kept alive on `s` (see `alloc`).
             unsafe { CudaBackend::dtod(&s, out.ptr() + dst_at, src.ptr() + src_at, (count * block * size) as usize)? };
             continue;
         }
@@ -209,5 +187,5 @@ pub(super) fn copy_blocks(
         // indices by `count * block`.
         unsafe { dev.launch(f, (dev.grid(count * block, 256), 1, 1), (256, 1, 1), &s, args)? };
     }
-    b.done(out)
+    done(out)
 }

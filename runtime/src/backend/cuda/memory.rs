@@ -1,7 +1,7 @@
 //! How an op gets and hands back memory. An op runs on the thread's current stream of its
-//! device; [`CudaBackend::alloc`] allocates its output there and makes its inputs ready to
-//! be read there, which is the ordering every unsafe block of the ops relies on, and
-//! [`CudaBackend::done`] marks the output written so that readers on other streams wait
+//! device; [`alloc`] allocates its output there and makes its inputs ready to be read
+//! there, which is the ordering every unsafe block of the ops relies on, and [`done`]
+//! marks the output written so that readers on other streams wait
 //! for exactly that write. Device-to-device copies within one device and the page-locked
 //! blocks behind the pinned pool live here too; the buffer type itself (caching bins,
 //! readers, stream-ordered free) is in `buffer`.
@@ -29,57 +29,55 @@ pub(super) fn cuda(b: &Buffer) -> Result<&CudaBuffer> {
     }
 }
 
+/// The stream ops on `dev` use on this thread: the one `on_stream` made current, else
+/// the device's default stream.
+pub(super) fn current(dev: &'static DeviceState) -> Arc<StreamObj> {
+    match current_stream::current(dev.id()) {
+        Some(RawStream::Cuda(s)) => s,
+        _ => Arc::clone(&dev.stream),
+    }
+}
+
+/// The current stream of `dev`, and `len` new elements on it; `inputs` are made ready to
+/// be read on that stream.
+///
+/// This is what the unsafe blocks of the ops rely on: work queued on the returned stream
+/// may read `inputs` and write the output, and all that memory stays allocated until that
+/// work is done. The output is allocated on the stream (stream-ordered); each input has
+/// waited for its writer and recorded the stream as a reader (`CudaBuffer::use_on`), so
+/// its free, or its return to its stream's cache, first waits for everything queued on
+/// this stream until then.
+pub(super) fn alloc(
+    dev: &'static DeviceState,
+    dtype: DType,
+    len: usize,
+    inputs: &[&CudaBuffer],
+) -> Result<(Arc<StreamObj>, CudaBuffer)> {
+    let s = current(dev);
+    for b in inputs {
+        b.use_on(&s)?;
+    }
+    let bytes =
+        len.checked_mul(dtype.size()).ok_or(Error::OutOfMemory { device: dev.id(), requested: usize::MAX, free: 0 })?;
+    let out = CudaBuffer::alloc(dev, &s, bytes)?;
+    Ok((s, out))
+}
+
+/// The buffer an op produced. Written on a stream other than the device's default, it
+/// gets an event marking the write, so that readers on other streams wait for this write
+/// alone; on the default stream (single-stream programs) no event.
+pub(super) fn done(out: CudaBuffer) -> Result<CudaBuffer> {
+    let dev = out.device();
+    out.mark_written();
+    if out.bytes() > 0 && !Arc::ptr_eq(out.stream(), &dev.stream) {
+        let written = Arc::new(EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), false)?);
+        written.record(out.stream())?;
+        out.set_ready(written);
+    }
+    Ok(out)
+}
+
 impl CudaBackend {
-    /// The stream ops on `dev` use on this thread: the one `on_stream` made current, else
-    /// the device's default stream.
-    pub(super) fn stream(&self, dev: &'static DeviceState) -> Arc<StreamObj> {
-        match current_stream::current(dev.id()) {
-            Some(RawStream::Cuda(s)) => s,
-            _ => Arc::clone(&dev.stream),
-        }
-    }
-
-    /// The device, its current stream, and `len` new elements on it; `inputs` are made
-    /// ready to be read on that stream.
-    ///
-    /// This is what the unsafe blocks of the ops rely on: work queued on the returned
-    /// stream may read `inputs` and write the output, and all that memory stays allocated
-    /// until that work is done. The output is allocated on the stream (stream-ordered);
-    /// each input has waited for its writer and recorded the stream as a reader
-    /// (`CudaBuffer::use_on`), so its free, or its return to its stream's cache, first waits
-    /// for everything queued on this stream until then.
-    pub(super) fn alloc(
-        &self,
-        id: DeviceId,
-        dtype: DType,
-        len: usize,
-        inputs: &[&Buffer],
-    ) -> Result<(&'static DeviceState, Arc<StreamObj>, CudaBuffer)> {
-        let dev = self.dev(id)?;
-        let s = self.stream(dev);
-        for b in inputs {
-            cuda(b)?.use_on(&s)?;
-        }
-        let bytes =
-            len.checked_mul(dtype.size()).ok_or(Error::OutOfMemory { device: id, requested: usize::MAX, free: 0 })?;
-        let out = CudaBuffer::alloc(dev, &s, bytes)?;
-        Ok((dev, s, out))
-    }
-
-    /// The buffer an op produced. Written on a stream other than the device's default,
-    /// it gets an event marking the write, so that readers on other streams wait for
-    /// this write alone; on the default stream (single-stream programs) no event.
-    pub(super) fn done(&self, out: CudaBuffer) -> Result<Buffer> {
-        let dev = out.device();
-        out.mark_written();
-        if out.bytes() > 0 && !Arc::ptr_eq(out.stream(), &dev.stream) {
-            let written = Arc::new(EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), false)?);
-            written.record(out.stream())?;
-            out.set_ready(written);
-        }
-        Ok(Buffer::Cuda(out))
-    }
-
     /// Copies `bytes` bytes from device address `src` to `dst`, queued on `s`.
     ///
     /// # Safety

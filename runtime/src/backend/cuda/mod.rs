@@ -2,8 +2,9 @@
 //! `locus-kernels`, cuBLAS for float matmul. Loaded dynamically: a machine without
 //! CUDA builds and runs locus on the host backend instead.
 //!
-//! This file holds the table of devices (opened on first use) and implements [`Backend`]
-//! by delegating, one module per concern:
+//! This file holds the table of devices (opened on first use) and implements
+//! [`BackendDevice`] by delegating; `storage` implements `BackendStorage` for
+//! [`CudaBuffer`] the same way. One module per concern:
 //! - `device`: probing the driver, a device's context and kernel cache, raw handles;
 //! - `launch`: typed kernel arguments, grid geometry, the one kernel launch;
 //! - `buffer`: device memory (caching bins, readers, stream-ordered frees);
@@ -26,6 +27,7 @@ mod nccl;
 mod peer;
 mod reduce;
 mod staged;
+mod storage;
 mod stream;
 mod transfer;
 
@@ -36,16 +38,12 @@ use cudarc::driver::result;
 pub(crate) use buffer::CudaBuffer;
 use device::{driver, DeviceState};
 pub(crate) use event::EventObj;
-use memory::cuda;
 pub(crate) use stream::StreamObj;
 
-use super::{
-    Backend, BinaryOp, Blocks, Buffer, Collective, HostBuffer, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp,
-};
+use super::{BackendDevice, Buffer, Collective, HostBuffer, RawEvent, RawStream};
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
-use crate::shape::{Layout, Reduction};
 
 pub(crate) struct CudaBackend {
     devices: Vec<OnceLock<Result<&'static DeviceState>>>,
@@ -65,19 +63,20 @@ impl CudaBackend {
         let slot = self.devices.get(ordinal as usize).ok_or(Error::NoSuchDevice { ordinal, count })?;
         slot.get_or_init(|| DeviceState::open(ordinal).map(|d| &*Box::leak(Box::new(d)))).clone()
     }
+}
 
-    fn raw_stream(&self, stream: &RawStream) -> Result<Arc<StreamObj>> {
-        match stream {
-            RawStream::Cuda(s) => Ok(Arc::clone(s)),
-            RawStream::Host(_) => Err(foreign("stream")),
-        }
+/// The driver stream of `stream`; a host stream here is a caller's bug, reported.
+fn raw_stream(stream: &RawStream) -> Result<Arc<StreamObj>> {
+    match stream {
+        RawStream::Cuda(s) => Ok(Arc::clone(s)),
+        RawStream::Host(_) => Err(foreign("stream")),
     }
+}
 
-    fn raw_event<'e>(&self, ev: &'e RawEvent) -> Result<&'e EventObj> {
-        match ev {
-            RawEvent::Cuda(e) => Ok(e),
-            _ => Err(foreign("event")),
-        }
+fn raw_event(ev: &RawEvent) -> Result<&EventObj> {
+    match ev {
+        RawEvent::Cuda(e) => Ok(e),
+        RawEvent::Host(_) => Err(foreign("event")),
     }
 }
 
@@ -85,13 +84,17 @@ fn foreign(what: &str) -> Error {
     Error::InvalidArgument { op: "stream", reason: format!("a host-backend {what} was handed to the cuda backend") }
 }
 
-impl Backend for CudaBackend {
+impl BackendDevice for CudaBackend {
     fn name(&self) -> &'static str {
         "cuda"
     }
 
     fn device_count(&self) -> usize {
         self.devices.len()
+    }
+
+    fn make_current(&self, device: DeviceId) -> Result<()> {
+        self.dev(device)?.bind()
     }
 
     fn memory(&self, device: DeviceId) -> Result<(usize, usize)> {
@@ -112,10 +115,6 @@ impl Backend for CudaBackend {
         stream::live_streams()
     }
 
-    fn make_current(&self, device: DeviceId) -> Result<()> {
-        self.dev(device)?.bind()
-    }
-
     fn default_stream(&self, device: DeviceId) -> Result<RawStream> {
         Ok(RawStream::Cuda(Arc::clone(&self.dev(device)?.stream)))
     }
@@ -127,7 +126,7 @@ impl Backend for CudaBackend {
     }
 
     fn sync_stream(&self, stream: &RawStream) -> Result<()> {
-        let s = self.raw_stream(stream)?;
+        let s = raw_stream(stream)?;
         self.dev(DeviceId::Cuda(s.ordinal))?.bind()?;
         s.synchronize()
     }
@@ -144,39 +143,33 @@ impl Backend for CudaBackend {
     }
 
     fn record_event(&self, event: &RawEvent, stream: &RawStream) -> Result<()> {
-        let (e, s) = (self.raw_event(event)?, self.raw_stream(stream)?);
+        let (e, s) = (raw_event(event)?, raw_stream(stream)?);
         self.dev(DeviceId::Cuda(s.ordinal))?.bind()?;
         e.record(&s)
     }
 
     fn wait_event(&self, stream: &RawStream, event: &RawEvent) -> Result<()> {
-        let (e, s) = (self.raw_event(event)?, self.raw_stream(stream)?);
+        let (e, s) = (raw_event(event)?, raw_stream(stream)?);
         self.dev(DeviceId::Cuda(s.ordinal))?.bind()?;
         s.wait(e)
     }
 
     fn sync_event(&self, event: &RawEvent) -> Result<()> {
-        let e = self.raw_event(event)?;
+        let e = raw_event(event)?;
         self.dev(DeviceId::Cuda(e.ordinal))?.bind()?;
         e.synchronize()
     }
 
     fn event_done(&self, event: &RawEvent) -> Result<bool> {
-        let e = self.raw_event(event)?;
+        let e = raw_event(event)?;
         self.dev(DeviceId::Cuda(e.ordinal))?.bind()?;
         e.is_complete()
     }
 
     fn elapsed_ms(&self, start: &RawEvent, end: &RawEvent) -> Result<f32> {
-        let (a, b) = (self.raw_event(start)?, self.raw_event(end)?);
+        let (a, b) = (raw_event(start)?, raw_event(end)?);
         self.dev(DeviceId::Cuda(a.ordinal))?.bind()?;
         a.elapsed_ms(b)
-    }
-
-    fn use_on(&self, buf: &Buffer, stream: &RawStream) -> Result<()> {
-        let s = self.raw_stream(stream)?;
-        cuda(buf)?.device().bind()?;
-        cuda(buf)?.use_on(&s)
     }
 
     fn alloc_pinned(&self, bytes: usize) -> Result<usize> {
@@ -189,120 +182,28 @@ impl Backend for CudaBackend {
         unsafe { self.free_pinned_block(ptr) }
     }
 
-    fn upload_async(&self, device: DeviceId, src: &HostBuffer, stream: &RawStream) -> Result<(Buffer, RawEvent)> {
-        transfer::upload_async(self, device, src, stream)
-    }
-
-    fn download_async(
-        &self,
-        device: DeviceId,
-        src: &Buffer,
-        dst: &mut HostBuffer,
-        stream: &RawStream,
-    ) -> Result<RawEvent> {
-        transfer::download_async(self, device, src, dst, stream)
-    }
-
     fn upload(&self, device: DeviceId, data: &[u8]) -> Result<Buffer> {
         transfer::upload(self, device, data)
     }
 
-    fn download(&self, _device: DeviceId, buf: &Buffer, out: &mut [u8]) -> Result<()> {
-        transfer::download(self, buf, out)
+    fn upload_async(&self, device: DeviceId, src: &HostBuffer, stream: &RawStream) -> Result<(Buffer, RawEvent)> {
+        transfer::upload_async(self, device, src, stream)
     }
 
-    fn copy(&self, _src: DeviceId, buf: &Buffer, dst: DeviceId) -> Result<Buffer> {
-        transfer::copy(self, buf, dst)
+    fn copy(&self, src: &Buffer, device: DeviceId) -> Result<Buffer> {
+        transfer::copy(self, src, device)
     }
 
     fn fill(&self, device: DeviceId, dtype: DType, len: usize, value: Scalar) -> Result<Buffer> {
-        init::fill(self, device, dtype, len, value)
+        init::fill(self.dev(device)?, dtype, len, value).map(Buffer::Cuda)
     }
 
     fn arange(&self, device: DeviceId, dtype: DType, len: usize, start: f64, step: f64) -> Result<Buffer> {
-        init::arange(self, device, dtype, len, start, step)
+        init::arange(self.dev(device)?, dtype, len, start, step).map(Buffer::Cuda)
     }
 
     fn rand(&self, device: DeviceId, dtype: DType, len: usize, seed: u64) -> Result<Buffer> {
-        init::rand(self, device, dtype, len, seed)
-    }
-
-    fn unary(&self, device: DeviceId, op: UnaryOp, dtype: DType, x: &Buffer, len: usize) -> Result<Buffer> {
-        elementwise::unary(self, device, op, dtype, x, len)
-    }
-
-    fn binary(
-        &self,
-        device: DeviceId,
-        op: BinaryOp,
-        dtype: DType,
-        lhs: &Buffer,
-        rhs: &Buffer,
-        out_shape: &[usize],
-        layout: &Layout,
-    ) -> Result<Buffer> {
-        elementwise::binary(self, device, op, dtype, lhs, rhs, out_shape, layout)
-    }
-
-    fn binary_scalar(
-        &self,
-        device: DeviceId,
-        op: BinaryOp,
-        dtype: DType,
-        lhs: &Buffer,
-        len: usize,
-        rhs: Scalar,
-    ) -> Result<Buffer> {
-        elementwise::binary_scalar(self, device, op, dtype, lhs, len, rhs)
-    }
-
-    fn scalar_binary(
-        &self,
-        device: DeviceId,
-        op: BinaryOp,
-        dtype: DType,
-        lhs: Scalar,
-        rhs: &Buffer,
-        len: usize,
-    ) -> Result<Buffer> {
-        elementwise::scalar_binary(self, device, op, dtype, lhs, rhs, len)
-    }
-
-    fn unary_param(&self, device: DeviceId, op: ParamOp, dtype: DType, x: &Buffer, len: usize) -> Result<Buffer> {
-        elementwise::unary_param(self, device, op, dtype, x, len)
-    }
-
-    fn reduce(&self, device: DeviceId, op: ReduceOp, dtype: DType, x: &Buffer, r: Reduction) -> Result<Buffer> {
-        reduce::reduce(self, device, op, dtype, x, r)
-    }
-
-    fn matmul(
-        &self,
-        device: DeviceId,
-        dtype: DType,
-        a: &Buffer,
-        b: &Buffer,
-        m: usize,
-        k: usize,
-        n: usize,
-    ) -> Result<Buffer> {
-        matrix::matmul(self, device, dtype, a, b, m, k, n)
-    }
-
-    fn transpose(&self, device: DeviceId, dtype: DType, x: &Buffer, rows: usize, cols: usize) -> Result<Buffer> {
-        matrix::transpose(self, device, dtype, x, rows, cols)
-    }
-
-    fn concat(&self, device: DeviceId, dtype: DType, parts: &[(&Buffer, usize)]) -> Result<Buffer> {
-        matrix::concat(self, device, dtype, parts)
-    }
-
-    fn slice(&self, device: DeviceId, dtype: DType, x: &Buffer, offset: usize, len: usize) -> Result<Buffer> {
-        matrix::slice(self, device, dtype, x, offset, len)
-    }
-
-    fn copy_blocks(&self, device: DeviceId, dtype: DType, len: usize, parts: &[Blocks<'_>]) -> Result<Buffer> {
-        matrix::copy_blocks(self, device, dtype, len, parts)
+        init::rand(self.dev(device)?, dtype, len, seed).map(Buffer::Cuda)
     }
 
     fn can_access_peer(&self, device: DeviceId, peer: DeviceId) -> Result<bool> {

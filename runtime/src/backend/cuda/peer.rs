@@ -10,12 +10,10 @@ use super::CudaBackend;
 use crate::device_id::DeviceId;
 use crate::error::{Error, Result};
 
-/// Whether `device` can read and write the memory of `peer` directly.
+/// Whether `device` can read and write the memory of `peer` directly (two distinct
+/// devices: `parallel::peer` checks that).
 pub(super) fn can_access_peer(b: &CudaBackend, device: DeviceId, peer: DeviceId) -> Result<bool> {
     let (d, p) = (b.dev(device)?, b.dev(peer)?);
-    if std::ptr::eq(d, p) {
-        return Ok(false);
-    }
     let mut can = 0;
     // SAFETY: `can` is a live `i32` the driver writes during the call; both device
     // handles come from `cu_device` of live `DeviceState`s.

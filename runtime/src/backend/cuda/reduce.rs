@@ -7,23 +7,14 @@ use locus_kernels::Source;
 
 use super::buffer::CudaBuffer;
 use super::launch::KernelArgs;
-use super::memory::cuda;
-use super::CudaBackend;
-use crate::backend::{float_only, Buffer, ReduceOp};
-use crate::device_id::DeviceId;
+use super::memory::{alloc, done};
+use crate::backend::{float_only, ReduceOp};
 use crate::element::DType;
 use crate::error::Result;
 use crate::shape::Reduction;
 
 /// `op` of `x` over the dim `r` describes.
-pub(super) fn reduce(
-    b: &CudaBackend,
-    device: DeviceId,
-    op: ReduceOp,
-    dtype: DType,
-    x: &Buffer,
-    r: Reduction,
-) -> Result<Buffer> {
+pub(super) fn reduce(x: &CudaBuffer, op: ReduceOp, dtype: DType, r: Reduction) -> Result<CudaBuffer> {
     let opname = match op {
         ReduceOp::Sum => "sum",
         ReduceOp::Mean => "mean",
@@ -32,12 +23,13 @@ pub(super) fn reduce(
     if op == ReduceOp::Mean {
         float_only("mean", dtype)?;
     }
-    let (dev, stream, out) = b.alloc(device, dtype, r.out_len(), &[x])?;
+    let dev = x.device();
+    let (stream, out) = alloc(dev, dtype, r.out_len(), &[x])?;
     if r.out_len() == 0 {
-        return b.done(out);
+        return done(out);
     }
     let k = |variant: &'static str| dev.kernel(Source::Reduce, opname, variant, dtype);
-    let (xb, s) = (cuda(x)?, &stream);
+    let (xb, s) = (x, &stream);
     let (outer, len, inner) = (r.outer as u64, r.len as u64, r.inner as u64);
     // In every launch below `x` holds `outer * len * inner` elements of `dtype` and
     // `out` `outer * inner` (= `r.out_len()`), both ready and kept alive on `stream`
@@ -77,5 +69,5 @@ pub(super) fn reduce(
         // `x` as `[outer, len, inner]`, reduced over `len` into `out` (`outer * inner`).
         unsafe { dev.launch(k("cols")?, (grid, 1, 1), (256, 1, 1), s, args)? };
     }
-    b.done(out)
+    done(out)
 }

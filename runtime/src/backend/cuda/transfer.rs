@@ -9,9 +9,9 @@ use cudarc::driver::result;
 use super::buffer::CudaBuffer;
 use super::device::driver;
 use super::event::EventObj;
-use super::memory::cuda;
+use super::memory::{alloc, cuda, current, done};
 use super::stream::StreamObj;
-use super::{staged, CudaBackend};
+use super::{raw_stream, staged, CudaBackend};
 use crate::backend::{Buffer, HostBuffer, RawEvent, RawStream};
 use crate::device_id::DeviceId;
 use crate::element::DType;
@@ -38,7 +38,7 @@ pub(super) fn upload_async(
     src: &HostBuffer,
     stream: &RawStream,
 ) -> Result<(Buffer, RawEvent)> {
-    let s = bk.raw_stream(stream)?;
+    let s = raw_stream(stream)?;
     let dev = bk.dev(device)?;
     if s.ordinal != dev.ordinal {
         return Err(foreign_stream(device, s.ordinal));
@@ -59,19 +59,12 @@ pub(super) fn upload_async(
     Ok((Buffer::Cuda(out), RawEvent::Cuda(done)))
 }
 
-pub(super) fn download_async(
-    bk: &CudaBackend,
-    device: DeviceId,
-    src: &Buffer,
-    dst: &mut HostBuffer,
-    stream: &RawStream,
-) -> Result<RawEvent> {
-    let s = bk.raw_stream(stream)?;
-    let dev = bk.dev(device)?;
+pub(super) fn download_async(b: &CudaBuffer, dst: &mut HostBuffer, stream: &RawStream) -> Result<RawEvent> {
+    let s = raw_stream(stream)?;
+    let dev = b.device();
     if s.ordinal != dev.ordinal {
-        return Err(foreign_stream(device, s.ordinal));
+        return Err(foreign_stream(dev.id(), s.ordinal));
     }
-    let b = cuda(src)?;
     b.use_on(&s)?;
     let done = Arc::new(EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), false)?);
     if b.bytes() > 0 {
@@ -93,17 +86,17 @@ pub(super) fn download_async(
 }
 
 pub(super) fn upload(bk: &CudaBackend, device: DeviceId, data: &[u8]) -> Result<Buffer> {
-    let (dev, s, out) = bk.alloc(device, DType::U8, data.len(), &[])?;
+    let dev = bk.dev(device)?;
+    let (s, out) = alloc(dev, DType::U8, data.len(), &[])?;
     dev.bind()?;
     // SAFETY: `out` holds exactly `data.len()` bytes of `dev`, allocated on `s` and
     // held until `done`, whose drop frees it on `s` after the copy; `dev`'s context is
     // current (bind above).
     unsafe { staged::upload(dev, &s, out.ptr(), data)? };
-    bk.done(out)
+    done(out).map(Buffer::Cuda)
 }
 
-pub(super) fn download(bk: &CudaBackend, buf: &Buffer, out: &mut [u8]) -> Result<()> {
-    let b = cuda(buf)?;
+pub(super) fn download(b: &CudaBuffer, out: &mut [u8]) -> Result<()> {
     let dev = b.device();
     if out.len() != b.bytes() {
         return Err(Error::InvalidArgument { op: "to_vec", reason: "host buffer of the wrong length".into() });
@@ -111,7 +104,7 @@ pub(super) fn download(bk: &CudaBackend, buf: &Buffer, out: &mut [u8]) -> Result
     if out.is_empty() {
         return Ok(());
     }
-    let s = bk.stream(dev);
+    let s = current(dev);
     b.use_on(&s)?;
     dev.bind()?;
     // SAFETY: `b` holds exactly `out.len()` bytes of `dev` (checked above), is ready on
@@ -123,16 +116,17 @@ pub(super) fn download(bk: &CudaBackend, buf: &Buffer, out: &mut [u8]) -> Result
 pub(super) fn copy(bk: &CudaBackend, buf: &Buffer, dst: DeviceId) -> Result<Buffer> {
     let b = cuda(buf)?;
     let (from, bytes) = (b.device(), b.bytes());
-    if std::ptr::eq(from, bk.dev(dst)?) {
-        let (_, s, out) = bk.alloc(dst, DType::U8, bytes, &[buf])?;
+    let to = bk.dev(dst)?;
+    if std::ptr::eq(from, to) {
+        let (s, out) = alloc(to, DType::U8, bytes, &[b])?;
         // SAFETY: `out` (new, on `s`) and `b` (ready on `s` and alive past the copy,
         // see `alloc`) both hold `bytes` bytes of this device, in distinct allocations.
         unsafe { CudaBackend::dtod(&s, out.ptr(), b.ptr(), bytes)? };
-        return bk.done(out);
+        return done(out).map(Buffer::Cuda);
     }
-    let (to, s, out) = bk.alloc(dst, DType::U8, bytes, &[])?;
+    let (s, out) = alloc(to, DType::U8, bytes, &[])?;
     if bytes == 0 {
-        return bk.done(out);
+        return done(out).map(Buffer::Cuda);
     }
     // Across devices: the copy waits for the source's writer, and the source's free
     // waits for the copy.
@@ -144,5 +138,5 @@ pub(super) fn copy(bk: &CudaBackend, buf: &Buffer, dst: DeviceId) -> Result<Buff
     unsafe { result::memcpy_peer_async(to.ctx.cu_ctx(), out.ptr(), from.ctx.cu_ctx(), b.ptr(), bytes, s.raw.0) }
         .map_err(driver(to.ordinal, "cuMemcpyPeerAsync"))?;
     b.stream().wait_for(&s)?;
-    bk.done(out)
+    done(out).map(Buffer::Cuda)
 }

@@ -8,11 +8,11 @@
 use std::sync::Arc;
 
 use super::buffer::HostBuffer;
+use super::ops;
 use super::streams::{use_on_stream, HostEvent, HostStream};
 use super::{host, RawStream};
 use crate::backend::current_stream::with_current;
 use crate::backend::hazard::{self, Kind};
-use crate::backend::Buffer;
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 
@@ -20,11 +20,9 @@ const DEV: DeviceId = DeviceId::Cuda(0);
 
 /// A buffer of 16 f32 ones written by a `fill` queued on `s`.
 fn filled_on(s: &Arc<HostStream>) -> HostBuffer {
-    let b = with_current(DEV, RawStream::Host(Arc::clone(s)), || host().fill_op(DEV, DType::F32, 16, Scalar::F32(1.0)));
-    match b.expect("fill") {
-        Buffer::Host(h) => h,
-        Buffer::Cuda(_) => panic!("the host backend made device memory"),
-    }
+    let account = host().account(DEV).expect("a simulated device");
+    with_current(DEV, RawStream::Host(Arc::clone(s)), || ops::fill(account, DType::F32, 16, Scalar::F32(1.0)))
+        .expect("fill")
 }
 
 fn report_of(f: impl FnOnce()) -> String {

@@ -12,19 +12,19 @@ mod buffer;
 mod hazard_tests;
 mod ops;
 mod queue;
+mod storage;
 mod streams;
 
 pub(crate) use buffer::HostBuffer;
-use streams::{current_stream, default_stream, host_event, host_mem, host_stream, streams_of, use_on_stream};
+use streams::{current_stream, default_stream, host_event, host_mem, host_stream, streams_of};
 pub(crate) use streams::{HostEvent, HostStream};
 
 use crate::backend::account::MemoryAccount;
 use crate::backend::hazard::Kind;
-use crate::backend::{Backend, BinaryOp, Blocks, Buffer, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp};
+use crate::backend::{BackendDevice, BackendStorage, Buffer, Collective, RawEvent, RawStream};
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
-use crate::shape::{Layout, Reduction};
 
 const DEFAULT_DEVICES: usize = 2;
 /// The most simulated devices (`LOCUS_HOST_DEVICES`): each has its own account and
@@ -132,13 +132,17 @@ fn pinned_layout(bytes: usize) -> Result<std::alloc::Layout> {
     })
 }
 
-impl Backend for HostBackend {
+impl BackendDevice for HostBackend {
     fn name(&self) -> &'static str {
         "host"
     }
 
     fn device_count(&self) -> usize {
         self.accounts.len() - 2
+    }
+
+    fn make_current(&self, _device: DeviceId) -> Result<()> {
+        Ok(())
     }
 
     fn memory(&self, device: DeviceId) -> Result<(usize, usize)> {
@@ -207,10 +211,6 @@ impl Backend for HostBackend {
         })
     }
 
-    fn use_on(&self, buf: &Buffer, stream: &RawStream) -> Result<()> {
-        use_on_stream(host_mem(buf)?, host_stream(stream)?)
-    }
-
     fn alloc_pinned(&self, bytes: usize) -> Result<usize> {
         let layout = pinned_layout(bytes)?;
         // SAFETY: the layout has a non-zero size (the pool never asks for 0 bytes).
@@ -226,6 +226,13 @@ impl Backend for HostBackend {
             // SAFETY: allocated by alloc_pinned with this layout (the caller's contract).
             unsafe { std::alloc::dealloc(ptr as *mut u8, layout) };
         }
+    }
+
+    fn upload(&self, device: DeviceId, data: &[u8]) -> Result<Buffer> {
+        // Pageable memory is read before this returns, as cuMemcpyHtoD does.
+        let mut out = host().alloc_for_overwrite(device, data.len())?;
+        out.bytes_mut().copy_from_slice(data);
+        Ok(Buffer::Host(out))
     }
 
     fn upload_async(&self, device: DeviceId, src: &HostBuffer, stream: &RawStream) -> Result<(Buffer, RawEvent)> {
@@ -250,165 +257,40 @@ impl Backend for HostBackend {
         Ok((Buffer::Host(out), done))
     }
 
-    fn download_async(
-        &self,
-        device: DeviceId,
-        src: &Buffer,
-        dst: &mut HostBuffer,
-        stream: &RawStream,
-    ) -> Result<RawEvent> {
-        let (s, h) = (host_stream(stream)?, host_mem(src)?);
-        use_on_stream(h, s)?;
-        let (from, mut to) = (h.span(), dst.span());
-        let uses = [(h.region(None), Kind::Read), (dst.region(None), Kind::Write)];
-        s.launch(
-            "download_async",
-            &uses,
-            Box::new(move || {
-                // SAFETY: `from` was written before this point of the stream (the wait
-                // above); `to` is pinned memory held from the host until the event below.
-                unsafe { to.bytes_mut().copy_from_slice(from.bytes()) }
-            }),
-        )?;
-        let done = self.new_event(device, false)?;
-        self.record_event(&done, stream)?;
-        dst.hold_until(done.clone());
-        Ok(done)
-    }
-
-    fn make_current(&self, _device: DeviceId) -> Result<()> {
-        Ok(())
-    }
-
-    fn upload(&self, device: DeviceId, data: &[u8]) -> Result<Buffer> {
-        // Pageable memory is read before this returns, as cuMemcpyHtoD does.
-        let mut out = host().alloc_for_overwrite(device, data.len())?;
-        out.bytes_mut().copy_from_slice(data);
-        Ok(Buffer::Host(out))
-    }
-
-    fn download(&self, device: DeviceId, buf: &Buffer, out: &mut [u8]) -> Result<()> {
-        let h = host_mem(buf)?;
-        if !device.is_host() {
-            // As a device-to-host copy: queued on the current stream, which first waits
-            // for the writer, then waited for.
-            let s = current_stream(device);
-            use_on_stream(h, &s)?;
-            s.synchronize()?;
-        }
-        out.copy_from_slice(h.bytes());
-        Ok(())
-    }
-
-    fn copy(&self, src: DeviceId, buf: &Buffer, dst: DeviceId) -> Result<Buffer> {
-        let h = host_mem(buf)?;
-        match (src.is_host(), dst.is_host()) {
-            (true, false) if h.is_pinned() => Ok(self.upload_async(dst, h, &RawStream::Host(current_stream(dst)))?.0),
-            (true, _) => self.upload(dst, h.bytes()),
+    fn copy(&self, src: &Buffer, device: DeviceId) -> Result<Buffer> {
+        let h = host_mem(src)?;
+        match (h.device_id().is_host(), device.is_host()) {
+            (true, false) if h.is_pinned() => {
+                Ok(self.upload_async(device, h, &RawStream::Host(current_stream(device)))?.0)
+            }
+            (true, _) => self.upload(device, h.bytes()),
             (false, true) => {
-                let mut out = host().alloc_for_overwrite(dst, h.len())?;
-                self.download(src, buf, out.bytes_mut())?;
+                let mut out = host().alloc_for_overwrite(device, h.len())?;
+                h.download(out.bytes_mut())?;
                 Ok(Buffer::Host(out))
             }
-            (false, false) => host().launch(
-                ops::Launch { op: "copy", device: dst, dtype: DType::U8, len: h.len(), check: false },
-                &[buf],
+            (false, false) => ops::launch(
+                ops::Launch::new("copy", host().account(device)?, DType::U8, h.len()),
+                &[h],
                 Box::new(|ins, out| {
                     out.copy_from_slice(ins[0]);
                     Ok(())
                 }),
-            ),
+            )
+            .map(Buffer::Host),
         }
     }
 
     fn fill(&self, device: DeviceId, dtype: DType, len: usize, value: Scalar) -> Result<Buffer> {
-        host().fill_op(device, dtype, len, value)
+        ops::fill(host().account(device)?, dtype, len, value).map(Buffer::Host)
     }
 
     fn arange(&self, device: DeviceId, dtype: DType, len: usize, start: f64, step: f64) -> Result<Buffer> {
-        host().arange_op(device, dtype, len, start, step)
+        ops::arange(host().account(device)?, dtype, len, start, step).map(Buffer::Host)
     }
 
     fn rand(&self, device: DeviceId, dtype: DType, len: usize, seed: u64) -> Result<Buffer> {
-        host().rand_op(device, dtype, len, seed)
-    }
-
-    fn unary(&self, device: DeviceId, op: UnaryOp, dtype: DType, x: &Buffer, len: usize) -> Result<Buffer> {
-        host().unary_op(device, op, dtype, x, len)
-    }
-
-    fn binary(
-        &self,
-        device: DeviceId,
-        op: BinaryOp,
-        dtype: DType,
-        lhs: &Buffer,
-        rhs: &Buffer,
-        out_shape: &[usize],
-        layout: &Layout,
-    ) -> Result<Buffer> {
-        host().binary_op(device, op, dtype, [lhs, rhs], out_shape, layout)
-    }
-
-    fn binary_scalar(
-        &self,
-        device: DeviceId,
-        op: BinaryOp,
-        dtype: DType,
-        lhs: &Buffer,
-        len: usize,
-        rhs: Scalar,
-    ) -> Result<Buffer> {
-        host().binary_scalar_op(device, op, dtype, (lhs, len), rhs, false)
-    }
-
-    fn scalar_binary(
-        &self,
-        device: DeviceId,
-        op: BinaryOp,
-        dtype: DType,
-        lhs: Scalar,
-        rhs: &Buffer,
-        len: usize,
-    ) -> Result<Buffer> {
-        host().binary_scalar_op(device, op, dtype, (rhs, len), lhs, true)
-    }
-
-    fn unary_param(&self, device: DeviceId, op: ParamOp, dtype: DType, x: &Buffer, len: usize) -> Result<Buffer> {
-        host().unary_param_op(device, op, dtype, x, len)
-    }
-
-    fn reduce(&self, device: DeviceId, op: ReduceOp, dtype: DType, x: &Buffer, r: Reduction) -> Result<Buffer> {
-        host().reduce_op(device, op, dtype, x, r)
-    }
-
-    fn matmul(
-        &self,
-        device: DeviceId,
-        dtype: DType,
-        a: &Buffer,
-        b: &Buffer,
-        m: usize,
-        k: usize,
-        n: usize,
-    ) -> Result<Buffer> {
-        host().matmul_op(device, dtype, [a, b], [m, k, n])
-    }
-
-    fn transpose(&self, device: DeviceId, dtype: DType, x: &Buffer, rows: usize, cols: usize) -> Result<Buffer> {
-        host().transpose_op(device, dtype, x, rows, cols)
-    }
-
-    fn concat(&self, device: DeviceId, dtype: DType, parts: &[(&Buffer, usize)]) -> Result<Buffer> {
-        host().concat_op(device, dtype, parts)
-    }
-
-    fn slice(&self, device: DeviceId, dtype: DType, x: &Buffer, offset: usize, len: usize) -> Result<Buffer> {
-        host().slice_op(device, dtype, x, offset, len)
-    }
-
-    fn copy_blocks(&self, device: DeviceId, dtype: DType, len: usize, parts: &[Blocks<'_>]) -> Result<Buffer> {
-        host().copy_blocks_op(device, dtype, len, parts)
+        ops::rand(host().account(device)?, dtype, len, seed).map(Buffer::Host)
     }
 
     // Multi-device work: see host_collective.rs.
@@ -426,7 +308,7 @@ impl Backend for HostBackend {
         devices: &[DeviceId],
         dtype: DType,
         len: usize,
-        op: super::Collective<'_>,
+        op: Collective<'_>,
     ) -> Result<Option<Vec<Buffer>>> {
         super::host_collective::collective(devices, dtype, len, op)
     }

@@ -1,0 +1,192 @@
+//! [`Buffer`], the memory of either backend, and its storage-level ops: the one place
+//! where operands' variants are matched. Operands of one op are on one device (the
+//! tensor layer checks that), so a host buffer meeting a cuda buffer is a caller's bug,
+//! reported as the device mismatch it is rather than a panic.
+
+use super::cuda::CudaBuffer;
+use super::traits::BackendStorage;
+use super::{BinaryOp, Blocks, Gemm, HostBuffer, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp};
+use crate::device_id::DeviceId;
+use crate::element::{DType, Scalar};
+use crate::error::{Error, Result};
+use crate::shape::{Layout, Reduction};
+
+/// Device memory of one backend.
+#[derive(Debug)]
+pub(crate) enum Buffer {
+    Host(HostBuffer),
+    Cuda(CudaBuffer),
+}
+
+/// Two operands of one backend.
+enum Pair<'a> {
+    Host(&'a HostBuffer, &'a HostBuffer),
+    Cuda(&'a CudaBuffer, &'a CudaBuffer),
+}
+
+/// Several operands of one backend, in order: the first, then the others.
+enum Many<'a> {
+    Host(&'a HostBuffer, Vec<&'a HostBuffer>),
+    Cuda(&'a CudaBuffer, Vec<&'a CudaBuffer>),
+}
+
+fn mismatch(op: &'static str, lhs: &Buffer, rhs: &Buffer) -> Error {
+    Error::DeviceMismatch { op, lhs: lhs.device_id(), rhs: rhs.device_id() }
+}
+
+impl Buffer {
+    /// The host memory of this buffer, if it is host memory.
+    pub(crate) fn as_host(&self) -> Option<&HostBuffer> {
+        match self {
+            Buffer::Host(h) => Some(h),
+            Buffer::Cuda(_) => None,
+        }
+    }
+
+    fn pair<'a>(&'a self, op: &'static str, rhs: &'a Buffer) -> Result<Pair<'a>> {
+        match (self, rhs) {
+            (Buffer::Host(a), Buffer::Host(b)) => Ok(Pair::Host(a, b)),
+            (Buffer::Cuda(a), Buffer::Cuda(b)) => Ok(Pair::Cuda(a, b)),
+            _ => Err(mismatch(op, self, rhs)),
+        }
+    }
+
+    /// This buffer and `others`, all of this one's backend.
+    fn many<'a>(&'a self, op: &'static str, others: impl IntoIterator<Item = &'a Buffer>) -> Result<Many<'a>> {
+        let mut out = match self {
+            Buffer::Host(h) => Many::Host(h, Vec::new()),
+            Buffer::Cuda(c) => Many::Cuda(c, Vec::new()),
+        };
+        for b in others {
+            match (&mut out, b) {
+                (Many::Host(_, v), Buffer::Host(h)) => v.push(h),
+                (Many::Cuda(_, v), Buffer::Cuda(c)) => v.push(c),
+                _ => return Err(mismatch(op, self, b)),
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl BackendStorage for Buffer {
+    fn device_id(&self) -> DeviceId {
+        match self {
+            Buffer::Host(h) => h.device_id(),
+            Buffer::Cuda(c) => c.device_id(),
+        }
+    }
+
+    fn download(&self, out: &mut [u8]) -> Result<()> {
+        match self {
+            Buffer::Host(h) => h.download(out),
+            Buffer::Cuda(c) => c.download(out),
+        }
+    }
+
+    fn download_async(&self, dst: &mut HostBuffer, stream: &RawStream) -> Result<RawEvent> {
+        match self {
+            Buffer::Host(h) => h.download_async(dst, stream),
+            Buffer::Cuda(c) => c.download_async(dst, stream),
+        }
+    }
+
+    fn use_on_stream(&self, stream: &RawStream) -> Result<()> {
+        match self {
+            Buffer::Host(h) => h.use_on_stream(stream),
+            Buffer::Cuda(c) => c.use_on_stream(stream),
+        }
+    }
+
+    fn unary(&self, op: UnaryOp, dtype: DType, len: usize) -> Result<Self> {
+        match self {
+            Buffer::Host(h) => h.unary(op, dtype, len).map(Buffer::Host),
+            Buffer::Cuda(c) => c.unary(op, dtype, len).map(Buffer::Cuda),
+        }
+    }
+
+    fn unary_param(&self, op: ParamOp, dtype: DType, len: usize) -> Result<Self> {
+        match self {
+            Buffer::Host(h) => h.unary_param(op, dtype, len).map(Buffer::Host),
+            Buffer::Cuda(c) => c.unary_param(op, dtype, len).map(Buffer::Cuda),
+        }
+    }
+
+    fn binary(&self, rhs: &Self, op: BinaryOp, dtype: DType, out_shape: &[usize], layout: &Layout) -> Result<Self> {
+        match self.pair(op.name(), rhs)? {
+            Pair::Host(a, b) => a.binary(b, op, dtype, out_shape, layout).map(Buffer::Host),
+            Pair::Cuda(a, b) => a.binary(b, op, dtype, out_shape, layout).map(Buffer::Cuda),
+        }
+    }
+
+    fn binary_scalar(&self, op: BinaryOp, dtype: DType, len: usize, rhs: Scalar) -> Result<Self> {
+        match self {
+            Buffer::Host(h) => h.binary_scalar(op, dtype, len, rhs).map(Buffer::Host),
+            Buffer::Cuda(c) => c.binary_scalar(op, dtype, len, rhs).map(Buffer::Cuda),
+        }
+    }
+
+    fn scalar_binary(&self, op: BinaryOp, dtype: DType, lhs: Scalar, len: usize) -> Result<Self> {
+        match self {
+            Buffer::Host(h) => h.scalar_binary(op, dtype, lhs, len).map(Buffer::Host),
+            Buffer::Cuda(c) => c.scalar_binary(op, dtype, lhs, len).map(Buffer::Cuda),
+        }
+    }
+
+    fn reduce(&self, op: ReduceOp, dtype: DType, r: Reduction) -> Result<Self> {
+        match self {
+            Buffer::Host(h) => h.reduce(op, dtype, r).map(Buffer::Host),
+            Buffer::Cuda(c) => c.reduce(op, dtype, r).map(Buffer::Cuda),
+        }
+    }
+
+    fn matmul(&self, rhs: &Self, dtype: DType, g: Gemm) -> Result<Self> {
+        match self.pair("matmul", rhs)? {
+            Pair::Host(a, b) => a.matmul(b, dtype, g).map(Buffer::Host),
+            Pair::Cuda(a, b) => a.matmul(b, dtype, g).map(Buffer::Cuda),
+        }
+    }
+
+    fn transpose(&self, dtype: DType, rows: usize, cols: usize) -> Result<Self> {
+        match self {
+            Buffer::Host(h) => h.transpose(dtype, rows, cols).map(Buffer::Host),
+            Buffer::Cuda(c) => c.transpose(dtype, rows, cols).map(Buffer::Cuda),
+        }
+    }
+
+    fn slice(&self, dtype: DType, offset: usize, len: usize) -> Result<Self> {
+        match self {
+            Buffer::Host(h) => h.slice(dtype, offset, len).map(Buffer::Host),
+            Buffer::Cuda(c) => c.slice(dtype, offset, len).map(Buffer::Cuda),
+        }
+    }
+
+    fn concat(dtype: DType, parts: &[(&Self, usize)]) -> Result<Self> {
+        let Some(((first, _), rest)) = parts.split_first() else {
+            return Err(Error::InvalidArgument { op: "concat", reason: "no buffers to join".into() });
+        };
+        let lens = parts.iter().map(|p| p.1);
+        match first.many("concat", rest.iter().map(|p| p.0))? {
+            Many::Host(first, v) => {
+                let parts: Vec<_> = std::iter::once(first).chain(v).zip(lens).collect();
+                HostBuffer::concat(dtype, &parts).map(Buffer::Host)
+            }
+            Many::Cuda(first, v) => {
+                let parts: Vec<_> = std::iter::once(first).chain(v).zip(lens).collect();
+                CudaBuffer::concat(dtype, &parts).map(Buffer::Cuda)
+            }
+        }
+    }
+
+    fn copy_blocks(&self, dtype: DType, len: usize, parts: &[Blocks<'_, Self>]) -> Result<Self> {
+        match self.many("copy_blocks", parts.iter().map(|p| p.src))? {
+            Many::Host(into, v) => {
+                let parts: Vec<_> = parts.iter().zip(v).map(|(p, h)| p.with_src(h)).collect();
+                into.copy_blocks(dtype, len, &parts).map(Buffer::Host)
+            }
+            Many::Cuda(into, v) => {
+                let parts: Vec<_> = parts.iter().zip(v).map(|(p, c)| p.with_src(c)).collect();
+                into.copy_blocks(dtype, len, &parts).map(Buffer::Cuda)
+            }
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! [`BackendStorage`] for [`CudaBuffer`]: a buffer knows its device (its
+//! `DeviceState`), so each op runs there, delegating to the module of its kernel source
+//! (`elementwise`, `reduce`, `matrix`) or to `transfer`.
+
+use super::buffer::CudaBuffer;
+use super::device::DeviceState;
+use super::{elementwise, matrix, raw_stream, reduce, transfer};
+use crate::backend::{
+    BackendStorage, BinaryOp, Blocks, Gemm, HostBuffer, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp,
+};
+use crate::device_id::DeviceId;
+use crate::element::{DType, Scalar};
+use crate::error::{Error, Result};
+use crate::shape::{Layout, Reduction};
+
+/// The device of the first of `parts`, where a concatenation of them goes.
+fn first_device(op: &'static str, first: Option<&CudaBuffer>) -> Result<&'static DeviceState> {
+    first.map(CudaBuffer::device).ok_or_else(|| Error::InvalidArgument { op, reason: "no buffers to read".into() })
+}
+
+impl BackendStorage for CudaBuffer {
+    fn device_id(&self) -> DeviceId {
+        self.device().id()
+    }
+
+    fn download(&self, out: &mut [u8]) -> Result<()> {
+        transfer::download(self, out)
+    }
+
+    fn download_async(&self, dst: &mut HostBuffer, stream: &RawStream) -> Result<RawEvent> {
+        transfer::download_async(self, dst, stream)
+    }
+
+    fn use_on_stream(&self, stream: &RawStream) -> Result<()> {
+        let s = raw_stream(stream)?;
+        self.device().bind()?;
+        self.use_on(&s)
+    }
+
+    fn unary(&self, op: UnaryOp, dtype: DType, len: usize) -> Result<Self> {
+        elementwise::unary(self, op, dtype, len)
+    }
+
+    fn unary_param(&self, op: ParamOp, dtype: DType, len: usize) -> Result<Self> {
+        elementwise::unary_param(self, op, dtype, len)
+    }
+
+    fn binary(&self, rhs: &Self, op: BinaryOp, dtype: DType, out_shape: &[usize], layout: &Layout) -> Result<Self> {
+        elementwise::binary(self, rhs, op, dtype, out_shape, layout)
+    }
+
+    fn binary_scalar(&self, op: BinaryOp, dtype: DType, len: usize, rhs: Scalar) -> Result<Self> {
+        elementwise::binary_scalar(self, op, dtype, len, rhs)
+    }
+
+    fn scalar_binary(&self, op: BinaryOp, dtype: DType, lhs: Scalar, len: usize) -> Result<Self> {
+        elementwise::scalar_binary(lhs, self, op, dtype, len)
+    }
+
+    fn reduce(&self, op: ReduceOp, dtype: DType, r: Reduction) -> Result<Self> {
+        reduce::reduce(self, op, dtype, r)
+    }
+
+    fn matmul(&self, rhs: &Self, dtype: DType, g: Gemm) -> Result<Self> {
+        matrix::matmul(self, rhs, dtype, g)
+    }
+
+    fn transpose(&self, dtype: DType, rows: usize, cols: usize) -> Result<Self> {
+        matrix::transpose(self, dtype, rows, cols)
+    }
+
+    fn slice(&self, dtype: DType, offset: usize, len: usize) -> Result<Self> {
+        matrix::slice(self, dtype, offset, len)
+    }
+
+    fn concat(dtype: DType, parts: &[(&Self, usize)]) -> Result<Self> {
+        let dev = first_device("concat", parts.first().map(|p| p.0))?;
+        matrix::concat(dev, dtype, parts)
+    }
+
+    fn copy_blocks(&self, dtype: DType, len: usize, parts: &[Blocks<'_, Self>]) -> Result<Self> {
+        matrix::copy_blocks(self.device(), dtype, len, parts)
+    }
+}

@@ -1,0 +1,251 @@
+//! The host backend's storage-level ops: [`BackendStorage`] for [`HostBuffer`]. A buffer
+//! knows its device through its memory account, and each op puts its result on that
+//! device through [`launch`] (a job on the current stream of a simulated device, a call
+//! on the calling thread for `cpu` and `pinned`).
+
+use std::sync::Arc;
+
+use super::buffer::HostBuffer;
+use super::ops::{launch, typed, typed_mut, Launch};
+use super::streams::{current_stream, host_stream, use_on_stream, HostEvent};
+use crate::backend::hazard::Kind;
+use crate::backend::host_kernels::{self as k, Geometry};
+use crate::backend::{
+    float_only, BackendStorage, BinaryOp, Blocks, Gemm, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp,
+};
+use crate::device_id::DeviceId;
+use crate::element::{with_dtype, DType, Element, Scalar};
+use crate::error::{Error, Result};
+use crate::shape::{Layout, Reduction};
+
+impl HostBuffer {
+    /// An op of `len` elements of `dtype` on this buffer's device, which cannot fail.
+    fn op(&self, op: &'static str, dtype: DType, len: usize) -> Launch {
+        Launch::new(op, self.account, dtype, len)
+    }
+
+    /// `x[i] op value` (or `value op x[i]` when `scalar_left`) for the `len` elements.
+    fn with_scalar(&self, op: BinaryOp, dtype: DType, len: usize, value: Scalar, scalar_left: bool) -> Result<Self> {
+        let check = op == BinaryOp::Div && !dtype.is_float();
+        launch(
+            Launch { check, ..self.op(op.name(), dtype, len) },
+            &[self],
+            Box::new(move |ins, out| {
+                with_dtype!(dtype, T => {
+                    let v = [T::from_scalar(value)];
+                    let x = typed::<T>(ins[0]);
+                    if scalar_left {
+                        k::binary::<T>(op, &v, x, typed_mut(out), &[len], &Layout::LhsScalar)
+                    } else {
+                        k::binary::<T>(op, x, &v, typed_mut(out), &[len], &Layout::RhsScalar)
+                    }
+                })
+            }),
+        )
+    }
+}
+
+/// The first part's buffer: where a concatenation of `parts` goes.
+fn first<'a, B>(op: &'static str, parts: &'a [B]) -> Result<&'a B> {
+    parts.first().ok_or_else(|| Error::InvalidArgument { op, reason: "no buffers to read".into() })
+}
+
+impl BackendStorage for HostBuffer {
+    fn device_id(&self) -> DeviceId {
+        self.account.device
+    }
+
+    fn download(&self, out: &mut [u8]) -> Result<()> {
+        let device = self.device_id();
+        if !device.is_host() {
+            // As a device-to-host copy: queued on the current stream, which first waits
+            // for the writer, then waited for.
+            let s = current_stream(device);
+            use_on_stream(self, &s)?;
+            s.synchronize()?;
+        }
+        out.copy_from_slice(self.bytes());
+        Ok(())
+    }
+
+    fn download_async(&self, dst: &mut HostBuffer, stream: &RawStream) -> Result<RawEvent> {
+        let s = host_stream(stream)?;
+        use_on_stream(self, s)?;
+        let (from, mut to) = (self.span(), dst.span());
+        let uses = [(self.region(None), Kind::Read), (dst.region(None), Kind::Write)];
+        s.launch(
+            "download_async",
+            &uses,
+            Box::new(move || {
+                // SAFETY: `from` was written before this point of the stream (the wait
+                // above); `to` is pinned memory held from the host until the event below.
+                unsafe { to.bytes_mut().copy_from_slice(from.bytes()) }
+            }),
+        )?;
+        let done = Arc::new(HostEvent::default());
+        done.record(s)?;
+        let done = RawEvent::Host(done);
+        dst.hold_until(done.clone());
+        Ok(done)
+    }
+
+    fn use_on_stream(&self, stream: &RawStream) -> Result<()> {
+        use_on_stream(self, host_stream(stream)?)
+    }
+
+    fn unary(&self, op: UnaryOp, dtype: DType, len: usize) -> Result<Self> {
+        if !matches!(op, UnaryOp::Neg | UnaryOp::Relu | UnaryOp::Abs | UnaryOp::Square) {
+            float_only(op.name(), dtype)?;
+        }
+        launch(
+            self.op(op.name(), dtype, len),
+            &[self],
+            Box::new(move |ins, out| {
+                match dtype {
+                    DType::F32 => k::unary_float::<f32>(op, typed(ins[0]), typed_mut(out)),
+                    DType::F64 => k::unary_float::<f64>(op, typed(ins[0]), typed_mut(out)),
+                    _ => with_dtype!(dtype, T => k::unary::<T>(op, typed(ins[0]), typed_mut(out))),
+                }
+                Ok(())
+            }),
+        )
+    }
+
+    fn unary_param(&self, op: ParamOp, dtype: DType, len: usize) -> Result<Self> {
+        let name = match op {
+            ParamOp::Pow(_) => "pow",
+            ParamOp::Clamp(..) => "clamp",
+        };
+        if let ParamOp::Pow(_) = op {
+            float_only("pow", dtype)?;
+        }
+        launch(
+            self.op(name, dtype, len),
+            &[self],
+            Box::new(move |ins, out| {
+                match (op, dtype) {
+                    (ParamOp::Pow(e), DType::F64) => k::pow::<f64>(typed(ins[0]), f64::from_scalar(e), typed_mut(out)),
+                    (ParamOp::Pow(e), _) => k::pow::<f32>(typed(ins[0]), f32::from_scalar(e), typed_mut(out)),
+                    (ParamOp::Clamp(lo, hi), _) => with_dtype!(dtype, T => k::clamp::<T>(
+                        typed(ins[0]),
+                        T::from_scalar(lo),
+                        T::from_scalar(hi),
+                        typed_mut(out),
+                    )),
+                }
+                Ok(())
+            }),
+        )
+    }
+
+    fn binary(&self, rhs: &Self, op: BinaryOp, dtype: DType, out_shape: &[usize], layout: &Layout) -> Result<Self> {
+        let len = out_shape.iter().product();
+        let check = op == BinaryOp::Div && !dtype.is_float();
+        let (shape, layout) = (out_shape.to_vec(), layout.clone());
+        launch(
+            Launch { check, ..self.op(op.name(), dtype, len) },
+            &[self, rhs],
+            Box::new(
+                move |ins, out| with_dtype!(dtype, T => k::binary::<T>(op, typed(ins[0]), typed(ins[1]), typed_mut(out), &shape, &layout)),
+            ),
+        )
+    }
+
+    fn binary_scalar(&self, op: BinaryOp, dtype: DType, len: usize, rhs: Scalar) -> Result<Self> {
+        self.with_scalar(op, dtype, len, rhs, false)
+    }
+
+    fn scalar_binary(&self, op: BinaryOp, dtype: DType, lhs: Scalar, len: usize) -> Result<Self> {
+        self.with_scalar(op, dtype, len, lhs, true)
+    }
+
+    fn reduce(&self, op: ReduceOp, dtype: DType, r: Reduction) -> Result<Self> {
+        if op == ReduceOp::Mean {
+            float_only("mean", dtype)?;
+        }
+        let name = match op {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Mean => "mean",
+            ReduceOp::Max => "max",
+        };
+        launch(
+            self.op(name, dtype, r.out_len()),
+            &[self],
+            Box::new(move |ins, out| {
+                with_dtype!(dtype, T => k::reduce::<T>(op, typed(ins[0]), typed_mut(out), r));
+                Ok(())
+            }),
+        )
+    }
+
+    fn matmul(&self, rhs: &Self, dtype: DType, g: Gemm) -> Result<Self> {
+        let Gemm { m, k: kk, n } = g;
+        launch(
+            self.op("matmul", dtype, m * n),
+            &[self, rhs],
+            Box::new(move |ins, out| {
+                with_dtype!(dtype, T => k::matmul::<T>(typed(ins[0]), typed(ins[1]), typed_mut(out), m, kk, n));
+                Ok(())
+            }),
+        )
+    }
+
+    fn transpose(&self, dtype: DType, rows: usize, cols: usize) -> Result<Self> {
+        launch(
+            self.op("transpose", dtype, rows * cols),
+            &[self],
+            Box::new(move |ins, out| {
+                with_dtype!(dtype, T => k::transpose::<T>(typed(ins[0]), typed_mut(out), rows, cols));
+                Ok(())
+            }),
+        )
+    }
+
+    fn slice(&self, dtype: DType, offset: usize, len: usize) -> Result<Self> {
+        let s = dtype.size();
+        launch(
+            self.op("slice", dtype, len),
+            &[self],
+            Box::new(move |ins, out| {
+                out.copy_from_slice(&ins[0][offset * s..(offset + len) * s]);
+                Ok(())
+            }),
+        )
+    }
+
+    fn concat(dtype: DType, parts: &[(&Self, usize)]) -> Result<Self> {
+        let into = first("concat", parts)?.0;
+        let len = parts.iter().map(|p| p.1).sum();
+        let size = dtype.size();
+        let lens: Vec<usize> = parts.iter().map(|p| p.1 * size).collect();
+        let bufs: Vec<&HostBuffer> = parts.iter().map(|p| p.0).collect();
+        launch(
+            into.op("concat", dtype, len),
+            &bufs,
+            Box::new(move |ins, out| {
+                let mut at = 0;
+                for (src, n) in ins.iter().zip(lens) {
+                    out[at..at + n].copy_from_slice(&src[..n]);
+                    at += n;
+                }
+                Ok(())
+            }),
+        )
+    }
+
+    fn copy_blocks(&self, dtype: DType, len: usize, parts: &[Blocks<'_, Self>]) -> Result<Self> {
+        let geometry: Vec<Geometry> = parts.iter().map(Geometry::of).collect();
+        let srcs: Vec<&HostBuffer> = parts.iter().map(|b| b.src).collect();
+        let size = dtype.size();
+        launch(
+            self.op("copy_blocks", dtype, len),
+            &srcs,
+            Box::new(move |ins, out| {
+                for (src, g) in ins.iter().zip(&geometry) {
+                    k::copy_blocks(out, src, size, g);
+                }
+                Ok(())
+            }),
+        )
+    }
+}

@@ -1,0 +1,131 @@
+//! What the backends compute, as values: the elementwise, reduction and layout ops, the
+//! shapes of a matrix product and a strided copy, the collectives, and the one check of
+//! ops defined on float types only.
+
+use super::Buffer;
+use crate::element::{DType, Scalar};
+use crate::error::{Error, Result};
+
+/// An elementwise op of one operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum UnaryOp {
+    Neg,
+    Relu,
+    Exp,
+    Sqrt,
+    Abs,
+    Square,
+}
+
+impl UnaryOp {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Relu => "relu",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Square => "square",
+        }
+    }
+}
+
+/// The one check (and message) both backends make for ops defined on float types only.
+/// The typed API cannot reach them with another type; the check keeps a bad call an
+/// error, worded the same on every backend.
+pub(crate) fn float_only(op: &'static str, dtype: DType) -> Result<()> {
+    if dtype.is_float() {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument { op, reason: format!("needs a float type, not {dtype}") })
+    }
+}
+
+/// An elementwise op of one operand with scalar parameters (of the operand's dtype).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum ParamOp {
+    /// `x^e`, float types only.
+    Pow(Scalar),
+    /// `x` limited to `[lo, hi]`; NaN stays NaN.
+    Clamp(Scalar, Scalar),
+}
+
+/// One strided copy into a new buffer: `count` blocks of `block` elements, block `i`
+/// read from `src` at `src_offset + i * src_stride` and written at `dst_offset + i *
+/// dst_stride`. For a row-major tensor this is narrowing, or placing a part of a
+/// concatenation, along any dim: blocks are the contiguous runs below that dim.
+#[derive(Debug)]
+pub(crate) struct Blocks<'a, B = Buffer> {
+    pub src: &'a B,
+    pub src_offset: usize,
+    pub src_stride: usize,
+    pub dst_offset: usize,
+    pub dst_stride: usize,
+    pub count: usize,
+    pub block: usize,
+}
+
+// By hand: a derive would ask `B: Copy` of the buffer, which only the reference needs.
+impl<B> Clone for Blocks<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B> Copy for Blocks<'_, B> {}
+
+impl<'a, B> Blocks<'a, B> {
+    /// The same geometry over another view of the source.
+    pub(crate) fn with_src<C>(self, src: &'a C) -> Blocks<'a, C> {
+        let Blocks { src_offset, src_stride, dst_offset, dst_stride, count, block, .. } = self;
+        Blocks { src, src_offset, src_stride, dst_offset, dst_stride, count, block }
+    }
+}
+
+/// An elementwise op of two operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+impl BinaryOp {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+        }
+    }
+}
+
+/// A reduction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReduceOp {
+    Sum,
+    Mean,
+    Max,
+}
+
+/// A collective over one buffer per device, as NCCL runs them. Inputs hold `len`
+/// elements each; input `i` lives on `devices[i]`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Collective<'a> {
+    /// Every device gets a copy of `buf`, which lives on `devices[root]`.
+    Broadcast { root: usize, buf: &'a Buffer },
+    /// Every device gets the elementwise sum of the inputs.
+    AllReduceSum(&'a [&'a Buffer]),
+    /// Every device gets the inputs one after another, in device-list order.
+    AllGather(&'a [&'a Buffer]),
+}
+
+/// The shapes of a row-major matrix product `[m, k] x [k, n]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Gemm {
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+}

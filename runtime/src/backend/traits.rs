@@ -1,0 +1,147 @@
+//! The two backend traits, split as candle splits `BackendDevice` and `BackendStorage`.
+//!
+//! [`BackendDevice`] is what a backend does for a device it is given by name: streams,
+//! events, memory statistics, pinned host memory, making a device current, peer access,
+//! collectives, and every op that makes a buffer from nothing or from elsewhere (upload,
+//! copy, fill, arange, rand). One object per backend; [`super::for_device`] picks it.
+//!
+//! [`BackendStorage`] is what a buffer does: it knows its device, so its ops take no
+//! device and put their result on that device, queued on the thread's current stream
+//! there. The host and cuda buffers implement it with operands of their own type;
+//! [`Buffer`] implements it by matching the operands' variants in one place
+//! (`backend/buffer.rs`), where a mix is an `Err`.
+//!
+//! Callers check element counts, shapes and devices before calling either trait; the
+//! backends check only what they alone can know (float-only ops, through
+//! [`super::float_only`]; integer division by zero; limits of a kernel or library).
+
+use super::{BinaryOp, Blocks, Buffer, Collective, Gemm, HostBuffer, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp};
+use crate::device_id::DeviceId;
+use crate::element::{DType, Scalar};
+use crate::error::Result;
+use crate::shape::{Layout, Reduction};
+
+/// Device-level work of one backend: every method names the device it acts on, or takes
+/// a stream or event, which knows its own.
+pub(crate) trait BackendDevice: Send + Sync + 'static {
+    /// `host` or `cuda`.
+    fn name(&self) -> &'static str;
+    /// The number of CUDA devices this backend drives.
+    fn device_count(&self) -> usize;
+    /// Makes `device` current for the calling thread (the CUDA context); called by the
+    /// guard only when the current device changes.
+    fn make_current(&self, device: DeviceId) -> Result<()>;
+
+    /// Bytes held on `device` by live buffers, and their high-water mark.
+    fn memory(&self, device: DeviceId) -> Result<(usize, usize)>;
+    /// Restarts the high-water mark of `device` from what is held now.
+    fn reset_peak(&self, device: DeviceId) -> Result<()>;
+    /// Bytes of freed memory cached on `device` for reuse.
+    fn cached_bytes(&self, device: DeviceId) -> Result<usize>;
+    /// Stream objects this backend holds now.
+    fn live_streams(&self) -> usize;
+
+    /// The stream ops use on `device` when no other is made current.
+    fn default_stream(&self, device: DeviceId) -> Result<RawStream>;
+    /// A new stream on `device`.
+    fn new_stream(&self, device: DeviceId) -> Result<RawStream>;
+    /// Waits on the host for everything queued on `stream`.
+    fn sync_stream(&self, stream: &RawStream) -> Result<()>;
+    /// Waits on the host for all work on `device`.
+    fn sync_device(&self, device: DeviceId) -> Result<()>;
+    /// A new event on `device`; `timing` events can measure elapsed time.
+    fn new_event(&self, device: DeviceId, timing: bool) -> Result<RawEvent>;
+    /// Records `event` at the current end of `stream`.
+    fn record_event(&self, event: &RawEvent, stream: &RawStream) -> Result<()>;
+    /// Makes `stream` wait (on the device) for `event`.
+    fn wait_event(&self, stream: &RawStream, event: &RawEvent) -> Result<()>;
+    /// Waits on the host for `event`.
+    fn sync_event(&self, event: &RawEvent) -> Result<()>;
+    /// Whether the work before `event` has finished.
+    fn event_done(&self, event: &RawEvent) -> Result<bool>;
+    /// Milliseconds between two completed events.
+    fn elapsed_ms(&self, start: &RawEvent, end: &RawEvent) -> Result<f32>;
+
+    /// `bytes` bytes of page-locked host memory (the pinned pool's source).
+    fn alloc_pinned(&self, bytes: usize) -> Result<usize>;
+    /// Frees memory from [`BackendDevice::alloc_pinned`].
+    ///
+    /// # Safety
+    /// `ptr` and `bytes` come from one `alloc_pinned` call and nothing uses the memory.
+    unsafe fn free_pinned(&self, ptr: usize, bytes: usize);
+
+    /// A buffer on `device` holding a copy of `data` (read before this returns).
+    fn upload(&self, device: DeviceId, data: &[u8]) -> Result<Buffer>;
+    /// A copy of pinned `src` on `device`, queued on `stream`; the event marks its end.
+    /// `src` is held from reuse by the pinned pool until then.
+    fn upload_async(&self, device: DeviceId, src: &HostBuffer, stream: &RawStream) -> Result<(Buffer, RawEvent)>;
+    /// A copy of `src`, a buffer of this backend on any of its devices, on `device`.
+    fn copy(&self, src: &Buffer, device: DeviceId) -> Result<Buffer>;
+    /// `len` elements equal to `value`.
+    fn fill(&self, device: DeviceId, dtype: DType, len: usize, value: Scalar) -> Result<Buffer>;
+    /// `start + i * step` for i in 0..len, computed in f64 and converted.
+    fn arange(&self, device: DeviceId, dtype: DType, len: usize, start: f64, step: f64) -> Result<Buffer>;
+    /// Uniform `[0, 1)` values; element i depends only on `seed` and i (see
+    /// [`super::rand_bits`]).
+    fn rand(&self, device: DeviceId, dtype: DType, len: usize, seed: u64) -> Result<Buffer>;
+
+    /// Whether `device` can read and write the memory of `peer` directly. The two are
+    /// distinct devices of this backend: `parallel::peer` checks that, once.
+    fn can_access_peer(&self, device: DeviceId, peer: DeviceId) -> Result<bool>;
+    /// Lets `device` and `peer` (distinct, as above) access each other's memory; already
+    /// enabled is success.
+    fn enable_peer_access(&self, device: DeviceId, peer: DeviceId) -> Result<()>;
+    /// Runs `op` over `devices` (distinct devices of this backend, at least two:
+    /// `parallel::collective` checks that, once), `len` elements of `dtype` per input;
+    /// one output per device, in order. `None` when the backend has no direct way (no
+    /// NCCL), and the caller copies instead.
+    fn collective(
+        &self,
+        devices: &[DeviceId],
+        dtype: DType,
+        len: usize,
+        op: Collective<'_>,
+    ) -> Result<Option<Vec<Buffer>>>;
+}
+
+/// Storage-level work: a buffer that knows its device. Each op makes a new buffer on the
+/// device of its (first) operand, queued on the thread's current stream of that device;
+/// operands of other streams are waited for first. `dtype` is the elements' type and
+/// `len` an element count, both checked by the caller.
+pub(crate) trait BackendStorage: Sized {
+    /// The device this memory lives on.
+    fn device_id(&self) -> DeviceId;
+    /// Copies all of this buffer into `out` (same length), waiting for it on the host.
+    fn download(&self, out: &mut [u8]) -> Result<()>;
+    /// Queues a copy of this buffer into pinned `dst` on `stream` (of this buffer's
+    /// device); the event marks its end, and `dst` is held from reuse until then.
+    fn download_async(&self, dst: &mut HostBuffer, stream: &RawStream) -> Result<RawEvent>;
+    /// Marks this buffer as used on `stream` (PyTorch's `record_stream`): `stream` first
+    /// waits for the buffer's writer, and the buffer is freed only after `stream` is done.
+    fn use_on_stream(&self, stream: &RawStream) -> Result<()>;
+
+    /// `op` of each of the `len` elements.
+    fn unary(&self, op: UnaryOp, dtype: DType, len: usize) -> Result<Self>;
+    /// `op` of each of the `len` elements; the parameters have type `dtype`.
+    fn unary_param(&self, op: ParamOp, dtype: DType, len: usize) -> Result<Self>;
+    /// `self op rhs` into an `out_shape` result, the operands lined up by `layout`.
+    fn binary(&self, rhs: &Self, op: BinaryOp, dtype: DType, out_shape: &[usize], layout: &Layout) -> Result<Self>;
+    /// `self[i] op rhs` for each of the `len` elements.
+    fn binary_scalar(&self, op: BinaryOp, dtype: DType, len: usize, rhs: Scalar) -> Result<Self>;
+    /// `lhs op self[i]` for each of the `len` elements (a scalar on the left).
+    fn scalar_binary(&self, op: BinaryOp, dtype: DType, lhs: Scalar, len: usize) -> Result<Self>;
+    /// `op` over the dim `r` describes.
+    fn reduce(&self, op: ReduceOp, dtype: DType, r: Reduction) -> Result<Self>;
+    /// `self @ rhs`, row-major, of the shapes `g` gives.
+    fn matmul(&self, rhs: &Self, dtype: DType, g: Gemm) -> Result<Self>;
+    /// The transpose of a row-major `[rows, cols]` matrix.
+    fn transpose(&self, dtype: DType, rows: usize, cols: usize) -> Result<Self>;
+    /// Elements `offset..offset + len`.
+    fn slice(&self, dtype: DType, offset: usize, len: usize) -> Result<Self>;
+    /// The parts one after another (`parts[i].1` elements of `parts[i].0`), on the first
+    /// part's device; no parts is an error (there is no device to put them on).
+    fn concat(dtype: DType, parts: &[(&Self, usize)]) -> Result<Self>;
+    /// A new buffer of `len` elements on this buffer's device, written by `parts` (every
+    /// block in range, and together covering all `len` elements; no parts for none).
+    fn copy_blocks(&self, dtype: DType, len: usize, parts: &[Blocks<'_, Self>]) -> Result<Self>;
+}
