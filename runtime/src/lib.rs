@@ -22,8 +22,9 @@
 //
 // - foundation: `error` (Error, Result), `element` (element types), `shape` (checked
 //   shapes and layouts), `device_id` (DeviceId, re-exported by `device`).
-// - backend: `backend` and everything under it: the `Backend` trait, the host and cuda
-//   implementations, the pinned pool (`backend::pinned_pool`), the current-stream state
+// - backend: `backend` and everything under it: the device-level `BackendDevice` and
+//   storage-level `BackendStorage` traits, the host and cuda implementations, the
+//   pinned pool (`backend::pinned_pool`), the current-stream state
 //   (`backend::current_stream`), the stream-ordering books (`backend::ordering`), the
 //   host model's hazard checker (`backend::hazard`). It imports only the foundation.
 // - placement and memory: `device` (placements), `placement` (the compile-time checks),
@@ -36,7 +37,8 @@
 //
 // docs/DESIGN.md has the same map as a table (and the backend's own map), which
 // tests/layers.rs checks against every `crate::` import. Known exception, left for the
-// backend rebuild: `storage`/`copy` match on `Buffer::Host` to reach host memory.
+// backend rebuild: `storage`/`copy` take host memory (`Buffer::as_host`, the host
+// backend's `alloc_for_overwrite`) for copies from and into host placements.
 mod backend;
 mod copy;
 mod device;
