@@ -78,7 +78,7 @@ fn sized(b: &Buffer, bytes: usize) -> Result<&Buffer> {
     match b {
         Buffer::Host(h) if h.len() == bytes => Ok(b),
         Buffer::Host(_) => Err(bad("an input has the wrong length")),
-        Buffer::Cuda(_) => Err(bad("device memory was handed to the host backend")),
+        Buffer::Cuda(_) => Err(super::foreign("host", "memory")),
     }
 }
 

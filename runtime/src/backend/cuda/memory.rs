@@ -16,7 +16,7 @@ use super::device::{driver, DeviceState};
 use super::event::EventObj;
 use super::stream::StreamObj;
 use super::CudaBackend;
-use crate::backend::{current_stream, wrong_buffer, Buffer, RawStream};
+use crate::backend::{current_stream, foreign, Buffer, RawStream};
 use crate::device_id::DeviceId;
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 pub(super) fn cuda(b: &Buffer) -> Result<&CudaBuffer> {
     match b {
         Buffer::Cuda(c) => Ok(c),
-        Buffer::Host(_) => Err(wrong_buffer("cuda", "host")),
+        Buffer::Host(_) => Err(foreign("cuda", "memory")),
     }
 }
 

@@ -40,7 +40,7 @@ use device::{driver, DeviceState};
 pub(crate) use event::EventObj;
 pub(crate) use stream::StreamObj;
 
-use super::{BackendDevice, Buffer, Collective, HostBuffer, RawEvent, RawStream};
+use super::{foreign, BackendDevice, Buffer, Collective, HostBuffer, RawEvent, RawStream};
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
@@ -69,19 +69,15 @@ impl CudaBackend {
 fn raw_stream(stream: &RawStream) -> Result<Arc<StreamObj>> {
     match stream {
         RawStream::Cuda(s) => Ok(Arc::clone(s)),
-        RawStream::Host(_) => Err(foreign("stream")),
+        RawStream::Host(_) => Err(foreign("cuda", "a stream")),
     }
 }
 
 fn raw_event(ev: &RawEvent) -> Result<&EventObj> {
     match ev {
         RawEvent::Cuda(e) => Ok(e),
-        RawEvent::Host(_) => Err(foreign("event")),
+        RawEvent::Host(_) => Err(foreign("cuda", "an event")),
     }
-}
-
-fn foreign(what: &str) -> Error {
-    Error::InvalidArgument { op: "stream", reason: format!("a host-backend {what} was handed to the cuda backend") }
 }
 
 impl BackendDevice for CudaBackend {

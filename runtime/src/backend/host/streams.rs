@@ -13,9 +13,9 @@ use super::buffer::HostBuffer;
 use super::queue::{Job, Queue, Stamp};
 use crate::backend::hazard::{self, Agent, Clock, Kind, Region};
 use crate::backend::ordering::{self, Mark, Order};
-use crate::backend::{count_cross_stream_wait, Buffer, RawEvent, RawStream};
+use crate::backend::{count_cross_stream_wait, foreign, Buffer, RawEvent, RawStream};
 use crate::device_id::DeviceId;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// A simulated stream of one device.
 #[derive(Debug)]
@@ -247,7 +247,7 @@ impl HostEvent {
 pub(super) fn host_mem(b: &Buffer) -> Result<&HostBuffer> {
     match b {
         Buffer::Host(h) => Ok(h),
-        Buffer::Cuda(_) => Err(crate::backend::wrong_buffer("host", "cuda")),
+        Buffer::Cuda(_) => Err(foreign("host", "memory")),
     }
 }
 
@@ -255,15 +255,13 @@ pub(super) fn host_mem(b: &Buffer) -> Result<&HostBuffer> {
 pub(super) fn host_stream(s: &RawStream) -> Result<&Arc<HostStream>> {
     match s {
         RawStream::Host(s) => Ok(s),
-        RawStream::Cuda(_) => Err(crate::backend::wrong_buffer("host", "a cuda stream's")),
+        RawStream::Cuda(_) => Err(foreign("host", "a stream")),
     }
 }
 
 pub(super) fn host_event(e: &RawEvent) -> Result<&HostEvent> {
     match e {
         RawEvent::Host(e) => Ok(e),
-        RawEvent::Cuda(_) => {
-            Err(Error::InvalidArgument { op: "event", reason: "a cuda event was handed to the host backend".into() })
-        }
+        RawEvent::Cuda(_) => Err(foreign("host", "an event")),
     }
 }
