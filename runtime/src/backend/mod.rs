@@ -29,7 +29,7 @@ use crate::error::{Error, Result};
 
 pub(crate) use buffer::Buffer;
 pub(crate) use host::HostBuffer;
-pub(crate) use op::{float_only, BinaryOp, Blocks, Collective, Gemm, ParamOp, ReduceOp, UnaryOp};
+pub(crate) use op::{float_only, same_length, BinaryOp, Blocks, Collective, Gemm, ParamOp, ReduceOp, UnaryOp};
 pub(crate) use traits::{BackendDevice, BackendStorage};
 
 /// A stream of one backend: a simulated stream (a queue with its own worker) on the

@@ -129,3 +129,16 @@ pub(crate) struct Gemm {
     pub k: usize,
     pub n: usize,
 }
+
+/// The one check (and message) both backends make before copying a buffer into host
+/// memory: the destination holds exactly the source's bytes.
+pub(crate) fn same_length(op: &'static str, dst: usize, src: usize) -> crate::error::Result<()> {
+    if dst == src {
+        Ok(())
+    } else {
+        Err(crate::error::Error::InvalidArgument {
+            op,
+            reason: format!("host buffer of the wrong length ({dst} bytes for {src})"),
+        })
+    }
+}

@@ -12,7 +12,7 @@ use super::event::EventObj;
 use super::memory::{alloc, cuda, current, done};
 use super::stream::StreamObj;
 use super::{raw_stream, staged, CudaBackend};
-use crate::backend::{Buffer, HostBuffer, RawEvent, RawStream};
+use crate::backend::{same_length, Buffer, HostBuffer, RawEvent, RawStream};
 use crate::device_id::DeviceId;
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -68,12 +68,7 @@ pub(super) fn download_async(b: &CudaBuffer, dst: &mut HostBuffer, stream: &RawS
     b.use_on(&s)?;
     let done = Arc::new(EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), false)?);
     if b.bytes() > 0 {
-        if dst.bytes().len() != b.bytes() {
-            return Err(Error::InvalidArgument {
-                op: "to_pinned_async",
-                reason: "host buffer of the wrong length".into(),
-            });
-        }
+        same_length("to_pinned_async", dst.len(), b.bytes())?;
         // SAFETY: `dst` is a fresh page-locked buffer of the source's length that the
         // caller exposes only after `done` (a `Pending`); it is held from reuse until
         // then, or retired if that cannot be known.
@@ -98,9 +93,7 @@ pub(super) fn upload(bk: &CudaBackend, device: DeviceId, data: &[u8]) -> Result<
 
 pub(super) fn download(b: &CudaBuffer, out: &mut [u8]) -> Result<()> {
     let dev = b.device();
-    if out.len() != b.bytes() {
-        return Err(Error::InvalidArgument { op: "to_vec", reason: "host buffer of the wrong length".into() });
-    }
+    same_length("to_vec", out.len(), b.bytes())?;
     if out.is_empty() {
         return Ok(());
     }

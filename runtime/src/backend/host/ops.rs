@@ -10,7 +10,7 @@ use super::buffer::{HostBuffer, Span};
 use super::streams::{current_stream, use_on_stream};
 use crate::backend::account::MemoryAccount;
 use crate::backend::float_only;
-use crate::backend::hazard::Kind;
+use crate::backend::hazard::{self, Kind};
 use crate::backend::host_kernels as k;
 use crate::element::{with_dtype, DType, Element, Scalar};
 use crate::error::{Error, Result};
@@ -82,8 +82,12 @@ pub(super) fn launch(l: Launch, ins: &[&HostBuffer], kernel: Kernel) -> Result<H
             (None, Err(e)) => panic!("{e}"),
         }
     });
-    let mut uses: Vec<_> = ins.iter().map(|h| (h.region(Some(l.dtype)), Kind::Read)).collect();
-    uses.push((out.region(Some(l.dtype)), Kind::Write));
+    // The checker's bookkeeping, only when it runs (release builds skip it).
+    let mut uses = Vec::new();
+    if hazard::enabled() {
+        uses.extend(ins.iter().map(|h| (h.region(Some(l.dtype)), Kind::Read)));
+        uses.push((out.region(Some(l.dtype)), Kind::Write));
+    }
     let (seq, clock) = stream.launch(l.op, &uses, job)?;
     drop(uses);
     if l.check {

@@ -11,7 +11,7 @@ use super::streams::{current_stream, host_stream, use_on_stream, HostEvent};
 use crate::backend::hazard::Kind;
 use crate::backend::host_kernels::{self as k, Geometry};
 use crate::backend::{
-    float_only, BackendStorage, BinaryOp, Blocks, Gemm, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp,
+    float_only, same_length, BackendStorage, BinaryOp, Blocks, Gemm, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp,
 };
 use crate::device_id::DeviceId;
 use crate::element::{with_dtype, DType, Element, Scalar};
@@ -56,6 +56,7 @@ impl BackendStorage for HostBuffer {
     }
 
     fn download(&self, out: &mut [u8]) -> Result<()> {
+        same_length("to_vec", out.len(), self.len())?;
         let device = self.device_id();
         if !device.is_host() {
             // As a device-to-host copy: queued on the current stream, which first waits
@@ -69,6 +70,7 @@ impl BackendStorage for HostBuffer {
     }
 
     fn download_async(&self, dst: &mut HostBuffer, stream: &RawStream) -> Result<RawEvent> {
+        same_length("to_pinned_async", dst.len(), self.len())?;
         let s = host_stream(stream)?;
         use_on_stream(self, s)?;
         let (from, mut to) = (self.span(), dst.span());
