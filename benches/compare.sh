@@ -1,57 +1,245 @@
 #!/usr/bin/env bash
-# Runs the locus GPU bench and the PyTorch baseline on this GPU machine and prints one
-# table. From the project root, after ../shared/tools/gpu-bundle (which puts the bench
-# binary in .gpu/benches/), or with a Rust toolchain (cargo bench --bench gpu):
-#     bash benches/compare.sh [OUTDIR]
+# Runs the locus GPU bench, the PyTorch baseline (twice: all rows, then the pageable
+# copies again with THP_MEM_ALLOC_ENABLE=1) and the C++ baseline on this GPU machine,
+# RUNS times, keeps each run's raw TSVs and prints one table: per row the median across
+# runs of each run's median, with [min–max] over every timed sample of every run. From
+# the project root, after ../shared/tools/gpu-bundle (which puts the bench binary in
+# .gpu/benches/), or with a Rust toolchain (cargo bench --bench gpu):
+#
+#     bash benches/compare.sh [--runs N] [OUTDIR]    full method, 3 runs by default
+#     bash benches/compare.sh --quick [OUTDIR]       one run, fewer samples (developers)
+#
+# OUTDIR defaults to benches/results/<UTC date and time>/ (a temporary directory with
+# --quick); it gets run<i>/{locus,torch,torch_thp,cpp}.tsv, header.txt, summary.tsv and
+# table.md. The C++ baseline (benches/cpp/baseline.cu) is built here with nvcc
+# (-arch=$NVCC_ARCH, default sm_90); without nvcc its rows are n/a. Exits non-zero when
+# a bench fails or the locus bench measured nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=${1:-$(mktemp -d)}
+
+quick=0; runs=""; out=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) quick=1; shift ;;
+    --runs) runs="${2:-}"; shift 2 || { echo "compare.sh: --runs needs a number" >&2; exit 2; } ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -*) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
+    *) out="$1"; shift ;;
+  esac
+done
+qflag=""
+if [ "$quick" = 1 ]; then qflag="--quick"; fi
+runs=${runs:-$([ "$quick" = 1 ] && echo 1 || echo 3)}
+case "$runs" in
+  '' | *[!0-9]* | 0) echo "compare.sh: --runs takes a positive whole number, not '$runs'" >&2; exit 2 ;;
+esac
+if [ -z "$out" ]; then
+  if [ "$quick" = 1 ]; then out=$(mktemp -d); else out="benches/results/$(date -u +%Y-%m-%dT%H%MZ)"; fi
+fi
 mkdir -p "$out"
 export LOCUS_BACKEND=${LOCUS_BACKEND:-cuda}
-if [ -x .gpu/benches/gpu ]; then
-  .gpu/benches/gpu > "$out/locus.tsv"
+
+# The commit measured: git's, else the one a bundle recorded, else unknown.
+if commit=$(git rev-parse --short HEAD 2>/dev/null); then
+  git diff --quiet HEAD -- 2>/dev/null || commit="$commit-dirty"
+elif [ -f .gpu/COMMIT ]; then
+  commit=$(head -1 .gpu/COMMIT)
 else
-  cargo bench --bench gpu > "$out/locus.tsv"
+  commit=unknown
 fi
-PYTHONUNBUFFERED=1 python3 benches/torch_baseline.py > "$out/torch.tsv"
+
+# The C++ baseline, built once for all runs, outside OUTDIR.
+build=$(mktemp -d)
+trap 'rm -rf "$build"' EXIT
+nvcc_bin=$(command -v nvcc || true)
+if [ -z "$nvcc_bin" ] && [ -x /usr/local/cuda/bin/nvcc ]; then nvcc_bin=/usr/local/cuda/bin/nvcc; fi
+cpp=""; cpp_why=""
+if [ -z "$nvcc_bin" ]; then
+  cpp_why="no nvcc on this machine"
+elif "$nvcc_bin" -O3 -arch="${NVCC_ARCH:-sm_90}" -o "$build/baseline" benches/cpp/baseline.cu 2> "$build/nvcc.log"; then
+  cpp="$build/baseline"
+else
+  cat "$build/nvcc.log" >&2
+  cpp_why="nvcc failed to build benches/cpp/baseline.cu"
+fi
+[ -n "$cpp" ] || echo "compare.sh: $cpp_why; the C++ rows are n/a" >&2
+cpp_na() { # $1 = file, $2 = why
+  {
+    echo "# cpp baseline: not run ($2)"
+    for r in cpp_guard_pair_same_device:ns cpp_guard_pair_switch_device:ns \
+      cpp_launch_1k_add_submit:us/op cpp_launch_1k_add_sync:us/op; do
+      printf '%s\tn/a\t%s\t%s\tn/a\tn/a\n' "${r%%:*}" "${r#*:}" "$2"
+    done
+  } > "$1"
+}
+
+for i in $(seq 1 "$runs"); do
+  d="$out/run$i"
+  mkdir -p "$d"
+  echo "compare.sh: run $i of $runs into $d" >&2
+  if [ -x .gpu/benches/gpu ]; then
+    locus=(.gpu/benches/gpu)
+  else
+    locus=(cargo bench --bench gpu --)
+  fi
+  # shellcheck disable=SC2086 # $qflag is empty or one word
+  if ! "${locus[@]}" $qflag > "$d/locus.tsv"; then
+    echo "compare.sh: the locus bench failed or measured nothing (see $d/locus.tsv)" >&2
+    exit 1
+  fi
+  if ! awk -F'\t' '!/^#/ && NF > 1 && $2 != "n/a" { found = 1 } END { exit !found }' "$d/locus.tsv"; then
+    echo "compare.sh: the locus bench measured nothing (see $d/locus.tsv)" >&2
+    exit 1
+  fi
+  # shellcheck disable=SC2086
+  PYTHONUNBUFFERED=1 python3 benches/torch_baseline.py $qflag > "$d/torch.tsv"
+  # shellcheck disable=SC2086
+  THP_MEM_ALLOC_ENABLE=1 PYTHONUNBUFFERED=1 python3 benches/torch_baseline.py $qflag --pageable-only \
+    > "$d/torch_thp.tsv"
+  if [ -z "$cpp" ]; then
+    cpp_na "$d/cpp.tsv" "$cpp_why"
+  # shellcheck disable=SC2086
+  elif ! "$cpp" $qflag > "$d/cpp.tsv"; then
+    echo "compare.sh: the C++ baseline failed; its rows are n/a" >&2
+    cpp_na "$d/cpp.tsv" "the C++ baseline failed"
+  fi
+done
+
+gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 || true)
 {
-  echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
-  head -1 "$out/torch.tsv"
+  echo "# $(date -u +%Y-%m-%dT%H:%MZ) ${gpu:-unknown GPU}; commit $commit"
+  head -1 "$out/run1/torch.tsv"
+  head -1 "$out/run1/cpp.tsv"
+  grep -m1 '^# method' "$out/run1/locus.tsv" || true
+  echo "# $runs run(s)$([ "$quick" = 1 ] && echo ', --quick'); raw TSVs in $out/run*/"
 } > "$out/header.txt"
-python3 - "$out" <<'PY'
+
+PYTHONIOENCODING=utf-8 python3 - "$out" "$runs" <<'PY' | tee "$out/table.md"
 import sys
-out = sys.argv[1]
+
+out, runs = sys.argv[1], int(sys.argv[2])
+
+
 def load(path):
+    """Rows of one TSV: name -> (median, min, max, unit); None for n/a."""
     rows = {}
     for line in open(path):
         if line.startswith("#") or not line.strip():
             continue
-        name, value, unit, note = (line.rstrip("\n").split("\t") + [""] * 4)[:4]
-        rows[name] = (None if value == "n/a" else float(value), unit, note)
+        f = (line.rstrip("\n").split("\t") + [""] * 6)[:6]
+        name, med, unit, _note, lo, hi = f
+        num = lambda s: None if s in ("", "n/a") else float(s)
+        m = num(med)
+        rows[name] = (m, num(lo) if lo else m, num(hi) if hi else m, unit)
     return rows
-locus, torch = load(f"{out}/locus.tsv"), load(f"{out}/torch.tsv")
-# The ceiling each row is held against, and whether bigger is better.
+
+
+def upper_median(v):
+    v = sorted(v)
+    return v[len(v) // 2]
+
+
+def combine(source):
+    """Across runs: the median of the runs' medians, the min of their mins, the max of
+    their maxes, and the runs' medians themselves."""
+    per_run = [load(f"{out}/run{i}/{source}.tsv") for i in range(1, runs + 1)]
+    names = list(dict.fromkeys(n for r in per_run for n in r))
+    rows = {}
+    for n in names:
+        got = [r[n] for r in per_run if n in r and r[n][0] is not None]
+        unit = next(r[n][3] for r in per_run if n in r)
+        if not got:
+            rows[n] = (None, None, None, unit, [])
+            continue
+        meds = [g[0] for g in got]
+        rows[n] = (upper_median(meds), min(g[1] for g in got), max(g[2] for g in got), unit, meds)
+    return rows
+
+
+locus, torch, thp, cpp = (combine(s) for s in ("locus", "torch", "torch_thp", "cpp"))
+if not any(v[0] is not None for v in locus.values()):
+    print("compare.sh: the locus bench measured nothing", file=sys.stderr)
+    sys.exit(1)
+
+with open(f"{out}/summary.tsv", "w") as f:
+    f.write("# source\trow\tmedian\tunit\tmin\tmax\tmedian of each run\n")
+    for source, rows in (("locus", locus), ("torch", torch), ("torch_thp", thp), ("cpp", cpp)):
+        for n, (m, lo, hi, unit, meds) in rows.items():
+            g = lambda v: "n/a" if v is None else f"{v:.3f}"
+            f.write(f"{source}\t{n}\t{g(m)}\t{unit}\t{g(lo)}\t{g(hi)}\t{','.join(f'{x:.3f}' for x in meds)}\n")
+
+# The C++ row that does the same work as a locus row.
+CPP = {
+    "guard_enter_exit_same_device": "cpp_guard_pair_same_device",
+    "guard_enter_exit_switch_device": "cpp_guard_pair_switch_device",
+    "small_add_1k_submit": "cpp_launch_1k_add_submit",
+    "small_add_1k_sync": "cpp_launch_1k_add_sync",
+}
+
+
+def d2d_ceiling():
+    """The better (higher median) of the copy engine and the copy kernel."""
+    c = [n for n in ("ceiling_d2d_copy_engine", "ceiling_d2d_copy_kernel") if locus.get(n, (None,))[0] is not None]
+    return max(c, key=lambda n: locus[n][0]) if c else None
+
+
 def ceiling(name):
-    if name.startswith(("large_", "sum_")):
-        return "ceiling_d2d_copy_kernel"
-    if name.startswith("small_add_1k"):
+    base = name.removesuffix("_thp")
+    if base.startswith(("large_", "sum_")):
+        return d2d_ceiling()
+    if base == "small_add_1k_submit":
         return "ceiling_launch_floor"
+    if base == "small_add_1k_sync":
+        return "ceiling_launch_floor_sync"
     for d in ("h2d", "d2h"):
-        if name.startswith(d):
-            return f"ceiling_{d}_pinned_{name.rsplit('_', 1)[1]}"
+        if base.startswith(d + "_"):
+            return f"ceiling_{d}_pinned_{base.rsplit('_', 1)[1]}"
     return None
+
+
+def cell(r):
+    if r is None or r[0] is None:
+        return "n/a"
+    m, lo, hi = r[:3]
+    return f"{m:.3f} [{lo:.3f}–{hi:.3f}]"
+
+
+def ratio(a, b):
+    return f"{a[0] / b[0]:.3f}" if a and b and a[0] is not None and b[0] else "n/a"
+
+
+def line(name, v, unit, t=None, c=None, ceil=None):
+    cv = locus.get(ceil) if ceil else None
+    print(
+        f"| {name} | {cell(v)} | {unit} | {cell(t) if t else ''} | {ratio(v, t) if t else ''} | "
+        f"{cell(c) if c else ''} | {ratio(v, c) if c else ''} | {cell(cv) if ceil else ''} | "
+        f"{ratio(v, cv) if ceil else ''} |"
+    )
+
+
 print(open(f"{out}/header.txt").read().rstrip())
 print()
-print("| row | locus | unit | PyTorch | locus / PyTorch | ceiling | locus / ceiling |")
-print("|---|---|---|---|---|---|---|")
-fmt = lambda v: "n/a" if v is None else f"{v:.3f}"
-for name, (v, unit, note) in locus.items():
-    t = torch.get(name, (None, unit, ""))[0]
-    c = ceiling(name)
-    cv = locus.get(c, (None,))[0] if c else None
-    ratio = fmt(v / t) if v is not None and t else "n/a"
-    cratio = fmt(v / cv) if v is not None and cv else ""
-    print(f"| {name} | {fmt(v)} | {unit} | {fmt(t)} | {ratio} | {fmt(cv) if c else ''} | {cratio} |")
+print("| row | value | unit | PyTorch | value / PyTorch | C++ | value / C++ | ceiling | value / ceiling |")
+print("|---|---|---|---|---|---|---|---|---|")
+cpp_done = False
+for name, v in locus.items():
+    if not cpp_done and not name.startswith("ceiling_"):
+        for cn, cv in cpp.items():
+            line(cn, cv, cv[3])
+        cpp_done = True
+    unit = v[3]
+    line(name, v, unit, torch.get(name, (None,)), cpp.get(CPP.get(name)), ceiling(name))
+    if f"{name}_thp" in thp:
+        line(f"{name}_thp", v, unit, thp[f"{name}_thp"], None, ceiling(name))
+for name, t in torch.items():
+    if name not in locus:
+        line(name, None, t[3], t)
 print()
-print("Ratios are locus / reference: above 1 is better for GB/s and TFLOP/s, below 1 is better for us and ns.")
+print(
+    "value: locus's median across runs (each run's median of its timed samples), except for the ceiling_* "
+    "and cpp_* rows, which are the references; [min–max] over every timed sample of every run. A *_thp row "
+    "holds the same locus value against PyTorch with THP_MEM_ALLOC_ENABLE=1. Ratios are of medians: above 1 "
+    "is better for GB/s and TFLOP/s, below 1 is better for us, ns, ms and x."
+)
+print(f"The ceiling of large_* and sum_* is {d2d_ceiling()}, the better of the copy engine and the copy kernel.")
 PY

@@ -1,6 +1,17 @@
-"""PyTorch baseline for benches/gpu.rs: the same rows, the same sizes, the same method
-(CUDA events, medians after warm-up). Prints `row<TAB>value<TAB>unit<TAB>note` lines."""
-import statistics
+"""PyTorch baseline for benches/gpu/main.rs: the same rows, the same sizes, the same method
+(benches/gpu/method.rs): per row 3 untimed samples then 11 timed ones (1 and 5 with
+--quick); a sample is an event pair around GPU work, the wall time of a host-visible
+operation, or the per-operation average over one batch. Prints
+`row<TAB>median<TAB>unit<TAB>note<TAB>min<TAB>max` lines.
+
+    python3 benches/torch_baseline.py [--quick] [--pageable-only]
+
+--pageable-only prints the pageable copy rows alone; run with THP_MEM_ALLOC_ENABLE=1 in
+the environment (read by PyTorch at startup: host tensors of 2 MiB and more then get
+transparent huge pages, as locus's do), their names end in `_thp`.
+"""
+import os
+import sys
 import time
 
 import torch
@@ -8,73 +19,106 @@ import torch
 MIB = 1 << 20
 GIB = 1 << 30
 dev = torch.device("cuda:0")
+QUICK = "--quick" in sys.argv
+WARM = 1 if QUICK else 3
+REPS = 5 if QUICK else 11
+# Ops per submit batch of the small-op rows, as in gpu/main.rs; the synchronized batch is a tenth.
+LAUNCHES = 20000
 
 
-def row(name, value, unit, note):
-    print(f"{name}\t{value:.3f}\t{unit}\t{note}", flush=True)
+def row(name, samples, unit, note):
+    """Median (the upper middle value of an even count, as in method.rs), min and max."""
+    v = sorted(samples)
+    print(f"{name}\t{v[len(v) // 2]:.3f}\t{unit}\t{note}\t{v[0]:.3f}\t{v[-1]:.3f}", flush=True)
 
 
-def gpu_time(f, warm=3, reps=10):
-    for _ in range(warm):
-        f()
-    ts = []
-    for _ in range(reps):
+def row_na(name, unit, note):
+    print(f"{name}\tn/a\t{unit}\t{note}\tn/a\tn/a", flush=True)
+
+
+def samples(sample):
+    """WARM untimed calls of `sample`, then the results of REPS timed ones."""
+    for _ in range(WARM):
+        sample()
+    return [sample() for _ in range(REPS)]
+
+
+def gpu_time(f):
+    """Seconds per sample of the work `f` queues on the current stream, between two events."""
+    torch.cuda.synchronize()
+
+    def sample():
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         f()
         b.record()
         b.synchronize()
-        ts.append(a.elapsed_time(b) / 1e3)
-    return statistics.median(ts)
+        return a.elapsed_time(b) / 1e3
+
+    return samples(sample)
 
 
-def wall_time(f, warm=3, reps=10):
-    for _ in range(warm):
-        f()
-    ts = []
-    for _ in range(reps):
+def wall_time(f):
+    """Wall seconds per sample of `f`, which waits for its own work."""
+
+    def sample():
         t = time.perf_counter()
         f()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+        return time.perf_counter() - t
+
+    return samples(sample)
 
 
-def copies():
+def gbs(nbytes, secs):
+    return [nbytes / t / 1e9 for t in secs]
+
+
+def copies(pageable_only=False):
+    thp = os.environ.get("THP_MEM_ALLOC_ENABLE") == "1"
+    suffix = "_thp" if thp else ""
+    pages = ", THP_MEM_ALLOC_ENABLE=1" if thp else ""
     for size in (MIB, 16 * MIB, 256 * MIB):
         mb = size // MIB
         host = torch.ones(size, dtype=torch.uint8)
         t = wall_time(lambda: (host.to(dev), torch.cuda.synchronize()))
-        row(f"h2d_pageable_{mb}MiB", size / t / 1e9, "GB/s", "tensor.to('cuda')")
+        row(f"h2d_pageable_{mb}MiB{suffix}", gbs(size, t), "GB/s", f"tensor.to('cuda') + synchronize{pages}")
         d = host.to(dev)
         t = wall_time(lambda: d.to("cpu"))
-        row(f"d2h_pageable_{mb}MiB", size / t / 1e9, "GB/s", "tensor.to('cpu')")
+        row(f"d2h_pageable_{mb}MiB{suffix}", gbs(size, t), "GB/s", f"tensor.to('cpu'){pages}")
+        if pageable_only:
+            continue
         pinned = host.pin_memory()
         t = gpu_time(lambda: pinned.to(dev, non_blocking=True))
-        row(f"h2d_pinned_{mb}MiB", size / t / 1e9, "GB/s", "pinned.to('cuda', non_blocking=True)")
+        row(f"h2d_pinned_{mb}MiB", gbs(size, t), "GB/s", "pinned.to('cuda', non_blocking=True)")
         out = torch.empty(size, dtype=torch.uint8, pin_memory=True)
         t = gpu_time(lambda: out.copy_(d, non_blocking=True))
-        row(f"d2h_pinned_{mb}MiB", size / t / 1e9, "GB/s", "pinned.copy_(cuda, non_blocking=True)")
+        row(f"d2h_pinned_{mb}MiB", gbs(size, t), "GB/s", "pinned.copy_(cuda, non_blocking=True)")
 
 
 def small_ops():
     a = torch.rand(1024, device=dev)
     b = torch.rand(1024, device=dev)
-    n = 20000
-    submit, synced = [], []
-    for _ in range(5):
+    n = LAUNCHES
+
+    def submit():
         torch.cuda.synchronize()
         t = time.perf_counter()
         for _ in range(n):
             a + b
-        submit.append((time.perf_counter() - t) / n * 1e6)
+        us = (time.perf_counter() - t) / n * 1e6
+        torch.cuda.synchronize()
+        return us
+
+    def synced():
         torch.cuda.synchronize()
         t = time.perf_counter()
         for _ in range(n // 10):
             a + b
             torch.cuda.synchronize()
-        synced.append((time.perf_counter() - t) / (n // 10) * 1e6)
-    row("small_add_1k_submit", statistics.median(submit), "us/op", "a + b, 1024 elements, no sync")
-    row("small_add_1k_sync", statistics.median(synced), "us/op", "a + b + synchronize")
+        return (time.perf_counter() - t) / (n // 10) * 1e6
+
+    row("small_add_1k_submit", samples(submit), "us/op", "a + b, 1024 elements, per op in a batch of 20000, no sync")
+    row("small_add_1k_sync", samples(synced), "us/op", "a + b + synchronize, per op in a batch of 2000")
 
 
 def large_ops():
@@ -82,10 +126,10 @@ def large_ops():
     a = torch.rand(n, device=dev)
     b = torch.rand(n, device=dev)
     by = n * 4
-    row("large_add_1GiB", 3 * by / gpu_time(lambda: a + b) / 1e9, "GB/s", "a + b")
-    row("large_mul_1GiB", 3 * by / gpu_time(lambda: a * b) / 1e9, "GB/s", "a * b")
-    row("large_relu_1GiB", 2 * by / gpu_time(lambda: torch.relu(a)) / 1e9, "GB/s", "torch.relu(a)")
-    row("sum_1GiB", by / gpu_time(lambda: a.sum()) / 1e9, "GB/s", "a.sum()")
+    row("large_add_1GiB", gbs(3 * by, gpu_time(lambda: a + b)), "GB/s", "a + b")
+    row("large_mul_1GiB", gbs(3 * by, gpu_time(lambda: a * b)), "GB/s", "a * b")
+    row("large_relu_1GiB", gbs(2 * by, gpu_time(lambda: torch.relu(a))), "GB/s", "torch.relu(a)")
+    row("sum_1GiB", gbs(by, gpu_time(lambda: a.sum())), "GB/s", "a.sum()")
 
 
 def matmul():
@@ -94,40 +138,71 @@ def matmul():
     a = torch.rand(n, n, device=dev)
     b = torch.rand(n, n, device=dev)
     t = gpu_time(lambda: a @ b)
-    row("matmul_4096_f32", 2 * n**3 / t / 1e12, "TFLOP/s", "a @ b, allow_tf32=False")
+    row("matmul_4096_f32", [2 * n**3 / s / 1e12 for s in t], "TFLOP/s", "a @ b, allow_tf32=False")
+
+
+def guard_pairs(device, rounds):
+    """Nanoseconds per `with torch.cuda.device(device): pass` from cuda:0, over a batch."""
+    torch.cuda.set_device(0)
+
+    def sample():
+        t = time.perf_counter()
+        for _ in range(rounds):
+            with torch.cuda.device(device):
+                pass
+        return (time.perf_counter() - t) / rounds * 1e9
+
+    return samples(sample)
 
 
 def guard():
-    n = 200000
-    ts = []
-    for _ in range(5):
-        t = time.perf_counter()
-        for _ in range(n):
-            with torch.cuda.device(0):
-                pass
-        ts.append((time.perf_counter() - t) / n * 1e9)
-    row("guard_enter_exit_same_device", statistics.median(ts), "ns", "with torch.cuda.device(0): pass")
+    note = "with torch.cuda.device(0): pass, cuda:0 current, per pair in a batch of 200000"
+    row("guard_enter_exit_same_device", guard_pairs(0, 200000), "ns", note)
+    if torch.cuda.device_count() >= 2:
+        torch.ones(1, device="cuda:1").sum().item()
+        note = "with torch.cuda.device(1): pass, from cuda:0, per pair in a batch of 100000"
+        row("guard_enter_exit_switch_device", guard_pairs(1, 100000), "ns", note)
+    else:
+        row_na("guard_enter_exit_switch_device", "ns", "one GPU: no other device to switch to")
+
+
+class Layer(torch.nn.Module):
+    """relu(x @ w), the product locus's Layer computes (nn.Linear would compute x @ w.T)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.rand(1024, 1024))
+
+    def forward(self, x):
+        return torch.relu(x @ self.w)
 
 
 def data_parallel():
     torch.backends.cuda.matmul.allow_tf32 = False
-    layer = torch.nn.Sequential(torch.nn.Linear(1024, 1024, bias=False), torch.nn.ReLU()).to(dev)
+    layer = Layer().to(dev)
     dp = torch.nn.DataParallel(layer)
     x = torch.rand(8192, 1024, device=dev)
 
-    def step():
+    def step(module):
         with torch.no_grad():
-            dp(x)
+            module(x)
         torch.cuda.synchronize(dev)
 
-    t = wall_time(step, reps=20)
     gpus = torch.cuda.device_count()
-    row("data_parallel_forward", t * 1e3, "ms", f"nn.DataParallel(Linear(1024, 1024, bias=False) + ReLU) on [8192, 1024], {gpus} GPU(s)")
+    note = f"nn.DataParallel(relu(x @ w)), x [8192, 1024], w [1024, 1024], {gpus} GPU(s), + synchronize, wall time"
+    row("data_parallel_forward", [t * 1e3 for t in wall_time(lambda: step(dp))], "ms", note)
+    note = "the same module without DataParallel, + synchronize, wall time"
+    row("data_parallel_plain_forward", [t * 1e3 for t in wall_time(lambda: step(layer))], "ms", note)
 
 
 if __name__ == "__main__":
     print(f"# torch {torch.__version__}, cuda {torch.version.cuda}, {torch.cuda.get_device_name(0)}")
+    print("# row\tmedian\tunit\tnote\tmin\tmax")
+    print(f"# method: {WARM} untimed then {REPS} timed samples per row; median, min, max")
     torch.ones(1, device=dev).sum().item()
+    if "--pageable-only" in sys.argv:
+        copies(pageable_only=True)
+        sys.exit(0)
     copies()
     small_ops()
     large_ops()

@@ -1,0 +1,168 @@
+// C++ baseline for benches/gpu/main.rs: the work of a device guard and of a small op, written
+// directly against the CUDA runtime API, so that the locus rows are compared with the
+// same work in C++ and not only with Python. Built and run by benches/compare.sh:
+//
+//     nvcc -O3 -arch=sm_90 -o baseline benches/cpp/baseline.cu && ./baseline [--quick]
+//
+// The method is the one of benches/gpu/method.rs: per row, 3 untimed samples then 11
+// timed ones (1 and 5 with --quick); a sample is the per-operation average over one
+// batch. Prints `row  median  unit  note  min  max`, tab-separated; `n/a` where a row
+// cannot be measured here.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#define CHECK(call)                                                                       \
+    do {                                                                                  \
+        cudaError_t err_ = (call);                                                        \
+        if (err_ != cudaSuccess) {                                                        \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                 \
+                    cudaGetErrorString(err_));                                            \
+            exit(1);                                                                      \
+        }                                                                                 \
+    } while (0)
+
+static int g_warm = 3;
+static int g_reps = 11;
+
+static double now_s() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// g_warm untimed calls of `sample`, then the results of g_reps timed ones.
+template <typename F>
+static std::vector<double> samples(F sample) {
+    for (int i = 0; i < g_warm; i++) sample();
+    std::vector<double> v;
+    for (int i = 0; i < g_reps; i++) v.push_back(sample());
+    return v;
+}
+
+// Median (the upper middle value of an even count), min and max, as in method.rs.
+static void row(const char* name, std::vector<double> v, const char* unit, const char* note) {
+    std::sort(v.begin(), v.end());
+    printf("%s\t%.3f\t%s\t%s\t%.3f\t%.3f\n", name, v[v.size() / 2], unit, note, v.front(), v.back());
+    fflush(stdout);
+}
+
+static void row_na(const char* name, const char* unit, const char* note) {
+    printf("%s\tn/a\t%s\t%s\tn/a\tn/a\n", name, unit, note);
+    fflush(stdout);
+}
+
+// The work of c10's CUDAGuard around a scope, with the device set even when it is
+// already current: cudaGetDevice, cudaSetDevice(target), cudaSetDevice(back).
+// Nanoseconds per pair, averaged over a batch of `rounds`.
+static std::vector<double> guard_pairs(int target, long rounds) {
+    CHECK(cudaSetDevice(0));
+    return samples([&] {
+        int failed = 0;
+        double t = now_s();
+        for (long i = 0; i < rounds; i++) {
+            int prev = -1;
+            failed |= cudaGetDevice(&prev) != cudaSuccess;
+            failed |= cudaSetDevice(target) != cudaSuccess;
+            failed |= cudaSetDevice(prev) != cudaSuccess;
+        }
+        double ns = (now_s() - t) / rounds * 1e9;
+        if (failed) {
+            fprintf(stderr, "baseline: cudaGetDevice/cudaSetDevice failed in the guard batch\n");
+            exit(1);
+        }
+        return ns;
+    });
+}
+
+__global__ void add_f32(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a[i] + b[i];
+}
+
+// Launches per submit batch, as in the locus small-op rows and the launch floor; the
+// synchronized batch is a tenth of it.
+static const int LAUNCHES = 20000;
+
+static void small_add() {
+    const int n = 1024;
+    float *a, *b, *out;
+    CHECK(cudaSetDevice(0));
+    CHECK(cudaMalloc(&a, n * sizeof(float)));
+    CHECK(cudaMalloc(&b, n * sizeof(float)));
+    CHECK(cudaMalloc(&out, n * sizeof(float)));
+    CHECK(cudaMemset(a, 0, n * sizeof(float)));
+    CHECK(cudaMemset(b, 0, n * sizeof(float)));
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    // Submit only: after a device synchronize, host time from the first launch until the
+    // last launch returns, per launch; the synchronize after the batch is not timed.
+    std::vector<double> submit = samples([&] {
+        CHECK(cudaDeviceSynchronize());
+        double t = now_s();
+        for (int i = 0; i < LAUNCHES; i++) add_f32<<<(n + 255) / 256, 256, 0, s>>>(a, b, out, n);
+        double us = (now_s() - t) / LAUNCHES * 1e6;
+        CHECK(cudaGetLastError());
+        CHECK(cudaDeviceSynchronize());
+        return us;
+    });
+    row("cpp_launch_1k_add_submit", submit, "us/op",
+        "add kernel on 1024 floats into a preallocated output, <<<>>> on a non-blocking stream, per launch in a "
+        "batch of 20000, no sync");
+    // Submit + synchronize: each launch followed by cudaDeviceSynchronize, per op.
+    std::vector<double> synced = samples([&] {
+        CHECK(cudaDeviceSynchronize());
+        double t = now_s();
+        for (int i = 0; i < LAUNCHES / 10; i++) {
+            add_f32<<<(n + 255) / 256, 256, 0, s>>>(a, b, out, n);
+            CHECK(cudaDeviceSynchronize());
+        }
+        double us = (now_s() - t) / (LAUNCHES / 10) * 1e6;
+        CHECK(cudaGetLastError());
+        return us;
+    });
+    row("cpp_launch_1k_add_sync", synced, "us/op",
+        "the same launch + cudaDeviceSynchronize, per op in a batch of 2000");
+    CHECK(cudaStreamDestroy(s));
+    CHECK(cudaFree(a));
+    CHECK(cudaFree(b));
+    CHECK(cudaFree(out));
+}
+
+int main(int argc, char** argv) {
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0) {
+            g_warm = 1;
+            g_reps = 5;
+        }
+    }
+    int count = 0;
+    CHECK(cudaGetDeviceCount(&count));
+    int runtime = 0;
+    CHECK(cudaRuntimeGetVersion(&runtime));
+    cudaDeviceProp prop;
+    CHECK(cudaGetDeviceProperties(&prop, 0));
+    printf("# cpp baseline: CUDA runtime %d.%d, %s, %d GPU(s)\n", runtime / 1000, (runtime % 1000) / 10, prop.name,
+           count);
+    printf("# row\tmedian\tunit\tnote\tmin\tmax\n");
+    printf("# method: %d untimed then %d timed samples per row; median, min, max\n", g_warm, g_reps);
+    // Start the contexts the guard rows touch, so that no sample pays for it.
+    for (int d = 0; d < std::min(count, 2); d++) {
+        CHECK(cudaSetDevice(d));
+        CHECK(cudaFree(0));
+    }
+    CHECK(cudaSetDevice(0));
+    row("cpp_guard_pair_same_device", guard_pairs(0, 1000000), "ns",
+        "cudaGetDevice + cudaSetDevice(0) + cudaSetDevice(back), device 0 current, per pair in a batch of 1000000");
+    if (count >= 2) {
+        row("cpp_guard_pair_switch_device", guard_pairs(1, 100000), "ns",
+            "cudaGetDevice + cudaSetDevice(1) + cudaSetDevice(0), from device 0, per pair in a batch of 100000");
+    } else {
+        row_na("cpp_guard_pair_switch_device", "ns", "one GPU: no other device to switch to");
+    }
+    small_add();
+    return 0;
+}

@@ -1,0 +1,339 @@
+//! GPU benchmarks of locus, with the ceilings of the same machine measured in the same
+//! run. Prints one tab-separated line per row: `row  median  unit  note  min  max` (see
+//! `method.rs` for the method every row follows); a row that cannot be measured here
+//! prints `n/a`. `benches/compare.sh` joins this with `benches/torch_baseline.py` and the
+//! C++ baseline `benches/cpp/baseline.cu` into one table.
+//!
+//!     LOCUS_BACKEND=cuda cargo bench --bench gpu [-- --quick]     (or the bundled binary)
+//!     gpu pipeline                                                  (the pipeline rows alone)
+//!
+//! Without the cuda backend it measures nothing and exits with status 1.
+
+mod method;
+mod raw;
+
+use std::time::Instant;
+
+use locus::parallel::{DataParallel, Module};
+use locus::{on_stream, synchronize, Cpu, Cuda, Device, DeviceGuard, DeviceId, Stream, Tensor, ToDevice};
+use method::{gbs, median, ms, row, row_na, samples};
+
+type G = Cuda<0>;
+const GIB: usize = 1 << 30;
+const MIB: usize = 1 << 20;
+
+/// Seconds per sample of the work `f` queues on `s`, between two events recorded on `s`.
+/// What `f` returns is dropped only after the second event completed, so that a value
+/// whose drop waits on the host (a `Transfer`) adds no wait inside the timed span.
+fn stream_time<R>(s: &Stream<G>, mut f: impl FnMut() -> R) -> Vec<f64> {
+    s.synchronize().unwrap();
+    samples(|| {
+        let a = s.record_event().unwrap();
+        let kept = f();
+        let b = s.record_event().unwrap();
+        b.synchronize().unwrap();
+        drop(kept);
+        a.elapsed(&b).unwrap().as_secs_f64()
+    })
+}
+
+/// [`stream_time`] on device 0's default stream, where the ops below run.
+fn gpu_time<R>(f: impl FnMut() -> R) -> Vec<f64> {
+    stream_time(&Stream::<G>::default_stream().unwrap(), f)
+}
+
+/// Wall seconds per sample of `f`, which waits for its own work.
+fn wall_time(mut f: impl FnMut()) -> Vec<f64> {
+    samples(|| {
+        let t = Instant::now();
+        f();
+        t.elapsed().as_secs_f64()
+    })
+}
+
+fn sync() {
+    synchronize(DeviceId::Cuda(0)).unwrap();
+}
+
+fn copies() {
+    for size in [MIB, 16 * MIB, 256 * MIB] {
+        let mb = size / MIB;
+        let host = Tensor::<Cpu, u8>::full([size], 1).unwrap();
+        let h2d = wall_time(|| {
+            let d = host.to::<G>().unwrap();
+            sync();
+            drop(d);
+        });
+        row(
+            &format!("h2d_pageable_{mb}MiB"),
+            &gbs(size as f64, &h2d),
+            "GB/s",
+            "Tensor<Cpu>::to::<Cuda<0>>() + synchronize, wall time",
+        );
+        let dev = host.to::<G>().unwrap();
+        let d2h = wall_time(|| drop(dev.to::<Cpu>().unwrap()));
+        row(
+            &format!("d2h_pageable_{mb}MiB"),
+            &gbs(size as f64, &d2h),
+            "GB/s",
+            "Tensor<Cuda<0>>::to::<Cpu>(), wall time",
+        );
+        let pinned = host.pin_memory().unwrap();
+        let s = Stream::<G>::new().unwrap();
+        let h2d = stream_time(&s, || pinned.to_async(&s).unwrap());
+        row(
+            &format!("h2d_pinned_{mb}MiB"),
+            &gbs(size as f64, &h2d),
+            "GB/s",
+            "Tensor<Pinned>::to_async, events on its stream",
+        );
+        let d2h = stream_time(&s, || drop(dev.to_pinned_async(&s).unwrap()));
+        row(
+            &format!("d2h_pinned_{mb}MiB"),
+            &gbs(size as f64, &d2h),
+            "GB/s",
+            "Tensor<Cuda<0>>::to_pinned_async, events on its stream",
+        );
+    }
+}
+
+/// The 1024-element add, batched like the launch floor (`raw::launch_floor`).
+fn small_ops() {
+    let a = Tensor::<G>::rand([1024], 1).unwrap();
+    let b = Tensor::<G>::rand([1024], 2).unwrap();
+    let n = raw::LAUNCHES;
+    let submit = samples(|| {
+        sync();
+        let t = Instant::now();
+        for _ in 0..n {
+            drop((&a + &b).unwrap());
+        }
+        let us = t.elapsed().as_secs_f64() / n as f64 * 1e6;
+        sync();
+        us
+    });
+    row("small_add_1k_submit", &submit, "us/op", "1024-element add, host time per op in a batch of 20000, no sync");
+    let synced = samples(|| {
+        sync();
+        let t = Instant::now();
+        for _ in 0..n / 10 {
+            drop((&a + &b).unwrap());
+            sync();
+        }
+        t.elapsed().as_secs_f64() / (n / 10) as f64 * 1e6
+    });
+    row("small_add_1k_sync", &synced, "us/op", "1024-element add + synchronize, per op in a batch of 2000");
+}
+
+fn large_ops() {
+    let n = GIB / 4; // 256 Mi f32 = 1 GiB per tensor
+    let a = Tensor::<G>::rand([n], 1).unwrap();
+    let b = Tensor::<G>::rand([n], 2).unwrap();
+    let bytes = (n * 4) as f64;
+    let add = gpu_time(|| drop((&a + &b).unwrap()));
+    row("large_add_1GiB", &gbs(3.0 * bytes, &add), "GB/s", "f32 add, 2 reads + 1 write");
+    let mul = gpu_time(|| drop((&a * &b).unwrap()));
+    row("large_mul_1GiB", &gbs(3.0 * bytes, &mul), "GB/s", "f32 mul, 2 reads + 1 write");
+    let relu = gpu_time(|| drop(a.relu().unwrap()));
+    row("large_relu_1GiB", &gbs(2.0 * bytes, &relu), "GB/s", "f32 relu, 1 read + 1 write");
+    let sum = gpu_time(|| drop(a.sum().unwrap()));
+    row("sum_1GiB", &gbs(bytes, &sum), "GB/s", "f32 sum of 256 Mi elements, 1 read");
+}
+
+fn matmul() {
+    let n = 4096;
+    let a = Tensor::<G>::rand([n, n], 1).unwrap();
+    let b = Tensor::<G>::rand([n, n], 2).unwrap();
+    let t = gpu_time(|| drop(a.matmul(&b).unwrap()));
+    let tflops: Vec<f64> = t.iter().map(|t| 2.0 * (n as f64).powi(3) / t / 1e12).collect();
+    row("matmul_4096_f32", &tflops, "TFLOP/s", "cuBLAS sgemm, no TF32");
+}
+
+/// Nanoseconds per enter + exit of the guard of `to` from cuda:0, averaged over a batch
+/// of `rounds`.
+fn guard_pairs(to: DeviceId, rounds: u32) -> Vec<f64> {
+    let _outer = DeviceGuard::enter(DeviceId::Cuda(0)).unwrap();
+    samples(|| {
+        let start = Instant::now();
+        for _ in 0..rounds {
+            drop(std::hint::black_box(DeviceGuard::enter(to).unwrap()));
+        }
+        start.elapsed().as_nanos() as f64 / rounds as f64
+    })
+}
+
+fn guard() {
+    row(
+        "guard_enter_exit_same_device",
+        &guard_pairs(DeviceId::Cuda(0), 2_000_000),
+        "ns",
+        "DeviceGuard::enter(cuda:0) + drop, cuda:0 already current, per pair in a batch of 2000000",
+    );
+    let name = "guard_enter_exit_switch_device";
+    if locus::device_count().unwrap() >= 2 {
+        let note = "DeviceGuard::enter(cuda:1) + drop from cuda:0, per pair in a batch of 200000";
+        row(name, &guard_pairs(DeviceId::Cuda(1), 200_000), "ns", note);
+    } else {
+        row_na(name, "ns", "one GPU: no other device to switch to");
+    }
+}
+
+fn pool_steady_state() {
+    let s = Stream::<G>::new().unwrap();
+    let src = Tensor::<Cpu>::rand([4 << 20], 3).unwrap();
+    let step = || {
+        let p = src.pin_memory().unwrap();
+        let d = p.to_async(&s).unwrap().wait().unwrap();
+        drop(d.to_pinned_async(&s).unwrap().wait().unwrap());
+    };
+    for _ in 0..3 {
+        step();
+    }
+    let warm = locus::pinned_stats().host_allocs;
+    for _ in 0..50 {
+        step();
+    }
+    let new = locus::pinned_stats().host_allocs - warm;
+    // A count, not a time: one value, so median, min and max agree.
+    row(
+        "pinned_pool_steady_allocs",
+        &[new as f64],
+        "allocs",
+        "cuMemHostAlloc calls in 50 pin+H2D+D2H rounds after 3 warm-up rounds",
+    );
+}
+
+/// A chunked H2D -> kernel -> D2H pipeline on three streams, against the ideal: the
+/// slowest of its three stages, each run alone over all chunks the same way (everything
+/// queued first, then waited for at the end, no host wait between chunks). 256 MiB in
+/// chunks of `PIPELINE_CHUNK_MIB` (default 16). Every time is wall time from a
+/// synchronized device until the last wait returns.
+fn pipeline() {
+    let mib = std::env::var("PIPELINE_CHUNK_MIB").ok().and_then(|v| v.parse().ok()).filter(|&m| (1..=256).contains(&m));
+    let mib: usize = mib.unwrap_or(16);
+    let (chunks, n) = (256 / mib, mib << 18); // f32 elements per chunk
+    let srcs: Vec<_> = (0..chunks).map(|i| Tensor::<Cpu>::full([n], i as f32).unwrap().pin_memory().unwrap()).collect();
+    let (h2d, comp, d2h) = (Stream::<G>::new().unwrap(), Stream::<G>::new().unwrap(), Stream::<G>::new().unwrap());
+    let kernel = |x: &Tensor<G>| (x * 2.0).unwrap().relu().unwrap();
+    let timed = |f: &dyn Fn()| {
+        samples(|| {
+            sync();
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+    };
+    let piped = timed(&|| {
+        // Each chunk's three steps are queued together, so its D2H can start as soon as
+        // its kernel is done, while later chunks are still being queued.
+        let (mut transfers, mut outs, mut back) = (Vec::new(), Vec::new(), Vec::new());
+        for p in &srcs {
+            let tr = p.to_async(&h2d).unwrap();
+            let out = on_stream(&comp, || kernel(tr.tensor()));
+            back.push(out.to_pinned_async(&d2h).unwrap());
+            outs.push(out);
+            transfers.push(tr);
+        }
+        for b in back {
+            drop(b.wait().unwrap());
+        }
+        drop(transfers);
+    });
+    let on_dev: Vec<_> = srcs.iter().map(|p| p.to_async(&h2d).unwrap().wait().unwrap()).collect();
+    let t_h2d = timed(&|| {
+        let copies: Vec<_> = srcs.iter().map(|p| p.to_async(&h2d).unwrap()).collect();
+        for c in copies {
+            drop(c.wait().unwrap());
+        }
+    });
+    let t_comp = timed(&|| {
+        let outs: Vec<_> = on_dev.iter().map(|x| on_stream(&comp, || kernel(x))).collect();
+        comp.synchronize().unwrap();
+        drop(outs);
+    });
+    let t_d2h = timed(&|| {
+        let back: Vec<_> = on_dev.iter().map(|x| x.to_pinned_async(&d2h).unwrap()).collect();
+        for b in back {
+            drop(b.wait().unwrap());
+        }
+    });
+    let stages = [("H2D", &t_h2d), ("compute", &t_comp), ("D2H", &t_d2h)];
+    let (slowest, ideal) =
+        stages.iter().map(|(name, t)| (*name, median(t))).fold(("", 0.0), |a, b| if b.1 > a.1 { b } else { a });
+    let ratio: Vec<f64> = piped.iter().map(|t| t / ideal).collect();
+    let note = format!(
+        "{chunks} x {mib} MiB H2D->x*2,relu->D2H on 3 streams, over the slowest stage alone ({slowest}, median {:.2} ms)",
+        ideal * 1e3
+    );
+    row("pipeline_vs_ideal", &ratio, "x", &note);
+    row("pipeline_ms", &ms(&piped), "ms", &format!("the pipeline of {chunks} x {mib} MiB, wall time"));
+    let stage_note = |what| format!("{what} of all {chunks} chunks alone, queued together, waited for at the end");
+    row("pipeline_stage_h2d_ms", &ms(&t_h2d), "ms", &stage_note("to_async"));
+    row("pipeline_stage_compute_ms", &ms(&t_comp), "ms", &stage_note("x*2,relu"));
+    row("pipeline_stage_d2h_ms", &ms(&t_d2h), "ms", &stage_note("to_pinned_async"));
+}
+
+/// `relu(x @ w)`: the module of the DataParallel rows (the PyTorch baseline computes the
+/// same product, `x @ w`, not `nn.Linear`'s `x @ w.T`).
+#[derive(ToDevice)]
+struct Layer<D: Device> {
+    w: Tensor<D>,
+}
+
+impl<D: Device> Module<D> for Layer<D> {
+    fn forward(&self, x: &Tensor<D>) -> locus::Result<Tensor<D>> {
+        x.matmul(&self.w)?.relu()
+    }
+}
+
+fn data_parallel() {
+    let ids = locus::devices().unwrap();
+    let dp = DataParallel::new(Layer { w: Tensor::<G>::rand([1024, 1024], 1).unwrap() }, &ids, Cuda::<0>).unwrap();
+    let layer = dp.module();
+    let x = Tensor::<G>::rand([8192, 1024], 2).unwrap();
+    let parallel = wall_time(|| {
+        drop(dp.forward(&x).unwrap());
+        sync();
+    });
+    let note = format!(
+        "relu([8192, 1024] @ [1024, 1024]) over {} GPU(s), gathered on cuda:0, + synchronize, wall time",
+        ids.len()
+    );
+    row("data_parallel_forward", &ms(&parallel), "ms", &note);
+    let plain = wall_time(|| {
+        drop(layer.forward(&x).unwrap());
+        sync();
+    });
+    let note = "the same layer's forward on cuda:0, no DataParallel, + synchronize, wall time";
+    row("data_parallel_plain_forward", &ms(&plain), "ms", note);
+}
+
+fn main() {
+    match locus::backend_name() {
+        Ok("cuda") => {}
+        other => {
+            println!("# gpu bench: needs the cuda backend (got {other:?}); nothing measured");
+            eprintln!("gpu bench: needs the cuda backend (got {other:?}); nothing measured");
+            std::process::exit(1);
+        }
+    }
+    method::set_quick(std::env::args().any(|a| a == "--quick"));
+    // Touch device 0 through locus first so its context and kernels are ready.
+    let _ = Tensor::<G>::ones([1]).unwrap().sum().unwrap().item().unwrap();
+    println!("# row\tmedian\tunit\tnote\tmin\tmax");
+    println!("# method: {} untimed then {} timed samples per row; median, min, max", method::warm(), method::reps());
+    if std::env::args().any(|a| a == "pipeline") {
+        pipeline(); // the pipeline rows alone: `gpu pipeline`
+        return;
+    }
+    let raw = raw::Raw::new(); // held to the end of the run
+    raw::ceilings(&raw);
+    copies();
+    small_ops();
+    large_ops();
+    matmul();
+    guard();
+    pool_steady_state();
+    pipeline();
+    data_parallel();
+}

@@ -1,0 +1,264 @@
+//! The ceilings: what the machine does through raw driver calls (cudarc), with no locus
+//! code in the path, measured in the same run as the locus rows and by the same method.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudarc::driver::{result, sys, CudaContext, CudaModule};
+
+use crate::method::{gbs, median, row, samples};
+use crate::{GIB, MIB};
+
+/// Raw driver state on device 0's primary context (the one locus uses).
+pub(crate) struct Raw {
+    stream: sys::CUstream,
+    copy: sys::CUfunction,
+    empty: sys::CUfunction,
+    sms: u64,
+    threads_per_sm: u64,
+    ctx: Arc<CudaContext>,
+    _module: Arc<CudaModule>,
+}
+
+/// The copy kernel is written like locus's elementwise kernels: 16-byte accesses, each
+/// thread loads `UNROLL` vectors (a block apart) before it stores any, so that four
+/// requests per thread are in flight; a grid-stride loop lets any grid cover the data.
+const RAW_KERNELS: &str = r#"
+extern "C" __global__ void empty() {}
+#define UNROLL 4
+extern "C" __global__ void copy4(const float4* __restrict__ x, float4* __restrict__ y, unsigned long long n) {
+    const unsigned long long step = (unsigned long long)gridDim.x * blockDim.x * UNROLL;
+    for (unsigned long long base = (unsigned long long)blockIdx.x * blockDim.x * UNROLL + threadIdx.x; base < n; base += step) {
+        float4 v[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            const unsigned long long i = base + (unsigned long long)u * blockDim.x;
+            if (i < n) v[u] = x[i];
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            const unsigned long long i = base + (unsigned long long)u * blockDim.x;
+            if (i < n) y[i] = v[u];
+        }
+    }
+}
+"#;
+
+/// Launches per submit batch of the launch floor (as in the locus small-op rows); the
+/// synchronized batch is a tenth of it.
+pub(crate) const LAUNCHES: usize = 20_000;
+
+impl Raw {
+    pub(crate) fn new() -> Raw {
+        let ctx = CudaContext::new(0).unwrap();
+        ctx.bind_to_thread().unwrap();
+        let (maj, min) = ctx.compute_capability().unwrap();
+        let opts = cudarc::nvrtc::CompileOptions {
+            options: vec![format!("--gpu-architecture=compute_{maj}{min}")],
+            ..Default::default()
+        };
+        let module = ctx.load_module(cudarc::nvrtc::compile_ptx_with_opts(RAW_KERNELS, opts).unwrap()).unwrap();
+        let copy = module.load_function("copy4").unwrap().cu_function();
+        let empty = module.load_function("empty").unwrap().cu_function();
+        let attr = |a| ctx.attribute(a).unwrap().max(1) as u64;
+        let sms = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+        let threads_per_sm = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR);
+        let stream = result::stream::create(result::stream::StreamKind::NonBlocking).unwrap();
+        Raw { stream, copy, empty, sms, threads_per_sm, ctx, _module: module }
+    }
+
+    fn bind(&self) {
+        self.ctx.bind_to_thread().unwrap();
+    }
+
+    fn sync_ctx(&self) {
+        self.bind();
+        result::ctx::synchronize().unwrap();
+    }
+
+    /// Seconds per sample of the work `f` queues on `self.stream`, between two events.
+    fn time(&self, mut f: impl FnMut()) -> Vec<f64> {
+        self.bind();
+        let (a, b) = (
+            result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).unwrap(),
+            result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).unwrap(),
+        );
+        let t = samples(|| {
+            // SAFETY: `a` and `b` were created above on the bound context and live until
+            // the end of this function; `self.stream` lives as long as `self`. `b` has
+            // completed before the elapsed time is read.
+            unsafe {
+                result::event::record(a, self.stream).unwrap();
+                f();
+                result::event::record(b, self.stream).unwrap();
+                result::event::synchronize(b).unwrap();
+                result::event::elapsed(a, b).unwrap() as f64 / 1e3
+            }
+        });
+        // SAFETY: both events completed (the last sample synchronized `b`, recorded after `a`).
+        unsafe {
+            result::event::destroy(a).unwrap();
+            result::event::destroy(b).unwrap();
+        }
+        t
+    }
+
+    /// Queues the copy kernel over `n` float4s from `x` to `y` with `grid` blocks of 256.
+    ///
+    /// # Safety
+    /// `x` and `y` are distinct device allocations of at least `n` float4s each, alive
+    /// until the launch completes on `self.stream`.
+    unsafe fn copy_kernel(&self, x: sys::CUdeviceptr, y: sys::CUdeviceptr, n: u64, grid: u32) {
+        let mut args = [&x as *const _ as *mut c_void, &y as *const _ as *mut c_void, &n as *const _ as *mut c_void];
+        // SAFETY: `copy4(x, y, n)` takes two pointers and a u64, given in order; the
+        // memory is valid by the caller's contract, and `args` points at locals that live
+        // through the call, which copies the values.
+        unsafe { result::launch_kernel(self.copy, (grid, 1, 1), (256, 1, 1), 0, self.stream, &mut args).unwrap() };
+    }
+
+    fn launch_empty(&self) {
+        // SAFETY: `empty` takes no arguments and touches no memory.
+        unsafe { result::launch_kernel(self.empty, (1, 1, 1), (1, 1, 1), 0, self.stream, &mut []).unwrap() };
+    }
+}
+
+/// Device-to-device ceilings at 1 GiB: the copy engine and the copy kernel.
+fn d2d(raw: &Raw) {
+    raw.bind();
+    let bytes = GIB;
+    // SAFETY: plain allocations on the bound context; freed below, after every use.
+    let (x, y) = unsafe { (result::malloc_sync(bytes).unwrap(), result::malloc_sync(bytes).unwrap()) };
+    // SAFETY: `x` and `y` are distinct allocations of `bytes` bytes, alive until freed below.
+    let ce = raw.time(|| unsafe { result::memcpy_dtod_async(y, x, bytes, raw.stream).unwrap() });
+    row("ceiling_d2d_copy_engine", &gbs(2.0 * bytes as f64, &ce), "GB/s", "cuMemcpyDtoDAsync 1 GiB, read+write");
+    let n = (bytes / 16) as u64;
+    // Two grids: one thread per UNROLL vectors (as locus launches its elementwise
+    // kernels), and one full-occupancy wave with a grid-stride loop. The faster is the ceiling.
+    let flat = n.div_ceil(256 * 4) as u32;
+    let wave = (raw.sms * (raw.threads_per_sm / 256).max(1)) as u32;
+    // SAFETY: `x` and `y` hold `n` float4s each and stay allocated until freed below,
+    // after `raw.time` synchronized the last launch.
+    let by_grid = |grid| gbs(2.0 * bytes as f64, &raw.time(|| unsafe { raw.copy_kernel(x, y, n, grid) }));
+    let (flat_gbs, wave_gbs) = (by_grid(flat), by_grid(wave));
+    let (best, other, (g, og)) = if median(&flat_gbs) >= median(&wave_gbs) {
+        (&flat_gbs, &wave_gbs, (flat, wave))
+    } else {
+        (&wave_gbs, &flat_gbs, (wave, flat))
+    };
+    let note = format!(
+        "float4 copy 1 GiB, 4 vectors in flight per thread, read+write; the faster of two grids: {g} x 256 \
+         ({og} x 256: {:.1} GB/s)",
+        median(other)
+    );
+    row("ceiling_d2d_copy_kernel", best, "GB/s", &note);
+    // SAFETY: `raw.time` synchronized the stream, so no work uses `x` or `y` any more.
+    unsafe {
+        result::free_sync(x).unwrap();
+        result::free_sync(y).unwrap();
+    }
+}
+
+/// The launch floor, batched exactly as the locus small-op rows: a submit batch of
+/// `LAUNCHES` empty launches after a context synchronize, host time until the last
+/// launch returns, per launch; and a batch of `LAUNCHES / 10` launches each followed by
+/// a context synchronize (`cuCtxSynchronize`, what `locus::synchronize` calls).
+fn launch_floor(raw: &Raw) {
+    let submit = samples(|| {
+        raw.sync_ctx();
+        let t = Instant::now();
+        for _ in 0..LAUNCHES {
+            raw.launch_empty();
+        }
+        let us = t.elapsed().as_secs_f64() / LAUNCHES as f64 * 1e6;
+        raw.sync_ctx();
+        us
+    });
+    row(
+        "ceiling_launch_floor",
+        &submit,
+        "us",
+        "empty kernel, raw cuLaunchKernel, per launch in a batch of 20000, no sync",
+    );
+    let synced = samples(|| {
+        raw.sync_ctx();
+        let t = Instant::now();
+        for _ in 0..LAUNCHES / 10 {
+            raw.launch_empty();
+            result::ctx::synchronize().unwrap();
+        }
+        t.elapsed().as_secs_f64() / (LAUNCHES / 10) as f64 * 1e6
+    });
+    row("ceiling_launch_floor_sync", &synced, "us", "empty kernel + cuCtxSynchronize, per op in a batch of 2000");
+}
+
+/// Pinned copies one way, and both ways at once.
+fn pinned(raw: &Raw) {
+    raw.bind();
+    for size in [MIB, 16 * MIB, 256 * MIB] {
+        // SAFETY: a plain page-locked allocation of `size` bytes, freed below.
+        let host = unsafe { result::malloc_host(size, 0).unwrap() } as *mut u8;
+        // SAFETY: a plain device allocation of `size` bytes, freed below.
+        let dev = unsafe { result::malloc_sync(size).unwrap() };
+        // SAFETY: `host` holds `size` bytes that only this slice uses until it is freed; the
+        // copies below only move those bytes (their values do not matter).
+        let slice = unsafe { std::slice::from_raw_parts_mut(host, size) };
+        // SAFETY: `dev` and `slice` hold `size` bytes each; `raw.time` synchronizes before
+        // it returns, so the copies end before the memory is reused or freed.
+        let h2d = raw.time(|| unsafe { result::memcpy_htod_async(dev, &slice[..], raw.stream).unwrap() });
+        // SAFETY: as for the H2D copy above.
+        let d2h = raw.time(|| unsafe { result::memcpy_dtoh_async(&mut slice[..], dev, raw.stream).unwrap() });
+        let mb = size / MIB;
+        row(&format!("ceiling_h2d_pinned_{mb}MiB"), &gbs(size as f64, &h2d), "GB/s", "raw cuMemcpyHtoDAsync");
+        row(&format!("ceiling_d2h_pinned_{mb}MiB"), &gbs(size as f64, &d2h), "GB/s", "raw cuMemcpyDtoHAsync");
+        // SAFETY: the copies were synchronized by `raw.time`; nothing uses the memory now.
+        unsafe {
+            result::free_sync(dev).unwrap();
+            result::free_host(host as *mut c_void).unwrap();
+        }
+    }
+    // Both directions at once, each on its own stream: can H2D and D2H overlap here?
+    let size = 256 * MIB;
+    // SAFETY: plain page-locked allocations of `size` bytes, freed below.
+    let (h_in, h_out) = unsafe { (result::malloc_host(size, 0).unwrap(), result::malloc_host(size, 0).unwrap()) };
+    // SAFETY: plain device allocations of `size` bytes, freed below.
+    let (d_in, d_out) = unsafe { (result::malloc_sync(size).unwrap(), result::malloc_sync(size).unwrap()) };
+    let other = result::stream::create(result::stream::StreamKind::NonBlocking).unwrap();
+    // SAFETY: `h_in` holds `size` bytes, used only through this slice until freed.
+    let src = unsafe { std::slice::from_raw_parts(h_in as *const u8, size) };
+    // SAFETY: `h_out` holds `size` bytes, used only through this slice until freed.
+    let dst = unsafe { std::slice::from_raw_parts_mut(h_out as *mut u8, size) };
+    let both = samples(|| {
+        let t = Instant::now();
+        // SAFETY: each buffer holds `size` bytes; both streams are synchronized before the
+        // sample ends, so no copy outlives it.
+        unsafe {
+            result::memcpy_htod_async(d_in, src, raw.stream).unwrap();
+            result::memcpy_dtoh_async(&mut dst[..], d_out, other).unwrap();
+            result::stream::synchronize(raw.stream).unwrap();
+            result::stream::synchronize(other).unwrap();
+        }
+        t.elapsed().as_secs_f64()
+    });
+    row(
+        "ceiling_bidirectional_256MiB",
+        &gbs(2.0 * size as f64, &both),
+        "GB/s",
+        "raw H2D and D2H at once on two streams, sum of both, wall time",
+    );
+    // SAFETY: both streams were synchronized; nothing uses these buffers or `other` now.
+    unsafe {
+        result::free_sync(d_in).unwrap();
+        result::free_sync(d_out).unwrap();
+        result::free_host(h_in).unwrap();
+        result::free_host(h_out).unwrap();
+        result::stream::destroy(other).unwrap();
+    }
+}
+
+/// Every ceiling row.
+pub(crate) fn ceilings(raw: &Raw) {
+    d2d(raw);
+    launch_floor(raw);
+    pinned(raw);
+}
