@@ -39,11 +39,13 @@ fi
 mkdir -p "$out"
 export LOCUS_BACKEND=${LOCUS_BACKEND:-cuda}
 
-# The commit measured: git's, else the one a bundle recorded, else unknown.
-if commit=$(git rev-parse --short HEAD 2>/dev/null); then
+# The commit measured: the one the bundle's binaries were built from (write it with
+# `git rev-parse --short HEAD > .gpu/COMMIT` after gpu-bundle; a GPU machine's copy of
+# the tree may carry stale git metadata), else git's, else unknown.
+if [ -x .gpu/benches/gpu ] && [ -f .gpu/COMMIT ]; then
+  commit="$(head -1 .gpu/COMMIT) (bundle)"
+elif commit=$(git rev-parse --short HEAD 2>/dev/null); then
   git diff --quiet HEAD -- 2>/dev/null || commit="$commit-dirty"
-elif [ -f .gpu/COMMIT ]; then
-  commit=$(head -1 .gpu/COMMIT)
 else
   commit=unknown
 fi
