@@ -164,6 +164,26 @@ fn backend_imports(me: &str, source: &str, modules: &[String]) -> Vec<String> {
     found
 }
 
+/// The cells of the rows of the markdown table in `doc` whose header line starts with
+/// `header`, up to the first line that is not a table line.
+fn table_rows(doc: &str, header: &str) -> Vec<Vec<String>> {
+    let mut rows = Vec::new();
+    let mut in_table = false;
+    for line in doc.lines() {
+        if line.starts_with(header) {
+            in_table = true;
+            continue;
+        }
+        if in_table && !line.starts_with('|') {
+            break;
+        }
+        if in_table && !line.starts_with("|---") {
+            rows.push(line.trim_matches('|').split('|').map(|c| c.trim().to_string()).collect());
+        }
+    }
+    rows
+}
+
 #[test]
 fn the_module_map_in_design_lists_every_backend_module_and_its_imports() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -176,24 +196,14 @@ fn the_module_map_in_design_lists_every_backend_module_and_its_imports() {
     rust_files(&src, &mut files);
     let modules: Vec<String> = files.iter().map(|f| module_id(f.strip_prefix(&src).expect("under backend"))).collect();
     // The map: `| `file` | what | `a`, `b` (allowed imports, or `*`) |` rows after its header.
-    let mut rows: Vec<(String, Vec<String>)> = Vec::new();
-    let mut in_table = false;
-    for line in doc.lines() {
-        if line.starts_with("| module | what | imports from backend |") {
-            in_table = true;
-            continue;
-        }
-        if in_table && !line.starts_with('|') {
-            break;
-        }
-        if !in_table || line.starts_with("|---") {
-            continue;
-        }
-        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
-        let file = cells[0].trim_matches('`').to_string();
-        let allowed = cells.last().unwrap_or(&"").split(',').map(|a| a.trim().trim_matches('`').to_string());
-        rows.push((file, allowed.filter(|a| !a.is_empty() && a != "—").collect()));
-    }
+    let rows: Vec<(String, Vec<String>)> = table_rows(&doc, "| module | what | imports from backend |")
+        .into_iter()
+        .map(|cells| {
+            let file = cells[0].trim_matches('`').to_string();
+            let allowed = cells.last().map_or("", String::as_str).split(',').map(|a| a.trim().trim_matches('`'));
+            (file, allowed.filter(|a| !a.is_empty() && *a != "—").map(String::from).collect())
+        })
+        .collect();
     assert!(rows.len() > 5, "no module map with the header `| module | what | imports from backend |` in DESIGN.md");
     let row_of = |m: &str| -> Option<&(String, Vec<String>)> {
         rows.iter().find(|(file, _)| {
@@ -248,24 +258,13 @@ fn the_map_check_reads_grouped_and_nested_imports() {
 /// The runtime's top-level modules, by layer, as DESIGN.md's first map gives them: rows
 /// `| layer | `a`, `b` | … |` after the header `| layer | modules | may import |`.
 fn layer_map(doc: &str) -> Vec<Vec<String>> {
-    let mut layers = Vec::new();
-    let mut in_table = false;
-    for line in doc.lines() {
-        if line.starts_with("| layer | modules | may import |") {
-            in_table = true;
-            continue;
-        }
-        if in_table && !line.starts_with('|') {
-            break;
-        }
-        if !in_table || line.starts_with("|---") {
-            continue;
-        }
-        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
-        let names = cells.get(1).copied().unwrap_or("").split('`').skip(1).step_by(2);
-        layers.push(names.map(|n| n.trim_end_matches('/').to_string()).collect());
-    }
-    layers
+    table_rows(doc, "| layer | modules | may import |")
+        .into_iter()
+        .map(|cells| {
+            let names = cells.get(1).map_or("", String::as_str).split('`').skip(1).step_by(2);
+            names.map(|n| n.trim_end_matches('/').to_string()).collect()
+        })
+        .collect()
 }
 
 #[test]

@@ -20,7 +20,6 @@ use streams::{current_stream, default_stream, host_event, host_mem, host_stream,
 pub(crate) use streams::{HostEvent, HostStream};
 
 use crate::backend::account::MemoryAccount;
-use crate::backend::hazard::Kind;
 use crate::backend::{BackendDevice, BackendStorage, Buffer, Collective, RawEvent, RawStream};
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
@@ -237,20 +236,9 @@ impl BackendDevice for HostBackend {
 
     fn upload_async(&self, device: DeviceId, src: &HostBuffer, stream: &RawStream) -> Result<(Buffer, RawEvent)> {
         let s = host_stream(stream)?;
+        // `out` is fresh memory of this stream; `src` is held below.
         let out = HostBuffer::alloc(host().account(device)?, src.len(), Some(Arc::clone(s)))?;
-        let (from, mut to) = (src.span(), out.span());
-        let uses = [(src.region(None), Kind::Read), (out.region(None), Kind::Write)];
-        s.launch(
-            "upload_async",
-            &uses,
-            Box::new(move || {
-                // SAFETY: `to` is fresh memory of this stream; `from` is pinned memory held
-                // from host writes and reuse until the event below (`hold_until`).
-                unsafe { to.bytes_mut().copy_from_slice(from.bytes()) }
-            }),
-        )?;
-        let done = self.new_event(device, false)?;
-        self.record_event(&done, stream)?;
+        let done = ops::queue_copy(s, "upload_async", src, &out)?;
         // The DMA reads `src` after this returns: the block is neither reused nor
         // written by the host before the copy is done.
         src.hold_until(done.clone());

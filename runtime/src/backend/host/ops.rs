@@ -7,11 +7,11 @@
 use std::sync::{Arc, Mutex};
 
 use super::buffer::{HostBuffer, Span};
-use super::streams::{current_stream, use_on_stream};
+use super::streams::{current_stream, use_on_stream, HostEvent, HostStream};
 use crate::backend::account::MemoryAccount;
-use crate::backend::float_only;
 use crate::backend::hazard::{self, Kind};
 use crate::backend::host_kernels as k;
+use crate::backend::{float_only, RawEvent};
 use crate::element::{with_dtype, DType, Element, Scalar};
 use crate::error::{Error, Result};
 
@@ -141,4 +141,31 @@ pub(super) fn rand(account: &'static MemoryAccount, dtype: DType, len: usize, se
             Ok(())
         }),
     )
+}
+
+/// Queues a copy of all of `src` into `dst` (the same length) on `s` as op `op`, and
+/// returns an event recorded right after it: what an async DMA is on the GPU. The caller
+/// has ordered `src`'s last write before this point of `s`, and keeps `dst` (and pinned
+/// memory in `src`) from every other use until the event (`hold_until`).
+pub(super) fn queue_copy(
+    s: &Arc<HostStream>,
+    op: &'static str,
+    src: &HostBuffer,
+    dst: &HostBuffer,
+) -> Result<RawEvent> {
+    let (from, mut to) = (src.span(), dst.span());
+    let uses = [(src.region(None), Kind::Read), (dst.region(None), Kind::Write)];
+    s.launch(
+        op,
+        &uses,
+        Box::new(move || {
+            // SAFETY: the source was written before this point of the stream and the
+            // destination is used by nothing else until the event below (the caller's
+            // contract above); the checker books both uses.
+            unsafe { to.bytes_mut().copy_from_slice(from.bytes()) }
+        }),
+    )?;
+    let done = Arc::new(HostEvent::default());
+    done.record(s)?;
+    Ok(RawEvent::Host(done))
 }

@@ -3,12 +3,9 @@
 //! device through [`launch`] (a job on the current stream of a simulated device, a call
 //! on the calling thread for `cpu` and `pinned`).
 
-use std::sync::Arc;
-
 use super::buffer::HostBuffer;
-use super::ops::{launch, typed, typed_mut, Launch};
-use super::streams::{current_stream, host_stream, use_on_stream, HostEvent};
-use crate::backend::hazard::Kind;
+use super::ops::{launch, queue_copy, typed, typed_mut, Launch};
+use super::streams::{current_stream, host_stream, use_on_stream};
 use crate::backend::host_kernels::{self as k, Geometry};
 use crate::backend::{
     float_only, same_length, BackendStorage, BinaryOp, Blocks, Gemm, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp,
@@ -72,21 +69,9 @@ impl BackendStorage for HostBuffer {
     fn download_async(&self, dst: &mut HostBuffer, stream: &RawStream) -> Result<RawEvent> {
         same_length("to_pinned_async", dst.len(), self.len())?;
         let s = host_stream(stream)?;
+        // The source's writer comes first on `s`; `dst` is held until the copy is done.
         use_on_stream(self, s)?;
-        let (from, mut to) = (self.span(), dst.span());
-        let uses = [(self.region(None), Kind::Read), (dst.region(None), Kind::Write)];
-        s.launch(
-            "download_async",
-            &uses,
-            Box::new(move || {
-                // SAFETY: `from` was written before this point of the stream (the wait
-                // above); `to` is pinned memory held from the host until the event below.
-                unsafe { to.bytes_mut().copy_from_slice(from.bytes()) }
-            }),
-        )?;
-        let done = Arc::new(HostEvent::default());
-        done.record(s)?;
-        let done = RawEvent::Host(done);
+        let done = queue_copy(s, "download_async", self, dst)?;
         dst.hold_until(done.clone());
         Ok(done)
     }
