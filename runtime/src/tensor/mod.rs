@@ -3,8 +3,9 @@
 mod arith;
 mod convert;
 mod current;
+mod elementwise;
 mod factory;
-mod more_ops;
+mod layout;
 mod ops;
 
 use std::fmt;

@@ -1,79 +1,17 @@
-//! The small ops everyone reaches for: a scalar on the left of `+ - * /`, `abs`,
-//! `square`, `pow`, `clamp`, and narrowing, selecting, concatenating and stacking along
-//! any dim. The layout ops are strided block copies ([`BackendStorage::copy_blocks`]):
-//! for a row-major tensor, everything below a dim is one contiguous run.
-
-use std::ops::{Add, Div, Mul, Sub};
+//! Layout ops along any dim: narrowing, selecting, concatenating and stacking. Each is
+//! a strided block copy ([`BackendStorage::copy_blocks`]): for a row-major tensor,
+//! everything below a dim is one contiguous run, so a part is `count` blocks of one
+//! size at a fixed stride.
 
 use super::Tensor;
-use crate::backend::{BackendStorage, BinaryOp, Blocks, ParamOp, UnaryOp};
+use crate::backend::{BackendStorage, Blocks};
 use crate::device::Device;
-use crate::element::{Element, Float};
+use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::placement::SamePlacement;
 use crate::shape::{self, Shape};
 
 impl<D: Device, T: Element> Tensor<D, T> {
-    /// `lhs op self`, elementwise: the scalar on the left.
-    pub(crate) fn scalar_lhs(&self, op: BinaryOp, lhs: T) -> Result<Self> {
-        let buf = self.buffer().scalar_binary(op, T::DTYPE, lhs.to_scalar(), self.numel())?;
-        Ok(self.with_buffer(buf, self.shape.clone()))
-    }
-
-    /// The absolute value elementwise. Integers wrap: `i32::MIN` stays `i32::MIN`, as
-    /// in PyTorch.
-    ///
-    /// ```
-    /// # extern crate locus_runtime as locus;
-    /// use locus::{Cuda, Tensor};
-    /// let t = Tensor::<Cuda<0>, i32>::from_vec(vec![-3, 0, 4], [3])?;
-    /// assert_eq!(t.abs()?.to_vec()?, vec![3, 0, 4]);
-    /// # Ok::<(), locus::Error>(())
-    /// ```
-    pub fn abs(&self) -> Result<Self> {
-        self.unary(UnaryOp::Abs)
-    }
-
-    /// `x * x` elementwise (integers wrap).
-    ///
-    /// ```
-    /// # extern crate locus_runtime as locus;
-    /// use locus::{Cpu, Tensor};
-    /// let t = Tensor::<Cpu>::from_vec(vec![-3.0, 0.5], [2])?;
-    /// assert_eq!(t.square()?.to_vec()?, vec![9.0, 0.25]);
-    /// # Ok::<(), locus::Error>(())
-    /// ```
-    pub fn square(&self) -> Result<Self> {
-        self.unary(UnaryOp::Square)
-    }
-
-    /// Each element limited to `[min, max]` (PyTorch's `clamp`); NaN stays NaN. `min >
-    /// max`, or a NaN bound, is an error.
-    ///
-    /// ```
-    /// # extern crate locus_runtime as locus;
-    /// use locus::{Cuda, Tensor};
-    /// let t = Tensor::<Cuda<0>>::from_vec(vec![-2.0, 0.5, 7.0], [3])?;
-    /// assert_eq!(t.clamp(0.0, 1.0)?.to_vec()?, vec![0.0, 0.5, 1.0]);
-    /// assert!(t.clamp(1.0, 0.0).is_err());
-    /// # Ok::<(), locus::Error>(())
-    /// ```
-    pub fn clamp(&self, min: T, max: T) -> Result<Self> {
-        // `None` (a NaN bound) fails too.
-        if !matches!(min.partial_cmp(&max), Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal)) {
-            return Err(Error::InvalidArgument {
-                op: "clamp",
-                reason: format!("needs min <= max, got min = {min:?} and max = {max:?}"),
-            });
-        }
-        self.param(ParamOp::Clamp(min.to_scalar(), max.to_scalar()))
-    }
-
-    fn param(&self, op: ParamOp) -> Result<Self> {
-        let buf = self.buffer().unary_param(op, T::DTYPE, self.numel())?;
-        Ok(self.with_buffer(buf, self.shape.clone()))
-    }
-
     /// Elements `start..start + len` along `dim`, the other dims whole (PyTorch's
     /// `narrow`); a copy. Columns of a matrix are `narrow(1, ..)`.
     ///
@@ -297,126 +235,3 @@ fn too_big(op: &'static str, shape: &[usize]) -> Error {
         reason: format!("the result of shape like {shape:?} has more elements than fit in memory"),
     }
 }
-
-impl<D: Device, T: Float> Tensor<D, T> {
-    /// `x^exponent` elementwise (float types only: for integers, convert first).
-    ///
-    /// ```
-    /// # extern crate locus_runtime as locus;
-    /// use locus::{Cuda, Tensor};
-    /// let t = Tensor::<Cuda<0>, f64>::from_vec(vec![4.0, 9.0], [2])?;
-    /// assert_eq!(t.pow(0.5)?.to_vec()?, vec![2.0, 3.0]);
-    /// assert_eq!(t.pow(2.0)?.to_vec()?, vec![16.0, 81.0]);
-    /// # Ok::<(), locus::Error>(())
-    /// ```
-    pub fn pow(&self, exponent: T) -> Result<Self> {
-        self.param(ParamOp::Pow(exponent.to_scalar()))
-    }
-}
-
-/// `scalar op tensor` for one operator, every element type, both operand forms; the
-/// doc (with its example) goes on the first type's impl only.
-macro_rules! scalar_lhs_op {
-    ($Trait:ident, $method:ident, $op:expr, $doc:literal, $first:ty $(, $t:ty)*) => {
-        #[doc = $doc]
-        impl<D: Device> $Trait<&Tensor<D, $first>> for $first {
-            type Output = Result<Tensor<D, $first>>;
-            fn $method(self, rhs: &Tensor<D, $first>) -> Self::Output {
-                rhs.scalar_lhs($op, self)
-            }
-        }
-        scalar_lhs_op!(@owned $Trait, $method, $op, $first);
-        $(
-            impl<D: Device> $Trait<&Tensor<D, $t>> for $t {
-                type Output = Result<Tensor<D, $t>>;
-                fn $method(self, rhs: &Tensor<D, $t>) -> Self::Output {
-                    rhs.scalar_lhs($op, self)
-                }
-            }
-            scalar_lhs_op!(@owned $Trait, $method, $op, $t);
-        )*
-    };
-    (@owned $Trait:ident, $method:ident, $op:expr, $t:ty) => {
-        impl<D: Device> $Trait<Tensor<D, $t>> for $t {
-            type Output = Result<Tensor<D, $t>>;
-            fn $method(self, rhs: Tensor<D, $t>) -> Self::Output {
-                rhs.scalar_lhs($op, self)
-            }
-        }
-    };
-}
-
-scalar_lhs_op!(
-    Add,
-    add,
-    BinaryOp::Add,
-    "`s + x` elementwise, for every element type.
-
-```
-# extern crate locus_runtime as locus;
-use locus::{Cuda, Tensor};
-let x = Tensor::<Cuda<0>, u8>::from_vec(vec![1, 255], [2])?;
-assert_eq!((1 + &x)?.to_vec()?, vec![2, 0]); // integers wrap
-# Ok::<(), locus::Error>(())
-```",
-    f32,
-    f64,
-    i32,
-    u8
-);
-scalar_lhs_op!(
-    Sub,
-    sub,
-    BinaryOp::Sub,
-    "`s - x` elementwise, for every element type.
-
-```
-# extern crate locus_runtime as locus;
-use locus::{Cpu, Tensor};
-let x = Tensor::<Cpu>::from_vec(vec![0.25, 2.0], [2])?;
-assert_eq!((1.0 - &x)?.to_vec()?, vec![0.75, -1.0]);
-# Ok::<(), locus::Error>(())
-```",
-    f32,
-    f64,
-    i32,
-    u8
-);
-scalar_lhs_op!(
-    Mul,
-    mul,
-    BinaryOp::Mul,
-    "`s * x` elementwise, for every element type.
-
-```
-# extern crate locus_runtime as locus;
-use locus::{Cuda, Tensor};
-let x = Tensor::<Cuda<0>>::from_vec(vec![1.0, -2.0], [2])?;
-assert_eq!((2.0 * x)?.to_vec()?, vec![2.0, -4.0]);
-# Ok::<(), locus::Error>(())
-```",
-    f32,
-    f64,
-    i32,
-    u8
-);
-scalar_lhs_op!(
-    Div,
-    div,
-    BinaryOp::Div,
-    "`s / x` elementwise, for every element type; integer division by zero is an error.
-
-```
-# extern crate locus_runtime as locus;
-use locus::{Cpu, Tensor};
-let x = Tensor::<Cpu, i32>::from_vec(vec![2, -3], [2])?;
-assert_eq!((12 / &x)?.to_vec()?, vec![6, -4]);
-let z = Tensor::<Cpu, i32>::zeros([1])?;
-assert!((1 / &z).is_err());
-# Ok::<(), locus::Error>(())
-```",
-    f32,
-    f64,
-    i32,
-    u8
-);
