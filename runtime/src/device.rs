@@ -67,12 +67,12 @@ pub struct Pinned;
 
 /// The CUDA device with ordinal `N`, known at compile time.
 ///
-/// An ordinal beyond the device count is [`Error::NoSuchDevice`] at first use.
+/// An ordinal beyond the device count is [`Error::NoSuchDevice`](crate::Error::NoSuchDevice) at first use.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Cuda<const N: usize>;
 
 /// A placement chosen at run time. Ops on `Dyn` tensors check placements when they run
-/// and return [`Error::DeviceMismatch`] when operands differ.
+/// and return [`Error::DeviceMismatch`](crate::Error::DeviceMismatch) when operands differ.
 ///
 /// ```
 /// # extern crate locus_runtime as locus;
