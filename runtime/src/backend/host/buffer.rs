@@ -69,10 +69,10 @@ pub(crate) struct HostBuffer {
     pub(super) readers: Mutex<Vec<Arc<HostStream>>>,
 }
 
-// SAFETY: the buffer owns its memory (a Vec, a mapping or a pool block) as a Vec<u8>
-// would; the raw pointer is into that memory. Shared access (`bytes`) only reads, and
-// writes need `&mut self`; jobs on other threads reach it only through spans, ordered by
-// their stream (what the hazard checker verifies).
+// The buffer owns its memory (a Vec, a mapping or a pool block) as a Vec<u8> would; the
+// raw pointer is into that memory. Jobs on other threads reach it only through spans,
+// ordered by their stream (what the hazard checker verifies).
+// SAFETY: owned memory moves with the buffer, like a Vec<u8>'s (see above).
 unsafe impl Send for HostBuffer {}
 // SAFETY: as for Send: `&HostBuffer` gives read access only.
 unsafe impl Sync for HostBuffer {}

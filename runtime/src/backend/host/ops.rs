@@ -65,14 +65,19 @@ pub(super) fn launch(l: Launch, ins: &[&HostBuffer], kernel: Kernel) -> Result<H
     let out = HostBuffer::alloc(l.account, bytes, Some(Arc::clone(&stream)))?;
     let spans: Vec<Span> = ins.iter().map(|h| h.span()).collect();
     let mut target = out.span();
-    let result: Arc<Mutex<Result<()>>> = Arc::new(Mutex::new(Ok(())));
-    let slot = l.check.then(|| Arc::clone(&result));
+    // Where a checked kernel leaves its result (only ops that wait for it need one).
+    let result: Option<Arc<Mutex<Result<()>>>> = l.check.then(|| Arc::new(Mutex::new(Ok(()))));
+    let slot = result.clone();
     let job = Box::new(move || {
-        // SAFETY: the job runs on the stream that owns the output, after its inputs'
-        // writers (the waits `use_on_stream` queued, or the same stream); the output
-        // is fresh, and every later use is ordered after this job. The checker books
-        // these uses below and reports any that is not so ordered.
-        let views: Vec<&[u8]> = spans.iter().map(|s| unsafe { s.bytes() }).collect();
+        // The job runs on the stream that owns the output, after its inputs' writers
+        // (the waits `use_on_stream` queued, or the same stream); the output is fresh,
+        // and every later use is ordered after this job. The checker books these uses
+        // below and reports any that is not so ordered.
+        let views: Vec<&[u8]> = spans
+            .iter()
+            // SAFETY: each input was written before this job in stream order (above).
+            .map(|s| unsafe { s.bytes() })
+            .collect();
         // SAFETY: as above: nothing else uses the fresh output while the job runs.
         let r = kernel(&views, unsafe { target.bytes_mut() });
         match (slot, r) {
@@ -90,7 +95,7 @@ pub(super) fn launch(l: Launch, ins: &[&HostBuffer], kernel: Kernel) -> Result<H
     }
     let (seq, clock) = stream.launch(l.op, &uses, job)?;
     drop(uses);
-    if l.check {
+    if let Some(result) = result {
         stream.wait_job(seq, &clock)?;
         std::mem::replace(&mut *result.lock().unwrap_or_else(|p| p.into_inner()), Ok(()))?;
     }

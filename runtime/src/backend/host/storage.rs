@@ -236,3 +236,23 @@ impl BackendStorage for HostBuffer {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::host;
+    use super::super::ops::fill;
+    use super::*;
+
+    #[test]
+    fn a_download_into_host_memory_of_the_wrong_length_is_an_error_on_every_device() {
+        for device in [DeviceId::Cpu, DeviceId::Cuda(0)] {
+            let x = fill(host().account(device).expect("account"), DType::F32, 4, Scalar::F32(1.0)).expect("fill");
+            let mut short = [0u8; 12];
+            let e = x.download(&mut short).expect_err("12 bytes cannot hold 4 f32");
+            assert!(e.to_string().contains("wrong length (12 bytes for 16)"), "{e}");
+            let mut right = [0u8; 16];
+            x.download(&mut right).expect("download");
+            assert_eq!(bytemuck::cast_slice::<u8, f32>(&right), &[1.0; 4]);
+        }
+    }
+}
