@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use crate::placement::{SameEventDevice, SamePlacement, SameStreamDevice};
+use crate::placement::{SameEventDevice, SameGraphDevice, SamePlacement, SameStreamDevice};
 
 pub use crate::device_id::DeviceId;
 
@@ -16,7 +16,7 @@ mod sealed {
 /// A placement: where a tensor's memory lives.
 ///
 /// Implemented by [`Cpu`], [`Pinned`], [`Cuda<N>`] and [`Dyn`] only. The supertraits
-/// `SamePlacement<Self>`, `SameStreamDevice<Self>` and `SameEventDevice<Self>` let
+/// `SamePlacement<Self>`, `SameStreamDevice<Self>`, `SameEventDevice<Self>` and `SameGraphDevice<Self>` let
 /// generic code combine two tensors, or a tensor, a stream and an event, of one
 /// placement `D` with no extra bound.
 ///
@@ -39,6 +39,7 @@ pub trait Device:
     + SamePlacement<Self>
     + SameStreamDevice<Self>
     + SameEventDevice<Self>
+    + SameGraphDevice<Self>
     + sealed::Sealed
 {
     /// The run-time name of this placement.

@@ -57,6 +57,15 @@ pub enum Error {
         rhs: Vec<usize>,
     },
 
+    /// Work that a graph capture cannot record, refused before it reaches the driver.
+    #[error("`{op}` cannot be captured in a graph: {reason}")]
+    NotCapturable {
+        /// The op, as the user called it.
+        op: &'static str,
+        /// Why, and what to do instead.
+        reason: String,
+    },
+
     /// An argument the op cannot take (bad dim, zero step, wrong element count, ...).
     #[error("{op}: {reason}")]
     InvalidArgument {

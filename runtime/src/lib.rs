@@ -45,6 +45,7 @@ mod device;
 mod device_id;
 mod element;
 mod error;
+mod graph;
 mod guard;
 mod loader;
 mod macro_support;
@@ -64,11 +65,12 @@ pub use copy::{AsyncSource, HostPlacement, Pending, Transfer};
 pub use device::{devices, Cpu, Cuda, Device, DeviceId, Dyn, Here, Pinned, StaticDevice};
 pub use element::{DType, Element, Float, Scalar};
 pub use error::{Error, Result};
+pub use graph::{Graph, GraphInputs, GraphOutputs, InputMut, Output};
 pub use guard::{current_device, DeviceGuard, IntoDeviceId, OnDevice};
 pub use loader::{Batch, Dataset, Loader, LoaderBuilder};
 pub use memory::{max_memory_allocated, memory_allocated, memory_reserved, reset_peak_memory_stats, stream_count};
 pub use parallel::{can_access_peer, enable_peer_access, DataParallel, Module, PeerAccess};
-pub use placement::{SameEventDevice, SamePlacement, SameStreamDevice};
+pub use placement::{SameEventDevice, SameGraphDevice, SamePlacement, SameStreamDevice};
 pub use stream::{
     cross_stream_waits, cross_stream_waits_skipped, current_stream, on_stream, synchronize, Event, Stream,
 };

@@ -61,6 +61,22 @@ pub trait SameStreamDevice<S> {}
 )]
 pub trait SameEventDevice<S> {}
 
+/// A graph of `Self` may capture a tensor on `Other`, or replay on a stream of `Other`.
+///
+/// ```compile_fail
+/// # extern crate locus_runtime as locus;
+/// use locus::{Cuda, Graph, Stream, Tensor};
+/// let s = Stream::<Cuda<0>>::new().unwrap();
+/// let mut x = Tensor::<Cuda<1>>::zeros([2]).unwrap();
+/// let g = Graph::capture(&s, &mut x, |x| x + 1.0); // a graph on `Cuda<0>` cannot capture a tensor on `Cuda<1>`
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "a graph on `{Other}` cannot use a tensor or stream of `{Self}`",
+    label = "this is of `{Self}`, the graph captures work on `{Other}`",
+    note = "a graph captures and replays the work of one device: capture on a stream of `{Self}`, or copy the tensor first with `.to::<{Other}>()`"
+)]
+pub trait SameGraphDevice<Other> {}
+
 /// Never a real placement; see the module docs.
 #[doc(hidden)]
 pub enum Unplaced {}
@@ -85,4 +101,4 @@ macro_rules! placement_rule {
         impl$(<const $n: usize>)? $Trait<$p> for Dyn {}
     )*};
 }
-placement_rule!(SamePlacement, SameStreamDevice, SameEventDevice);
+placement_rule!(SamePlacement, SameStreamDevice, SameEventDevice, SameGraphDevice);

@@ -4,6 +4,7 @@
 //! reported as the device mismatch it is rather than a panic.
 
 use super::cuda::CudaBuffer;
+use super::capture;
 use super::traits::BackendStorage;
 use super::{BinaryOp, Blocks, Gemm, HostBuffer, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp};
 use crate::device_id::DeviceId;
@@ -29,6 +30,10 @@ enum Many<'a> {
     Host(&'a HostBuffer, Vec<&'a HostBuffer>),
     Cuda(&'a CudaBuffer, Vec<&'a CudaBuffer>),
 }
+
+/// Why a host read cannot be captured.
+const HOST_READ: &str = "nothing runs while a graph is captured, so there is nothing to read yet; \
+     read the graph's outputs after `replay()`";
 
 fn mismatch(op: &'static str, lhs: &Buffer, rhs: &Buffer) -> Error {
     Error::DeviceMismatch { op, lhs: lhs.device_id(), rhs: rhs.device_id() }
@@ -77,6 +82,7 @@ impl BackendStorage for Buffer {
     }
 
     fn download(&self, out: &mut [u8]) -> Result<()> {
+        capture::refuse("to_vec / item (a read by the host)", HOST_READ)?;
         match self {
             Buffer::Host(h) => h.download(out),
             Buffer::Cuda(c) => c.download(out),
@@ -84,6 +90,7 @@ impl BackendStorage for Buffer {
     }
 
     fn download_async(&self, dst: &mut HostBuffer, stream: &RawStream) -> Result<RawEvent> {
+        capture::refuse("to_pinned_async", HOST_READ)?;
         match self {
             Buffer::Host(h) => h.download_async(dst, stream),
             Buffer::Cuda(c) => c.download_async(dst, stream),
@@ -91,13 +98,44 @@ impl BackendStorage for Buffer {
     }
 
     fn use_on_stream(&self, stream: &RawStream) -> Result<()> {
+        capture::on_device("record_stream", self.device_id())?;
         match self {
             Buffer::Host(h) => h.use_on_stream(stream),
             Buffer::Cuda(c) => c.use_on_stream(stream),
         }
     }
 
+    fn before_write(&self, stream: &RawStream) -> Result<()> {
+        match self {
+            Buffer::Host(h) => h.before_write(stream),
+            Buffer::Cuda(c) => BackendStorage::before_write(c, stream),
+        }
+    }
+
+    fn after_write(&self, stream: &RawStream) -> Result<()> {
+        match self {
+            Buffer::Host(h) => h.after_write(stream),
+            Buffer::Cuda(c) => BackendStorage::after_write(c, stream),
+        }
+    }
+
+    fn overwrite(&self, src: &Self) -> Result<()> {
+        capture::refuse("copy_from", "inputs are written between replays, not in the graph")?;
+        match self.pair("copy_from", src)? {
+            Pair::Host(a, b) => a.overwrite(b),
+            Pair::Cuda(a, b) => a.overwrite(b),
+        }
+    }
+
+    fn forget_captured_writes(&self) {
+        match self {
+            Buffer::Host(h) => h.forget_captured_writes(),
+            Buffer::Cuda(c) => BackendStorage::forget_captured_writes(c),
+        }
+    }
+
     fn unary(&self, op: UnaryOp, dtype: DType, len: usize) -> Result<Self> {
+        capture::on_device(op.name(), self.device_id())?;
         match self {
             Buffer::Host(h) => h.unary(op, dtype, len).map(Buffer::Host),
             Buffer::Cuda(c) => c.unary(op, dtype, len).map(Buffer::Cuda),
@@ -105,6 +143,7 @@ impl BackendStorage for Buffer {
     }
 
     fn unary_param(&self, op: ParamOp, dtype: DType, len: usize) -> Result<Self> {
+        capture::on_device(op.name(), self.device_id())?;
         match self {
             Buffer::Host(h) => h.unary_param(op, dtype, len).map(Buffer::Host),
             Buffer::Cuda(c) => c.unary_param(op, dtype, len).map(Buffer::Cuda),
@@ -112,6 +151,8 @@ impl BackendStorage for Buffer {
     }
 
     fn binary(&self, rhs: &Self, op: BinaryOp, dtype: DType, out_shape: &[usize], layout: &Layout) -> Result<Self> {
+        capture::on_device(op.name(), self.device_id())?;
+        capture::division(op, dtype)?;
         match self.pair(op.name(), rhs)? {
             Pair::Host(a, b) => a.binary(b, op, dtype, out_shape, layout).map(Buffer::Host),
             Pair::Cuda(a, b) => a.binary(b, op, dtype, out_shape, layout).map(Buffer::Cuda),
@@ -119,6 +160,8 @@ impl BackendStorage for Buffer {
     }
 
     fn binary_scalar(&self, op: BinaryOp, dtype: DType, len: usize, rhs: Scalar) -> Result<Self> {
+        capture::on_device(op.name(), self.device_id())?;
+        capture::division(op, dtype)?;
         match self {
             Buffer::Host(h) => h.binary_scalar(op, dtype, len, rhs).map(Buffer::Host),
             Buffer::Cuda(c) => c.binary_scalar(op, dtype, len, rhs).map(Buffer::Cuda),
@@ -126,6 +169,8 @@ impl BackendStorage for Buffer {
     }
 
     fn scalar_binary(&self, op: BinaryOp, dtype: DType, lhs: Scalar, len: usize) -> Result<Self> {
+        capture::on_device(op.name(), self.device_id())?;
+        capture::division(op, dtype)?;
         match self {
             Buffer::Host(h) => h.scalar_binary(op, dtype, lhs, len).map(Buffer::Host),
             Buffer::Cuda(c) => c.scalar_binary(op, dtype, lhs, len).map(Buffer::Cuda),
@@ -133,6 +178,7 @@ impl BackendStorage for Buffer {
     }
 
     fn reduce(&self, op: ReduceOp, dtype: DType, r: Reduction) -> Result<Self> {
+        capture::on_device(op.name(), self.device_id())?;
         match self {
             Buffer::Host(h) => h.reduce(op, dtype, r).map(Buffer::Host),
             Buffer::Cuda(c) => c.reduce(op, dtype, r).map(Buffer::Cuda),
@@ -140,6 +186,7 @@ impl BackendStorage for Buffer {
     }
 
     fn matmul(&self, rhs: &Self, dtype: DType, g: Gemm) -> Result<Self> {
+        capture::on_device("matmul", self.device_id())?;
         match self.pair("matmul", rhs)? {
             Pair::Host(a, b) => a.matmul(b, dtype, g).map(Buffer::Host),
             Pair::Cuda(a, b) => a.matmul(b, dtype, g).map(Buffer::Cuda),
@@ -147,6 +194,7 @@ impl BackendStorage for Buffer {
     }
 
     fn transpose(&self, dtype: DType, rows: usize, cols: usize) -> Result<Self> {
+        capture::on_device("transpose", self.device_id())?;
         match self {
             Buffer::Host(h) => h.transpose(dtype, rows, cols).map(Buffer::Host),
             Buffer::Cuda(c) => c.transpose(dtype, rows, cols).map(Buffer::Cuda),
@@ -154,6 +202,7 @@ impl BackendStorage for Buffer {
     }
 
     fn slice(&self, dtype: DType, offset: usize, len: usize) -> Result<Self> {
+        capture::on_device("slice", self.device_id())?;
         match self {
             Buffer::Host(h) => h.slice(dtype, offset, len).map(Buffer::Host),
             Buffer::Cuda(c) => c.slice(dtype, offset, len).map(Buffer::Cuda),
@@ -161,6 +210,9 @@ impl BackendStorage for Buffer {
     }
 
     fn concat(dtype: DType, parts: &[(&Self, usize)]) -> Result<Self> {
+        if let Some((first, _)) = parts.first() {
+            capture::on_device("cat", first.device_id())?;
+        }
         let Some(((first, _), rest)) = parts.split_first() else {
             return Err(Error::InvalidArgument { op: "concat", reason: "no buffers to join".into() });
         };
@@ -178,6 +230,7 @@ impl BackendStorage for Buffer {
     }
 
     fn copy_blocks(&self, dtype: DType, len: usize, parts: &[Blocks<'_, Self>]) -> Result<Self> {
+        capture::on_device("copy", self.device_id())?;
         match self.many("copy_blocks", parts.iter().map(|p| p.src))? {
             Many::Host(into, v) => {
                 let parts: Vec<_> = parts.iter().zip(v).map(|(p, h)| p.with_src(h)).collect();

@@ -8,6 +8,7 @@
 
 mod account;
 mod buffer;
+pub(crate) mod capture;
 pub(crate) mod copy_threads;
 mod cuda;
 pub(crate) mod current_stream;
@@ -56,6 +57,32 @@ impl RawStream {
 pub(crate) enum RawEvent {
     Host(Arc<host::HostEvent>),
     Cuda(Arc<cuda::EventObj>),
+}
+
+/// A captured graph of one backend, ready to replay.
+#[derive(Clone, Debug)]
+pub(crate) enum RawGraph {
+    Host(Arc<host::HostGraph>),
+    Cuda(Arc<cuda::GraphObj>),
+}
+
+impl RawGraph {
+    /// Whether `b` was made in this graph's capture (it belongs to the graph).
+    pub(crate) fn owns(&self, b: &Buffer) -> bool {
+        match (self, b) {
+            (RawGraph::Host(g), Buffer::Host(h)) => g.owns(h),
+            (RawGraph::Cuda(g), Buffer::Cuda(c)) => g.owns(c),
+            _ => false,
+        }
+    }
+
+    /// Buffers made in the capture that are still alive.
+    pub(crate) fn live_buffers(&self) -> usize {
+        match self {
+            RawGraph::Host(g) => g.live_buffers(),
+            RawGraph::Cuda(g) => g.live_buffers(),
+        }
+    }
 }
 
 static CROSS_STREAM_WAITS: AtomicU64 = AtomicU64::new(0);
@@ -131,8 +158,18 @@ fn choose() -> Result<&'static dyn BackendDevice> {
     }
 }
 
-/// The backend that runs ops on `device`, after checking that the device exists.
+/// The backend that runs ops on `device`, after checking that the device exists. While
+/// the thread captures a graph, the [`capture::Gate`] in front of it.
 pub(crate) fn for_device(device: DeviceId) -> Result<&'static dyn BackendDevice> {
+    let backend = for_device_now(device)?;
+    match capture::active() {
+        Some(_) => Ok(&capture::GATE),
+        None => Ok(backend),
+    }
+}
+
+/// The backend that runs ops on `device`, never the capture gate.
+pub(crate) fn for_device_now(device: DeviceId) -> Result<&'static dyn BackendDevice> {
     match device {
         DeviceId::Cpu | DeviceId::Pinned => Ok(host::backend()?),
         DeviceId::Cuda(ordinal) => {

@@ -41,6 +41,25 @@ pub(crate) fn float_only(op: &'static str, dtype: DType) -> Result<()> {
     }
 }
 
+impl ParamOp {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            ParamOp::Pow(_) => "pow",
+            ParamOp::Clamp(..) => "clamp",
+        }
+    }
+}
+
+impl ReduceOp {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Mean => "mean",
+            ReduceOp::Max => "max",
+        }
+    }
+}
+
 /// An elementwise op of one operand with scalar parameters (of the operand's dtype).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum ParamOp {

@@ -15,7 +15,9 @@
 //! backends check only what they alone can know (float-only ops, through
 //! [`super::float_only`]; integer division by zero; limits of a kernel or library).
 
-use super::{BinaryOp, Blocks, Buffer, Collective, Gemm, HostBuffer, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp};
+use super::{
+    BinaryOp, Blocks, Buffer, Collective, Gemm, HostBuffer, ParamOp, RawEvent, RawGraph, RawStream, ReduceOp, UnaryOp,
+};
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::Result;
@@ -102,6 +104,17 @@ pub(crate) trait BackendDevice: Send + Sync + 'static {
         len: usize,
         op: Collective<'_>,
     ) -> Result<Option<Vec<Buffer>>>;
+
+    /// Starts capturing the work queued on `stream` into a graph instead of running it.
+    /// Captured work may read memory made during the capture, and `inputs`, only.
+    fn begin_capture(&self, stream: &RawStream, inputs: &[&Buffer]) -> Result<()>;
+    /// Ends the capture begun on `stream`: its work, and that of the streams that joined
+    /// it, as a graph ready to replay.
+    fn end_capture(&self, stream: &RawStream) -> Result<RawGraph>;
+    /// Queues one replay of `graph` on `stream`. It reads `reads` (the inputs) and
+    /// writes `writes` (the outputs made in the capture); the caller has ordered them for
+    /// `stream` (`use_on_stream`, `before_write`) and marks the writes after.
+    fn launch_graph(&self, graph: &RawGraph, stream: &RawStream, reads: &[&Buffer], writes: &[&Buffer]) -> Result<()>;
 }
 
 /// Storage-level work: a buffer that knows its device. Each op makes a new buffer on the
@@ -119,6 +132,18 @@ pub(crate) trait BackendStorage: Sized {
     /// Marks this buffer as used on `stream` (PyTorch's `record_stream`): `stream` first
     /// waits for the buffer's writer, and the buffer is freed only after `stream` is done.
     fn use_on_stream(&self, stream: &RawStream) -> Result<()>;
+    /// Prepares this memory to be written in place on `stream`: `stream` waits for its
+    /// last write and for every stream that read it since.
+    fn before_write(&self, stream: &RawStream) -> Result<()>;
+    /// This memory was just written in place by work queued on `stream`: later uses on
+    /// other streams wait for that write.
+    fn after_write(&self, stream: &RawStream) -> Result<()>;
+    /// Copies `src` (of the same length and device) over this memory, in place, queued
+    /// on the thread's current stream of the device.
+    fn overwrite(&self, src: &Self) -> Result<()>;
+    /// Forgets the writes a capture queued (they never ran): the memory counts as
+    /// unwritten until a replay writes it.
+    fn forget_captured_writes(&self);
 
     /// `op` of each of the `len` elements.
     fn unary(&self, op: UnaryOp, dtype: DType, len: usize) -> Result<Self>;

@@ -89,6 +89,7 @@ impl<T: Batch> LoaderBuilder<T> {
 
     /// Starts the loader, delivering batches on the CUDA device `device`.
     pub fn to_device<D: Device>(self, device: D) -> Result<Loader<D, T>> {
+        crate::backend::capture::refuse("Loader", LOADER_IN_CAPTURE)?;
         if device.id().ordinal().is_none() {
             return Err(Error::InvalidArgument {
                 op: "Loader",
@@ -141,3 +142,8 @@ impl<T: Batch> LoaderBuilder<T> {
         Ok(Loader { device, stream, shared, workers, ready: None, next: 0, done: false, bar })
     }
 }
+
+/// Why a loader cannot be used while a graph is captured.
+pub(super) const LOADER_IN_CAPTURE: &str = "its batches are copied from host memory on threads of its own, which a \
+     replay would not repeat; take the batch before the capture's replay and copy it into an input with \
+     `Graph::inputs_mut`";

@@ -1,32 +1,53 @@
 //! Device memory: stream-ordered allocations from the device's pool.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{result, sys};
 
 use super::device::{driver, DeviceState};
 use super::event::EventObj;
+use super::graph::CudaCapture;
 use super::stream::{free_all_cached, StreamObj};
 use crate::error::{Error, Result};
 
-/// `bytes` bytes on one device, written on `stream` and freed there (stream-ordered)
-/// on drop, after every other stream that read it.
+/// `bytes` bytes on one device, allocated on its home stream and freed there
+/// (stream-ordered) on drop, after every other stream that used it.
 pub(crate) struct CudaBuffer {
     ptr: sys::CUdeviceptr,
     bytes: usize,
     /// Bytes actually allocated: a cache bin for small buffers, else `bytes`.
     cap: usize,
     dev: &'static DeviceState,
-    stream: Arc<StreamObj>,
-    /// Other streams that used this memory; the free waits for them.
-    readers: Mutex<Vec<Arc<StreamObj>>>,
-    /// Recorded right after the write, when the writer is not the device's default
+    /// The stream the memory was allocated on, where its free is ordered.
+    home: Arc<StreamObj>,
+    uses: Mutex<Uses>,
+    /// The capture this memory was made in: it belongs to that graph, which frees it.
+    graph: Option<Arc<CudaCapture>>,
+}
+
+/// Who wrote a buffer last and who used it.
+struct Uses {
+    /// The stream of the last write (the home stream for a fresh buffer).
+    writer: Arc<StreamObj>,
+    /// Recorded right after that write when the writer is not the device's default
     /// stream: readers on other streams wait for exactly this write, not for all the
     /// writer's later work.
-    ready: OnceLock<Arc<EventObj>>,
-    /// The number of the write that produced this memory on `stream` (0: not known).
-    written: AtomicU64,
+    ready: Option<Arc<EventObj>>,
+    /// The number of that write on the writer's stream (0: not known).
+    written: u64,
+    /// Streams other than the writer that have waited for the last write.
+    seen: Vec<Arc<StreamObj>>,
+    /// Every stream other than the home stream that used this memory: the free waits
+    /// for them.
+    users: Vec<Arc<StreamObj>>,
+}
+
+impl Uses {
+    fn add_user(&mut self, home: &Arc<StreamObj>, s: &Arc<StreamObj>) {
+        if !Arc::ptr_eq(home, s) && !self.users.iter().any(|u| Arc::ptr_eq(u, s)) {
+            self.users.push(Arc::clone(s));
+        }
+    }
 }
 
 /// Buffers up to this size are cached per stream in power-of-two bins (as PyTorch's
@@ -52,31 +73,36 @@ impl std::fmt::Debug for CudaBuffer {
 }
 
 impl CudaBuffer {
-    /// Uninitialised memory, ordered on `stream`. Zero bytes allocate nothing.
+    /// Uninitialised memory for `stream` to write. Zero bytes allocate nothing. While
+    /// `stream` is captured the memory is the graph's: allocated on the capture's own
+    /// stream (never from a cache another stream fills) and freed with the graph.
     pub(crate) fn alloc(dev: &'static DeviceState, stream: &Arc<StreamObj>, bytes: usize) -> Result<Self> {
+        let graph = stream.capture();
+        let home = match &graph {
+            Some(c) => Arc::clone(c.pool()),
+            None => Arc::clone(stream),
+        };
         let cap = bin(bytes);
-        let new = |ptr| CudaBuffer {
-            ptr,
-            bytes,
-            cap,
-            dev,
-            stream: Arc::clone(stream),
-            readers: Mutex::new(Vec::new()),
-            ready: OnceLock::new(),
-            written: AtomicU64::new(0),
+        let uses = Uses { writer: Arc::clone(stream), ready: None, written: 0, seen: Vec::new(), users: Vec::new() };
+        let new = |ptr, mut uses: Uses, home: Arc<StreamObj>| {
+            uses.add_user(&home, stream);
+            if let Some(c) = &graph {
+                c.count_buffer(true);
+            }
+            CudaBuffer { ptr, bytes, cap, dev, home, uses: Mutex::new(uses), graph }
         };
         if bytes == 0 {
-            return Ok(new(0));
+            return Ok(new(0, uses, home));
         }
-        let cached = if cap <= CACHE_MAX { stream.take_cached(cap) } else { None };
+        let cached = if cap <= CACHE_MAX { home.take_cached(cap) } else { None };
         let ptr = match cached {
             Some(p) => p,
             None => {
                 dev.bind()?;
-                // SAFETY: `stream` is a live stream of `dev` (an `Arc<StreamObj>` held for the call), and `dev`'s
-                // context is current (bind above). The memory comes back uninitialised, which is fine for bytes: every
-                // op writes its output before a read; the buffer keeps `stream` and frees the block there.
-                match unsafe { result::malloc_async(stream.raw.0, cap) } {
+                // SAFETY: `home` is a live stream of `dev` (an `Arc<StreamObj>` held for the call), and `dev`'s context
+                // is current (bind above). The memory comes back uninitialised, which is fine for bytes: every op
+                // writes its output before a read; the buffer keeps `home` and frees the block there.
+                match unsafe { result::malloc_async(home.raw.0, cap) } {
                     Ok(p) => p,
                     Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
                         // Give back what the cache holds, then try once more.
@@ -84,7 +110,7 @@ impl CudaBuffer {
                         // SAFETY: as for the first attempt: the same live stream, and
                         // `dev`'s context still current (`free_all_cached` touches only
                         // streams of `dev`, so it binds no other context).
-                        match unsafe { result::malloc_async(stream.raw.0, cap) } {
+                        match unsafe { result::malloc_async(home.raw.0, cap) } {
                             Ok(p) => p,
                             Err(_) => {
                                 let free = result::mem_get_info().map(|(free, _)| free).unwrap_or(0);
@@ -99,7 +125,7 @@ impl CudaBuffer {
         // The account has no capacity of its own here: the driver says when memory ends.
         // It counts the bytes asked for, as the host backend does (`memory_allocated`).
         dev.account.reserve(bytes)?;
-        Ok(new(ptr))
+        Ok(new(ptr, uses, home))
     }
 
     pub(crate) fn ptr(&self) -> sys::CUdeviceptr {
@@ -114,80 +140,186 @@ impl CudaBuffer {
         self.dev
     }
 
+    fn uses(&self) -> std::sync::MutexGuard<'_, Uses> {
+        self.uses.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Numbers the write that produced this memory, just queued on its stream.
     pub(crate) fn mark_written(&self) {
-        self.written.store(self.stream.order.mark_write(), Ordering::SeqCst);
+        let mut u = self.uses();
+        u.written = u.writer.order.mark_write();
     }
 
     /// Marks the end of the write that produced this memory.
     pub(crate) fn set_ready(&self, written: Arc<EventObj>) {
-        let _ = self.ready.set(written);
+        self.uses().ready = Some(written);
     }
 
-    /// The stream that wrote this memory.
-    pub(crate) fn stream(&self) -> &Arc<StreamObj> {
-        &self.stream
+    /// The stream that wrote this memory last.
+    pub(crate) fn writer(&self) -> Arc<StreamObj> {
+        Arc::clone(&self.uses().writer)
+    }
+
+    /// Whether this memory was made in the capture `c`.
+    pub(crate) fn made_in(&self, c: &Arc<CudaCapture>) -> bool {
+        self.graph.as_ref().is_some_and(|g| Arc::ptr_eq(g, c))
     }
 
     /// Prepares this memory to be read on `on`: a stream other than its writer first
     /// waits for the writer (an event, no host wait), and the eventual free waits for
-    /// `on`. No wait when `on` is the writer, when `on` already waited for this memory,
+    /// `on`. No wait when `on` is the writer, when `on` already waited for this write,
     /// or when an earlier wait of `on` (an event recorded at or after the write) implies
     /// it; those are counted as skipped.
+    ///
+    /// While `on` is captured, only memory made in the capture follows these rules; an
+    /// input of the graph is ordered at each replay instead, and any other memory is an
+    /// error (a replay could outlive it).
     pub(crate) fn use_on(&self, on: &Arc<StreamObj>) -> Result<()> {
-        if Arc::ptr_eq(&self.stream, on) || self.ptr == 0 {
+        if self.ptr == 0 {
             return Ok(());
         }
-        let mut readers = self.readers.lock().unwrap_or_else(|p| p.into_inner());
-        if readers.iter().any(|r| Arc::ptr_eq(r, on)) {
+        if let Some(c) = on.capture() {
+            if !self.made_in(&c) {
+                return c.check_input(self.ptr);
+            }
+        }
+        let mut u = self.uses();
+        if Arc::ptr_eq(&u.writer, on) {
+            return Ok(());
+        }
+        if u.seen.iter().any(|r| Arc::ptr_eq(r, on)) {
             crate::backend::ordering::count_skipped();
             return Ok(());
         }
-        if on.order.has_waited(self.stream.id, self.written.load(Ordering::SeqCst)) {
+        if on.order.has_waited(u.writer.id, u.written) {
             crate::backend::ordering::count_skipped();
         } else {
-            match self.ready.get() {
-                Some(ev) => on.wait(ev)?,
-                None => on.wait_for(&self.stream)?,
+            match &u.ready {
+                Some(ev) => wait(on, ev)?,
+                None => wait_for(on, &u.writer)?,
             }
             crate::backend::count_cross_stream_wait();
         }
-        readers.push(Arc::clone(on));
+        u.seen.push(Arc::clone(on));
+        u.add_user(&self.home, on);
         Ok(())
     }
+
+    /// Prepares this memory to be written in place on `on`: `on` waits for the last
+    /// write and for every stream that read it since.
+    pub(crate) fn before_write(&self, on: &Arc<StreamObj>) -> Result<()> {
+        if self.ptr == 0 {
+            return Ok(());
+        }
+        let mut u = self.uses();
+        if !Arc::ptr_eq(&u.writer, on)
+            && !u.seen.iter().any(|r| Arc::ptr_eq(r, on))
+            && !on.order.has_waited(u.writer.id, u.written)
+        {
+            match &u.ready {
+                Some(ev) => wait(on, ev)?,
+                None => wait_for(on, &u.writer)?,
+            }
+        }
+        for r in std::mem::take(&mut u.seen) {
+            if !Arc::ptr_eq(&r, on) {
+                wait_for(on, &r)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// This memory was just written in place by work queued on `on` (after
+    /// [`CudaBuffer::before_write`]): later readers on other streams wait for that write.
+    pub(crate) fn after_write(&self, on: &Arc<StreamObj>) -> Result<()> {
+        let ready = match self.bytes > 0 && !Arc::ptr_eq(on, &self.dev.stream) {
+            true => {
+                let ev = Arc::new(EventObj::create(self.dev.ordinal, self.dev.ctx.cu_ctx(), false)?);
+                ev.record(on)?;
+                Some(ev)
+            }
+            false => None,
+        };
+        let mut u = self.uses();
+        u.writer = Arc::clone(on);
+        u.written = on.order.mark_write();
+        u.ready = ready;
+        u.seen.clear();
+        u.add_user(&self.home, on);
+        Ok(())
+    }
+
+    /// Forgets the writes a capture queued: they have not run, and a replay writes the
+    /// memory again (with `before_write` and `after_write` around it).
+    pub(crate) fn forget_captured_writes(&self) {
+        let mut u = self.uses();
+        u.writer = Arc::clone(&self.home);
+        u.ready = None;
+        u.written = 0;
+        u.seen.clear();
+    }
+}
+
+/// `on` waits for `ev`; a stream that waits for an event of a capture joins it.
+fn wait(on: &Arc<StreamObj>, ev: &Arc<EventObj>) -> Result<()> {
+    super::graph::joins(on, ev.capture())?;
+    on.wait(ev)
+}
+
+/// `on` waits for all work queued on `other` so far; joins `other`'s capture, if any.
+fn wait_for(on: &Arc<StreamObj>, other: &Arc<StreamObj>) -> Result<()> {
+    super::graph::joins(on, other.capture().map(|c| Arc::downgrade(&c)))?;
+    on.wait_for(other)
 }
 
 impl Drop for CudaBuffer {
     fn drop(&mut self) {
+        if let Some(c) = &self.graph {
+            c.count_buffer(false);
+        }
         if self.ptr == 0 {
             return;
         }
-        self.dev.account.release(self.bytes);
         if self.dev.bind().is_err() {
+            self.dev.account.release(self.bytes);
             // Without the context nothing can be ordered: the block is not reused.
             return;
         }
-        let readers = std::mem::take(self.readers.get_mut().unwrap_or_else(|p| p.into_inner()));
-        for r in &readers {
-            if self.stream.wait_for(r).is_err() {
-                // A reader may still use the memory and its end cannot be ordered before
+        let u = self.uses.get_mut().unwrap_or_else(|p| p.into_inner());
+        let users = std::mem::take(&mut u.users);
+        // Memory of a graph, or memory whose free would be ordered on a stream being
+        // captured (the free would become part of the graph): the capture frees it, after
+        // the graph and these streams are done with it.
+        let capture = self.graph.clone().or_else(|| {
+            std::iter::once(&self.home).chain(users.iter()).find_map(|s| s.capture())
+        });
+        if let Some(c) = capture {
+            let mut after = users;
+            after.push(Arc::clone(&self.home));
+            c.retire(self.ptr, self.bytes, after);
+            return;
+        }
+        self.dev.account.release(self.bytes);
+        for r in &users {
+            if self.home.wait_for(r).is_err() {
+                // A user may still use the memory and its end cannot be ordered before
                 // a reuse: leak the block rather than hand it out again.
                 return;
             }
         }
-        // Work queued later on this stream runs after every use above, so the memory can
-        // be handed out again on this stream at once.
+        // Work queued later on the home stream runs after every use above, so the memory
+        // can be handed out again on this stream at once.
         if self.cap <= CACHE_MAX {
-            // SAFETY: the block holds `self.cap` bytes (a cache bin, allocated on `self.stream` or taken from its
-            // cache) and this buffer, its only owner, is going; every reader's use is ordered before this point of the
-            // stream (the waits above), and the writer's own work is on this stream.
-            unsafe { self.stream.put_cached(self.cap, self.ptr) };
+            // SAFETY: the block holds `self.cap` bytes (a cache bin, allocated on `self.home` or taken from its
+            // cache) and this buffer, its only owner, is going; every user's use is ordered before this point of the
+            // home stream (the waits above), and the rest is on that stream.
+            unsafe { self.home.put_cached(self.cap, self.ptr) };
         } else {
-            // The block came from cuMemAllocAsync on `self.stream` (a larger-than-cache block is never shared with
+            // The block came from cuMemAllocAsync on `self.home` (a larger-than-cache block is never shared with
             // another buffer) and is freed only here, once;
             // SAFETY: the stream is alive (held by `self`), the device's context is current (bind above), and every
-            // reader's use is ordered before this point of the stream (the waits above).
-            let _ = unsafe { result::free_async(self.ptr, self.stream.raw.0) };
+            // user's use is ordered before this point of the stream (the waits above).
+            let _ = unsafe { result::free_async(self.ptr, self.home.raw.0) };
         }
     }
 }

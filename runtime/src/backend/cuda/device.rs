@@ -28,6 +28,11 @@ thread_local! {
 /// raw pointer of any other kind stays `!Send`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Handle<T>(pub T);
+// SAFETY: an executable graph may be launched on any stream of its device from any
+// thread; the driver serialises launches of one graph internally.
+unsafe impl Send for Handle<sys::CUgraphExec> {}
+// SAFETY: as for Send: `&Handle` only lets a launch read the handle.
+unsafe impl Sync for Handle<sys::CUgraphExec> {}
 // SAFETY: the CUDA driver API is thread-safe: a context handle may be made current on
 // any thread (`set_current`), by several threads at once. Primary contexts are retained
 // by their `DeviceState`, which lives for the process, so a copy held anywhere stays valid.

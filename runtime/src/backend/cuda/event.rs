@@ -6,7 +6,9 @@
 use cudarc::driver::{result, sys};
 
 use super::device::{driver, set_current, Handle};
+use super::graph::CudaCapture;
 use super::stream::StreamObj;
+use std::sync::{Arc, Mutex, Weak};
 use crate::backend::ordering::Mark;
 use crate::error::Result;
 
@@ -17,6 +19,8 @@ pub(crate) struct EventObj {
     /// The stream and write count of the last record.
     mark: Mark,
     ctx: Handle<sys::CUcontext>,
+    /// The capture the last record was part of: the event marks a point of that graph.
+    captured: Mutex<Option<Weak<CudaCapture>>>,
 }
 
 impl std::fmt::Debug for EventObj {
@@ -32,7 +36,7 @@ impl EventObj {
         let flags =
             if timing { sys::CUevent_flags::CU_EVENT_DEFAULT } else { sys::CUevent_flags::CU_EVENT_DISABLE_TIMING };
         let raw = result::event::create(flags).map_err(driver(ordinal, "cuEventCreate"))?;
-        Ok(EventObj { raw: Handle(raw), ordinal, ctx: Handle(ctx), mark: Mark::default() })
+        Ok(EventObj { raw: Handle(raw), ordinal, ctx: Handle(ctx), mark: Mark::default(), captured: Mutex::new(None) })
     }
 
     pub(crate) fn record(&self, stream: &StreamObj) -> Result<()> {
@@ -41,7 +45,22 @@ impl EventObj {
         // SAFETY: both handles are alive.
         unsafe { result::event::record(self.raw.0, stream.raw.0) }.map_err(driver(self.ordinal, "cuEventRecord"))?;
         self.mark.set(stream.id, writes);
+        *self.captured.lock().unwrap_or_else(|p| p.into_inner()) = stream.capture().map(|c| Arc::downgrade(&c));
         Ok(())
+    }
+
+    /// The capture the event was last recorded in, if it was.
+    pub(crate) fn capture(&self) -> Option<Weak<CudaCapture>> {
+        self.captured.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// An error when the event was recorded in a capture: it then marks a point of a
+    /// graph, which no stream or host can wait for.
+    pub(crate) fn outside_captures(&self) -> Result<()> {
+        match self.capture() {
+            Some(_) => Err(crate::backend::capture::event_of_ended_capture()),
+            None => Ok(()),
+        }
     }
 
     /// The stream and write count of the last record, if the event was recorded.

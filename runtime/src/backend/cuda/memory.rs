@@ -69,9 +69,10 @@ pub(super) fn alloc(
 pub(super) fn done(out: CudaBuffer) -> Result<CudaBuffer> {
     let dev = out.device();
     out.mark_written();
-    if out.bytes() > 0 && !Arc::ptr_eq(out.stream(), &dev.stream) {
+    let writer = out.writer();
+    if out.bytes() > 0 && !Arc::ptr_eq(&writer, &dev.stream) {
         let written = Arc::new(EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), false)?);
-        written.record(out.stream())?;
+        written.record(&writer)?;
         out.set_ready(written);
     }
     Ok(out)

@@ -13,12 +13,14 @@
 //! - `stream` and `event`: streams (with their block caches and cuBLAS handles), events;
 //! - `init`, `elementwise`, `reduce`, `matrix`: the compute ops, one kernel source each;
 //! - `transfer` and `staged`: copies between host and device and between devices;
-//! - `peer` and `nccl`: several devices.
+//! - `peer` and `nccl`: several devices;
+//! - `graph`: captures, their private memory, replays.
 
 mod buffer;
 mod device;
 mod elementwise;
 mod event;
+mod graph;
 mod init;
 mod launch;
 mod matrix;
@@ -38,9 +40,10 @@ use cudarc::driver::result;
 pub(crate) use buffer::CudaBuffer;
 use device::{driver, DeviceState};
 pub(crate) use event::EventObj;
+pub(crate) use graph::GraphObj;
 pub(crate) use stream::StreamObj;
 
-use super::{foreign, BackendDevice, Buffer, Collective, HostBuffer, RawEvent, RawStream};
+use super::{foreign, BackendDevice, Buffer, Collective, HostBuffer, RawEvent, RawGraph, RawStream};
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
@@ -147,23 +150,28 @@ impl BackendDevice for CudaBackend {
     fn wait_event(&self, stream: &RawStream, event: &RawEvent) -> Result<()> {
         let (e, s) = (raw_event(event)?, raw_stream(stream)?);
         self.dev(DeviceId::Cuda(s.ordinal))?.bind()?;
+        graph::joins(&s, e.capture())?;
         s.wait(e)
     }
 
     fn sync_event(&self, event: &RawEvent) -> Result<()> {
         let e = raw_event(event)?;
+        e.outside_captures()?;
         self.dev(DeviceId::Cuda(e.ordinal))?.bind()?;
         e.synchronize()
     }
 
     fn event_done(&self, event: &RawEvent) -> Result<bool> {
         let e = raw_event(event)?;
+        e.outside_captures()?;
         self.dev(DeviceId::Cuda(e.ordinal))?.bind()?;
         e.is_complete()
     }
 
     fn elapsed_ms(&self, start: &RawEvent, end: &RawEvent) -> Result<f32> {
         let (a, b) = (raw_event(start)?, raw_event(end)?);
+        a.outside_captures()?;
+        b.outside_captures()?;
         self.dev(DeviceId::Cuda(a.ordinal))?.bind()?;
         a.elapsed_ms(b)
     }
@@ -218,5 +226,31 @@ impl BackendDevice for CudaBackend {
         op: Collective<'_>,
     ) -> Result<Option<Vec<Buffer>>> {
         nccl::collective(self, devices, dtype, len, op)
+    }
+
+    fn begin_capture(&self, stream: &RawStream, inputs: &[&Buffer]) -> Result<()> {
+        let s = raw_stream(stream)?;
+        let dev = self.dev(DeviceId::Cuda(s.ordinal))?;
+        let mut ptrs = Vec::with_capacity(inputs.len());
+        for b in inputs {
+            let b = memory::cuda(b)?;
+            // The stream waits for the inputs' writers now; each replay orders them again.
+            b.use_on(&s)?;
+            ptrs.push(b.ptr());
+        }
+        graph::begin(dev, &s, ptrs)
+    }
+
+    fn end_capture(&self, stream: &RawStream) -> Result<RawGraph> {
+        let s = raw_stream(stream)?;
+        Ok(RawGraph::Cuda(Arc::new(graph::end(&s)?)))
+    }
+
+    fn launch_graph(&self, graph: &RawGraph, stream: &RawStream, _: &[&Buffer], _: &[&Buffer]) -> Result<()> {
+        let s = raw_stream(stream)?;
+        match graph {
+            RawGraph::Cuda(g) => g.launch(&s),
+            RawGraph::Host(_) => Err(foreign("cuda", "a graph")),
+        }
     }
 }

@@ -37,6 +37,26 @@ impl BackendStorage for CudaBuffer {
         self.use_on(&s)
     }
 
+    fn before_write(&self, stream: &RawStream) -> Result<()> {
+        let s = raw_stream(stream)?;
+        self.device().bind()?;
+        CudaBuffer::before_write(self, &s)
+    }
+
+    fn after_write(&self, stream: &RawStream) -> Result<()> {
+        let s = raw_stream(stream)?;
+        self.device().bind()?;
+        CudaBuffer::after_write(self, &s)
+    }
+
+    fn overwrite(&self, src: &Self) -> Result<()> {
+        transfer::overwrite(self, src)
+    }
+
+    fn forget_captured_writes(&self) {
+        CudaBuffer::forget_captured_writes(self)
+    }
+
     fn unary(&self, op: UnaryOp, dtype: DType, len: usize) -> Result<Self> {
         elementwise::unary(self, op, dtype, len)
     }

@@ -16,6 +16,7 @@ use cudarc::driver::{result, sys};
 
 use super::device::{driver, set_current, FastMap, Handle};
 use super::event::EventObj;
+use super::graph::CudaCapture;
 use crate::backend::ordering::{new_stream_id, Order};
 use crate::error::{Error, Result};
 
@@ -57,6 +58,9 @@ pub(crate) struct StreamObj {
     /// This stream's own cuBLAS handle, bound to it once: no other thread or stream can
     /// change the stream a gemm queued through it runs on.
     blas: OnceLock<std::result::Result<Handle<cublasHandle_t>, Error>>,
+    /// Whether the stream may be in a capture (then `capture` says which).
+    capturing: AtomicBool,
+    capture: Mutex<Weak<CudaCapture>>,
 }
 
 impl std::fmt::Debug for StreamObj {
@@ -80,7 +84,29 @@ impl StreamObj {
             cache: Mutex::new(FastMap::default()),
             listed: AtomicBool::new(false),
             blas: OnceLock::new(),
+            capturing: AtomicBool::new(false),
+            capture: Mutex::new(Weak::new()),
         })
+    }
+
+    /// The capture this stream's work goes into now, if any.
+    pub(crate) fn capture(&self) -> Option<Arc<CudaCapture>> {
+        if !self.capturing.load(Ordering::Acquire) {
+            return None;
+        }
+        match self.capture.lock().unwrap_or_else(|p| p.into_inner()).upgrade() {
+            Some(c) if !c.ended() => Some(c),
+            _ => {
+                self.capturing.store(false, Ordering::Release);
+                None
+            }
+        }
+    }
+
+    /// From now on this stream's work goes into `c` (until it ends).
+    pub(crate) fn set_capture(&self, c: &Arc<CudaCapture>) {
+        *self.capture.lock().unwrap_or_else(|p| p.into_inner()) = Arc::downgrade(c);
+        self.capturing.store(true, Ordering::Release);
     }
 
     pub(crate) fn synchronize(&self) -> Result<()> {
@@ -179,7 +205,10 @@ pub(crate) fn free_all_cached(ordinal: u32) {
         list.iter().filter_map(Weak::upgrade).filter(|s| s.ordinal == ordinal).collect()
     };
     for s in streams {
-        s.free_cached();
+        // A captured stream's frees would go into its graph; its blocks stay cached.
+        if s.capture().is_none() {
+            s.free_cached();
+        }
     }
 }
 

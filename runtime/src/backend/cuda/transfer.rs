@@ -123,13 +123,36 @@ pub(super) fn copy(bk: &CudaBackend, buf: &Buffer, dst: DeviceId) -> Result<Buff
     }
     // Across devices: the copy waits for the source's writer, and the source's free
     // waits for the copy.
-    s.wait_for(b.stream())?;
+    let writer = b.writer();
+    s.wait_for(&writer)?;
     to.bind()?;
     // SAFETY: `out` holds `bytes` bytes of `to`, allocated on `s`; `b` holds `bytes` bytes of `from`, and both
     // contexts are the devices' live primary contexts. `s` waited for `b`'s writer above, and `b`'s stream waits
     // for `s` below, so `b`'s free (ordered on its stream) comes after the copy; `out` is freed on `s`.
     unsafe { result::memcpy_peer_async(to.ctx.cu_ctx(), out.ptr(), from.ctx.cu_ctx(), b.ptr(), bytes, s.raw.0) }
         .map_err(driver(to.ordinal, "cuMemcpyPeerAsync"))?;
-    b.stream().wait_for(&s)?;
+    writer.wait_for(&s)?;
     done(out).map(Buffer::Cuda)
+}
+
+/// Copies `src` over `dst` (the same length, one device) in place on the current stream.
+pub(super) fn overwrite(dst: &CudaBuffer, src: &CudaBuffer) -> Result<()> {
+    let dev = dst.device();
+    if !std::ptr::eq(dev, src.device()) || dst.bytes() != src.bytes() {
+        return Err(Error::InvalidArgument {
+            op: "copy_from",
+            reason: format!("{} bytes on cuda:{} cannot overwrite {} bytes on cuda:{}", src.bytes(), src.device().ordinal, dst.bytes(), dev.ordinal),
+        });
+    }
+    let s = super::memory::current(dev);
+    dev.bind()?;
+    src.use_on(&s)?;
+    dst.before_write(&s)?;
+    // SAFETY: both buffers hold `bytes` bytes of this device and stay allocated past the
+    // copy (their frees wait for `s`, a user of both); `s` waited for `src`'s writer and
+    // for every use of `dst` since its last write (above), and `after_write` orders every
+    // later use of `dst` after the copy. Distinct buffers never overlap, and one buffer
+    // copied onto itself is a no-op the driver allows.
+    unsafe { CudaBackend::dtod(&s, dst.ptr(), src.ptr(), dst.bytes())? };
+    dst.after_write(&s)
 }

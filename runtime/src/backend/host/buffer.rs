@@ -8,6 +8,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use super::graph::HostCapture;
 use super::streams::HostStream;
 use crate::backend::account::MemoryAccount;
 use crate::backend::hazard::{self, Kind, Region, Track};
@@ -60,13 +61,35 @@ pub(crate) struct HostBuffer {
     /// The checker's record of pageable memory (pinned blocks carry their own).
     track: Track,
     pub(super) account: &'static MemoryAccount,
-    /// The simulated stream that wrote this memory; `None` for host placements, whose
-    /// ops run on the calling thread.
-    pub(super) stream: Option<Arc<HostStream>>,
+    /// The simulated stream this memory was made on, where its free is ordered; `None`
+    /// for host placements, whose ops run on the calling thread.
+    pub(super) home: Option<Arc<HostStream>>,
+    /// Who wrote the memory last and who used it (simulated devices only).
+    pub(super) uses: Mutex<Uses>,
+    /// The capture this memory was made in: it belongs to that graph.
+    pub(super) graph: Option<Arc<HostCapture>>,
+}
+
+/// Who wrote a buffer of a simulated device last, and who used it.
+#[derive(Debug, Default)]
+pub(super) struct Uses {
+    /// The stream of the last write; `None` for host placements.
+    pub writer: Option<Arc<HostStream>>,
     /// The number of that write on its stream.
-    pub(super) written: u64,
-    /// Other streams that used this memory; its free is ordered after them.
-    pub(super) readers: Mutex<Vec<Arc<HostStream>>>,
+    pub written: u64,
+    /// Streams other than the writer that have waited for the last write.
+    pub seen: Vec<Arc<HostStream>>,
+    /// Every stream other than the home stream that used this memory: its free is
+    /// ordered after them.
+    pub users: Vec<Arc<HostStream>>,
+}
+
+impl Uses {
+    pub(super) fn add_user(&mut self, home: Option<&Arc<HostStream>>, s: &Arc<HostStream>) {
+        if !home.is_some_and(|h| Arc::ptr_eq(h, s)) && !self.users.iter().any(|u| Arc::ptr_eq(u, s)) {
+            self.users.push(Arc::clone(s));
+        }
+    }
 }
 
 // The buffer owns its memory (a Vec, a mapping or a pool block) as a Vec<u8> would; the
@@ -139,15 +162,20 @@ impl HostBuffer {
         match made {
             Ok((ptr, keep)) => {
                 let written = stream.as_ref().map_or(0, |s| s.order.mark_write());
+                let graph = stream.as_ref().and_then(|s| s.capture());
+                if let Some(c) = &graph {
+                    c.count_buffer(true);
+                }
+                let uses = Uses { writer: stream.clone(), written, seen: Vec::new(), users: Vec::new() };
                 Ok(HostBuffer {
                     ptr,
                     len,
                     keep,
                     track: Track::default(),
                     account,
-                    stream,
-                    written,
-                    readers: Mutex::new(Vec::new()),
+                    home: stream,
+                    uses: Mutex::new(uses),
+                    graph,
                 })
             }
             Err(e) => {
@@ -155,6 +183,16 @@ impl HostBuffer {
                 Err(e)
             }
         }
+    }
+
+    /// Who wrote this memory last and who used it.
+    pub(super) fn uses(&self) -> std::sync::MutexGuard<'_, Uses> {
+        self.uses.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The address, which names the memory while it lives (a graph's inputs).
+    pub(super) fn addr(&self) -> usize {
+        self.ptr as usize
     }
 
     /// Bytes.
@@ -249,12 +287,18 @@ impl HostBuffer {
 
 impl Drop for HostBuffer {
     fn drop(&mut self) {
-        self.account.release(self.len);
-        if let (Some(owner), true) = (&self.stream, hazard::enabled() && self.len > 0) {
-            // Stream-ordered free on the writer's stream, after the streams that used it.
-            let readers: Vec<_> =
-                self.readers.get_mut().unwrap_or_else(|p| p.into_inner()).iter().map(|r| r.agent()).collect();
-            hazard::freed(self.region(None), owner.agent(), &readers);
+        match &self.graph {
+            Some(c) => {
+                c.count_buffer(false);
+                c.hold(self.len); // the graph's recorded jobs still hold the memory
+            }
+            None => self.account.release(self.len),
+        }
+        if let (Some(owner), true) = (&self.home, hazard::enabled() && self.len > 0) {
+            // Stream-ordered free on the home stream, after the streams that used it.
+            let u = self.uses.get_mut().unwrap_or_else(|p| p.into_inner());
+            let users: Vec<_> = u.users.iter().map(|r| r.agent()).collect();
+            hazard::freed(self.region(None), owner.agent(), &users);
         }
     }
 }

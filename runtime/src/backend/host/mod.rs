@@ -8,6 +8,7 @@
 use std::sync::{Arc, OnceLock};
 
 mod buffer;
+mod graph;
 #[cfg(test)]
 mod hazard_tests;
 mod ops;
@@ -16,11 +17,12 @@ mod storage;
 mod streams;
 
 pub(crate) use buffer::HostBuffer;
+pub(crate) use graph::HostGraph;
 use streams::{current_stream, default_stream, host_event, host_mem, host_stream, streams_of};
 pub(crate) use streams::{HostEvent, HostStream};
 
 use crate::backend::account::MemoryAccount;
-use crate::backend::{BackendDevice, BackendStorage, Buffer, Collective, RawEvent, RawStream};
+use crate::backend::{BackendDevice, BackendStorage, Buffer, Collective, RawEvent, RawGraph, RawStream};
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
@@ -115,7 +117,8 @@ impl HostBackend {
     /// the host waited for the stream that wrote it.
     pub(crate) fn read_now<'a>(&'static self, b: &'a Buffer) -> Result<&'a [u8]> {
         let h = host_mem(b)?;
-        if let Some(s) = &h.stream {
+        let writer = h.uses().writer.clone();
+        if let Some(s) = writer {
             s.synchronize()?;
         }
         Ok(h.bytes())
@@ -195,15 +198,22 @@ impl BackendDevice for HostBackend {
     }
 
     fn sync_event(&self, event: &RawEvent) -> Result<()> {
-        host_event(event)?.synchronize()
+        let e = host_event(event)?;
+        e.outside_captures()?;
+        e.synchronize()
     }
 
     fn event_done(&self, event: &RawEvent) -> Result<bool> {
-        Ok(host_event(event)?.is_done())
+        let e = host_event(event)?;
+        e.outside_captures()?;
+        Ok(e.is_done())
     }
 
     fn elapsed_ms(&self, start: &RawEvent, end: &RawEvent) -> Result<f32> {
-        let (a, b) = (host_event(start)?.time()?, host_event(end)?.time()?);
+        let (a, b) = (host_event(start)?, host_event(end)?);
+        a.outside_captures()?;
+        b.outside_captures()?;
+        let (a, b) = (a.time()?, b.time()?);
         Ok(match b.checked_duration_since(a) {
             Some(d) => d.as_secs_f32() * 1e3,
             None => -(a.duration_since(b).as_secs_f32() * 1e3),
@@ -299,5 +309,21 @@ impl BackendDevice for HostBackend {
         op: Collective<'_>,
     ) -> Result<Option<Vec<Buffer>>> {
         super::host_collective::collective(devices, dtype, len, op)
+    }
+
+    fn begin_capture(&self, stream: &RawStream, inputs: &[&Buffer]) -> Result<()> {
+        let inputs = inputs.iter().map(|b| host_mem(b)).collect::<Result<Vec<_>>>()?;
+        graph::begin(host_stream(stream)?, &inputs)
+    }
+
+    fn end_capture(&self, stream: &RawStream) -> Result<RawGraph> {
+        Ok(RawGraph::Host(Arc::new(graph::end(host_stream(stream)?)?)))
+    }
+
+    fn launch_graph(&self, graph: &RawGraph, stream: &RawStream, reads: &[&Buffer], writes: &[&Buffer]) -> Result<()> {
+        let RawGraph::Host(g) = graph else { return Err(crate::backend::foreign("host", "a graph")) };
+        let reads = reads.iter().map(|b| host_mem(b)).collect::<Result<Vec<_>>>()?;
+        let writes = writes.iter().map(|b| host_mem(b)).collect::<Result<Vec<_>>>()?;
+        g.launch(host_stream(stream)?, &reads, &writes)
     }
 }

@@ -16,7 +16,8 @@ use crate::element::{with_dtype, DType, Element, Scalar};
 use crate::error::{Error, Result};
 
 /// A kernel: the inputs' bytes, the output's bytes.
-pub(super) type Kernel = Box<dyn FnOnce(&[&[u8]], &mut [u8]) -> Result<()> + Send + 'static>;
+/// A kernel may run more than once: a graph's replays run its recorded jobs again.
+pub(super) type Kernel = Box<dyn FnMut(&[&[u8]], &mut [u8]) -> Result<()> + Send + 'static>;
 
 pub(super) fn typed<T: Element>(b: &[u8]) -> &[T] {
     bytemuck::cast_slice(b)
@@ -48,7 +49,7 @@ impl Launch {
 }
 
 /// Runs `kernel` over `ins` into a new buffer (see the module doc).
-pub(super) fn launch(l: Launch, ins: &[&HostBuffer], kernel: Kernel) -> Result<HostBuffer> {
+pub(super) fn launch(l: Launch, ins: &[&HostBuffer], mut kernel: Kernel) -> Result<HostBuffer> {
     let device = l.account.device;
     let bytes =
         l.len.checked_mul(l.dtype.size()).ok_or(Error::OutOfMemory { device, requested: usize::MAX, free: 0 })?;
@@ -80,7 +81,7 @@ pub(super) fn launch(l: Launch, ins: &[&HostBuffer], kernel: Kernel) -> Result<H
             .collect();
         // SAFETY: as above: nothing else uses the fresh output while the job runs.
         let r = kernel(&views, unsafe { target.bytes_mut() });
-        match (slot, r) {
+        match (&slot, r) {
             (Some(slot), r) => *slot.lock().unwrap_or_else(|p| p.into_inner()) = r,
             (None, Ok(())) => {}
             // A kernel that cannot fail did: a sticky error of the stream.

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use crate::device_id::DeviceId;
 use crate::error::{Error, Result};
 
-/// A unit of queued work.
-pub(super) type Job = Box<dyn FnOnce() + Send + 'static>;
+/// A unit of queued work; a graph's replays run a recorded job again.
+pub(super) type Job = Box<dyn FnMut() + Send + 'static>;
 
 /// The queue one stream and its worker share.
 #[derive(Debug)]
@@ -123,7 +123,7 @@ impl Queue {
     fn run(&self) {
         let mut s = self.lock();
         loop {
-            let Some(job) = s.jobs.pop_front() else {
+            let Some(mut job) = s.jobs.pop_front() else {
                 if s.closed {
                     s.worker = false;
                     return;
@@ -133,7 +133,7 @@ impl Queue {
             };
             drop(s);
             delay();
-            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job()));
             s = self.lock();
             if let Err(e) = outcome {
                 s.failed.get_or_insert(crate::error::panic_message(&*e));

@@ -5,7 +5,7 @@
 
 use super::buffer::HostBuffer;
 use super::ops::{launch, queue_copy, typed, typed_mut, Launch};
-use super::streams::{current_stream, host_stream, use_on_stream};
+use super::streams::{self, current_stream, host_stream, use_on_stream};
 use crate::backend::host_kernels::{self as k, Geometry};
 use crate::backend::{
     float_only, same_length, BackendStorage, BinaryOp, Blocks, Gemm, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp,
@@ -78,6 +78,39 @@ impl BackendStorage for HostBuffer {
 
     fn use_on_stream(&self, stream: &RawStream) -> Result<()> {
         use_on_stream(self, host_stream(stream)?)
+    }
+
+    fn before_write(&self, stream: &RawStream) -> Result<()> {
+        streams::before_write(self, host_stream(stream)?)
+    }
+
+    fn after_write(&self, stream: &RawStream) -> Result<()> {
+        streams::after_write(self, host_stream(stream)?);
+        Ok(())
+    }
+
+    fn overwrite(&self, src: &Self) -> Result<()> {
+        same_length("copy_from", src.len(), self.len())?;
+        let device = self.device_id();
+        if src.device_id() != device {
+            return Err(Error::DeviceMismatch { op: "copy_from", lhs: device, rhs: src.device_id() });
+        }
+        if device.is_host() {
+            return Err(Error::InvalidArgument {
+                op: "copy_from",
+                reason: "host memory is written in place with `as_mut_slice`".into(),
+            });
+        }
+        let s = current_stream(device);
+        use_on_stream(src, &s)?;
+        streams::before_write(self, &s)?;
+        queue_copy(&s, "copy_from", src, self)?;
+        streams::after_write(self, &s);
+        Ok(())
+    }
+
+    fn forget_captured_writes(&self) {
+        streams::forget_captured_writes(self)
     }
 
     fn unary(&self, op: UnaryOp, dtype: DType, len: usize) -> Result<Self> {
@@ -211,7 +244,7 @@ impl BackendStorage for HostBuffer {
             &bufs,
             Box::new(move |ins, out| {
                 let mut at = 0;
-                for (src, n) in ins.iter().zip(lens) {
+                for (src, &n) in ins.iter().zip(&lens) {
                     out[at..at + n].copy_from_slice(&src[..n]);
                     at += n;
                 }

@@ -10,6 +10,7 @@ use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::Instant;
 
 use super::buffer::HostBuffer;
+use super::graph::{joins, HostCapture};
 use super::queue::{Job, Queue, Stamp};
 use crate::backend::hazard::{self, Agent, Clock, Kind, Region};
 use crate::backend::ordering::{self, Mark, Order};
@@ -27,6 +28,8 @@ pub(crate) struct HostStream {
     pub(super) key: u64,
     pub(super) order: Order,
     queue: Arc<Queue>,
+    /// The capture this stream's work is recorded into now, if any.
+    capture: Mutex<Option<Arc<HostCapture>>>,
 }
 
 static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
@@ -43,6 +46,7 @@ impl HostStream {
             key: ordering::new_stream_id(),
             order: Order::default(),
             queue: Queue::new(device, name),
+            capture: Mutex::new(None),
         });
         let mut all = ALL.lock().unwrap_or_else(|p| p.into_inner());
         all.retain(|w| w.strong_count() > 0);
@@ -60,9 +64,24 @@ impl HostStream {
         Agent::Stream { key: self.key, device: self.device, id: self.id }
     }
 
+    /// The capture this stream's work goes into now, if any.
+    pub(crate) fn capture(&self) -> Option<Arc<HostCapture>> {
+        self.capture.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Records this stream's work into `c` from now on (`None`: queue it again).
+    pub(super) fn set_capture(&self, c: Option<Arc<HostCapture>>) {
+        *self.capture.lock().unwrap_or_else(|p| p.into_inner()) = c;
+    }
+
     /// Queues `job`, which makes `uses`, as op `op`; returns the job's number and the
-    /// stream's clock after it (empty when the checker is off).
+    /// stream's clock after it (empty when the checker is off). While the stream is
+    /// captured the job is recorded instead (number 0, nothing booked: the replay is).
     pub(super) fn launch(&self, op: &'static str, uses: &[(Region<'_>, Kind)], job: Job) -> Result<(u64, Clock)> {
+        if let Some(c) = self.capture() {
+            c.record(job);
+            return Ok((0, Clock::default()));
+        }
         let seq = self.queue.push(job)?;
         let clock = if hazard::enabled() { hazard::stream_op(self.agent(), seq, op, uses) } else { Clock::default() };
         Ok((seq, clock))
@@ -85,8 +104,14 @@ impl HostStream {
     }
 
     /// Makes this stream wait (on its worker) for everything queued on `other` so far.
-    fn wait_stream(&self, other: &HostStream) -> Result<()> {
-        if std::ptr::eq(self, other) {
+    /// Waiting for a captured stream joins its capture; inside a capture the recorded
+    /// order already keeps every wait.
+    fn wait_stream(self: &Arc<Self>, other: &HostStream) -> Result<()> {
+        if std::ptr::eq(&**self, other) {
+            return Ok(());
+        }
+        joins(self, other.capture().map(|c| Arc::downgrade(&c)))?;
+        if self.capture().is_some() {
             return Ok(());
         }
         let (q, seq) = (Arc::clone(&other.queue), other.queue.pushed());
@@ -136,26 +161,79 @@ pub(super) fn current_stream(device: DeviceId) -> Arc<HostStream> {
 /// Prepares `h` to be used on stream `on` as the cuda backend does: none on the writer's
 /// stream, none when `on` already waited for `h` or for a later write of the writer
 /// (counted as skipped), else `on` waits for the writer (counted as a wait); `on` joins
-/// the readers, whose use the free of `h` waits for.
+/// the users, whose use the free of `h` waits for. While `on` is captured, an input of
+/// the graph is ordered at each replay instead, and memory neither made in the capture
+/// nor an input is an error.
 pub(super) fn use_on_stream(h: &HostBuffer, on: &Arc<HostStream>) -> Result<()> {
-    let Some(writer) = &h.stream else { return Ok(()) };
-    if Arc::ptr_eq(writer, on) || h.len() == 0 {
+    if h.len() == 0 || h.home.is_none() {
         return Ok(());
     }
-    let mut readers = h.readers.lock().unwrap_or_else(|p| p.into_inner());
-    if readers.iter().any(|r| Arc::ptr_eq(r, on)) {
+    if let Some(c) = on.capture() {
+        if !c.may_read(h)? {
+            return Ok(());
+        }
+    }
+    let mut u = h.uses();
+    let Some(writer) = u.writer.clone() else { return Ok(()) };
+    if Arc::ptr_eq(&writer, on) {
+        return Ok(());
+    }
+    if u.seen.iter().any(|r| Arc::ptr_eq(r, on)) {
         ordering::count_skipped();
         return Ok(());
     }
-    if on.order.has_waited(writer.key, h.written) {
+    if on.order.has_waited(writer.key, u.written) {
         ordering::count_skipped();
     } else {
-        on.wait_stream(writer)?;
-        on.order.note_wait(writer.key, h.written);
+        on.wait_stream(&writer)?;
+        on.order.note_wait(writer.key, u.written);
         count_cross_stream_wait();
     }
-    readers.push(Arc::clone(on));
+    u.seen.push(Arc::clone(on));
+    u.add_user(h.home.as_ref(), on);
     Ok(())
+}
+
+/// Prepares `h` to be written in place on `on`: `on` waits for the last write and for
+/// every stream that read it since.
+pub(super) fn before_write(h: &HostBuffer, on: &Arc<HostStream>) -> Result<()> {
+    if h.len() == 0 || h.home.is_none() {
+        return Ok(());
+    }
+    let mut u = h.uses();
+    if let Some(writer) = u.writer.clone() {
+        if !Arc::ptr_eq(&writer, on)
+            && !u.seen.iter().any(|r| Arc::ptr_eq(r, on))
+            && !on.order.has_waited(writer.key, u.written)
+        {
+            on.wait_stream(&writer)?;
+        }
+    }
+    for r in std::mem::take(&mut u.seen) {
+        on.wait_stream(&r)?;
+    }
+    Ok(())
+}
+
+/// `h` was just written in place by work queued on `on`.
+pub(super) fn after_write(h: &HostBuffer, on: &Arc<HostStream>) {
+    if h.home.is_none() {
+        return;
+    }
+    let mut u = h.uses();
+    u.writer = Some(Arc::clone(on));
+    u.written = on.order.mark_write();
+    u.seen.clear();
+    u.add_user(h.home.as_ref(), on);
+}
+
+/// Forgets the writes a capture recorded: the memory counts as written on its home
+/// stream, where nothing is pending, until a replay writes it.
+pub(super) fn forget_captured_writes(h: &HostBuffer) {
+    let mut u = h.uses();
+    u.writer = h.home.clone();
+    u.written = 0;
+    u.seen.clear();
 }
 
 /// Where an event was recorded, and what waiting for it means.
@@ -167,6 +245,8 @@ struct Recorded {
     clock: Clock,
     /// Set when the stream reaches the event.
     at: Stamp,
+    /// The capture the record was part of: then the event marks a point of a graph.
+    capture: Option<Weak<HostCapture>>,
 }
 
 /// An event of the host backend: a point in one stream's queue.
@@ -188,14 +268,36 @@ impl HostEvent {
         let (clock, _) = if hazard::enabled() { hazard::stream_clock(stream.agent()) } else { Default::default() };
         let (seq, at) = stream.queue.mark();
         *self.rec.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some(Recorded { queue: Arc::clone(&stream.queue), seq, clock, at });
+            Some(Recorded { queue: Arc::clone(&stream.queue), seq, clock, at, capture: stream.capture().map(|c| Arc::downgrade(&c)) });
         self.mark.set(stream.key, writes);
         Ok(())
     }
 
-    /// Makes `stream` wait for the event (nothing when it was never recorded).
+    /// The capture the event was recorded in, if it was.
+    fn capture(&self) -> Option<Weak<HostCapture>> {
+        self.rec.lock().unwrap_or_else(|p| p.into_inner()).as_ref().and_then(|r| r.capture.clone())
+    }
+
+    /// An error when the event was recorded in a capture: it marks a point of a graph,
+    /// which nothing outside the capture can wait for.
+    pub(super) fn outside_captures(&self) -> Result<()> {
+        match self.capture() {
+            Some(_) => Err(crate::backend::capture::event_of_ended_capture()),
+            None => Ok(()),
+        }
+    }
+
+    /// Makes `stream` wait for the event (nothing when it was never recorded). Waiting
+    /// for an event of a capture joins it.
     pub(super) fn wait_on(&self, stream: &Arc<HostStream>) -> Result<()> {
         let Some((q, seq, clock, _)) = self.recorded() else { return Ok(()) };
+        joins(stream, self.capture())?;
+        if stream.capture().is_some() {
+            if let Some((writer, upto)) = self.mark.get() {
+                stream.order.note_wait(writer, upto);
+            }
+            return Ok(());
+        }
         if !Arc::ptr_eq(&q, &stream.queue) {
             stream.queue.push(Box::new(move || {
                 let _ = q.wait_for(seq);

@@ -1,0 +1,278 @@
+//! What a graph capture may record, decided in one place before anything reaches a
+//! backend.
+//!
+//! While a thread captures (`Graph::capture` runs its closure inside [`enter`]), every
+//! device-level call goes through [`Gate`] ([`super::for_device`] hands it out) and every
+//! storage-level op of a [`super::Buffer`] asks [`on_device`] first. Work on the capture's
+//! device queues on the capturing stream and is recorded; everything else is an
+//! [`Error::NotCapturable`] naming the op: host reads and synchronizes (nothing runs
+//! during a capture, so there is nothing to wait for), copies to or from host memory (a
+//! replay would copy the same host bytes again), ops on another device, collectives, and
+//! integer division (it reads back whether a divisor was zero).
+//!
+//! The backends add what only they can see: a captured op may read memory made in the
+//! capture or the graph's inputs only (`begin_capture`), and a stream that waits for an
+//! event recorded in the capture joins it.
+
+use std::cell::Cell;
+
+use super::{selected, BackendDevice, Buffer, Collective, HostBuffer, RawEvent, RawStream};
+use crate::device_id::DeviceId;
+use crate::element::{DType, Scalar};
+use crate::error::{Error, Result};
+
+thread_local! {
+    /// The device this thread is capturing work of, if any.
+    static ACTIVE: Cell<Option<DeviceId>> = const { Cell::new(None) };
+}
+
+/// While alive, the thread captures work of a device; restores the previous state on
+/// drop. A forgotten guard leaves the thread capturing, which refuses more, never less.
+pub(crate) struct Capturing {
+    prev: Option<DeviceId>,
+}
+
+/// Marks this thread as capturing work of `device`.
+pub(crate) fn enter(device: DeviceId) -> Capturing {
+    Capturing { prev: ACTIVE.with(|a| a.replace(Some(device))) }
+}
+
+impl Drop for Capturing {
+    fn drop(&mut self) {
+        ACTIVE.with(|a| a.set(self.prev));
+    }
+}
+
+/// The device this thread captures work of, if it does.
+pub(crate) fn active() -> Option<DeviceId> {
+    ACTIVE.with(Cell::get)
+}
+
+/// `op` cannot be captured, for `reason`: an error while this thread captures.
+pub(crate) fn refuse(op: &'static str, reason: &str) -> Result<()> {
+    match active() {
+        Some(_) => Err(Error::NotCapturable { op, reason: reason.into() }),
+        None => Ok(()),
+    }
+}
+
+/// `op` on `device` may be captured: only work of the capture's device can be.
+pub(crate) fn on_device(op: &'static str, device: DeviceId) -> Result<()> {
+    match active() {
+        Some(graph) if graph != device => Err(Error::NotCapturable {
+            op,
+            reason: format!(
+                "it runs on {device}, and this graph captures work on {graph} only; \
+                 capture the work of each device in a graph of its own"
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Integer division reads back whether a divisor was zero: a host wait.
+pub(crate) fn division(op: super::BinaryOp, dtype: DType) -> Result<()> {
+    if op == super::BinaryOp::Div && !dtype.is_float() {
+        return refuse(
+            "integer division",
+            "it reads back whether a divisor was zero, which waits on the host; divide floats in the graph, or divide integers outside it",
+        );
+    }
+    Ok(())
+}
+
+/// A captured op read memory that is neither an input nor made in the capture.
+pub(crate) fn not_an_input() -> Error {
+    Error::NotCapturable {
+        op: "reading a tensor",
+        reason: "the tensor is neither an input of the graph nor made in the capture, and a replay could outlive it; \
+                 pass it in the graph's inputs"
+            .into(),
+    }
+}
+
+/// An event recorded in a capture, used outside it.
+pub(crate) fn event_of_ended_capture() -> Error {
+    Error::InvalidArgument {
+        op: "event",
+        reason: "the event was recorded during a graph capture: it marks a point of the graph, not of a stream, \
+                 and nothing outside the capture can wait for it; record an event after `replay()` instead"
+            .into(),
+    }
+}
+
+/// A stream forked in a capture was not joined back before it ended.
+pub(crate) fn unjoined() -> Error {
+    Error::InvalidArgument {
+        op: "Graph::capture",
+        reason: "a stream that joined the capture (it waited for one of its events) has work the capturing stream \
+                 never waited for; record an event on it and make the capturing stream wait for it before the \
+                 capture ends"
+            .into(),
+    }
+}
+
+const SYNC: &str = "nothing runs while a graph is captured, so there is nothing to wait for; synchronize after `replay()`";
+const HOST_COPY: &str = "a replay would copy the same host bytes again; write new data into an input between replays \
+     (`Graph::inputs_mut`), and read outputs after a replay";
+
+/// The device-level calls of a capturing thread (see the module doc).
+pub(crate) struct Gate;
+
+/// The one gate.
+pub(crate) static GATE: Gate = Gate;
+
+impl Gate {
+    /// The backend of `device`, which must be the capture's device.
+    fn of(op: &'static str, device: DeviceId) -> Result<&'static dyn BackendDevice> {
+        on_device(op, device)?;
+        super::for_device_now(device)
+    }
+}
+
+impl BackendDevice for Gate {
+    fn name(&self) -> &'static str {
+        selected().map(|b| b.name()).unwrap_or("host")
+    }
+
+    fn device_count(&self) -> usize {
+        selected().map(|b| b.device_count()).unwrap_or(0)
+    }
+
+    fn make_current(&self, device: DeviceId) -> Result<()> {
+        super::for_device_now(device)?.make_current(device)
+    }
+
+    fn memory(&self, device: DeviceId) -> Result<(usize, usize)> {
+        super::for_device_now(device)?.memory(device)
+    }
+
+    fn reset_peak(&self, device: DeviceId) -> Result<()> {
+        super::for_device_now(device)?.reset_peak(device)
+    }
+
+    fn cached_bytes(&self, device: DeviceId) -> Result<usize> {
+        super::for_device_now(device)?.cached_bytes(device)
+    }
+
+    fn live_streams(&self) -> usize {
+        selected().map(|b| b.live_streams()).unwrap_or(0)
+    }
+
+    fn default_stream(&self, device: DeviceId) -> Result<RawStream> {
+        super::for_device_now(device)?.default_stream(device)
+    }
+
+    fn new_stream(&self, device: DeviceId) -> Result<RawStream> {
+        super::for_device_now(device)?.new_stream(device)
+    }
+
+    fn sync_stream(&self, _: &RawStream) -> Result<()> {
+        Err(Error::NotCapturable { op: "Stream::synchronize", reason: SYNC.into() })
+    }
+
+    fn sync_device(&self, _: DeviceId) -> Result<()> {
+        Err(Error::NotCapturable { op: "synchronize", reason: SYNC.into() })
+    }
+
+    fn new_event(&self, device: DeviceId, timing: bool) -> Result<RawEvent> {
+        super::for_device_now(device)?.new_event(device, timing)
+    }
+
+    fn record_event(&self, event: &RawEvent, stream: &RawStream) -> Result<()> {
+        selected()?.record_event(event, stream)
+    }
+
+    fn wait_event(&self, stream: &RawStream, event: &RawEvent) -> Result<()> {
+        selected()?.wait_event(stream, event)
+    }
+
+    fn sync_event(&self, _: &RawEvent) -> Result<()> {
+        Err(Error::NotCapturable { op: "Event::synchronize", reason: SYNC.into() })
+    }
+
+    fn event_done(&self, _: &RawEvent) -> Result<bool> {
+        Err(Error::NotCapturable { op: "Event::is_complete", reason: SYNC.into() })
+    }
+
+    fn elapsed_ms(&self, _: &RawEvent, _: &RawEvent) -> Result<f32> {
+        Err(Error::NotCapturable {
+            op: "Event::elapsed",
+            reason: "a captured event has no time until a replay runs; time replays from outside the graph".into(),
+        })
+    }
+
+    fn alloc_pinned(&self, _: usize) -> Result<usize> {
+        Err(Error::NotCapturable { op: "pinned memory", reason: HOST_COPY.into() })
+    }
+
+    unsafe fn free_pinned(&self, ptr: usize, bytes: usize) {
+        if let Ok(b) = super::for_device_now(DeviceId::Pinned) {
+            // SAFETY: the caller's contract, passed on unchanged.
+            unsafe { b.free_pinned(ptr, bytes) }
+        }
+    }
+
+    fn upload(&self, _: DeviceId, _: &[u8]) -> Result<Buffer> {
+        Err(Error::NotCapturable { op: "a copy from host memory", reason: HOST_COPY.into() })
+    }
+
+    fn upload_async(&self, _: DeviceId, _: &HostBuffer, _: &RawStream) -> Result<(Buffer, RawEvent)> {
+        Err(Error::NotCapturable { op: "to_async", reason: HOST_COPY.into() })
+    }
+
+    fn copy(&self, src: &Buffer, device: DeviceId) -> Result<Buffer> {
+        use super::BackendStorage;
+        let from = src.device_id();
+        if device.is_host() || from.is_host() {
+            return Err(Error::NotCapturable { op: "a copy between host and device", reason: HOST_COPY.into() });
+        }
+        Gate::of("a copy between devices", from)?;
+        Gate::of("a copy between devices", device)?.copy(src, device)
+    }
+
+    fn fill(&self, device: DeviceId, dtype: DType, len: usize, value: Scalar) -> Result<Buffer> {
+        Gate::of("full", device)?.fill(device, dtype, len, value)
+    }
+
+    fn arange(&self, device: DeviceId, dtype: DType, len: usize, start: f64, step: f64) -> Result<Buffer> {
+        Gate::of("arange", device)?.arange(device, dtype, len, start, step)
+    }
+
+    fn rand(&self, device: DeviceId, dtype: DType, len: usize, seed: u64) -> Result<Buffer> {
+        Gate::of("rand", device)?.rand(device, dtype, len, seed)
+    }
+
+    fn can_access_peer(&self, device: DeviceId, peer: DeviceId) -> Result<bool> {
+        super::for_device_now(device)?.can_access_peer(device, peer)
+    }
+
+    fn enable_peer_access(&self, _: DeviceId, _: DeviceId) -> Result<()> {
+        Err(Error::NotCapturable {
+            op: "enable_peer_access",
+            reason: "it changes the devices, not a stream; enable peer access before the capture".into(),
+        })
+    }
+
+    fn collective(&self, _: &[DeviceId], _: DType, _: usize, _: Collective<'_>) -> Result<Option<Vec<Buffer>>> {
+        Err(Error::NotCapturable {
+            op: "a collective (NCCL)",
+            reason: "a graph captures the work of one device; run collectives between replays".into(),
+        })
+    }
+
+    fn begin_capture(&self, _: &RawStream, _: &[&Buffer]) -> Result<()> {
+        Err(Error::NotCapturable { op: "Graph::capture", reason: "a capture cannot start inside another".into() })
+    }
+
+    fn end_capture(&self, stream: &RawStream) -> Result<super::RawGraph> {
+        selected()?.end_capture(stream)
+    }
+
+    fn launch_graph(&self, _: &super::RawGraph, _: &RawStream, _: &[&Buffer], _: &[&Buffer]) -> Result<()> {
+        Err(Error::NotCapturable {
+            op: "Graph::replay",
+            reason: "a graph cannot replay inside a capture; replay it before or after".into(),
+        })
+    }
+}

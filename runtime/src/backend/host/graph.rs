@@ -1,0 +1,216 @@
+//! Graphs on the host backend: while a simulated stream is captured, the jobs its ops
+//! would queue are recorded instead, in the order the host issued them (streams that
+//! join the capture record into the same list, so every wait between captured streams
+//! is already kept by that order), and a replay queues one job that runs them all.
+//!
+//! The rules are the cuda backend's: captured work reads the graph's inputs and memory
+//! made in the capture only; a stream joins by waiting for an event or a write of the
+//! capture, and must be joined back before the capture ends; events recorded in a
+//! capture cannot be waited for outside it. The hazard checker sees a replay as one op
+//! that reads the inputs and writes the outputs.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use super::buffer::HostBuffer;
+use super::queue::Job;
+use super::streams::{use_on_stream, HostStream};
+use crate::backend::account::MemoryAccount;
+use crate::backend::capture;
+use crate::backend::hazard::{self, Kind};
+use crate::device_id::DeviceId;
+use crate::error::{Error, Result};
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One capture: the recorded jobs, the inputs, the streams that joined.
+#[derive(Debug)]
+pub(crate) struct HostCapture {
+    device: DeviceId,
+    /// Addresses of the graph's inputs.
+    inputs: Vec<usize>,
+    jobs: Mutex<Vec<RecordedJob>>,
+    /// Streams that joined, with their write count when they did.
+    joined: Mutex<Vec<(Arc<HostStream>, u64)>>,
+    ended: AtomicBool,
+    /// Buffers made in the capture that are alive.
+    live: AtomicUsize,
+    /// Bytes of buffers that went but whose memory recorded jobs still hold: counted as
+    /// allocated on `account` until the capture goes.
+    held: AtomicUsize,
+    account: &'static MemoryAccount,
+}
+
+impl Drop for HostCapture {
+    fn drop(&mut self) {
+        self.account.release(*self.held.get_mut());
+    }
+}
+
+/// A job as recorded: run once per replay.
+struct RecordedJob(Job);
+
+impl std::fmt::Debug for RecordedJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("job")
+    }
+}
+
+impl HostCapture {
+    pub(crate) fn ended(&self) -> bool {
+        self.ended.load(Ordering::SeqCst)
+    }
+
+    /// Counts a buffer made in the capture coming (`true`) or going.
+    pub(super) fn count_buffer(&self, alive: bool) {
+        if alive {
+            self.live.fetch_add(1, Ordering::SeqCst);
+        } else {
+            self.live.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Keeps `bytes` of a buffer that went counted until the capture goes.
+    pub(super) fn hold(&self, bytes: usize) {
+        self.held.fetch_add(bytes, Ordering::SeqCst);
+    }
+
+    /// Records `job` instead of queueing it.
+    pub(super) fn record(&self, job: Job) {
+        lock(&self.jobs).push(RecordedJob(job));
+    }
+
+    /// Captured work may read `h` if it was made in this capture or is an input.
+    pub(super) fn may_read(self: &Arc<Self>, h: &HostBuffer) -> Result<bool> {
+        if h.graph.as_ref().is_some_and(|g| Arc::ptr_eq(g, self)) {
+            return Ok(true);
+        }
+        if self.inputs.contains(&h.addr()) {
+            return Ok(false);
+        }
+        Err(capture::not_an_input())
+    }
+}
+
+/// `on` waits for work of capture `c` (an event recorded in it, or a stream in it): a
+/// stream outside any capture joins it; an ended capture, or another one, is an error.
+pub(super) fn joins(on: &Arc<HostStream>, c: Option<Weak<HostCapture>>) -> Result<()> {
+    let Some(c) = c else { return Ok(()) };
+    let c = match c.upgrade() {
+        Some(c) if !c.ended() => c,
+        _ => return Err(capture::event_of_ended_capture()),
+    };
+    match on.capture() {
+        Some(mine) if Arc::ptr_eq(&mine, &c) => Ok(()),
+        Some(_) => Err(Error::NotCapturable {
+            op: "wait_event",
+            reason: "the stream is captured into another graph; one capture cannot wait for another".into(),
+        }),
+        None => {
+            on.set_capture(Some(Arc::clone(&c)));
+            lock(&c.joined).push((Arc::clone(on), on.order.writes()));
+            Ok(())
+        }
+    }
+}
+
+/// Starts capturing `s`; captured work may read `inputs` and memory made in the capture.
+pub(super) fn begin(s: &Arc<HostStream>, inputs: &[&HostBuffer]) -> Result<()> {
+    if s.capture().is_some() {
+        return Err(Error::NotCapturable { op: "Graph::capture", reason: "the stream is already being captured".into() });
+    }
+    for h in inputs {
+        // The stream waits for the inputs' writers now; each replay orders them again.
+        use_on_stream(h, s)?;
+    }
+    let c = HostCapture {
+        device: s.device,
+        inputs: inputs.iter().map(|h| h.addr()).collect(),
+        jobs: Mutex::new(Vec::new()),
+        joined: Mutex::new(Vec::new()),
+        ended: AtomicBool::new(false),
+        live: AtomicUsize::new(0),
+        held: AtomicUsize::new(0),
+        account: super::host().account(s.device)?,
+    };
+    s.set_capture(Some(Arc::new(c)));
+    Ok(())
+}
+
+/// A recorded graph, ready to replay.
+#[derive(Debug)]
+pub(crate) struct HostGraph {
+    device: DeviceId,
+    jobs: Arc<Mutex<Vec<RecordedJob>>>,
+    capture: Arc<HostCapture>,
+}
+
+/// Ends the capture of `s`: an error, and no graph, when a stream that joined was not
+/// joined back.
+pub(super) fn end(s: &Arc<HostStream>) -> Result<HostGraph> {
+    let c = s.capture().ok_or_else(|| Error::InvalidArgument {
+        op: "Graph::capture",
+        reason: "the stream is not being captured".into(),
+    })?;
+    c.ended.store(true, Ordering::SeqCst);
+    s.set_capture(None);
+    let joined = std::mem::take(&mut *lock(&c.joined));
+    let mut unjoined = false;
+    for (j, at_join) in &joined {
+        j.set_capture(None);
+        let writes = j.order.writes();
+        unjoined |= writes > *at_join && !s.order.has_waited(j.key, writes);
+    }
+    if unjoined {
+        return Err(capture::unjoined());
+    }
+    let jobs = std::mem::take(&mut *lock(&c.jobs));
+    Ok(HostGraph { device: c.device, jobs: Arc::new(Mutex::new(jobs)), capture: c })
+}
+
+impl HostGraph {
+    /// Whether `h` was made in this graph's capture.
+    pub(crate) fn owns(&self, h: &HostBuffer) -> bool {
+        h.graph.as_ref().is_some_and(|g| Arc::ptr_eq(g, &self.capture))
+    }
+
+    /// Buffers made in the capture that are still alive.
+    pub(crate) fn live_buffers(&self) -> usize {
+        self.capture.live.load(Ordering::SeqCst)
+    }
+
+    /// Queues one replay on `s`: one job running the recorded ones in order. It reads
+    /// `reads` and writes `writes`, as the hazard checker books it.
+    pub(super) fn launch(&self, s: &Arc<HostStream>, reads: &[&HostBuffer], writes: &[&HostBuffer]) -> Result<()> {
+        if s.device != self.device {
+            return Err(Error::InvalidArgument {
+                op: "Graph::replay_on",
+                reason: format!("the graph is of {}, the stream of {}", self.device, s.device),
+            });
+        }
+        if s.capture().is_some() {
+            return Err(Error::NotCapturable {
+                op: "Graph::replay",
+                reason: "a graph cannot replay inside a capture; replay it before or after".into(),
+            });
+        }
+        let mut uses = Vec::new();
+        if hazard::enabled() {
+            uses.extend(reads.iter().filter(|h| h.len() > 0).map(|h| (h.region(None), Kind::Read)));
+            uses.extend(writes.iter().filter(|h| h.len() > 0).map(|h| (h.region(None), Kind::Write)));
+        }
+        let jobs = Arc::clone(&self.jobs);
+        s.launch(
+            "Graph::replay",
+            &uses,
+            Box::new(move || {
+                for RecordedJob(job) in lock(&jobs).iter_mut() {
+                    job();
+                }
+            }),
+        )?;
+        Ok(())
+    }
+}

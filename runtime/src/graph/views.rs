@@ -1,0 +1,156 @@
+//! The two ways to a graph's memory from outside: [`Output`], a read-only view of an
+//! output after a replay, and [`InputMut`], the way new data goes into an input.
+//!
+//! Neither hands out a `Tensor` that shares the graph's memory (a clone of one would see
+//! the next replay's writes): reads copy out, and writes copy in, in place.
+
+use std::sync::Arc;
+
+use crate::backend::{self, BackendStorage};
+use crate::device::{Device, DeviceId, StaticDevice};
+use crate::element::Element;
+use crate::error::{Error, Result};
+use crate::placement::SamePlacement;
+use crate::storage::Storage;
+use crate::tensor::Tensor;
+
+/// An output of a graph as the last replay wrote it, borrowed from the graph: while it
+/// lives the graph cannot replay (that would write it). Reads wait for the replay on the
+/// device (an event), or on the host for `to_vec` and `item`.
+///
+/// ```
+/// # extern crate locus_runtime as locus;
+/// use locus::{Cuda, Graph, Stream, Tensor};
+/// let s = Stream::<Cuda<0>>::new()?;
+/// let mut x = Tensor::<Cuda<0>>::from_vec(vec![1.0, 2.0], [2])?;
+/// let mut g = Graph::capture(&s, &mut x, |x| x * 10.0)?;
+/// let y = g.replay()?;
+/// assert_eq!(y.to_vec()?, vec![10.0, 20.0]);
+/// let kept: Tensor<Cuda<0>> = y.to_tensor()?; // a copy: the next replay does not change it
+/// g.inputs_mut().copy_from_slice(&[3.0, 4.0])?;
+/// assert_eq!(g.replay()?.to_vec()?, vec![30.0, 40.0]);
+/// assert_eq!(kept.to_vec()?, vec![10.0, 20.0]);
+/// # Ok::<(), locus::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Output<'g, D: Device, T: Element = f32> {
+    t: &'g Tensor<D, T>,
+}
+
+impl<'g, D: Device, T: Element> Output<'g, D, T> {
+    pub(super) fn new(t: &'g Tensor<D, T>) -> Self {
+        Output { t }
+    }
+
+    /// The dims, outermost first.
+    pub fn shape(&self) -> &[usize] {
+        self.t.shape()
+    }
+
+    /// The number of elements.
+    pub fn numel(&self) -> usize {
+        self.t.numel()
+    }
+
+    /// Where the output lives.
+    pub fn device(&self) -> DeviceId {
+        self.t.device()
+    }
+
+    /// The elements, copied to the host (waits for the replay).
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        self.t.to_vec()
+    }
+
+    /// The one element of a one-element output (waits for the replay).
+    pub fn item(&self) -> Result<T> {
+        self.t.item()
+    }
+
+    /// A copy as a tensor of its own on the same placement, queued on the current stream.
+    pub fn to_tensor(&self) -> Result<Tensor<D, T>> {
+        let storage = self.t.storage().copy_to(self.t.device())?;
+        Ok(self.t.over_storage(self.t.placement(), Arc::new(storage)))
+    }
+
+    /// A copy on placement `E` (a copy even when `E` is the output's own placement).
+    pub fn to<E: StaticDevice>(&self) -> Result<Tensor<E, T>> {
+        let storage = self.t.storage().copy_to(E::default().id())?;
+        Ok(self.t.over_storage(E::default(), Arc::new(storage)))
+    }
+}
+
+/// An input of a graph, lent for writing between replays. New data is copied over the
+/// input's memory in place (the graph reads it from there), ordered after the replays
+/// that read the old data and before the next one.
+#[derive(Debug)]
+pub struct InputMut<'g, D: Device, T: Element = f32> {
+    t: &'g mut Tensor<D, T>,
+}
+
+impl<'g, D: Device, T: Element> InputMut<'g, D, T> {
+    pub(super) fn new(t: &'g mut Tensor<D, T>) -> Self {
+        InputMut { t }
+    }
+
+    /// The dims, outermost first.
+    pub fn shape(&self) -> &[usize] {
+        self.t.shape()
+    }
+
+    /// The elements now, copied to the host.
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        self.t.to_vec()
+    }
+
+    /// The input's memory, to be written in place: its contents get a new id.
+    fn target(&mut self) -> Result<&crate::backend::Buffer> {
+        match Arc::get_mut(self.t.storage_mut()) {
+            Some(s) => Ok(Storage::buf_mut(s)),
+            None => Err(Error::InvalidArgument {
+                op: "copy_from",
+                reason: "the input shares its memory with another tensor".into(),
+            }),
+        }
+    }
+
+    /// Copies `src`, a tensor of the same shape on the input's placement, into the input.
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cuda, Graph, Stream, Tensor};
+    /// let s = Stream::<Cuda<0>>::new()?;
+    /// let mut x = Tensor::<Cuda<0>>::zeros([3])?;
+    /// let mut g = Graph::capture(&s, &mut x, |x| x + 1.0)?;
+    /// g.inputs_mut().copy_from(&Tensor::<Cuda<0>>::full([3], 5.0)?)?;
+    /// assert_eq!(g.replay()?.to_vec()?, vec![6.0; 3]);
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn copy_from<E>(&mut self, src: &Tensor<E, T>) -> Result<()>
+    where
+        E: Device + SamePlacement<D>,
+    {
+        if src.shape() != self.t.shape() {
+            return Err(Error::ShapeMismatch { op: "copy_from", lhs: self.t.shape().to_vec(), rhs: src.shape().to_vec() });
+        }
+        if src.device() != self.t.device() {
+            return Err(Error::DeviceMismatch { op: "copy_from", lhs: self.t.device(), rhs: src.device() });
+        }
+        backend::for_device(self.t.device())?;
+        let src = src.buffer();
+        self.target()?.overwrite(src)
+    }
+
+    /// Copies `data`, one element per element of the input, into the input.
+    pub fn copy_from_slice(&mut self, data: &[T]) -> Result<()> {
+        if data.len() != self.t.numel() {
+            return Err(Error::InvalidArgument {
+                op: "copy_from_slice",
+                reason: format!("{} elements for an input of {} ({:?})", data.len(), self.t.numel(), self.t.shape()),
+            });
+        }
+        let device = self.t.device();
+        let staged = backend::for_device(device)?.upload(device, bytemuck::cast_slice(data))?;
+        self.target()?.overwrite(&staged)
+    }
+}

@@ -1,0 +1,363 @@
+//! Graphs on the selected backend: capture once, replay with new inputs; what cannot be
+//! captured is an error naming the op; memory made in a capture stays the graph's; a
+//! replay is ordered with the work around it on any stream; forked streams join.
+
+mod common;
+
+use common::keep_busy;
+use locus::{
+    memory_allocated, on_stream, Cuda, DeviceId, Dyn, Error, Graph, Loader, Stream, Tensor,
+};
+
+type G = Cuda<0>;
+
+// Memory counts are per device and process-wide: tests that count must not overlap
+// those that allocate.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn not_capturable(r: locus::Result<impl std::fmt::Debug>) -> &'static str {
+    match r {
+        Err(Error::NotCapturable { op, .. }) => op,
+        other => panic!("expected NotCapturable, got {other:?}"),
+    }
+}
+
+/// The chain of the benchmark: x + b, then + b nineteen more times.
+fn chain(x: &Tensor<G>, b: &Tensor<G>) -> locus::Result<Tensor<G>> {
+    let mut y = (x + b)?;
+    for _ in 1..20 {
+        y = (&y + b)?;
+    }
+    Ok(y)
+}
+
+#[test]
+fn a_replay_runs_the_captured_ops_on_the_inputs_of_now() -> locus::Result<()> {
+    let _one = serial();
+    let s = Stream::<G>::new()?;
+    let mut x = Tensor::<G>::from_vec((0..1024).map(|i| i as f32).collect(), [1024])?;
+    let mut b = Tensor::<G>::full([1024], 0.5)?;
+    let mut g = Graph::capture(&s, (&mut x, &mut b), |(x, b)| chain(x, b))?;
+    assert!(matches!(g.outputs(), Err(Error::InvalidArgument { op: "Graph::outputs", .. })));
+    let want = |x0: f32, i: usize| x0 + i as f32 + 10.0;
+    let y = g.replay()?.to_vec()?;
+    assert!(y.iter().enumerate().all(|(i, &v)| v == want(0.0, i)), "first replay: {:?}", &y[..4]);
+    for round in 1..5 {
+        let (mut xs, _) = g.inputs_mut();
+        xs.copy_from_slice(&(0..1024).map(|i| (i + round * 1000) as f32).collect::<Vec<_>>())?;
+        let y = g.replay()?.to_vec()?;
+        assert!(
+            y.iter().enumerate().all(|(i, &v)| v == want((round * 1000) as f32, i)),
+            "round {round}: {:?}",
+            &y[..4]
+        );
+    }
+    assert_eq!(g.outputs()?.shape(), &[1024]);
+    drop(g);
+    assert_eq!(x.to_vec()?[0], 4000.0, "the input holds what was last written into it");
+    Ok(())
+}
+
+#[test]
+fn nothing_runs_while_capturing() -> locus::Result<()> {
+    let _one = serial();
+    let s = Stream::<G>::new()?;
+    let mut x = Tensor::<G>::ones([4])?;
+    let mut seen = None;
+    let mut g = Graph::capture(&s, &mut x, |x| {
+        let y = (x * 3.0)?;
+        seen = Some(not_capturable(y.to_vec()));
+        Ok(y)
+    })?;
+    assert_eq!(seen, Some("to_vec / item (a read by the host)"));
+    assert_eq!(g.replay()?.to_vec()?, vec![3.0; 4]);
+    Ok(())
+}
+
+#[test]
+fn what_cannot_be_captured_is_an_error_naming_it() -> locus::Result<()> {
+    let _one = serial();
+    let s = Stream::<G>::new()?;
+    let mut x = Tensor::<Cuda<0>>::ones([4])?;
+    let mut ints = Tensor::<Cuda<0>, i32>::from_vec(vec![4, 6], [2])?;
+    let other = Tensor::<Cuda<1>>::ones([4]);
+    let host = Tensor::<locus::Cpu>::ones([4])?;
+    let outside = Tensor::<G>::ones([4])?;
+    let mut ops = Vec::new();
+    let g = Graph::capture(&s, (&mut x, &mut ints), |(x, ints)| {
+        ops.push(not_capturable(x.to_vec()));
+        ops.push(not_capturable(s.synchronize()));
+        ops.push(not_capturable(locus::synchronize(DeviceId::Cuda(0))));
+        ops.push(not_capturable(Tensor::<G>::from_vec(vec![1.0; 4], [4])));
+        ops.push(not_capturable(x.to::<locus::Cpu>()));
+        ops.push(not_capturable(&host + 1.0));
+        if let Ok(other) = &other {
+            ops.push(not_capturable(other + 1.0));
+        }
+        ops.push(not_capturable(x + &outside));
+        ops.push(not_capturable(ints / 2));
+        ops.push(not_capturable(Loader::from_batches((0..2).map(|_| Tensor::<locus::Cpu>::ones([4]))).to::<G>().map(|_| ())));
+        let ev = s.record_event()?;
+        ops.push(not_capturable(ev.synchronize()));
+        ops.push(not_capturable(ev.is_complete()));
+        (x * 2.0)?;
+        Ok(())
+    });
+    g?;
+    let mut want = vec![
+        "to_vec / item (a read by the host)",
+        "Stream::synchronize",
+        "synchronize",
+        "a copy from host memory",
+        "a copy between host and device",
+        "add",
+    ];
+    if other.is_ok() {
+        want.push("add");
+    }
+    want.extend(["reading a tensor", "integer division", "Loader", "Event::synchronize", "Event::is_complete"]);
+    assert_eq!(ops, want);
+    // The stream runs work again once the capture is over.
+    let y = on_stream(&s, || &x + 1.0)?;
+    assert_eq!(y.to_vec()?, vec![2.0; 4]);
+    Ok(())
+}
+
+#[test]
+fn an_error_in_the_closure_ends_the_capture() -> locus::Result<()> {
+    let _one = serial();
+    let s = Stream::<G>::new()?;
+    let mut x = Tensor::<G>::ones([4])?;
+    let r: locus::Result<Graph<G, _, Tensor<G>>> = Graph::capture(&s, &mut x, |x| {
+        let y = (x + 1.0)?;
+        y.to_vec()?; // fails: the capture ends and the error comes back
+        Ok(y)
+    });
+    assert!(matches!(r, Err(Error::NotCapturable { .. })), "{r:?}");
+    let y = on_stream(&s, || &x * 5.0)?;
+    assert_eq!(y.to_vec()?, vec![5.0; 4]);
+    let mut g = Graph::capture(&s, &mut x, |x| x - 1.0)?;
+    assert_eq!(g.replay()?.to_vec()?, vec![0.0; 4]);
+    Ok(())
+}
+
+#[test]
+fn memory_made_in_a_capture_cannot_leave_it_but_through_the_outputs() -> locus::Result<()> {
+    let _one = serial();
+    let s = Stream::<G>::new()?;
+    let mut x = Tensor::<G>::ones([4])?;
+    let mut kept = Vec::new();
+    let r = Graph::capture(&s, &mut x, |x| {
+        let y = (x + 1.0)?;
+        kept.push(y.clone());
+        Ok(y)
+    });
+    assert!(matches!(r, Err(Error::InvalidArgument { op: "Graph::capture", .. })), "{r:?}");
+    let mut inner = Vec::new();
+    let r = Graph::capture(&s, &mut x, |x| {
+        inner.push((x * 2.0)?);
+        Ok(())
+    });
+    assert!(matches!(r, Err(Error::InvalidArgument { op: "Graph::capture", .. })), "{r:?}");
+    let mut clones = Vec::new();
+    let r = Graph::capture(&s, &mut x, |x| {
+        clones.push(x.clone());
+        x + 1.0
+    });
+    assert!(matches!(r, Err(Error::InvalidArgument { op: "Graph::capture", .. })), "{r:?}");
+    drop((kept, inner, clones));
+    // A view of an output is the output: allowed.
+    let mut g = Graph::capture(&s, &mut x, |x| {
+        let y = (x + 1.0)?;
+        let v = y.reshape([2, 2])?;
+        Ok((y, v))
+    })?;
+    let (y, v) = g.replay()?;
+    assert_eq!((y.to_vec()?, v.shape().to_vec()), (vec![2.0; 4], vec![2, 2]));
+    Ok(())
+}
+
+#[test]
+fn a_shared_input_gets_memory_of_its_own() -> locus::Result<()> {
+    let _one = serial();
+    let s = Stream::<G>::new()?;
+    let mut x = Tensor::<G>::ones([4])?;
+    let alias = x.clone();
+    let mut g = Graph::capture(&s, &mut x, |x| x * 2.0)?;
+    g.inputs_mut().copy_from_slice(&[5.0; 4])?;
+    assert_eq!(g.replay()?.to_vec()?, vec![10.0; 4]);
+    assert_eq!(alias.to_vec()?, vec![1.0; 4], "a tensor that shared the input's memory is not written");
+    Ok(())
+}
+
+#[test]
+fn the_graph_frees_its_memory_when_dropped() -> locus::Result<()> {
+    let _one = serial();
+    let s = Stream::<G>::new()?;
+    let mut x = Tensor::<G>::ones([1 << 16])?;
+    let mut b = Tensor::<G>::ones([1 << 16])?;
+    let before = memory_allocated(DeviceId::Cuda(0))?;
+    let mut g = Graph::capture(&s, (&mut x, &mut b), |(x, b)| chain(x, b))?;
+    let during = memory_allocated(DeviceId::Cuda(0))?;
+    assert_eq!(during - before, 20 * (1 << 16) * 4, "twenty intermediates, kept by the graph");
+    g.replay()?;
+    drop(g);
+    s.synchronize()?;
+    assert_eq!(memory_allocated(DeviceId::Cuda(0))?, before);
+    Ok(())
+}
+
+#[test]
+fn a_replay_waits_for_an_input_written_on_another_stream() -> locus::Result<()> {
+    let _one = serial();
+    let (s, side) = (Stream::<G>::new()?, Stream::<G>::new()?);
+    let mut x = Tensor::<G>::zeros([1024])?;
+    let mut g = Graph::capture(&s, &mut x, |x| x + 1.0)?;
+    for round in 1..20 {
+        let fresh = on_stream(&side, || -> locus::Result<_> {
+            keep_busy()?; // the write below runs late on `side`
+            Tensor::<G>::full([1024], round as f32)
+        })?;
+        on_stream(&side, || g.inputs_mut().copy_from(&fresh))?;
+        let y = g.replay()?.to_vec()?;
+        assert!(y.iter().all(|&v| v == round as f32 + 1.0), "round {round}: {:?}", &y[..4]);
+    }
+    Ok(())
+}
+
+#[test]
+fn a_replay_waits_for_earlier_reads_of_its_outputs() -> locus::Result<()> {
+    let _one = serial();
+    let (s, side) = (Stream::<G>::new()?, Stream::<G>::new()?);
+    let mut x = Tensor::<G>::zeros([1024])?;
+    let mut g = Graph::capture(&s, &mut x, |x| x + 1.0)?;
+    let mut copies = Vec::new();
+    for round in 0..10 {
+        g.inputs_mut().copy_from_slice(&[round as f32; 1024])?;
+        let y = g.replay()?;
+        // Read on `side` behind a long queue: the next replay must wait for the read.
+        copies.push(on_stream(&side, || -> locus::Result<_> {
+            keep_busy()?;
+            y.to_tensor()
+        })?);
+    }
+    for (round, c) in copies.iter().enumerate() {
+        assert!(c.to_vec()?.iter().all(|&v| v == round as f32 + 1.0), "copy {round}");
+    }
+    Ok(())
+}
+
+#[test]
+fn replays_on_other_streams_are_ordered_one_after_the_other() -> locus::Result<()> {
+    let _one = serial();
+    let (s, a, b) = (Stream::<G>::new()?, Stream::<G>::new()?, Stream::<G>::new()?);
+    let mut x = Tensor::<G>::ones([256])?;
+    let mut g = Graph::capture(&s, &mut x, |x| {
+        let y = (x * 2.0)?;
+        (&y + &y)?.sum()
+    })?;
+    for (i, st) in [&a, &b, &s, &a].into_iter().enumerate() {
+        on_stream(st, keep_busy)?;
+        let total = g.replay_on(st)?.item()?;
+        assert_eq!(total, 1024.0, "replay {i}");
+    }
+    Ok(())
+}
+
+#[test]
+fn work_forked_to_another_stream_is_part_of_the_graph() -> locus::Result<()> {
+    let _one = serial();
+    let (s, side) = (Stream::<G>::new()?, Stream::<G>::new()?);
+    let mut x = Tensor::<G>::from_vec(vec![1.0, 2.0, 3.0, 4.0], [4])?;
+    let mut g = Graph::capture(&s, &mut x, |x| {
+        let fork = s.record_event()?;
+        side.wait_event(&fork)?; // `side` joins the capture
+        let left = on_stream(&side, || x * 10.0)?;
+        let right = (x + 1.0)?;
+        let join = side.record_event()?;
+        s.wait_event(&join)?;
+        &left + &right
+    })?;
+    assert_eq!(g.replay()?.to_vec()?, vec![12.0, 23.0, 34.0, 45.0]);
+    g.inputs_mut().copy_from_slice(&[0.0; 4])?;
+    assert_eq!(g.replay()?.to_vec()?, vec![1.0; 4]);
+    // Outside the capture `side` runs work again.
+    assert_eq!(on_stream(&side, || &x * 1.0).is_err(), false);
+    Ok(())
+}
+
+#[test]
+fn a_fork_never_joined_back_is_an_error() -> locus::Result<()> {
+    let _one = serial();
+    let (s, side) = (Stream::<G>::new()?, Stream::<G>::new()?);
+    let mut x = Tensor::<G>::ones([4])?;
+    let r = Graph::capture(&s, &mut x, |x| {
+        side.wait_event(&s.record_event()?)?;
+        let left = on_stream(&side, || x * 10.0)?;
+        drop(left);
+        x + 1.0
+    });
+    assert!(matches!(r, Err(Error::InvalidArgument { op: "Graph::capture", .. })), "{r:?}");
+    let y = on_stream(&side, || &x + 1.0)?;
+    assert_eq!(y.to_vec()?, vec![2.0; 4], "`side` runs work again after the failed capture");
+    Ok(())
+}
+
+#[test]
+fn an_event_of_a_capture_cannot_be_waited_for_after_it() -> locus::Result<()> {
+    let _one = serial();
+    let (s, other) = (Stream::<G>::new()?, Stream::<G>::new()?);
+    let mut x = Tensor::<G>::ones([4])?;
+    let mut kept = None;
+    let _g = Graph::capture(&s, &mut x, |x| {
+        kept = Some(s.record_event()?);
+        x + 1.0
+    })?;
+    let ev = kept.unwrap();
+    assert!(matches!(other.wait_event(&ev), Err(Error::InvalidArgument { op: "event", .. })));
+    assert!(matches!(ev.synchronize(), Err(Error::InvalidArgument { op: "event", .. })));
+    Ok(())
+}
+
+#[test]
+fn a_graph_on_a_run_time_device() -> locus::Result<()> {
+    let _one = serial();
+    let s = Stream::new_on(Dyn::new(DeviceId::Cuda(0)))?;
+    let mut x = Tensor::<G>::ones([3])?.into_dyn();
+    let mut g = Graph::capture(&s, &mut x, |x| x * 4.0)?;
+    assert_eq!(g.replay()?.to_vec()?, vec![4.0; 3]);
+    let mut wrong = Tensor::<Cuda<0>>::ones([3])?.into_dyn();
+    if let Ok(s1) = Stream::new_on(Dyn::new(DeviceId::Cuda(1))) {
+        let r = Graph::capture(&s1, &mut wrong, |x| x * 1.0);
+        assert!(matches!(r, Err(Error::DeviceMismatch { op: "Graph::capture", .. })), "{r:?}");
+        assert!(matches!(g.replay_on(&s1), Err(Error::DeviceMismatch { op: "Graph::replay_on", .. })));
+    }
+    Ok(())
+}
+
+#[test]
+fn matmul_and_reductions_replay_like_eager_ops() -> locus::Result<()> {
+    let _one = serial();
+    let s = Stream::<G>::new()?;
+    let mut x = Tensor::<G>::rand([8, 16], 1)?;
+    let mut w = Tensor::<G>::rand([16, 4], 2)?;
+    let mut g = Graph::capture(&s, (&mut x, &mut w), |(x, w)| {
+        let h = x.matmul(w)?.relu()?;
+        Ok((h.sum_dim(0)?, h.sum()?))
+    })?;
+    for seed in 3..6 {
+        let (nx, nw) = (Tensor::<G>::rand([8, 16], seed)?, Tensor::<G>::rand([16, 4], seed + 10)?);
+        let (mut ix, mut iw) = g.inputs_mut();
+        ix.copy_from(&nx)?;
+        iw.copy_from(&nw)?;
+        let (cols, total) = g.replay()?;
+        let h = nx.matmul(&nw)?.relu()?;
+        assert_eq!(cols.to_vec()?, h.sum_dim(0)?.to_vec()?);
+        assert_eq!(total.item()?, h.sum()?.item()?);
+    }
+    Ok(())
+}
