@@ -69,7 +69,8 @@ cpp_na() { # $1 = file, $2 = why
   {
     echo "# cpp baseline: not run ($2)"
     for r in cpp_guard_pair_same_device:ns cpp_guard_pair_switch_device:ns \
-      cpp_launch_1k_add_submit:us/op cpp_launch_1k_add_sync:us/op; do
+      cpp_launch_1k_add_submit:us/op cpp_launch_1k_add_sync:us/op \
+      cpp_graph_chain20_replay:us/op cpp_graph_chain20_eager:us/op cpp_graph_chain20_capture:us; do
       printf '%s\tn/a\t%s\t%s\tn/a\tn/a\n' "${r%%:*}" "${r#*:}" "$2"
     done
   } > "$1"
@@ -176,6 +177,10 @@ CPP = {
     "guard_enter_exit_switch_device": "cpp_guard_pair_switch_device",
     "small_add_1k_submit": "cpp_launch_1k_add_submit",
     "small_add_1k_sync": "cpp_launch_1k_add_sync",
+    # The raw CUDA graph of the same 20 launches: the floor of the replay row.
+    "graph_chain20_replay": "cpp_graph_chain20_replay",
+    "graph_chain20_eager": "cpp_graph_chain20_eager",
+    "graph_chain20_capture": "cpp_graph_chain20_capture",
 }
 
 

@@ -24,6 +24,11 @@ WARM = 1 if QUICK else 3
 REPS = 5 if QUICK else 11
 # Ops per submit batch of the small-op rows, as in gpu/main.rs; the synchronized batch is a tenth.
 LAUNCHES = 20000
+# The graph rows (gpu/graph.rs): adds per chain, chains per batch (20000 ops, as the
+# small-op rows), captures per batch.
+CHAIN = 20
+REPLAYS = LAUNCHES // CHAIN
+CAPTURES = 100
 
 
 def row(name, samples, unit, note):
@@ -121,6 +126,83 @@ def small_ops():
     row("small_add_1k_sync", samples(synced), "us/op", "a + b + synchronize, per op in a batch of 2000")
 
 
+def chain(x, b):
+    """y = x + b, then y = y + b 19 times: 20 adds, each into a new tensor (gpu/graph.rs)."""
+    y = x + b
+    for _ in range(CHAIN - 1):
+        y = y + b
+    return y
+
+
+def graph_chain20():
+    x = torch.rand(1024, device=dev)
+    b = torch.rand(1024, device=dev)
+    # Warm up on a side stream, then capture, as the torch.cuda.graphs documentation does.
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            chain(x, b)
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static_y = chain(x, b)  # noqa: F841 (the graph's output, which each replay writes)
+
+    def per_op(t):
+        return (time.perf_counter() - t) / (REPLAYS * CHAIN) * 1e6
+
+    def replay():
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(REPLAYS):
+            g.replay()
+            torch.cuda.synchronize()
+        return per_op(t)
+
+    def eager():
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(REPLAYS):
+            chain(x, b)
+            torch.cuda.synchronize()
+        return per_op(t)
+
+    def capture():
+        # The capture that torch.cuda.graph does, without what its __enter__ runs first
+        # (torch.cuda.synchronize(), torch.cuda.empty_cache(), gc.collect() when
+        # torch.compiler.config.force_cudagraph_gc is set); each graph gets its own memory
+        # pool, as there. The graphs of a batch are freed after it is timed, then their pools.
+        torch.cuda.synchronize()
+        graphs = []
+        t = time.perf_counter()
+        for _ in range(CAPTURES):
+            cg = torch.cuda.CUDAGraph()
+            with torch.cuda.stream(side):
+                cg.capture_begin()
+                out = chain(x, b)
+                cg.capture_end()
+            graphs.append((cg, out))
+        us = (time.perf_counter() - t) / CAPTURES * 1e6
+        del graphs, cg, out
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        return us
+
+    note = (
+        "torch.cuda.CUDAGraph of 20 adds on 1024 floats (y = x + b, then y = y + b 19 times), captured on a side "
+        "stream after warm-up: g.replay() + torch.cuda.synchronize(), wall time per op (1/20 of a replay) "
+        "in a batch of 1000 replays"
+    )
+    row("graph_chain20_replay", samples(replay), "us/op", note)
+    note = "the same 20 adds eagerly + torch.cuda.synchronize() after the 20, wall time per op in a batch of 1000 chains"
+    row("graph_chain20_eager", samples(eager), "us/op", note)
+    note = (
+        "CUDAGraph() + capture_begin() + the 20 adds + capture_end() (capture + instantiate) on a side stream, "
+        "wall time per capture in a batch of 100, graphs freed after the batch is timed"
+    )
+    row("graph_chain20_capture", samples(capture), "us", note)
+
+
 def large_ops():
     n = GIB // 4
     a = torch.rand(n, device=dev)
@@ -205,6 +287,7 @@ if __name__ == "__main__":
         sys.exit(0)
     copies()
     small_ops()
+    graph_chain20()
     large_ops()
     matmul()
     guard()

@@ -1,5 +1,6 @@
-// C++ baseline for benches/gpu/main.rs: the work of a device guard and of a small op, written
-// directly against the CUDA runtime API, so that the locus rows are compared with the
+// C++ baseline for benches/gpu/main.rs: the work of a device guard, of a small op and of
+// a CUDA graph of 20 small ops (the floor of the graph replay row), written directly
+// against the CUDA runtime API, so that the locus rows are compared with the
 // same work in C++ and not only with Python. Built and run by benches/compare.sh:
 //
 //     nvcc -O3 -arch=sm_90 -o baseline benches/cpp/baseline.cu && ./baseline [--quick]
@@ -132,6 +133,99 @@ static void small_add() {
     CHECK(cudaFree(out));
 }
 
+// The chain of benches/gpu/graph.rs: y[0] = x + b, then y[i] = y[i-1] + b, 20 adds, each
+// into its own preallocated buffer (the graph's static buffers).
+static const int CHAIN = 20;
+// Chains per batch of the graph replay and eager rows: 20000 ops per batch, as the
+// small-op rows. Captures per batch of the capture row.
+static const int REPLAYS = LAUNCHES / CHAIN;
+static const int CAPTURES = 100;
+
+static void chain20(cudaStream_t s, const float* x, const float* b, float* const* y, int n) {
+    add_f32<<<(n + 255) / 256, 256, 0, s>>>(x, b, y[0], n);
+    for (int i = 1; i < CHAIN; i++) add_f32<<<(n + 255) / 256, 256, 0, s>>>(y[i - 1], b, y[i], n);
+}
+
+// The chain captured from `s` and instantiated: cudaStreamBeginCapture, the 20 launches,
+// cudaStreamEndCapture, cudaGraphInstantiate. The graph itself is left to the caller.
+static cudaGraphExec_t capture_chain20(cudaStream_t s, const float* x, const float* b, float* const* y, int n,
+                                       cudaGraph_t* graph) {
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    chain20(s, x, b, y, n);
+    CHECK(cudaGetLastError());
+    CHECK(cudaStreamEndCapture(s, graph));
+    cudaGraphExec_t exec;
+    CHECK(cudaGraphInstantiate(&exec, *graph, 0));
+    return exec;
+}
+
+static void graph_chain20() {
+    const int n = 1024;
+    float *x, *b, *y[CHAIN];
+    CHECK(cudaSetDevice(0));
+    CHECK(cudaMalloc(&x, n * sizeof(float)));
+    CHECK(cudaMalloc(&b, n * sizeof(float)));
+    for (int i = 0; i < CHAIN; i++) CHECK(cudaMalloc(&y[i], n * sizeof(float)));
+    CHECK(cudaMemset(x, 0, n * sizeof(float)));
+    CHECK(cudaMemset(b, 0, n * sizeof(float)));
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CHECK(cudaDeviceSynchronize());
+    // Replay: cudaGraphLaunch + cudaStreamSynchronize, per op (1/20 of a replay).
+    cudaGraph_t graph;
+    cudaGraphExec_t exec = capture_chain20(s, x, b, y, n, &graph);
+    std::vector<double> replay = samples([&] {
+        CHECK(cudaStreamSynchronize(s));
+        double t = now_s();
+        for (int r = 0; r < REPLAYS; r++) {
+            CHECK(cudaGraphLaunch(exec, s));
+            CHECK(cudaStreamSynchronize(s));
+        }
+        return (now_s() - t) / (REPLAYS * CHAIN) * 1e6;
+    });
+    row("cpp_graph_chain20_replay", replay, "us/op",
+        "raw CUDA graph of 20 add launches on 1024 floats (y0 = x + b, yi = yi-1 + b), captured from a stream: "
+        "cudaGraphLaunch + cudaStreamSynchronize, wall time per op (1/20 of a replay) in a batch of 1000 replays");
+    CHECK(cudaGraphExecDestroy(exec));
+    CHECK(cudaGraphDestroy(graph));
+    // Eager: the same 20 launches + cudaStreamSynchronize, per op.
+    std::vector<double> eager = samples([&] {
+        CHECK(cudaStreamSynchronize(s));
+        double t = now_s();
+        for (int r = 0; r < REPLAYS; r++) {
+            chain20(s, x, b, y, n);
+            CHECK(cudaStreamSynchronize(s));
+        }
+        double us = (now_s() - t) / (REPLAYS * CHAIN) * 1e6;
+        CHECK(cudaGetLastError());
+        return us;
+    });
+    row("cpp_graph_chain20_eager", eager, "us/op",
+        "the same 20 launches on the stream, no graph, + cudaStreamSynchronize after the 20, wall time per op in a "
+        "batch of 1000 chains");
+    // Capture + instantiate, per capture; the graphs of a batch are destroyed after it is timed.
+    std::vector<cudaGraph_t> graphs(CAPTURES);
+    std::vector<cudaGraphExec_t> execs(CAPTURES);
+    std::vector<double> capture = samples([&] {
+        CHECK(cudaStreamSynchronize(s));
+        double t = now_s();
+        for (int i = 0; i < CAPTURES; i++) execs[i] = capture_chain20(s, x, b, y, n, &graphs[i]);
+        double us = (now_s() - t) / CAPTURES * 1e6;
+        for (int i = 0; i < CAPTURES; i++) {
+            CHECK(cudaGraphExecDestroy(execs[i]));
+            CHECK(cudaGraphDestroy(graphs[i]));
+        }
+        return us;
+    });
+    row("cpp_graph_chain20_capture", capture, "us",
+        "cudaStreamBeginCapture + the 20 launches + cudaStreamEndCapture + cudaGraphInstantiate, wall time per "
+        "capture in a batch of 100, graphs destroyed after the batch is timed");
+    CHECK(cudaStreamDestroy(s));
+    CHECK(cudaFree(x));
+    CHECK(cudaFree(b));
+    for (int i = 0; i < CHAIN; i++) CHECK(cudaFree(y[i]));
+}
+
 int main(int argc, char** argv) {
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
@@ -164,5 +258,6 @@ int main(int argc, char** argv) {
         row_na("cpp_guard_pair_switch_device", "ns", "one GPU: no other device to switch to");
     }
     small_add();
+    graph_chain20();
     return 0;
 }

@@ -9,6 +9,7 @@
 //!
 //! Without the cuda backend it measures nothing and exits with status 1.
 
+mod graph;
 mod method;
 mod raw;
 
@@ -330,6 +331,7 @@ fn main() {
     raw::ceilings(&raw);
     copies();
     small_ops();
+    graph::chain20();
     large_ops();
     matmul();
     guard();
