@@ -31,7 +31,8 @@
 //   `storage` (a buffer with its device and type), `memory` (statistics).
 // - tensors and streams: `tensor` (ops, factories, conversions), `stream` (Stream,
 //   Event, on_stream), `copy` (pin_memory, async copies, Pending), `unwaited`
-//   (diagnostics for reading a Pending), `guard` (the current device), `to_device`.
+//   (diagnostics for reading a Pending), `guard` (the current device), `to_device`,
+//   `graph` (captured graphs and their replays).
 // - on top: `loader`, `parallel` (peer access, collectives, DataParallel),
 //   `macro_support` (what the macros expand to).
 //

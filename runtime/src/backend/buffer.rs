@@ -3,8 +3,8 @@
 //! tensor layer checks that), so a host buffer meeting a cuda buffer is a caller's bug,
 //! reported as the device mismatch it is rather than a panic.
 
-use super::cuda::CudaBuffer;
 use super::capture;
+use super::cuda::CudaBuffer;
 use super::traits::BackendStorage;
 use super::{BinaryOp, Blocks, Gemm, HostBuffer, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp};
 use crate::device_id::DeviceId;

@@ -112,7 +112,8 @@ pub(crate) fn unjoined() -> Error {
     }
 }
 
-const SYNC: &str = "nothing runs while a graph is captured, so there is nothing to wait for; synchronize after `replay()`";
+const SYNC: &str =
+    "nothing runs while a graph is captured, so there is nothing to wait for; synchronize after `replay()`";
 const HOST_COPY: &str = "a replay would copy the same host bytes again; write new data into an input between replays \
      (`Graph::inputs_mut`), and read outputs after a replay";
 

@@ -92,7 +92,7 @@ impl<D: Device, T: Element> TensorList for &mut Tensor<D, T> {
     }
 }
 
-impl<'c, 'a, G: Device, D: Device + SameGraphDevice<G>, T: Element> GraphInputs<'c, G> for &'a mut Tensor<D, T> {
+impl<'c, G: Device, D: Device + SameGraphDevice<G>, T: Element> GraphInputs<'c, G> for &mut Tensor<D, T> {
     type Refs = &'c Tensor<D, T>;
     type Writers = InputMut<'c, D, T>;
 
@@ -117,7 +117,7 @@ impl<D: Device, T: Element> TensorList for Vec<&mut Tensor<D, T>> {
     }
 }
 
-impl<'c, 'a, G: Device, D: Device + SameGraphDevice<G>, T: Element> GraphInputs<'c, G> for Vec<&'a mut Tensor<D, T>> {
+impl<'c, G: Device, D: Device + SameGraphDevice<G>, T: Element> GraphInputs<'c, G> for Vec<&mut Tensor<D, T>> {
     type Refs = Vec<&'c Tensor<D, T>>;
     type Writers = Vec<InputMut<'c, D, T>>;
 

@@ -33,8 +33,8 @@ use crate::error::{Error, Result};
 use crate::placement::SameGraphDevice;
 use crate::stream::Stream;
 
-pub use lists::{GraphInputs, GraphOutputs};
 use lists::Parts;
+pub use lists::{GraphInputs, GraphOutputs};
 pub use views::{InputMut, Output};
 
 /// Work on device `D` captured once, replayed many times: the inputs `I` it borrows

@@ -131,7 +131,11 @@ impl<'g, D: Device, T: Element> InputMut<'g, D, T> {
         E: Device + SamePlacement<D>,
     {
         if src.shape() != self.t.shape() {
-            return Err(Error::ShapeMismatch { op: "copy_from", lhs: self.t.shape().to_vec(), rhs: src.shape().to_vec() });
+            return Err(Error::ShapeMismatch {
+                op: "copy_from",
+                lhs: self.t.shape().to_vec(),
+                rhs: src.shape().to_vec(),
+            });
         }
         if src.device() != self.t.device() {
             return Err(Error::DeviceMismatch { op: "copy_from", lhs: self.t.device(), rhs: src.device() });

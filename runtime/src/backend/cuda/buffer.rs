@@ -290,9 +290,8 @@ impl Drop for CudaBuffer {
         // Memory of a graph, or memory whose free would be ordered on a stream being
         // captured (the free would become part of the graph): the capture frees it, after
         // the graph and these streams are done with it.
-        let capture = self.graph.clone().or_else(|| {
-            std::iter::once(&self.home).chain(users.iter()).find_map(|s| s.capture())
-        });
+        let capture =
+            self.graph.clone().or_else(|| std::iter::once(&self.home).chain(users.iter()).find_map(|s| s.capture()));
         if let Some(c) = capture {
             let mut after = users;
             after.push(Arc::clone(&self.home));

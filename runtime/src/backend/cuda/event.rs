@@ -8,9 +8,9 @@ use cudarc::driver::{result, sys};
 use super::device::{driver, set_current, Handle};
 use super::graph::CudaCapture;
 use super::stream::StreamObj;
-use std::sync::{Arc, Mutex, Weak};
 use crate::backend::ordering::Mark;
 use crate::error::Result;
+use std::sync::{Arc, Mutex, Weak};
 
 /// An event of one device.
 pub(crate) struct EventObj {

@@ -133,7 +133,10 @@ pub(crate) fn joins(on: &Arc<StreamObj>, c: Option<Weak<CudaCapture>>) -> Result
 /// `inputs` and memory made during the capture only.
 pub(crate) fn begin(dev: &'static DeviceState, s: &Arc<StreamObj>, inputs: Vec<sys::CUdeviceptr>) -> Result<()> {
     if s.capture().is_some() {
-        return Err(Error::NotCapturable { op: "Graph::capture", reason: "the stream is already being captured".into() });
+        return Err(Error::NotCapturable {
+            op: "Graph::capture",
+            reason: "the stream is already being captured".into(),
+        });
     }
     dev.bind()?;
     // A matmul's cuBLAS handle is made outside the capture: making one inside would

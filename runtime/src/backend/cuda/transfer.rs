@@ -141,7 +141,13 @@ pub(super) fn overwrite(dst: &CudaBuffer, src: &CudaBuffer) -> Result<()> {
     if !std::ptr::eq(dev, src.device()) || dst.bytes() != src.bytes() {
         return Err(Error::InvalidArgument {
             op: "copy_from",
-            reason: format!("{} bytes on cuda:{} cannot overwrite {} bytes on cuda:{}", src.bytes(), src.device().ordinal, dst.bytes(), dev.ordinal),
+            reason: format!(
+                "{} bytes on cuda:{} cannot overwrite {} bytes on cuda:{}",
+                src.bytes(),
+                src.device().ordinal,
+                dst.bytes(),
+                dev.ordinal
+            ),
         });
     }
     let s = super::memory::current(dev);

@@ -119,7 +119,10 @@ pub(super) fn joins(on: &Arc<HostStream>, c: Option<Weak<HostCapture>>) -> Resul
 /// Starts capturing `s`; captured work may read `inputs` and memory made in the capture.
 pub(super) fn begin(s: &Arc<HostStream>, inputs: &[&HostBuffer]) -> Result<()> {
     if s.capture().is_some() {
-        return Err(Error::NotCapturable { op: "Graph::capture", reason: "the stream is already being captured".into() });
+        return Err(Error::NotCapturable {
+            op: "Graph::capture",
+            reason: "the stream is already being captured".into(),
+        });
     }
     for h in inputs {
         // The stream waits for the inputs' writers now; each replay orders them again.

@@ -123,7 +123,7 @@ impl Queue {
     fn run(&self) {
         let mut s = self.lock();
         loop {
-            let Some(mut job) = s.jobs.pop_front() else {
+            let Some(job) = s.jobs.pop_front() else {
                 if s.closed {
                     s.worker = false;
                     return;
@@ -133,7 +133,7 @@ impl Queue {
             };
             drop(s);
             delay();
-            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job()));
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
             s = self.lock();
             if let Err(e) = outcome {
                 s.failed.get_or_insert(crate::error::panic_message(&*e));

@@ -267,8 +267,13 @@ impl HostEvent {
         let writes = stream.order.writes();
         let (clock, _) = if hazard::enabled() { hazard::stream_clock(stream.agent()) } else { Default::default() };
         let (seq, at) = stream.queue.mark();
-        *self.rec.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some(Recorded { queue: Arc::clone(&stream.queue), seq, clock, at, capture: stream.capture().map(|c| Arc::downgrade(&c)) });
+        *self.rec.lock().unwrap_or_else(|p| p.into_inner()) = Some(Recorded {
+            queue: Arc::clone(&stream.queue),
+            seq,
+            clock,
+            at,
+            capture: stream.capture().map(|c| Arc::downgrade(&c)),
+        });
         self.mark.set(stream.key, writes);
         Ok(())
     }
