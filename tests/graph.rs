@@ -361,3 +361,18 @@ fn matmul_and_reductions_replay_like_eager_ops() -> locus::Result<()> {
     }
     Ok(())
 }
+
+#[test]
+fn collectives_cannot_be_captured() -> locus::Result<()> {
+    let _one = serial();
+    let Ok(other) = Tensor::<Cuda<1>>::ones([4]) else { return Ok(()) };
+    let s = Stream::<G>::new()?;
+    let mut x = Tensor::<G>::ones([4])?;
+    let mut refused = None;
+    let _g = Graph::capture(&s, &mut x, |x| {
+        refused = Some(not_capturable(locus::parallel::all_reduce_sum(&(x.clone(), other.clone()))));
+        x + 1.0
+    });
+    assert!(refused.is_some_and(|op| op.contains("collective") || op.contains("copy")), "{refused:?}");
+    Ok(())
+}

@@ -232,15 +232,21 @@ impl CudaBuffer {
     /// This memory was just written in place by work queued on `on` (after
     /// [`CudaBuffer::before_write`]): later readers on other streams wait for that write.
     pub(crate) fn after_write(&self, on: &Arc<StreamObj>) -> Result<()> {
+        let mut u = self.uses();
         let ready = match self.bytes > 0 && !Arc::ptr_eq(on, &self.dev.stream) {
             true => {
-                let ev = Arc::new(EventObj::create(self.dev.ordinal, self.dev.ctx.cu_ctx(), false)?);
+                // The last write's event again when nobody else holds it (a graph's
+                // output, rewritten by every replay): waits already queued on it keep the
+                // point they were queued for, and nobody can queue a new one.
+                let ev = match u.ready.take() {
+                    Some(ev) if Arc::strong_count(&ev) == 1 => ev,
+                    _ => Arc::new(EventObj::create(self.dev.ordinal, self.dev.ctx.cu_ctx(), false)?),
+                };
                 ev.record(on)?;
                 Some(ev)
             }
             false => None,
         };
-        let mut u = self.uses();
         u.writer = Arc::clone(on);
         u.written = on.order.mark_write();
         u.ready = ready;

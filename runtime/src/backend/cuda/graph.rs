@@ -122,7 +122,7 @@ pub(crate) fn joins(on: &Arc<StreamObj>, c: Option<Weak<CudaCapture>>) -> Result
             reason: "the stream is captured into another graph; one capture cannot wait for another".into(),
         }),
         None => {
-            on.set_capture(&c);
+            on.set_capture(Some(&c));
             lock(&c.joined).push(Arc::clone(on));
             Ok(())
         }
@@ -158,7 +158,7 @@ pub(crate) fn begin(dev: &'static DeviceState, s: &Arc<StreamObj>, inputs: Vec<s
     // relaxed mode lets the graph's pool allocate on its own stream meanwhile.
     unsafe { result::stream::begin_capture(s.raw.0, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED) }
         .map_err(driver(dev.ordinal, "cuStreamBeginCapture"))?;
-    s.set_capture(&c);
+    s.set_capture(Some(&c));
     Ok(())
 }
 
@@ -185,7 +185,10 @@ pub(crate) fn end(s: &Arc<StreamObj>) -> Result<GraphObj> {
     // SAFETY: the stream is alive and being captured (checked above).
     let ended = unsafe { result::stream::end_capture(s.raw.0) };
     c.ended.store(true, Ordering::SeqCst);
-    lock(&c.joined).clear();
+    s.set_capture(None);
+    for j in std::mem::take(&mut *lock(&c.joined)) {
+        j.set_capture(None);
+    }
     let graph = ended.map_err(|e| match e.0 {
         sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_UNJOINED => crate::backend::capture::unjoined(),
         sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED => Error::InvalidArgument {

@@ -60,7 +60,7 @@ pub(crate) struct StreamObj {
     blas: OnceLock<std::result::Result<Handle<cublasHandle_t>, Error>>,
     /// Whether the stream may be in a capture (then `capture` says which).
     capturing: AtomicBool,
-    capture: Mutex<Weak<CudaCapture>>,
+    capture: Mutex<Option<Arc<CudaCapture>>>,
 }
 
 impl std::fmt::Debug for StreamObj {
@@ -85,7 +85,7 @@ impl StreamObj {
             listed: AtomicBool::new(false),
             blas: OnceLock::new(),
             capturing: AtomicBool::new(false),
-            capture: Mutex::new(Weak::new()),
+            capture: Mutex::new(None),
         })
     }
 
@@ -94,19 +94,17 @@ impl StreamObj {
         if !self.capturing.load(Ordering::Acquire) {
             return None;
         }
-        match self.capture.lock().unwrap_or_else(|p| p.into_inner()).upgrade() {
-            Some(c) if !c.ended() => Some(c),
-            _ => {
-                self.capturing.store(false, Ordering::Release);
-                None
-            }
+        match &*self.capture.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(c) if !c.ended() => Some(Arc::clone(c)),
+            _ => None,
         }
     }
 
-    /// From now on this stream's work goes into `c` (until it ends).
-    pub(crate) fn set_capture(&self, c: &Arc<CudaCapture>) {
-        *self.capture.lock().unwrap_or_else(|p| p.into_inner()) = Arc::downgrade(c);
-        self.capturing.store(true, Ordering::Release);
+    /// From now on this stream's work goes into `c` (`None`: runs again). The capture
+    /// clears it from every stream in it when it ends.
+    pub(crate) fn set_capture(&self, c: Option<&Arc<CudaCapture>>) {
+        *self.capture.lock().unwrap_or_else(|p| p.into_inner()) = c.cloned();
+        self.capturing.store(c.is_some(), Ordering::Release);
     }
 
     pub(crate) fn synchronize(&self) -> Result<()> {
