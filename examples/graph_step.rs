@@ -6,8 +6,8 @@
 //!
 //! The model is `relu(x @ w1 + b1) @ w2 + b2`, 64 → 128 → 10, on batches of one sample,
 //! fit by squared error to a random linear teacher. A graph cannot write its inputs in
-//! place: its outputs are the new weights, copied back into the weight inputs through
-//! `inputs_mut()` after each replay.
+//! place: its outputs are the new weights, copied back into the weight inputs after each
+//! replay (`Graph::io` and `InputMut::copy_from_output`: one device copy each).
 //!
 //! Runs on the host backend and on a GPU machine (`STEPS=1000` for more steps):
 //!     cargo run --release --example graph_step
@@ -181,23 +181,26 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         stream.synchronize()?;
         let start = Instant::now();
         let mut losses = Vec::with_capacity(steps);
-        let mut last = None;
         for (x, target) in &data {
             let (mut xi, mut ti, ..) = graph.inputs_mut();
             xi.copy_from(x)?;
             ti.copy_from(target)?;
-            // The outputs are views of the graph's memory, which the next replay writes:
-            // copy them out, then into the weight inputs once the views are dropped.
-            let (w1, b1, w2, b2, loss) = graph.replay()?;
-            let next = Params { w1: w1.to_tensor()?, b1: b1.to_tensor()?, w2: w2.to_tensor()?, b2: b2.to_tensor()? };
+            graph.replay()?;
+            // The new weights go straight from the outputs into the weight inputs (one
+            // device copy each, ordered before the next replay).
+            let ((w1, b1, w2, b2, loss), (_, _, mut w1i, mut b1i, mut w2i, mut b2i)) = graph.io()?;
             losses.push(loss.to_tensor()?);
-            let (_, _, mut w1, mut b1, mut w2, mut b2) = graph.inputs_mut();
-            w1.copy_from(&next.w1)?;
-            b1.copy_from(&next.b1)?;
-            w2.copy_from(&next.w2)?;
-            b2.copy_from(&next.b2)?;
-            last = Some(next);
+            w1i.copy_from_output(&w1)?;
+            b1i.copy_from_output(&b1)?;
+            w2i.copy_from_output(&w2)?;
+            b2i.copy_from_output(&b2)?;
         }
+        let last = match graph.outputs() {
+            Ok((w1, b1, w2, b2, _)) => {
+                Some(Params { w1: w1.to_tensor()?, b1: b1.to_tensor()?, w2: w2.to_tensor()?, b2: b2.to_tensor()? })
+            }
+            Err(_) => None,
+        };
         stream.synchronize()?;
         let us = start.elapsed().as_secs_f64() * 1e6 / steps as f64;
         Ok((last, losses, us))

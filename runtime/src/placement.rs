@@ -68,12 +68,12 @@ pub trait SameEventDevice<S> {}
 /// use locus::{Cuda, Graph, Stream, Tensor};
 /// let s = Stream::<Cuda<0>>::new().unwrap();
 /// let mut x = Tensor::<Cuda<1>>::zeros([2]).unwrap();
-/// let g = Graph::capture(&s, &mut x, |x| x + 1.0); // a graph on `Cuda<0>` cannot capture a tensor on `Cuda<1>`
+/// let g = Graph::capture(&s, &mut x, |x| x + 1.0); // a graph on `Cuda<0>` cannot use a tensor or stream of `Cuda<1>`
 /// ```
 #[diagnostic::on_unimplemented(
     message = "a graph on `{Other}` cannot use a tensor or stream of `{Self}`",
     label = "this is of `{Self}`, the graph captures work on `{Other}`",
-    note = "a graph captures and replays the work of one device: capture on a stream of `{Self}`, or copy the tensor first with `.to::<{Other}>()`"
+    note = "a graph captures and replays the work of one device: use tensors and streams of `{Other}` with it (copy a tensor with `.to::<{Other}>()`), or capture a graph of its own on `{Self}`"
 )]
 pub trait SameGraphDevice<Other> {}
 

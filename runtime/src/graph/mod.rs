@@ -102,6 +102,13 @@ impl Drop for Ending<'_> {
     }
 }
 
+fn not_replayed() -> Error {
+    Error::InvalidArgument {
+        op: "Graph::outputs",
+        reason: "the graph has not been replayed yet: its outputs hold nothing; call `replay()` first".into(),
+    }
+}
+
 fn escaped() -> Error {
     Error::InvalidArgument {
         op: "Graph::capture",
@@ -202,8 +209,7 @@ where
     /// of the outputs.
     pub fn replay_on<E>(&mut self, stream: &Stream<E>) -> Result<O::View<'_>>
     where
-        E: Device,
-        D: SameGraphDevice<E>,
+        E: Device + SameGraphDevice<D>,
     {
         if stream.device() != self.stream.device() {
             return Err(Error::DeviceMismatch {
@@ -247,11 +253,18 @@ where
     pub fn outputs(&self) -> Result<O::View<'_>> {
         match self.last {
             Some(_) => Ok(self.outputs.view()),
-            None => Err(Error::InvalidArgument {
-                op: "Graph::outputs",
-                reason: "the graph has not been replayed yet: its outputs hold nothing; call `replay()` first".into(),
-            }),
+            None => Err(not_replayed()),
         }
+    }
+
+    /// The outputs of the last replay and the inputs for writing, at once: to feed an
+    /// output back into an input (a training step's new weights) with
+    /// [`InputMut::copy_from_output`], one device copy. An error before the first replay.
+    pub fn io(&mut self) -> Result<(O::View<'_>, <I as GraphInputs<'_, D>>::Writers)> {
+        if self.last.is_none() {
+            return Err(not_replayed());
+        }
+        Ok((self.outputs.view(), self.inputs.writers()))
     }
 
     /// The inputs, for writing new data into them between replays (in the same shape

@@ -128,7 +128,8 @@ impl<'g, D: Device, T: Element> InputMut<'g, D, T> {
     /// ```
     pub fn copy_from<E>(&mut self, src: &Tensor<E, T>) -> Result<()>
     where
-        E: Device + SamePlacement<D>,
+        E: Device,
+        D: SamePlacement<E>,
     {
         if src.shape() != self.t.shape() {
             return Err(Error::ShapeMismatch {
@@ -143,6 +144,33 @@ impl<'g, D: Device, T: Element> InputMut<'g, D, T> {
         backend::for_device(self.t.device())?;
         let src = src.buffer();
         self.target()?.overwrite(src)
+    }
+
+    /// Copies an output of the graph (of the same shape and placement) into this input:
+    /// a training step's new weights into the weights the next replay reads. See
+    /// [`Graph::io`](super::Graph::io).
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cuda, Graph, Stream, Tensor};
+    /// let s = Stream::<Cuda<0>>::new()?;
+    /// let mut w = Tensor::<Cuda<0>>::ones([2])?;
+    /// let mut g = Graph::capture(&s, &mut w, |w| w * 2.0)?; // one step: w <- 2w
+    /// g.replay()?;
+    /// for _ in 0..3 {
+    ///     let (next, mut w) = g.io()?;
+    ///     w.copy_from_output(&next)?;
+    ///     g.replay()?;
+    /// }
+    /// assert_eq!(g.outputs()?.to_vec()?, vec![16.0; 2]);
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn copy_from_output<E>(&mut self, src: &Output<'_, E, T>) -> Result<()>
+    where
+        E: Device,
+        D: SamePlacement<E>,
+    {
+        self.copy_from(src.t)
     }
 
     /// Copies `data`, one element per element of the input, into the input.
