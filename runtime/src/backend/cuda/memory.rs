@@ -70,7 +70,9 @@ pub(super) fn done(out: CudaBuffer) -> Result<CudaBuffer> {
     let dev = out.device();
     out.mark_written();
     let writer = out.writer();
-    if out.bytes() > 0 && !Arc::ptr_eq(&writer, &dev.stream) {
+    // In a capture the event would mark a point of the graph, which nothing outside it
+    // may wait for; a captured reader on another stream waits for the writer instead.
+    if out.bytes() > 0 && !Arc::ptr_eq(&writer, &dev.stream) && writer.capture().is_none() {
         let written = Arc::new(EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), false)?);
         written.record(&writer)?;
         out.set_ready(written);
