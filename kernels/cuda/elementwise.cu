@@ -177,12 +177,25 @@ __device__ void binary_bcast(const T* __restrict__ a, const T* __restrict__ b, T
     }
 }
 
+// One element per thread, no loop: for small tensors, where a kernel's time is its
+// latency and more blocks of simpler threads finish sooner than few unrolled ones (a
+// 1024-element add in a CUDA graph: 1.00 us per node against 1.11 us on the H200).
+template <typename T, typename Op>
+__device__ void binary_small(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, u64 n, int* err) {
+    const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    Op op;
+    if (i < n) out[i] = op(a[i], b[i], err);
+}
+
 #define UNARY(NAME, OP, T) \
     extern "C" __global__ void NAME##_##T(const T* x, T* out, u64 n) { unary<T, OP>(x, out, n); }
 
 #define BINARY(NAME, OP, T)                                                                                 \
     extern "C" __global__ void NAME##_same_##T(const T* a, const T* b, T* out, u64 n, int* err) {           \
         binary_same<T, OP>(a, b, out, n, err);                                                              \
+    }                                                                                                       \
+    extern "C" __global__ void NAME##_small_##T(const T* a, const T* b, T* out, u64 n, int* err) {          \
+        binary_small<T, OP>(a, b, out, n, err);                                                             \
     }                                                                                                       \
     extern "C" __global__ void NAME##_scalar_##T(const T* a, T s, T* out, u64 n, int* err) {                \
         binary_scalar<T, OP>(a, s, out, n, err);                                                            \

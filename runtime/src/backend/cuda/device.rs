@@ -112,6 +112,7 @@ pub(crate) struct DeviceState {
     functions: Mutex<HashMap<String, Handle<sys::CUfunction>>>,
     kernels: Mutex<FastMap<KernelKey, Handle<sys::CUfunction>>>,
     copy: OnceLock<std::result::Result<Arc<StreamObj>, Error>>,
+    graphs: OnceLock<std::result::Result<Arc<StreamObj>, Error>>,
 }
 
 impl std::fmt::Debug for DeviceState {
@@ -150,6 +151,7 @@ impl DeviceState {
             functions: Mutex::new(HashMap::new()),
             kernels: Mutex::new(FastMap::default()),
             copy: OnceLock::new(),
+            graphs: OnceLock::new(),
         })
     }
 
@@ -220,6 +222,19 @@ impl DeviceState {
     }
 
     /// The side stream for staged host copies, created on first use.
+    /// The stream graphs' memory is allocated and freed on (made on first use, never
+    /// captured: no user can reach it), so that blocks freed by one graph are reused by
+    /// the next without a driver allocation.
+    pub(crate) fn graph_stream(&self) -> Result<&Arc<StreamObj>> {
+        self.graphs
+            .get_or_init(|| {
+                self.bind()?;
+                StreamObj::create(self.ordinal, self.ctx.cu_ctx()).map(Arc::new)
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
     pub(crate) fn copy_stream(&self) -> Result<&Arc<StreamObj>> {
         self.copy
             .get_or_init(|| {

@@ -113,6 +113,10 @@ pub(super) fn unary(x: &CudaBuffer, op: UnaryOp, dtype: DType, len: usize) -> Re
     }
 }
 
+/// Same-shape operands of at most this many elements use the one-element-per-thread
+/// kernel: below it a kernel is bound by its latency, not by memory.
+const SMALL: u64 = 1 << 16;
+
 /// `op` of `lhs` and `rhs` into a new buffer of `out_shape`, walking the operands as
 /// `layout` says.
 pub(super) fn binary(
@@ -140,6 +144,13 @@ pub(super) fn binary(
     with_div_check(dev, &s, check, |err| {
         let args = KernelArgs::new().ptr(lb).ptr(rb).ptr(&out).u64(n);
         match geometry {
+            None if n <= SMALL => {
+                let f = dev.kernel(Source::Elementwise, op.name(), "small", dtype)?;
+                // `{op}_small_{dtype}(const T* a, const T* b, T* out, u64 n, int* err)`, one element per thread:
+                // SAFETY: as for `same` below; the grid covers `n` threads, each of which touches element `i < n`
+                // only.
+                unsafe { dev.launch(f, (flat_grid(n, 256), 1, 1), (256, 1, 1), &s, args.ptr_or_null(err)) }
+            }
             None => {
                 let f = dev.kernel(Source::Elementwise, op.name(), "same", dtype)?;
                 let grid = flat_grid(vector_work(n, dtype), 256);

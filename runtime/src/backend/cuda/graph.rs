@@ -2,9 +2,10 @@
 //! that the private pool may allocate) and replayed with one `cuGraphLaunch`.
 //!
 //! A capture owns what the graph needs beyond the driver's graph:
-//! - its own *pool stream*: memory made during the capture is allocated there (never
-//!   from a cache that another stream fills), belongs to the graph and is freed there
-//!   when the capture is dropped, after every stream the graph was replayed on;
+//! - the device's *graph stream* as its pool: memory made during the capture is
+//!   allocated there (never from a cache that a user's stream fills), belongs to the
+//!   graph and is freed there when the capture is dropped, after every stream the graph
+//!   was replayed on; a replay's stream first waits for the allocations;
 //! - the graph's inputs: the only memory made before the capture that captured work may
 //!   read (`CudaBuffer::use_on` asks [`CudaCapture::check_input`]);
 //! - the streams that joined it by waiting for one of its events (a fork), as the driver
@@ -18,6 +19,7 @@ use std::sync::{Arc, Mutex, Weak};
 use cudarc::driver::{result, sys};
 
 use super::device::{driver, DeviceState, Handle};
+use super::event::EventObj;
 use super::stream::StreamObj;
 use crate::error::{Error, Result};
 
@@ -94,6 +96,11 @@ impl Drop for CudaCapture {
         let replays = std::mem::take(&mut *lock(&self.replayed_on));
         'block: for (ptr, after) in std::mem::take(&mut *lock(&self.retired)) {
             for s in after.iter().chain(&replays) {
+                // A stream being captured (into another graph) cannot be waited for now:
+                // the wait would join the pool stream to that capture. Leak the block.
+                if s.capture().is_some() {
+                    continue 'block;
+                }
                 if !Arc::ptr_eq(s, &self.pool) && self.pool.wait_for(s).is_err() {
                     continue 'block; // a use cannot be ordered before the free: leak it
                 }
@@ -142,7 +149,7 @@ pub(crate) fn begin(dev: &'static DeviceState, s: &Arc<StreamObj>, inputs: Vec<s
     // A matmul's cuBLAS handle is made outside the capture: making one inside would
     // allocate its workspace into the graph.
     s.blas()?;
-    let pool = Arc::new(StreamObj::create(dev.ordinal, dev.ctx.cu_ctx())?);
+    let pool = Arc::clone(dev.graph_stream()?);
     let c = Arc::new(CudaCapture {
         dev,
         pool,
@@ -166,6 +173,8 @@ pub(crate) fn begin(dev: &'static DeviceState, s: &Arc<StreamObj>, inputs: Vec<s
 pub(crate) struct GraphObj {
     exec: Handle<sys::CUgraphExec>,
     capture: Arc<CudaCapture>,
+    /// Recorded on the pool stream after the graph's allocations.
+    allocated: EventObj,
 }
 
 impl std::fmt::Debug for GraphObj {
@@ -203,9 +212,11 @@ pub(crate) fn end(s: &Arc<StreamObj>) -> Result<GraphObj> {
     // SAFETY: the graph is ours, and the executable graph no longer needs it.
     let _ = unsafe { result::graph::destroy(graph) };
     let exec = exec?;
-    // The graph's memory was allocated on the pool stream: replays come after that.
-    c.pool.synchronize()?;
-    Ok(GraphObj { exec: Handle(exec), capture: c })
+    // The graph's memory was allocated on the pool stream: a replay's stream first waits
+    // for this point of it (once per stream, in `launch`).
+    let allocated = EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), false)?;
+    allocated.record(&c.pool)?;
+    Ok(GraphObj { exec: Handle(exec), capture: c, allocated })
 }
 
 impl GraphObj {
@@ -235,13 +246,17 @@ impl GraphObj {
             });
         }
         c.dev.bind()?;
+        let mut on = lock(&c.replayed_on);
+        let first = !on.iter().any(|r| Arc::ptr_eq(r, s));
+        if first {
+            s.wait(&self.allocated)?;
+        }
         // SAFETY: the executable graph is alive (destroyed only in drop) and `s` is a live
         // stream of its device; the memory the graph uses is its inputs (borrowed by the
         // `Graph` and ordered on `s` by the caller) and its own, freed only after every
         // stream it was replayed on (recorded below).
         unsafe { result::graph::launch(self.exec.0, s.raw.0) }.map_err(driver(s.ordinal, "cuGraphLaunch"))?;
-        let mut on = lock(&c.replayed_on);
-        if !on.iter().any(|r| Arc::ptr_eq(r, s)) {
+        if first {
             on.push(Arc::clone(s));
         }
         Ok(())
@@ -254,7 +269,9 @@ impl Drop for GraphObj {
             return; // the executable graph leaks rather than go while a replay may run
         }
         for s in lock(&self.capture.replayed_on).iter() {
-            if s.synchronize().is_err() {
+            // A stream being captured cannot be synchronized (the capture would break):
+            // the executable graph leaks instead.
+            if s.capture().is_some() || s.synchronize().is_err() {
                 return;
             }
         }
