@@ -15,6 +15,7 @@
 //! event recorded in the capture joins it.
 
 use std::cell::Cell;
+use std::sync::{Arc, Weak};
 
 use super::{selected, BackendDevice, Buffer, Collective, HostBuffer, RawEvent, RawStream};
 use crate::device_id::DeviceId;
@@ -79,6 +80,30 @@ pub(crate) fn division(op: super::BinaryOp, dtype: DType) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The rule of both backends for a stream that waits for work of a capture (an event
+/// recorded in it, or a stream in it): `theirs` is that capture (`None`: the work is not
+/// captured), `mine` the capture the waiting stream is in. The capture the stream must
+/// join, if any: waiting for an ended capture, or from another one, is an error.
+pub(crate) fn joining<C>(
+    theirs: Option<Weak<C>>,
+    mine: Option<Arc<C>>,
+    ended: impl Fn(&C) -> bool,
+) -> Result<Option<Arc<C>>> {
+    let Some(theirs) = theirs else { return Ok(None) };
+    let theirs = match theirs.upgrade() {
+        Some(c) if !ended(&c) => c,
+        _ => return Err(event_of_ended_capture()),
+    };
+    match mine {
+        Some(mine) if Arc::ptr_eq(&mine, &theirs) => Ok(None),
+        Some(_) => Err(Error::NotCapturable {
+            op: "wait_event",
+            reason: "the stream is captured into another graph; one capture cannot wait for another".into(),
+        }),
+        None => Ok(Some(theirs)),
+    }
 }
 
 /// A captured op read memory that is neither an input nor made in the capture.

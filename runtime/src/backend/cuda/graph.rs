@@ -117,23 +117,11 @@ impl Drop for CudaCapture {
 /// a stream outside any capture joins it, as the driver makes it; an ended capture, or
 /// another one, is an error.
 pub(crate) fn joins(on: &Arc<StreamObj>, c: Option<Weak<CudaCapture>>) -> Result<()> {
-    let Some(c) = c else { return Ok(()) };
-    let c = match c.upgrade() {
-        Some(c) if !c.ended() => c,
-        _ => return Err(crate::backend::capture::event_of_ended_capture()),
-    };
-    match on.capture() {
-        Some(mine) if Arc::ptr_eq(&mine, &c) => Ok(()),
-        Some(_) => Err(Error::NotCapturable {
-            op: "wait_event",
-            reason: "the stream is captured into another graph; one capture cannot wait for another".into(),
-        }),
-        None => {
-            on.set_capture(Some(&c));
-            lock(&c.joined).push(Arc::clone(on));
-            Ok(())
-        }
+    if let Some(c) = crate::backend::capture::joining(c, on.capture(), CudaCapture::ended)? {
+        on.set_capture(Some(&c));
+        lock(&c.joined).push(Arc::clone(on));
     }
+    Ok(())
 }
 
 /// Starts capturing `s`: ops queued on it are recorded, not run. Captured work may read

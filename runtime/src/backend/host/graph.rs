@@ -97,23 +97,11 @@ impl HostCapture {
 /// `on` waits for work of capture `c` (an event recorded in it, or a stream in it): a
 /// stream outside any capture joins it; an ended capture, or another one, is an error.
 pub(super) fn joins(on: &Arc<HostStream>, c: Option<Weak<HostCapture>>) -> Result<()> {
-    let Some(c) = c else { return Ok(()) };
-    let c = match c.upgrade() {
-        Some(c) if !c.ended() => c,
-        _ => return Err(capture::event_of_ended_capture()),
-    };
-    match on.capture() {
-        Some(mine) if Arc::ptr_eq(&mine, &c) => Ok(()),
-        Some(_) => Err(Error::NotCapturable {
-            op: "wait_event",
-            reason: "the stream is captured into another graph; one capture cannot wait for another".into(),
-        }),
-        None => {
-            on.set_capture(Some(Arc::clone(&c)));
-            lock(&c.joined).push((Arc::clone(on), on.order.writes()));
-            Ok(())
-        }
+    if let Some(c) = capture::joining(c, on.capture(), HostCapture::ended)? {
+        lock(&c.joined).push((Arc::clone(on), on.order.writes()));
+        on.set_capture(Some(c));
     }
+    Ok(())
 }
 
 /// Starts capturing `s`; captured work may read `inputs` and memory made in the capture.
