@@ -239,10 +239,9 @@ impl GraphObj {
         if first {
             s.wait(&self.allocated)?;
         }
-        // SAFETY: the executable graph is alive (destroyed only in drop) and `s` is a live
-        // stream of its device; the memory the graph uses is its inputs (borrowed by the
-        // `Graph` and ordered on `s` by the caller) and its own, freed only after every
-        // stream it was replayed on (recorded below).
+        // The graph reads its inputs (borrowed by the `Graph`, ordered on `s` by the caller)
+        // and its own memory, freed only after every stream it was replayed on (below).
+        // SAFETY: so, and the executable graph is alive (destroyed only in drop), `s` a live stream of its device.
         unsafe { result::graph::launch(self.exec.0, s.raw.0) }.map_err(driver(s.ordinal, "cuGraphLaunch"))?;
         if first {
             on.push(Arc::clone(s));

@@ -154,11 +154,10 @@ pub(super) fn overwrite(dst: &CudaBuffer, src: &CudaBuffer) -> Result<()> {
     dev.bind()?;
     src.use_on(&s)?;
     dst.before_write(&s)?;
-    // SAFETY: both buffers hold `bytes` bytes of this device and stay allocated past the
-    // copy (their frees wait for `s`, a user of both); `s` waited for `src`'s writer and
-    // for every use of `dst` since its last write (above), and `after_write` orders every
-    // later use of `dst` after the copy. Distinct buffers never overlap, and one buffer
-    // copied onto itself is a no-op the driver allows.
+    // Both buffers hold `bytes` bytes of this device and stay allocated past the copy
+    // (their frees wait for `s`, a user of both); `s` waited for `src`'s writer and for
+    // every use of `dst` since its last write (above); `after_write` orders later uses.
+    // SAFETY: so; distinct buffers never overlap, and a buffer copied onto itself is a no-op.
     unsafe { CudaBackend::dtod(&s, dst.ptr(), src.ptr(), dst.bytes())? };
     dst.after_write(&s)
 }
