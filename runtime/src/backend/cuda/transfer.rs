@@ -157,7 +157,7 @@ pub(super) fn overwrite(dst: &CudaBuffer, src: &CudaBuffer) -> Result<()> {
     // Both buffers hold `bytes` bytes of this device and stay allocated past the copy
     // (their frees wait for `s`, a user of both); `s` waited for `src`'s writer and for
     // every use of `dst` since its last write (above); `after_write` orders later uses.
-    // SAFETY: so; distinct buffers never overlap, and a buffer copied onto itself is a no-op.
+    // SAFETY: so; and they are distinct allocations (an input's memory is shared with no other tensor).
     unsafe { CudaBackend::dtod(&s, dst.ptr(), src.ptr(), dst.bytes())? };
     dst.after_write(&s)
 }
