@@ -57,6 +57,15 @@ pub enum Error {
         rhs: Vec<usize>,
     },
 
+    /// A multi-process job went wrong: a launch variable, the store, a peer process.
+    #[error("dist::{op}: {reason}")]
+    Dist {
+        /// The call that failed (`init`, `store.get`, `all_reduce`, ...).
+        op: &'static str,
+        /// What went wrong, naming the variable, address or rank involved.
+        reason: String,
+    },
+
     /// Work that a graph capture cannot record, refused before it reaches the driver.
     #[error("`{op}` cannot be captured in a graph: {reason}")]
     NotCapturable {

@@ -33,7 +33,8 @@
 //   Event, on_stream), `copy` (pin_memory, async copies, Pending), `unwaited`
 //   (diagnostics for reading a Pending), `guard` (the current device), `to_device`,
 //   `graph` (captured graphs and their replays).
-// - on top: `loader`, `parallel` (peer access, collectives, DataParallel),
+// - on top: `loader`, `parallel` (peer access, collectives, DataParallel), `dist`
+//   (several processes: launch, store, process groups),
 //   `macro_support` (what the macros expand to).
 //
 // docs/DESIGN.md has the same map as a table (and the backend's own map), which
@@ -44,6 +45,7 @@ mod backend;
 mod copy;
 mod device;
 mod device_id;
+pub mod dist;
 mod element;
 mod error;
 mod graph;
