@@ -6,6 +6,10 @@
 
 use crate::error::Result;
 
+mod launch;
+
+pub use launch::{Launch, LaunchBuilder, DEFAULT_MASTER_PORT};
+
 /// The key-value operations processes meet through (PyTorch's `c10d::Store`): set and
 /// get bytes by key, wait for keys, count with `add`. Every blocking call gives up with an
 /// `Err` after the store's timeout, never hangs.
