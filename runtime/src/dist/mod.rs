@@ -7,8 +7,10 @@
 use crate::error::Result;
 
 mod launch;
+mod tcp_store;
 
 pub use launch::{Launch, LaunchBuilder, DEFAULT_MASTER_PORT};
+pub use tcp_store::TcpStore;
 
 /// The key-value operations processes meet through (PyTorch's `c10d::Store`): set and
 /// get bytes by key, wait for keys, count with `add`. Every blocking call gives up with an
