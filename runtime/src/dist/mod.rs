@@ -4,6 +4,12 @@
 //!
 //! This is the first part of issue 18; see docs/DESIGN.md for what is built.
 
+mod file_store;
+mod group;
+
+pub use file_store::FileStore;
+pub use group::{ProcessGroup, ReduceOp};
+
 use crate::error::Result;
 
 mod launch;

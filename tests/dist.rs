@@ -1,0 +1,329 @@
+//! `locus::dist` across real processes on this machine: each test runs its own binary
+//! again, once per rank (`--exact <test> --nocapture`, with `LOCUS_DIST_TEST_RANK`,
+//! `LOCUS_DIST_TEST_WORLD` and `LOCUS_DIST_TEST_DIR` set); the ranks meet through a
+//! `FileStore` in a fresh temporary directory. Each rank checks every collective against
+//! the same computation done in one process and exits non-zero on a difference; the
+//! parent waits for all of them (killing them after a deadline) and asserts that each
+//! succeeded, showing their output when one did not.
+
+use std::fmt::Debug;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use locus::dist::{FileStore, ProcessGroup, ReduceOp, Store};
+use locus::{Cpu, Cuda, Device, DeviceId, Dyn, Element, Tensor};
+
+const RANK: &str = "LOCUS_DIST_TEST_RANK";
+const WORLD: &str = "LOCUS_DIST_TEST_WORLD";
+const DIR: &str = "LOCUS_DIST_TEST_DIR";
+
+/// How long the parent lets the ranks run before it kills them.
+const DEADLINE: Duration = Duration::from_secs(120);
+/// The group's timeout in the tests that expect success: long, as a loaded machine may
+/// be slow; it only matters when something is wrong.
+const LONG: Duration = Duration::from_secs(30);
+
+/// What one rank runs: `Err` with a message on any difference.
+type Body = fn(usize, usize, &Path) -> Result<(), String>;
+
+/// In a rank's process: its rank, the world size and the store directory.
+fn rank_env() -> Option<(usize, usize, PathBuf)> {
+    let rank = std::env::var(RANK).ok()?.parse().ok()?;
+    let world = std::env::var(WORLD).ok()?.parse().ok()?;
+    Some((rank, world, std::env::var_os(DIR)?.into()))
+}
+
+/// In the parent: runs `test` as `world` processes and asserts that each succeeds. In a
+/// rank's process: runs `body` and exits with 1 on `Err`.
+fn run_ranks(test: &str, world: usize, body: Body) {
+    if let Some((rank, world, dir)) = rank_env() {
+        match body(rank, world, &dir) {
+            Ok(()) => return,
+            Err(e) => {
+                eprintln!("rank {rank} of {world}: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
+    let dir = std::env::temp_dir().join(format!("locus-dist-{test}-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let log = |r: usize| dir.join(format!("rank{r}.log"));
+    let mut children: Vec<Child> = (0..world)
+        .map(|r| {
+            let out = File::create(log(r)).unwrap();
+            Command::new(&exe)
+                .args(["--exact", test, "--nocapture", "--test-threads=1"])
+                .env(RANK, r.to_string())
+                .env(WORLD, world.to_string())
+                .env(DIR, &dir)
+                .stdout(out.try_clone().unwrap())
+                .stderr(out)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let start = Instant::now();
+    let mut status: Vec<Option<ExitStatus>> = vec![None; world];
+    while status.iter().any(Option::is_none) {
+        for (c, s) in children.iter_mut().zip(&mut status) {
+            if s.is_none() {
+                *s = c.try_wait().unwrap();
+            }
+        }
+        if start.elapsed() > DEADLINE {
+            for (c, s) in children.iter_mut().zip(&status) {
+                if s.is_none() {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+            }
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let failed: Vec<String> = status
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| !s.is_some_and(|s| s.success()))
+        .map(|(r, s)| {
+            let what = s.map_or_else(|| format!("killed after {DEADLINE:?}"), |s| s.to_string());
+            let text = std::fs::read_to_string(log(r)).unwrap_or_default();
+            format!("rank {r}: {what}\n{text}")
+        })
+        .collect();
+    assert!(failed.is_empty(), "{test}: {} of {world} ranks failed (logs in {}):\n{}", failed.len(), dir.display(), {
+        failed.join("\n")
+    });
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+fn join(rank: usize, world: usize, dir: &Path, timeout: Duration) -> Result<(Arc<dyn Store>, ProcessGroup), String> {
+    let store: Arc<dyn Store> = Arc::new(FileStore::new(dir, LONG).map_err(|e| e.to_string())?);
+    let pg = ProcessGroup::new(Arc::clone(&store), rank, world, timeout).map_err(|e| e.to_string())?;
+    Ok((store, pg))
+}
+
+/// The arithmetic of the expected values, written out per type.
+trait Num: Element {
+    fn plus(self, o: Self) -> Self;
+    fn div_by(self, n: usize) -> Self;
+}
+
+impl Num for f32 {
+    fn plus(self, o: Self) -> Self {
+        self + o
+    }
+    fn div_by(self, n: usize) -> Self {
+        self / n as f32
+    }
+}
+
+impl Num for f64 {
+    fn plus(self, o: Self) -> Self {
+        self + o
+    }
+    fn div_by(self, n: usize) -> Self {
+        self / n as f64
+    }
+}
+
+impl Num for i32 {
+    fn plus(self, o: Self) -> Self {
+        self.wrapping_add(o)
+    }
+    fn div_by(self, n: usize) -> Self {
+        self / n as i32
+    }
+}
+
+impl Num for u8 {
+    fn plus(self, o: Self) -> Self {
+        self.wrapping_add(o)
+    }
+    fn div_by(self, n: usize) -> Self {
+        self / n as u8
+    }
+}
+
+/// Rank `rank`'s `n` elements: different on every rank, with fractions (floats) so that
+/// the order of a sum shows in its bits, and large enough that `u8` sums wrap.
+fn input<T: Num>(rank: usize, n: usize) -> Vec<T> {
+    (0..n)
+        .map(|i| {
+            let k = ((rank * 31 + i * 17) % 23) as f64;
+            if T::DTYPE.is_float() {
+                T::from_f64(k * 0.37 - 3.3 + rank as f64 * 1e-3)
+            } else {
+                T::from_f64(k * 11.0)
+            }
+        })
+        .collect()
+}
+
+/// The reduction of every rank's `input`, one rank after the other.
+fn expected<T: Num>(op: ReduceOp, world: usize, n: usize) -> Vec<T> {
+    let mut acc = input::<T>(0, n);
+    for r in 1..world {
+        for (a, b) in acc.iter_mut().zip(input::<T>(r, n)) {
+            *a = match op {
+                ReduceOp::Sum | ReduceOp::Avg => a.plus(b),
+                ReduceOp::Max if b > *a => b,
+                ReduceOp::Min if b < *a => b,
+                _ => *a,
+            };
+        }
+    }
+    if op == ReduceOp::Avg {
+        acc.iter_mut().for_each(|a| *a = a.div_by(world));
+    }
+    acc
+}
+
+/// `got` equals `want` bit for bit (`{:?}` of a float is exact, and tells -0.0 from 0.0).
+fn same<T: Debug>(what: &str, got: &[T], want: &[T]) -> Result<(), String> {
+    let (g, w) = (format!("{got:?}"), format!("{want:?}"));
+    if g == w {
+        Ok(())
+    } else {
+        Err(format!("{what}: got {}, want {}", short(&g), short(&w)))
+    }
+}
+
+fn short(s: &str) -> &str {
+    &s[..s.len().min(300)]
+}
+
+/// `all_reduce` with every op on `device`, checked against [`expected`].
+fn check_all_reduce<D: Device, T: Num>(pg: &ProcessGroup, device: D, shape: &[usize]) -> Result<(), String> {
+    let (rank, world) = (pg.rank(), pg.world_size());
+    let n = shape.iter().product();
+    let t = Tensor::<D, T>::from_vec_on(device, input(rank, n), shape).map_err(|e| e.to_string())?;
+    for op in [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min] {
+        let what = format!("all_reduce {op:?} of {} {shape:?} on {}", T::DTYPE, device.id());
+        let out = pg.all_reduce(&t, op).map_err(|e| format!("{what}: {e}"))?;
+        if out.device() != device.id() || out.shape() != shape {
+            return Err(format!("{what}: the result is {:?} on {}", out.shape(), out.device()));
+        }
+        same(&what, &out.to_vec().map_err(|e| e.to_string())?, &expected::<T>(op, world, n))?;
+    }
+    Ok(())
+}
+
+/// Every collective, each checked; the body of the 2- and 4-rank tests.
+fn every_collective(rank: usize, world: usize, dir: &Path) -> Result<(), String> {
+    let (store, pg) = join(rank, world, dir, LONG)?;
+    let e = |e: locus::Error| e.to_string();
+    if (pg.rank(), pg.world_size()) != (rank, world) {
+        return Err(format!("the group says rank {} of {}", pg.rank(), pg.world_size()));
+    }
+
+    check_all_reduce::<_, f32>(&pg, Cuda::<0>, &[3, 5])?;
+    check_all_reduce::<_, f64>(&pg, Cpu, &[7])?;
+    check_all_reduce::<_, i32>(&pg, Dyn::new(DeviceId::Cuda(0)), &[2, 2, 3])?;
+    check_all_reduce::<_, u8>(&pg, Cpu, &[9])?;
+    check_all_reduce::<_, f32>(&pg, Cpu, &[])?;
+    // Large enough (1 MiB from each rank to each other) that the ranks' writes to each
+    // other fill the sockets' buffers: they must not wait on each other.
+    let big = 1 << 18;
+    let t = Tensor::<Cpu>::from_vec(input(rank, big), [big]).map_err(e)?;
+    let out = pg.all_reduce(&t, ReduceOp::Sum).map_err(e)?;
+    same("all_reduce of 2^18 f32", &out.to_vec().map_err(e)?, &expected::<f32>(ReduceOp::Sum, world, big))?;
+
+    for root in [0, world - 1] {
+        let t = Tensor::<Cuda<0>, f64>::from_vec(input(rank, 6), [2, 3]).map_err(e)?;
+        let out = pg.broadcast(&t, root).map_err(e)?;
+        same(&format!("broadcast from {root}"), &out.to_vec().map_err(e)?, &input::<f64>(root, 6))?;
+    }
+
+    let t = Tensor::<Cpu, i32>::from_vec(input(rank, 4), [4]).map_err(e)?;
+    let all = pg.all_gather(&t).map_err(e)?;
+    if all.len() != world {
+        return Err(format!("all_gather gave {} tensors", all.len()));
+    }
+    for (r, x) in all.iter().enumerate() {
+        same(&format!("all_gather, rank {r}'s part"), &x.to_vec().map_err(e)?, &input::<i32>(r, 4))?;
+    }
+
+    // reduce_scatter: chunk `rank` of the all_reduce, bit for bit.
+    let n = world * 2 * 3;
+    let t = Tensor::<Cpu>::from_vec(input(rank, n), [world * 2, 3]).map_err(e)?;
+    for op in [ReduceOp::Sum, ReduceOp::Max] {
+        let out = pg.reduce_scatter(&t, op).map_err(e)?;
+        if out.shape() != [2, 3] {
+            return Err(format!("reduce_scatter gave shape {:?}", out.shape()));
+        }
+        let want = expected::<f32>(op, world, n)[rank * 6..(rank + 1) * 6].to_vec();
+        same(&format!("reduce_scatter {op:?}"), &out.to_vec().map_err(e)?, &want)?;
+    }
+
+    // A ring of send/recv: even ranks send first, odd ranks receive first.
+    let (next, prev) = ((rank + 1) % world, (rank + world - 1) % world);
+    let mine = Tensor::<Cpu, u8>::from_vec(input(rank, 5), [5]).map_err(e)?;
+    let got = if rank % 2 == 0 {
+        pg.send(&mine, next).map_err(e)?;
+        pg.recv::<Cpu, u8>(prev, [5]).map_err(e)?
+    } else {
+        let got = pg.recv::<Cpu, u8>(prev, [5]).map_err(e)?;
+        pg.send(&mine, next).map_err(e)?;
+        got
+    };
+    same("recv from the previous rank", &got.to_vec().map_err(e)?, &input::<u8>(prev, 5))?;
+
+    // The store counts across processes.
+    for _ in 0..5 {
+        store.add("count", 1).map_err(e)?;
+    }
+    pg.barrier().map_err(e)?;
+    let count = store.get("count").map_err(e)?;
+    if count != (5 * world).to_string().as_bytes() {
+        return Err(format!("the count is {:?}, want {}", String::from_utf8_lossy(&count), 5 * world));
+    }
+    pg.barrier().map_err(e)
+}
+
+#[test]
+fn two_ranks_agree_on_every_collective() {
+    run_ranks("two_ranks_agree_on_every_collective", 2, every_collective);
+}
+
+#[test]
+fn four_ranks_agree_on_every_collective() {
+    run_ranks("four_ranks_agree_on_every_collective", 4, every_collective);
+}
+
+/// Rank 2 of 3 exits right after the rendezvous; the others' next `all_reduce` must
+/// fail, naming rank 2, well within the group's timeout.
+fn one_rank_exits(rank: usize, world: usize, dir: &Path) -> Result<(), String> {
+    let timeout = Duration::from_secs(3);
+    let (_store, pg) = join(rank, world, dir, timeout)?;
+    pg.barrier().map_err(|e| e.to_string())?;
+    if rank == 2 {
+        std::process::exit(0);
+    }
+    let t = Tensor::<Cpu>::ones([4]).map_err(|e| e.to_string())?;
+    let start = Instant::now();
+    match pg.all_reduce(&t, ReduceOp::Sum) {
+        Ok(x) => Err(format!("all_reduce without rank 2 succeeded: {:?}", x.to_vec())),
+        Err(e) => {
+            let (took, e) = (start.elapsed(), e.to_string());
+            if took > timeout {
+                Err(format!("the error took {took:?}, beyond the timeout {timeout:?}: {e}"))
+            } else if !e.contains("rank 2") || !e.contains("all_reduce") {
+                Err(format!("the error does not name rank 2 and all_reduce: {e}"))
+            } else {
+                println!("rank {rank}: after {took:?}: {e}");
+                Ok(())
+            }
+        }
+    }
+}
+
+#[test]
+fn a_rank_that_exits_fails_the_others_next_all_reduce() {
+    run_ranks("a_rank_that_exits_fails_the_others_next_all_reduce", 3, one_rank_exits);
+}
