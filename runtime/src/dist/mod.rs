@@ -6,17 +6,17 @@
 
 mod file_store;
 mod group;
-
-pub use file_store::FileStore;
-pub use group::{ProcessGroup, ReduceOp};
-
-use crate::error::Result;
-
+mod init;
 mod launch;
 mod tcp_store;
 
+pub use file_store::FileStore;
+pub use group::{ProcessGroup, ReduceOp};
+pub use init::{init, init_with, Dist, DEFAULT_TIMEOUT};
 pub use launch::{Launch, LaunchBuilder, DEFAULT_MASTER_PORT};
 pub use tcp_store::TcpStore;
+
+use crate::error::Result;
 
 /// The key-value operations processes meet through (PyTorch's `c10d::Store`): set and
 /// get bytes by key, wait for keys, count with `add`. Every blocking call gives up with an

@@ -1,0 +1,164 @@
+//! [`init`]: a process joins its job as the launcher describes it (torchrun, Slurm, Open
+//! MPI, MPICH; see [`Launch`]).
+//!
+//! The store is at `MASTER_ADDR:MASTER_PORT`. Under torchrun (`TORCHELASTIC_RUN_ID` is set)
+//! the agent already hosts one there, speaking PyTorch's TCPStore protocol, and every rank
+//! is its client; otherwise rank 0 hosts it ([`TcpStore::serve`] on every interface) and
+//! the others connect, retrying until the timeout. Keys are kept under
+//! `locus/<run id>/<restart>/`, so they never meet the agent's own keys or an earlier
+//! attempt's. Each rank then joins the [`ProcessGroup`], listening on the interface it
+//! reaches the master through.
+
+use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Launch, ProcessGroup, Store, TcpStore};
+use crate::error::{Error, Result};
+
+/// PyTorch's default for collectives and the store: 10 minutes.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// A process's place in a multi-process job and its group.
+///
+/// ```
+/// # extern crate locus_runtime as locus;
+/// use locus::dist::{self, Launch, ReduceOp};
+/// use locus::{Cpu, Tensor};
+/// // One process on its own (a launcher sets RANK, WORLD_SIZE, ... and `dist::init()` reads them).
+/// let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+/// let launch = Launch::builder().rank(0, 1).master("127.0.0.1", port).build()?;
+/// let d = dist::init_with(launch, std::time::Duration::from_secs(10))?;
+/// let sum = d.group().all_reduce(&Tensor::<Cpu>::ones([3])?, ReduceOp::Sum)?;
+/// assert_eq!((d.rank(), d.world_size(), sum.to_vec()?), (0, 1, vec![1.0; 3]));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Dist {
+    launch: Launch,
+    store: Arc<dyn Store>,
+    group: ProcessGroup,
+}
+
+impl std::fmt::Debug for Dist {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Dist {{ rank: {}, world_size: {} }}", self.launch.rank, self.launch.world_size)
+    }
+}
+
+impl Dist {
+    /// This process's rank, `0..world_size`.
+    pub fn rank(&self) -> usize {
+        self.launch.rank
+    }
+
+    /// How many processes the job has.
+    pub fn world_size(&self) -> usize {
+        self.launch.world_size
+    }
+
+    /// This process's rank on its machine: the device it should use, usually.
+    pub fn local_rank(&self) -> usize {
+        self.launch.local_rank
+    }
+
+    /// The launch this process joined by.
+    pub fn launch(&self) -> &Launch {
+        &self.launch
+    }
+
+    /// The group of every process of the job.
+    pub fn group(&self) -> &ProcessGroup {
+        &self.group
+    }
+
+    /// The store the processes met through (keys under this job's prefix).
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+}
+
+/// Joins the job the environment describes ([`Launch::from_env`]), with the timeout of
+/// `LOCUS_DIST_TIMEOUT` (seconds; default [`DEFAULT_TIMEOUT`]).
+pub fn init() -> Result<Dist> {
+    let timeout = match std::env::var("LOCUS_DIST_TIMEOUT") {
+        Ok(v) => match v.trim().parse::<f64>() {
+            Ok(s) if s > 0.0 && s.is_finite() => Duration::from_secs_f64(s),
+            _ => return Err(init_err(format!("`LOCUS_DIST_TIMEOUT={v}` is not a positive number of seconds"))),
+        },
+        Err(_) => DEFAULT_TIMEOUT,
+    };
+    let agent = std::env::var("TORCHELASTIC_RUN_ID").ok();
+    let restart = std::env::var("TORCHELASTIC_RESTART_COUNT").unwrap_or_else(|_| "0".into());
+    join(Launch::from_env()?, timeout, agent.map(|run| (run, restart)))
+}
+
+/// Joins the job `launch` describes: rank 0 hosts the store at its master address.
+pub fn init_with(launch: Launch, timeout: Duration) -> Result<Dist> {
+    join(launch, timeout, None)
+}
+
+fn init_err(reason: String) -> Error {
+    Error::Dist { op: "init", reason }
+}
+
+/// `agent`: torchrun's run id and restart count, when its agent hosts the store.
+fn join(launch: Launch, timeout: Duration, agent: Option<(String, String)>) -> Result<Dist> {
+    let master = format!("{}:{}", launch.master_addr, launch.master_port);
+    let store: Arc<dyn Store> = match (&agent, launch.rank) {
+        (None, 0) => Arc::new(TcpStore::serve(&format!("0.0.0.0:{}", launch.master_port), launch.world_size, timeout)?),
+        _ => Arc::new(TcpStore::connect(&master, timeout)?),
+    };
+    let prefix = match &agent {
+        Some((run, restart)) => format!("locus/{run}/{restart}/"),
+        None => "locus/job/".into(),
+    };
+    let store: Arc<dyn Store> = Arc::new(Prefixed { prefix, inner: store });
+    let ip = local_ip_towards(&launch.master_addr, launch.master_port);
+    let group = ProcessGroup::with_address(Arc::clone(&store), launch.rank, launch.world_size, timeout, ip).map_err(
+        |e| match e {
+            Error::Dist { op, reason } => Error::Dist {
+                op,
+                reason: format!("rank {} of {} (store at {master}): {reason}", launch.rank, launch.world_size),
+            },
+            other => other,
+        },
+    )?;
+    Ok(Dist { launch, store, group })
+}
+
+/// The address of this machine's interface toward the master (no packet is sent: a UDP
+/// socket's connect only picks the route); loopback when the master is this machine or
+/// no route is found.
+fn local_ip_towards(master: &str, port: u16) -> IpAddr {
+    let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let Ok(socket) = UdpSocket::bind("0.0.0.0:0") else { return loopback };
+    match socket.connect((master, port)).and_then(|()| socket.local_addr()) {
+        Ok(a) if !a.ip().is_unspecified() => a.ip(),
+        _ => loopback,
+    }
+}
+
+/// A store whose keys all start with `prefix`.
+struct Prefixed {
+    prefix: String,
+    inner: Arc<dyn Store>,
+}
+
+impl Store for Prefixed {
+    fn set(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.inner.set(&format!("{}{key}", self.prefix), value)
+    }
+
+    fn get(&self, key: &str) -> Result<Vec<u8>> {
+        self.inner.get(&format!("{}{key}", self.prefix))
+    }
+
+    fn add(&self, key: &str, amount: i64) -> Result<i64> {
+        self.inner.add(&format!("{}{key}", self.prefix), amount)
+    }
+
+    fn wait(&self, keys: &[&str]) -> Result<()> {
+        let keys: Vec<String> = keys.iter().map(|k| format!("{}{k}", self.prefix)).collect();
+        self.inner.wait(&keys.iter().map(String::as_str).collect::<Vec<_>>())
+    }
+}
