@@ -327,3 +327,47 @@ fn one_rank_exits(rank: usize, world: usize, dir: &Path) -> Result<(), String> {
 fn a_rank_that_exits_fails_the_others_next_all_reduce() {
     run_ranks("a_rank_that_exits_fails_the_others_next_all_reduce", 3, one_rank_exits);
 }
+
+/// Through `dist::init_with`: rank 0 hosts the TCP store (PyTorch's protocol) on a port it
+/// picks and writes into the shared directory; the others connect to it.
+fn through_init(rank: usize, world: usize, dir: &Path) -> Result<(), String> {
+    use locus::dist::{init_with, Launch};
+    let port_file = dir.join("port");
+    let port: u16 = if rank == 0 {
+        let port =
+            std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| e.to_string())?.port();
+        std::fs::write(dir.join("port.tmp"), port.to_string()).map_err(|e| e.to_string())?;
+        std::fs::rename(dir.join("port.tmp"), &port_file).map_err(|e| e.to_string())?;
+        port
+    } else {
+        let start = Instant::now();
+        loop {
+            if let Ok(p) = std::fs::read_to_string(&port_file) {
+                break p.trim().parse().map_err(|e| format!("port file: {e}"))?;
+            }
+            if start.elapsed() > LONG {
+                return Err("rank 0 never wrote its port".into());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    let launch = Launch::builder().rank(rank, world).master("127.0.0.1", port).build().map_err(|e| e.to_string())?;
+    let d = init_with(launch, LONG).map_err(|e| e.to_string())?;
+    if (d.rank(), d.world_size()) != (rank, world) {
+        return Err(format!("joined as {} of {}", d.rank(), d.world_size()));
+    }
+    let mine = Tensor::<Cpu>::full([3], (rank + 1) as f32).map_err(|e| e.to_string())?;
+    let sum = d.group().all_reduce(&mine, ReduceOp::Sum).map_err(|e| e.to_string())?;
+    let want = (world * (world + 1) / 2) as f32;
+    same("all_reduce through init", &sum.to_vec().map_err(|e| e.to_string())?, &[want; 3])?;
+    d.store().set(&format!("hello/{rank}"), format!("{rank}").as_bytes()).map_err(|e| e.to_string())?;
+    let next = (rank + 1) % world;
+    let got = d.store().get(&format!("hello/{next}")).map_err(|e| e.to_string())?;
+    same("store round trip", &got, format!("{next}").as_bytes())?;
+    d.group().barrier().map_err(|e| e.to_string())
+}
+
+#[test]
+fn three_ranks_join_through_init_and_the_tcp_store() {
+    run_ranks("three_ranks_join_through_init_and_the_tcp_store", 3, through_init);
+}
