@@ -364,6 +364,22 @@ fn through_init(rank: usize, world: usize, dir: &Path) -> Result<(), String> {
     let next = (rank + 1) % world;
     let got = d.store().get(&format!("hello/{next}")).map_err(|e| e.to_string())?;
     same("store round trip", &got, format!("{next}").as_bytes())?;
+    // A sub-group of the first and last ranks: they reduce between themselves only.
+    let ends = [0, world - 1];
+    match d.new_group(&ends).map_err(|e| e.to_string())? {
+        Some(g) => {
+            let sum = g.all_reduce(&mine, ReduceOp::Sum).map_err(|e| e.to_string())?;
+            same("sub-group all_reduce", &sum.to_vec().map_err(|e| e.to_string())?, &[(1 + world) as f32; 3])?;
+            if (g.rank(), g.world_size()) != (usize::from(rank != 0), 2) {
+                return Err(format!("sub-group rank {} of {}", g.rank(), g.world_size()));
+            }
+        }
+        None if ends.contains(&rank) => return Err("a member got no sub-group".into()),
+        None => {}
+    }
+    if d.new_group(&[0, 0]).is_ok() {
+        return Err("a sub-group with a repeated rank was accepted".into());
+    }
     d.group().barrier().map_err(|e| e.to_string())
 }
 

@@ -10,6 +10,7 @@
 //! reaches the master through.
 
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,6 +38,11 @@ pub struct Dist {
     launch: Launch,
     store: Arc<dyn Store>,
     group: ProcessGroup,
+    /// The address this rank's groups listen on.
+    ip: IpAddr,
+    timeout: Duration,
+    /// Sub-groups made so far (every rank makes them in the same order).
+    groups: AtomicUsize,
 }
 
 impl std::fmt::Debug for Dist {
@@ -74,6 +80,29 @@ impl Dist {
     /// The store the processes met through (keys under this job's prefix).
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+
+    /// A group of the processes `ranks` (`torch.distributed.new_group`): every process
+    /// of the job calls it, in the same order as the others; the members get their group
+    /// (their rank in it is their place in the sorted `ranks`), the others `None`.
+    /// Duplicate, missing or out-of-range ranks are an `Err`.
+    pub fn new_group(&self, ranks: &[usize]) -> Result<Option<ProcessGroup>> {
+        let id = self.groups.fetch_add(1, Ordering::SeqCst);
+        let mut members = ranks.to_vec();
+        members.sort_unstable();
+        members.dedup();
+        let world = self.launch.world_size;
+        if members.is_empty() || members.len() != ranks.len() || members.iter().any(|&r| r >= world) {
+            return Err(Error::Dist {
+                op: "new_group",
+                reason: format!("{ranks:?} are not distinct ranks of a world of {world} (at least one)"),
+            });
+        }
+        let Some(me) = members.iter().position(|&r| r == self.launch.rank) else { return Ok(None) };
+        let key = members.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
+        let store: Arc<dyn Store> =
+            Arc::new(Prefixed { prefix: format!("group{id}/{key}/"), inner: Arc::clone(&self.store) });
+        ProcessGroup::with_address(store, me, members.len(), self.timeout, self.ip).map(Some)
     }
 }
 
@@ -123,7 +152,7 @@ fn join(launch: Launch, timeout: Duration, agent: Option<(String, String)>) -> R
             other => other,
         },
     )?;
-    Ok(Dist { launch, store, group })
+    Ok(Dist { launch, store, group, ip, timeout, groups: AtomicUsize::new(0) })
 }
 
 /// The address of this machine's interface toward the master (no packet is sent: a UDP
