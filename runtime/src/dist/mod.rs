@@ -4,12 +4,14 @@
 //!
 //! This is the first part of issue 18; see docs/DESIGN.md for what is built.
 
+mod bucket;
 mod file_store;
 mod group;
 mod init;
 mod launch;
 mod tcp_store;
 
+pub use bucket::{all_reduce_avg_bucketed, DEFAULT_BUCKET_BYTES};
 pub use file_store::FileStore;
 pub use group::{ProcessGroup, ReduceOp};
 pub use init::{init, init_with, Dist, DEFAULT_TIMEOUT};
