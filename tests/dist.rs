@@ -1,106 +1,24 @@
 //! `locus::dist` across real processes on this machine: each test runs its own binary
-//! again, once per rank (`--exact <test> --nocapture`, with `LOCUS_DIST_TEST_RANK`,
-//! `LOCUS_DIST_TEST_WORLD` and `LOCUS_DIST_TEST_DIR` set); the ranks meet through a
-//! `FileStore` in a fresh temporary directory. Each rank checks every collective against
+//! again, once per rank (`tests/common/ranks.rs`); the ranks meet through a `FileStore`
+//! in a fresh temporary directory. Each rank checks every collective against
 //! the same computation done in one process and exits non-zero on a difference; the
 //! parent waits for all of them (killing them after a deadline) and asserts that each
 //! succeeded, showing their output when one did not.
 
 use std::fmt::Debug;
-use std::fs::File;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus};
+use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
+
+mod common;
+use common::ranks::run_ranks;
 
 use locus::dist::{FileStore, ProcessGroup, ReduceOp, Store};
 use locus::{Cpu, Cuda, Device, DeviceId, Dyn, Element, Tensor};
 
-const RANK: &str = "LOCUS_DIST_TEST_RANK";
-const WORLD: &str = "LOCUS_DIST_TEST_WORLD";
-const DIR: &str = "LOCUS_DIST_TEST_DIR";
-
-/// How long the parent lets the ranks run before it kills them.
-const DEADLINE: Duration = Duration::from_secs(120);
 /// The group's timeout in the tests that expect success: long, as a loaded machine may
 /// be slow; it only matters when something is wrong.
 const LONG: Duration = Duration::from_secs(30);
-
-/// What one rank runs: `Err` with a message on any difference.
-type Body = fn(usize, usize, &Path) -> Result<(), String>;
-
-/// In a rank's process: its rank, the world size and the store directory.
-fn rank_env() -> Option<(usize, usize, PathBuf)> {
-    let rank = std::env::var(RANK).ok()?.parse().ok()?;
-    let world = std::env::var(WORLD).ok()?.parse().ok()?;
-    Some((rank, world, std::env::var_os(DIR)?.into()))
-}
-
-/// In the parent: runs `test` as `world` processes and asserts that each succeeds. In a
-/// rank's process: runs `body` and exits with 1 on `Err`.
-fn run_ranks(test: &str, world: usize, body: Body) {
-    if let Some((rank, world, dir)) = rank_env() {
-        match body(rank, world, &dir) {
-            Ok(()) => return,
-            Err(e) => {
-                eprintln!("rank {rank} of {world}: {e}");
-                std::process::exit(1);
-            }
-        }
-    }
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
-    let dir = std::env::temp_dir().join(format!("locus-dist-{test}-{}-{nanos}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = std::env::current_exe().unwrap();
-    let log = |r: usize| dir.join(format!("rank{r}.log"));
-    let mut children: Vec<Child> = (0..world)
-        .map(|r| {
-            let out = File::create(log(r)).unwrap();
-            Command::new(&exe)
-                .args(["--exact", test, "--nocapture", "--test-threads=1"])
-                .env(RANK, r.to_string())
-                .env(WORLD, world.to_string())
-                .env(DIR, &dir)
-                .stdout(out.try_clone().unwrap())
-                .stderr(out)
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    let start = Instant::now();
-    let mut status: Vec<Option<ExitStatus>> = vec![None; world];
-    while status.iter().any(Option::is_none) {
-        for (c, s) in children.iter_mut().zip(&mut status) {
-            if s.is_none() {
-                *s = c.try_wait().unwrap();
-            }
-        }
-        if start.elapsed() > DEADLINE {
-            for (c, s) in children.iter_mut().zip(&status) {
-                if s.is_none() {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                }
-            }
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let failed: Vec<String> = status
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| !s.is_some_and(|s| s.success()))
-        .map(|(r, s)| {
-            let what = s.map_or_else(|| format!("killed after {DEADLINE:?}"), |s| s.to_string());
-            let text = std::fs::read_to_string(log(r)).unwrap_or_default();
-            format!("rank {r}: {what}\n{text}")
-        })
-        .collect();
-    assert!(failed.is_empty(), "{test}: {} of {world} ranks failed (logs in {}):\n{}", failed.len(), dir.display(), {
-        failed.join("\n")
-    });
-    std::fs::remove_dir_all(&dir).ok();
-}
 
 fn join(rank: usize, world: usize, dir: &Path, timeout: Duration) -> Result<(Arc<dyn Store>, ProcessGroup), String> {
     let store: Arc<dyn Store> = Arc::new(FileStore::new(dir, LONG).map_err(|e| e.to_string())?);

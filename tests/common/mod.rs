@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod ranks;
+
 use locus::{backend_name, Cuda, Tensor};
 
 /// Whether the tests run on a real GPU.
