@@ -99,17 +99,16 @@ impl CudaBuffer {
             Some(p) => p,
             None => {
                 dev.bind()?;
-                // SAFETY: `home` is a live stream of `dev` (an `Arc<StreamObj>` held for the call), and `dev`'s context
-                // is current (bind above). The memory comes back uninitialised, which is fine for bytes: every op
-                // writes its output before a read; the buffer keeps `home` and frees the block there.
+                // The memory comes back uninitialised, which is fine for bytes: every op writes its output before a
+                // read; the buffer keeps `home` and frees the block there.
+                // SAFETY: `home` is a live stream of `dev` (an `Arc` held for the call); `dev`'s context is current.
                 match unsafe { result::malloc_async(home.raw.0, cap) } {
                     Ok(p) => p,
                     Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
                         // Give back what the cache holds, then try once more.
                         free_all_cached(dev.ordinal);
-                        // SAFETY: as for the first attempt: the same live stream, and
-                        // `dev`'s context still current (`free_all_cached` touches only
-                        // streams of `dev`, so it binds no other context).
+                        // `free_all_cached` touches only streams of `dev`, so it binds no other context.
+                        // SAFETY: as for the first attempt: the same live stream, `dev`'s context still current.
                         match unsafe { result::malloc_async(home.raw.0, cap) } {
                             Ok(p) => p,
                             Err(_) => {
