@@ -62,7 +62,7 @@ pub trait GraphInputs<'c, D: Device, Bound = &'c Self>: TensorList {
 /// [`Output`] views after [`Graph::replay`](super::Graph::replay). Implemented for
 /// `Tensor`, `()`, tuples of up to six outputs, and `Vec`s of them.
 #[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot be the outputs of a graph",
+    message = "`{Self}` cannot be an output of a graph, nor a part of its outputs",
     label = "not a `Tensor`, `()`, a tuple or a `Vec` of them",
     note = "return the tensors the graph writes from the capture closure; read them after `replay()`"
 )]
