@@ -117,11 +117,25 @@ impl Drop for CudaCapture {
 /// a stream outside any capture joins it, as the driver makes it; an ended capture, or
 /// another one, is an error.
 pub(crate) fn joins(on: &Arc<StreamObj>, c: Option<Weak<CudaCapture>>) -> Result<()> {
-    if let Some(c) = crate::backend::capture::joining(c, on.capture(), CudaCapture::ended)? {
-        on.set_capture(Some(&c));
-        lock(&c.joined).push(Arc::clone(on));
+    // The same rule as `capture::joining` (which the host backend calls), kept as it ran
+    // on the H200: fold it into that call with the next GPU run.
+    let Some(c) = c else { return Ok(()) };
+    let c = match c.upgrade() {
+        Some(c) if !c.ended() => c,
+        _ => return Err(crate::backend::capture::event_of_ended_capture()),
+    };
+    match on.capture() {
+        Some(mine) if Arc::ptr_eq(&mine, &c) => Ok(()),
+        Some(_) => Err(Error::NotCapturable {
+            op: "wait_event",
+            reason: "the stream is captured into another graph; one capture cannot wait for another".into(),
+        }),
+        None => {
+            on.set_capture(Some(&c));
+            lock(&c.joined).push(Arc::clone(on));
+            Ok(())
+        }
     }
-    Ok(())
 }
 
 /// Starts capturing `s`: ops queued on it are recorded, not run. Captured work may read
