@@ -148,11 +148,20 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     if world > BATCH {
         return Err(format!("{world} processes, more than the {BATCH} rows of a batch").into());
     }
-    let count = device_count()?;
-    let device = Dyn::new(if count == 0 { DeviceId::Cpu } else { DeviceId::Cuda((dist.local_rank() % count) as u32) });
+    // The rank's own device (its local rank, or LOCUS_DEVICE_MAP's), where the group's
+    // collectives run on NCCL on the cuda backend. With more ranks than devices, ranks
+    // share them and every collective moves over TCP.
+    let device = match dist.device() {
+        Ok(d) => d,
+        Err(_) => {
+            let count = device_count()?;
+            Dyn::new(if count == 0 { DeviceId::Cpu } else { DeviceId::Cuda((dist.local_rank() % count) as u32) })
+        }
+    };
     if rank == 0 {
+        let path = if dist.group().uses_communicator() { "NCCL" } else { "TCP" };
         println!(
-            "backend: {}; {world} process(es); rank 0 on {}; {ROWS} rows, batches of {BATCH}",
+            "backend: {}; {world} process(es); rank 0 on {}; gradients over {path}; {ROWS} rows, batches of {BATCH}",
             locus::backend_name()?,
             device.id()
         );

@@ -192,6 +192,30 @@ fn every_collective(rank: usize, world: usize, dir: &Path) -> Result<(), String>
     };
     same("recv from the previous rank", &got.to_vec().map_err(e)?, &input::<u8>(prev, 5))?;
 
+    // The `_async` forms, started around a synchronous call: the group runs them in the
+    // order they were asked for, on every rank alike.
+    let t = Tensor::<Cpu, f64>::from_vec(input(rank, world * 4), [world * 2, 2]).map_err(e)?;
+    let reduced = pg.all_reduce_async(&t, ReduceOp::Avg).map_err(e)?;
+    let gathered = pg.all_gather_async(&t).map_err(e)?;
+    let from_last = pg.broadcast(&t, world - 1).map_err(e)?;
+    let mut scattered = pg.reduce_scatter_async(&t, ReduceOp::Min).map_err(e)?;
+    let sent = pg.broadcast_async(&t, 0).map_err(e)?;
+    let n = world * 4;
+    same("broadcast between async calls", &from_last.to_vec().map_err(e)?, &input::<f64>(world - 1, n))?;
+    let _ = scattered.is_complete().map_err(e)?;
+    let want = expected::<f64>(ReduceOp::Min, world, n)[rank * 4..(rank + 1) * 4].to_vec();
+    same("reduce_scatter_async", &scattered.wait().map_err(e)?.to_vec().map_err(e)?, &want)?;
+    same(
+        "all_reduce_async",
+        &reduced.wait().map_err(e)?.to_vec().map_err(e)?,
+        &expected::<f64>(ReduceOp::Avg, world, n),
+    )?;
+    let all = gathered.wait().map_err(e)?;
+    for (r, x) in all.iter().enumerate() {
+        same(&format!("all_gather_async, rank {r}'s part"), &x.to_vec().map_err(e)?, &input::<f64>(r, n))?;
+    }
+    same("broadcast_async", &sent.synchronize().map_err(e)?.to_vec().map_err(e)?, &input::<f64>(0, n))?;
+
     // The store counts across processes.
     for _ in 0..5 {
         store.add("count", 1).map_err(e)?;
@@ -269,7 +293,12 @@ fn through_init(rank: usize, world: usize, dir: &Path) -> Result<(), String> {
             std::thread::sleep(Duration::from_millis(5));
         }
     };
-    let launch = Launch::builder().rank(rank, world).master("127.0.0.1", port).build().map_err(|e| e.to_string())?;
+    let launch = Launch::builder()
+        .rank(rank, world)
+        .local_rank(rank, world)
+        .master("127.0.0.1", port)
+        .build()
+        .map_err(|e| e.to_string())?;
     let d = init_with(launch, LONG).map_err(|e| e.to_string())?;
     if (d.rank(), d.world_size()) != (rank, world) {
         return Err(format!("joined as {} of {}", d.rank(), d.world_size()));
@@ -304,4 +333,65 @@ fn through_init(rank: usize, world: usize, dir: &Path) -> Result<(), String> {
 #[test]
 fn three_ranks_join_through_init_and_the_tcp_store() {
     run_ranks("three_ranks_join_through_init_and_the_tcp_store", 3, through_init);
+}
+
+/// A world of one bound to `cuda:0`: every collective, synchronous and `_async`, on the
+/// device. On the cuda backend with libnccl this runs NCCL (`LOCUS_EXPECT_NCCL=1` makes
+/// the test insist on it, as the GPU run does); on the host backend, the TCP path.
+#[test]
+fn a_world_of_one_bound_to_its_device_runs_every_collective() {
+    let dir = common::ranks::fresh_dir("world_of_one");
+    let store: Arc<dyn Store> = Arc::new(FileStore::new(&dir, LONG).unwrap());
+    let pg = ProcessGroup::new(store, 0, 1, LONG).unwrap().with_device(DeviceId::Cuda(0)).unwrap();
+    let nccl = pg.uses_communicator();
+    println!("backend {}, communicator: {nccl}", locus::backend_name().unwrap());
+    if std::env::var("LOCUS_EXPECT_NCCL").is_ok_and(|v| v == "1") {
+        assert!(nccl, "LOCUS_EXPECT_NCCL=1 but the group moves device tensors over TCP");
+    }
+    let x = Tensor::<Cuda<0>>::from_vec(input(0, 12), [6, 2]).unwrap();
+    let want = input::<f32>(0, 12);
+    for op in [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min] {
+        assert_eq!(pg.all_reduce(&x, op).unwrap().to_vec().unwrap(), want, "{op:?}");
+        assert_eq!(pg.all_reduce_async(&x, op).unwrap().wait().unwrap().to_vec().unwrap(), want, "{op:?} async");
+    }
+    let ints = Tensor::<Cuda<0>, i32>::from_vec(vec![7, -9, 4], [3]).unwrap();
+    assert_eq!(pg.all_reduce(&ints, ReduceOp::Avg).unwrap().to_vec().unwrap(), vec![7, -9, 4]);
+    assert_eq!(pg.broadcast(&x, 0).unwrap().to_vec().unwrap(), want);
+    let gathered = pg.all_gather_async(&x).unwrap().wait().unwrap();
+    assert_eq!((gathered.len(), gathered[0].shape()), (1, &[6usize, 2][..]));
+    assert_eq!(gathered[0].to_vec().unwrap(), want);
+    let rs = pg.reduce_scatter(&x, ReduceOp::Sum).unwrap();
+    assert_eq!((rs.shape(), rs.to_vec().unwrap()), (&[6usize, 2][..], want.clone()));
+    // A result of the side stream used on the default stream: ordered by the usual rules.
+    let mut work = pg.all_reduce_async(&x, ReduceOp::Sum).unwrap();
+    let _ = work.is_complete().unwrap();
+    let doubled = (work.wait().unwrap() * 2.0).unwrap();
+    assert_eq!(doubled.to_vec().unwrap(), want.iter().map(|v| v * 2.0).collect::<Vec<_>>());
+    // Host tensors still move over TCP.
+    let h = Tensor::<Cpu, u8>::from_vec(vec![1, 2, 3], [3]).unwrap();
+    assert_eq!(pg.all_reduce(&h, ReduceOp::Max).unwrap().to_vec().unwrap(), vec![1, 2, 3]);
+    pg.barrier().unwrap();
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// A tensor on a device other than the group's is an `Err` naming both devices.
+#[test]
+fn a_tensor_on_another_device_than_the_groups_is_an_error() {
+    if locus::device_count().unwrap() < 2 {
+        eprintln!("skipped: needs 2 devices");
+        return;
+    }
+    let dir = common::ranks::fresh_dir("other_device");
+    let store: Arc<dyn Store> = Arc::new(FileStore::new(&dir, LONG).unwrap());
+    let pg = ProcessGroup::new(store, 0, 1, LONG).unwrap().with_device(DeviceId::Cuda(0)).unwrap();
+    let t = Tensor::<Cuda<1>>::ones([2]).unwrap();
+    let e = pg.all_reduce(&t, ReduceOp::Sum).unwrap_err().to_string();
+    assert!(e.contains("cuda:1") && e.contains("bound to cuda:0"), "{e}");
+    let e = pg.all_gather_async(&t).unwrap_err().to_string();
+    assert!(e.contains("cuda:1") && e.contains("bound to cuda:0"), "{e}");
+    assert!(ProcessGroup::new(Arc::new(FileStore::new(dir.join("b"), LONG).unwrap()), 0, 1, LONG)
+        .unwrap()
+        .with_device(DeviceId::Cpu)
+        .is_err());
+    std::fs::remove_dir_all(dir).ok();
 }

@@ -287,6 +287,22 @@ impl BackendDevice for Gate {
         })
     }
 
+    fn has_process_comm(&self, device: DeviceId) -> bool {
+        selected().is_ok_and(|b| b.has_process_comm(device))
+    }
+
+    fn new_comm_id(&self) -> Result<Vec<u8>> {
+        selected()?.new_comm_id()
+    }
+
+    fn join_comm(&self, _: DeviceId, _: &[u8], _: usize, _: usize) -> Result<super::RawComm> {
+        Err(process_collective())
+    }
+
+    fn run_comm(&self, _: &super::RawComm, _: DType, _: usize, _: super::CommOp<'_>) -> Result<Option<Buffer>> {
+        Err(process_collective())
+    }
+
     fn begin_capture(&self, _: &RawStream, _: &[&Buffer]) -> Result<()> {
         Err(Error::NotCapturable { op: "Graph::capture", reason: "a capture cannot start inside another".into() })
     }
@@ -300,5 +316,13 @@ impl BackendDevice for Gate {
             op: "Graph::replay",
             reason: "a graph cannot replay inside a capture; replay it before or after".into(),
         })
+    }
+}
+
+/// Collectives between processes are not captured, as NCCL's between devices are not.
+fn process_collective() -> Error {
+    Error::NotCapturable {
+        op: "a collective between processes",
+        reason: "a graph captures the work of one device; run collectives between replays".into(),
     }
 }

@@ -30,7 +30,9 @@ use crate::error::{Error, Result};
 
 pub(crate) use buffer::Buffer;
 pub(crate) use host::HostBuffer;
-pub(crate) use op::{float_only, same_length, BinaryOp, Blocks, Collective, Gemm, ParamOp, ReduceOp, UnaryOp};
+pub(crate) use op::{
+    float_only, same_length, BinaryOp, Blocks, Collective, CommOp, CommReduce, Gemm, ParamOp, ReduceOp, UnaryOp,
+};
 pub(crate) use traits::{BackendDevice, BackendStorage};
 
 /// A stream of one backend: a simulated stream (a queue with its own worker) on the
@@ -83,6 +85,13 @@ impl RawGraph {
             RawGraph::Cuda(g) => g.live_buffers(),
         }
     }
+}
+
+/// A communicator between processes, one rank per process (NCCL's, on the cuda
+/// backend; the host backend moves process collectives through host memory instead).
+#[derive(Clone, Debug)]
+pub(crate) enum RawComm {
+    Cuda(Arc<cuda::ProcessComm>),
 }
 
 static CROSS_STREAM_WAITS: AtomicU64 = AtomicU64::new(0);

@@ -141,6 +141,36 @@ pub(crate) enum Collective<'a> {
     AllGather(&'a [&'a Buffer]),
 }
 
+/// How a collective between processes combines the ranks' elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CommReduce {
+    Sum,
+    /// The sum divided by the number of ranks (floating-point types only: the caller
+    /// divides integer sums itself).
+    Avg,
+    Max,
+    Min,
+}
+
+/// A collective between processes over a communicator (NCCL's, on the cuda backend),
+/// one rank per process. Inputs hold `len` elements of the comm's device.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum CommOp<'a> {
+    /// The elementwise reduction of every rank's `buf`: `len` elements.
+    AllReduce { buf: &'a Buffer, op: CommReduce },
+    /// Rank `root`'s `buf` (every rank passes one of `len` elements): `len` elements.
+    Broadcast { buf: &'a Buffer, root: usize },
+    /// Every rank's `buf` one after another: `len * world` elements.
+    AllGather { buf: &'a Buffer },
+    /// Chunk `rank` of the reduction of every rank's `buf` (`len`, a multiple of the
+    /// world size): `len / world` elements.
+    ReduceScatter { buf: &'a Buffer, op: CommReduce },
+    /// `buf` to rank `peer`: no result.
+    Send { buf: &'a Buffer, peer: usize },
+    /// `len` elements from rank `peer`.
+    Recv { peer: usize },
+}
+
 /// The shapes of a row-major matrix product `[m, k] x [k, n]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Gemm {

@@ -16,7 +16,8 @@
 //! [`super::float_only`]; integer division by zero; limits of a kernel or library).
 
 use super::{
-    BinaryOp, Blocks, Buffer, Collective, Gemm, HostBuffer, ParamOp, RawEvent, RawGraph, RawStream, ReduceOp, UnaryOp,
+    BinaryOp, Blocks, Buffer, Collective, CommOp, Gemm, HostBuffer, ParamOp, RawComm, RawEvent, RawGraph, RawStream,
+    ReduceOp, UnaryOp,
 };
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
@@ -104,6 +105,19 @@ pub(crate) trait BackendDevice: Send + Sync + 'static {
         len: usize,
         op: Collective<'_>,
     ) -> Result<Option<Vec<Buffer>>>;
+
+    /// Whether this backend runs collectives between processes on `device` itself (NCCL
+    /// is loaded): `false` moves them through host memory (`dist`'s TCP path).
+    fn has_process_comm(&self, device: DeviceId) -> bool;
+    /// A new communicator id (NCCL's unique id) that rank 0 shares with the others.
+    fn new_comm_id(&self) -> Result<Vec<u8>>;
+    /// Joins communicator `id` as `rank` of `world` ranks on `device`; returns once every
+    /// rank has joined.
+    fn join_comm(&self, device: DeviceId, id: &[u8], rank: usize, world: usize) -> Result<RawComm>;
+    /// Queues `op` over `comm` on the thread's current stream of the comm's device (the
+    /// inputs are waited for there, as any op's); `len` elements of `dtype` per input.
+    /// The result, or `None` for a send.
+    fn run_comm(&self, comm: &RawComm, dtype: DType, len: usize, op: CommOp<'_>) -> Result<Option<Buffer>>;
 
     /// Starts capturing the work queued on `stream` into a graph instead of running it.
     /// Captured work may read memory made during the capture, and `inputs`, only.

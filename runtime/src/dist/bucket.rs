@@ -19,7 +19,12 @@ pub const DEFAULT_BUCKET_BYTES: usize = 25 * 1024 * 1024;
 /// gradient larger than that is a bucket of its own; `0` makes every gradient its own
 /// bucket); each bucket is flattened into one tensor, averaged with one
 /// [`ProcessGroup::all_reduce`] of [`ReduceOp::Avg`], and cut back into the gradients'
-/// shapes. The reduction is element-wise, so the results are bit-identical to one
+/// shapes. Every bucket's `all_reduce` is started (with
+/// [`ProcessGroup::all_reduce_async`]: on the group's communication stream with NCCL, on
+/// its worker thread over TCP) as soon as the bucket is laid out, before the first is
+/// waited for, so the exchanges overlap the work left on this thread and on the device;
+/// the gradients written back wait for them by the usual stream rules. The reduction is
+/// element-wise, so the results are bit-identical to one
 /// `all_reduce(g, ReduceOp::Avg)` per gradient, whatever the bucket size.
 ///
 /// Every rank must pass gradients of the same shapes in the same order and the same
@@ -59,10 +64,34 @@ pub fn all_reduce_avg_bucketed<D: Device, T: Element>(
     bucket_bytes: usize,
 ) -> Result<()> {
     let sizes: Vec<usize> = grads.iter().map(|g| g.numel().saturating_mul(T::DTYPE.size())).collect();
+    // Every bucket is started before the first is waited for: each one's exchange runs
+    // (on the communication stream, or the group's worker) while the next is laid out.
+    let mut started = Vec::new();
     let mut start = 0;
     for end in bucket_ends(&sizes, bucket_bytes) {
-        reduce_bucket(group, &mut grads[start..end])?;
+        let bucket = &grads[start..end];
+        if bucket.iter().any(|g| g.numel() > 0) {
+            let flat = match bucket {
+                [g] => g.reshape([g.numel()])?,
+                _ => {
+                    let flat: Vec<Tensor<D, T>> =
+                        bucket.iter().map(|g| g.reshape([g.numel()])).collect::<Result<_>>()?;
+                    Tensor::concat(&flat.iter().collect::<Vec<_>>())?
+                }
+            };
+            started.push((start..end, group.all_reduce_async(&flat, ReduceOp::Avg)?));
+        }
         start = end;
+    }
+    for (range, work) in started {
+        let avg = work.wait()?;
+        let mut offset = 0;
+        for g in &mut grads[range] {
+            let n = g.numel();
+            let shape = g.shape().to_vec();
+            **g = avg.narrow(0, offset, n)?.reshape(shape)?;
+            offset += n;
+        }
     }
     Ok(())
 }
@@ -86,29 +115,6 @@ fn bucket_ends(sizes: &[usize], bucket_bytes: usize) -> Vec<usize> {
         ends.push(sizes.len());
     }
     ends
-}
-
-/// Averages one bucket: one `all_reduce` of the gradients laid end to end.
-fn reduce_bucket<D: Device, T: Element>(group: &ProcessGroup, bucket: &mut [&mut Tensor<D, T>]) -> Result<()> {
-    let total: usize = bucket.iter().map(|g| g.numel()).sum();
-    if total == 0 {
-        return Ok(());
-    }
-    if let [g] = bucket {
-        **g = group.all_reduce(g, ReduceOp::Avg)?;
-        return Ok(());
-    }
-    let flat: Vec<Tensor<D, T>> = bucket.iter().map(|g| g.reshape([g.numel()])).collect::<Result<_>>()?;
-    let refs: Vec<&Tensor<D, T>> = flat.iter().collect();
-    let avg = group.all_reduce(&Tensor::concat(&refs)?, ReduceOp::Avg)?;
-    let mut offset = 0;
-    for g in bucket.iter_mut() {
-        let n = g.numel();
-        let shape = g.shape().to_vec();
-        **g = avg.narrow(0, offset, n)?.reshape(shape)?;
-        offset += n;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Launch, ProcessGroup, Store, TcpStore};
+use crate::device::DeviceId;
 use crate::error::{Error, Result};
 
 /// PyTorch's default for collectives and the store: 10 minutes.
@@ -72,6 +73,29 @@ impl Dist {
         &self.launch
     }
 
+    /// This rank's device: `cuda:{local rank}`, or the one `LOCUS_DEVICE_MAP` or
+    /// [`LaunchBuilder::device`](super::LaunchBuilder::device) names, as a run-time
+    /// placement (enter it with `with_device!(dyn d.device()? => ..)` for static code).
+    /// The group is bound to it: its tensors' collectives run on NCCL on the cuda backend.
+    /// An `Err` when the machine has no such device (the group then moves device tensors
+    /// of any device over TCP).
+    pub fn device(&self) -> Result<crate::device::Dyn> {
+        let want = DeviceId::Cuda(self.launch.device_ordinal());
+        match self.group.device() {
+            Some(d) => Ok(crate::device::Dyn::new(d)),
+            None => Err(Error::Dist {
+                op: "device",
+                reason: format!(
+                    "rank {} (local rank {}) has no device: {want} does not exist on this machine ({} devices); \
+                     launch at most one process per device, or map local ranks to devices with LOCUS_DEVICE_MAP",
+                    self.launch.rank,
+                    self.launch.local_rank,
+                    crate::device_count().unwrap_or(0)
+                ),
+            }),
+        }
+    }
+
     /// The group of every process of the job.
     pub fn group(&self) -> &ProcessGroup {
         &self.group
@@ -102,7 +126,8 @@ impl Dist {
         let key = members.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
         let store: Arc<dyn Store> =
             Arc::new(Prefixed { prefix: format!("group{id}/{key}/"), inner: Arc::clone(&self.store) });
-        ProcessGroup::with_address(store, me, members.len(), self.timeout, self.ip).map(Some)
+        let group = ProcessGroup::with_address(store, me, members.len(), self.timeout, self.ip)?;
+        bind(group, self.group.device()).map(Some)
     }
 }
 
@@ -152,7 +177,19 @@ fn join(launch: Launch, timeout: Duration, agent: Option<(String, String)>) -> R
             other => other,
         },
     )?;
+    let device = DeviceId::Cuda(launch.device_ordinal());
+    let exists = crate::backend::for_device(device).is_ok()
+        && crate::device_count().is_ok_and(|n| (launch.device_ordinal() as usize) < n);
+    let group = bind(group, exists.then_some(device))?;
     Ok(Dist { launch, store, group, ip, timeout, groups: AtomicUsize::new(0) })
+}
+
+/// Binds `group` to `device`, or takes part in the others' binding without one.
+fn bind(group: ProcessGroup, device: Option<DeviceId>) -> Result<ProcessGroup> {
+    match device {
+        Some(d) => group.with_device(d),
+        None => group.without_device(),
+    }
 }
 
 /// The address of this machine's interface toward the master (no packet is sent: a UDP

@@ -23,6 +23,9 @@ pub struct Launch {
     pub master_addr: String,
     /// The port of the store.
     pub master_port: u16,
+    /// This rank's CUDA ordinal when it is not its local rank: from `LOCUS_DEVICE_MAP`
+    /// (ordinals by local rank, e.g. `0,2,4,6`) or [`LaunchBuilder::device`].
+    pub device: Option<u32>,
 }
 
 fn init_err(reason: String) -> Error {
@@ -105,6 +108,11 @@ impl Launch {
         Launch::from_vars(|name| std::env::var(name).ok())
     }
 
+    /// The CUDA ordinal of this rank's device: [`Launch::device`], else the local rank.
+    pub fn device_ordinal(&self) -> u32 {
+        self.device.unwrap_or(self.local_rank as u32)
+    }
+
     /// The launch described by the variables `get` returns, the first family whose rank
     /// variable is present winning:
     ///
@@ -120,6 +128,9 @@ impl Launch {
     /// 4. MPICH / PMI: `PMI_RANK`, `PMI_SIZE`, `MPI_LOCALRANKID` and `MPI_LOCALNRANKS` (0 and
     ///    1 when unset), `MASTER_ADDR`, `MASTER_PORT`.
     ///
+    /// `LOCUS_DEVICE_MAP`, when set, gives the device of each local rank (comma-separated
+    /// CUDA ordinals, at least `local_world_size` of them).
+    ///
     /// A missing or contradictory variable is [`Error::Dist`] with op `init`, naming it.
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Launch> {
         let launch = if get("RANK").is_some() {
@@ -131,6 +142,7 @@ impl Launch {
                 local_world_size: num(&get, "LOCAL_WORLD_SIZE", f)?,
                 master_addr: need(&get, "MASTER_ADDR", f)?,
                 master_port: port(&get, f, None)?,
+                device: None,
             }
         } else if get("SLURM_PROCID").is_some() {
             let f = "Slurm";
@@ -170,6 +182,7 @@ impl Launch {
                 local_world_size,
                 master_addr,
                 master_port: port(&get, f, Some(DEFAULT_MASTER_PORT))?,
+                device: None,
             }
         } else if get("OMPI_COMM_WORLD_RANK").is_some() {
             let f = "Open MPI";
@@ -180,6 +193,7 @@ impl Launch {
                 local_world_size: num(&get, "OMPI_COMM_WORLD_LOCAL_SIZE", f)?,
                 master_addr: need(&get, "MASTER_ADDR", f)?,
                 master_port: port(&get, f, None)?,
+                device: None,
             }
         } else if get("PMI_RANK").is_some() {
             let f = "MPICH";
@@ -190,6 +204,7 @@ impl Launch {
                 local_world_size: opt_num(&get, "MPI_LOCALNRANKS", f)?.unwrap_or(1),
                 master_addr: need(&get, "MASTER_ADDR", f)?,
                 master_port: port(&get, f, None)?,
+                device: None,
             }
         } else {
             return Err(init_err(
@@ -199,7 +214,24 @@ impl Launch {
                     .into(),
             ));
         };
-        launch.check()
+        let mut launch = launch.check()?;
+        if let Some(map) = get("LOCUS_DEVICE_MAP") {
+            let ordinals: Option<Vec<u32>> = map.split(',').map(|o| o.trim().parse().ok()).collect();
+            let Some(ordinals) = ordinals else {
+                return Err(init_err(format!(
+                    "`LOCUS_DEVICE_MAP={map}` is not a comma-separated list of CUDA ordinals"
+                )));
+            };
+            let Some(&ordinal) = ordinals.get(launch.local_rank) else {
+                return Err(init_err(format!(
+                    "`LOCUS_DEVICE_MAP={map}` names {} devices, none for local rank {}",
+                    ordinals.len(),
+                    launch.local_rank
+                )));
+            };
+            launch.device = Some(ordinal);
+        }
+        Ok(launch)
     }
 
     /// A launch given explicitly, checked as [`Launch::from_vars`] checks one.
@@ -211,7 +243,16 @@ impl Launch {
         master_addr: impl Into<String>,
         master_port: u16,
     ) -> Result<Launch> {
-        Launch { rank, world_size, local_rank, local_world_size, master_addr: master_addr.into(), master_port }.check()
+        Launch {
+            rank,
+            world_size,
+            local_rank,
+            local_world_size,
+            master_addr: master_addr.into(),
+            master_port,
+            device: None,
+        }
+        .check()
     }
 
     /// A builder starting from a single process on this machine: rank 0 of 1, local rank 0
@@ -224,6 +265,7 @@ impl Launch {
             local_world_size: 1,
             master_addr: "127.0.0.1".into(),
             master_port: DEFAULT_MASTER_PORT,
+            device: None,
         })
     }
 
@@ -270,6 +312,11 @@ impl LaunchBuilder {
         (self.0.local_rank, self.0.local_world_size) = (local_rank, local_world_size);
         self
     }
+    /// Sets this rank's CUDA ordinal (by default its local rank).
+    pub fn device(mut self, ordinal: u32) -> Self {
+        self.0.device = Some(ordinal);
+        self
+    }
     /// Sets the store's host and port.
     pub fn master(mut self, addr: impl Into<String>, port: u16) -> Self {
         (self.0.master_addr, self.0.master_port) = (addr.into(), port);
@@ -306,6 +353,22 @@ mod tests {
         ("MASTER_ADDR", "10.0.0.1"),
         ("MASTER_PORT", "29400"),
     ];
+
+    #[test]
+    fn a_device_map_names_each_local_ranks_device() {
+        let mut v = TORCHRUN.to_vec();
+        assert_eq!(launch(&v).unwrap().device_ordinal(), 1);
+        v.push(("LOCUS_DEVICE_MAP", "6, 4,2,0"));
+        let l = launch(&v).unwrap();
+        assert_eq!((l.device, l.device_ordinal()), (Some(4), 4));
+        v.pop();
+        v.push(("LOCUS_DEVICE_MAP", "3"));
+        assert!(err(&v).contains("none for local rank 1"), "{}", err(&v));
+        v.pop();
+        v.push(("LOCUS_DEVICE_MAP", "0,x"));
+        assert!(err(&v).contains("not a comma-separated list"), "{}", err(&v));
+        assert_eq!(Launch::builder().device(3).build().unwrap().device_ordinal(), 3);
+    }
 
     #[test]
     fn torchrun() {

@@ -10,6 +10,7 @@ mod group;
 mod init;
 mod launch;
 mod tcp_store;
+mod work;
 
 pub use bucket::{all_reduce_avg_bucketed, DEFAULT_BUCKET_BYTES};
 pub use file_store::FileStore;
@@ -17,6 +18,7 @@ pub use group::{ProcessGroup, ReduceOp};
 pub use init::{init, init_with, Dist, DEFAULT_TIMEOUT};
 pub use launch::{Launch, LaunchBuilder, DEFAULT_MASTER_PORT};
 pub use tcp_store::TcpStore;
+pub use work::Work;
 
 use crate::error::Result;
 

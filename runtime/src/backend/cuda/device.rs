@@ -165,6 +165,13 @@ impl DeviceState {
         set_current(self.ordinal, self.ctx.cu_ctx())
     }
 
+    /// Makes this device's context current with a driver call, whatever locus' record
+    /// says: after a library (NCCL) that may have switched contexts inside its calls.
+    pub(crate) fn bind_again(&self) -> Result<()> {
+        BOUND.with(|b| b.set(None));
+        self.bind()
+    }
+
     fn module(&self, source: Source) -> Result<&Arc<CudaModule>> {
         let m = self.modules[source.index()].get_or_init(|| {
             let opts = CompileOptions {

@@ -17,6 +17,7 @@
 //! - `graph`: captures, their private memory, replays.
 
 mod buffer;
+mod comm;
 mod device;
 mod elementwise;
 mod event;
@@ -38,12 +39,13 @@ use std::sync::{Arc, OnceLock};
 use cudarc::driver::result;
 
 pub(crate) use buffer::CudaBuffer;
+pub(crate) use comm::ProcessComm;
 use device::{driver, DeviceState};
 pub(crate) use event::EventObj;
 pub(crate) use graph::GraphObj;
 pub(crate) use stream::StreamObj;
 
-use super::{foreign, BackendDevice, Buffer, Collective, HostBuffer, RawEvent, RawGraph, RawStream};
+use super::{foreign, BackendDevice, Buffer, Collective, CommOp, HostBuffer, RawComm, RawEvent, RawGraph, RawStream};
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
@@ -226,6 +228,22 @@ impl BackendDevice for CudaBackend {
         op: Collective<'_>,
     ) -> Result<Option<Vec<Buffer>>> {
         nccl::collective(self, devices, dtype, len, op)
+    }
+
+    fn has_process_comm(&self, device: DeviceId) -> bool {
+        self.has_comm(device)
+    }
+
+    fn new_comm_id(&self) -> Result<Vec<u8>> {
+        self.comm_id()
+    }
+
+    fn join_comm(&self, device: DeviceId, id: &[u8], rank: usize, world: usize) -> Result<RawComm> {
+        self.comm_join(device, id, rank, world)
+    }
+
+    fn run_comm(&self, comm: &RawComm, dtype: DType, len: usize, op: CommOp<'_>) -> Result<Option<Buffer>> {
+        self.comm_run(comm, dtype, len, op)
     }
 
     fn begin_capture(&self, stream: &RawStream, inputs: &[&Buffer]) -> Result<()> {

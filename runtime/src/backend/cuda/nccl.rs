@@ -26,7 +26,7 @@ use crate::error::{Error, Result};
 type Comms = Vec<Handle<nsys::ncclComm_t>>;
 
 // SAFETY: a communicator may be used from any thread, one call at a time; locus uses
-// them only under the `COMMS` lock (so `Handle<ncclComm_t>` is `Send` but not `Sync`).
+// them only under a lock (`COMMS` here, each `ProcessComm`'s own in comm.rs) (so `Handle<ncclComm_t>` is `Send` but not `Sync`).
 unsafe impl Send for Handle<nsys::ncclComm_t> {}
 
 /// Communicators live for the process. The lock also keeps two threads from enqueueing
@@ -34,14 +34,14 @@ unsafe impl Send for Handle<nsys::ncclComm_t> {}
 static COMMS: LazyLock<Mutex<HashMap<Vec<u32>, Comms>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
 
 /// Whether libnccl can be loaded, checked once.
-fn present() -> bool {
+pub(super) fn present() -> bool {
     static PRESENT: OnceLock<bool> = OnceLock::new();
     // SAFETY: only tries to load libnccl (libloading, dropped at once) and touches no
     // symbol; cudarc resolves NCCL symbols on their first use, which this check guards.
     *PRESENT.get_or_init(|| unsafe { nsys::is_culib_present() })
 }
 
-fn nccl_type(dtype: DType) -> nsys::ncclDataType_t {
+pub(super) fn nccl_type(dtype: DType) -> nsys::ncclDataType_t {
     match dtype {
         DType::F32 => nsys::ncclDataType_t::ncclFloat32,
         DType::F64 => nsys::ncclDataType_t::ncclFloat64,

@@ -22,7 +22,9 @@ use streams::{current_stream, default_stream, host_event, host_mem, host_stream,
 pub(crate) use streams::{HostEvent, HostStream};
 
 use crate::backend::account::MemoryAccount;
-use crate::backend::{BackendDevice, BackendStorage, Buffer, Collective, RawEvent, RawGraph, RawStream};
+use crate::backend::{
+    BackendDevice, BackendStorage, Buffer, Collective, CommOp, RawComm, RawEvent, RawGraph, RawStream,
+};
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
@@ -311,6 +313,23 @@ impl BackendDevice for HostBackend {
         super::host_collective::collective(devices, dtype, len, op)
     }
 
+    // Process collectives move through host memory (`dist`'s TCP path): no communicator.
+    fn has_process_comm(&self, _device: DeviceId) -> bool {
+        false
+    }
+
+    fn new_comm_id(&self) -> Result<Vec<u8>> {
+        Err(no_comm())
+    }
+
+    fn join_comm(&self, _device: DeviceId, _id: &[u8], _rank: usize, _world: usize) -> Result<RawComm> {
+        Err(no_comm())
+    }
+
+    fn run_comm(&self, _comm: &RawComm, _dtype: DType, _len: usize, _op: CommOp<'_>) -> Result<Option<Buffer>> {
+        Err(no_comm())
+    }
+
     fn begin_capture(&self, stream: &RawStream, inputs: &[&Buffer]) -> Result<()> {
         let inputs = inputs.iter().map(|b| host_mem(b)).collect::<Result<Vec<_>>>()?;
         graph::begin(host_stream(stream)?, &inputs)
@@ -325,5 +344,13 @@ impl BackendDevice for HostBackend {
         let reads = reads.iter().map(|b| host_mem(b)).collect::<Result<Vec<_>>>()?;
         let writes = writes.iter().map(|b| host_mem(b)).collect::<Result<Vec<_>>>()?;
         g.launch(host_stream(stream)?, &reads, &writes)
+    }
+}
+
+/// The host backend has no communicator between processes (`has_process_comm` says so).
+fn no_comm() -> Error {
+    Error::InvalidArgument {
+        op: "process collective",
+        reason: "the host backend has no communicator between processes; `dist` moves its data over TCP".into(),
     }
 }

@@ -7,12 +7,13 @@ use std::io::{self, Read};
 use std::net::TcpStream;
 use std::thread;
 
+use super::tcp::{State, Tcp};
 use super::wire::{drain, dtype_name, write_msg, Header, Kind};
-use super::{describe, dist, Link, ProcessGroup, State};
+use super::{describe, dist, Link};
 use crate::element::Element;
 use crate::error::{Error, Result};
 
-impl ProcessGroup {
+impl Tcp {
     /// The connections, or the error that broke the group.
     fn state(&self) -> Result<std::sync::MutexGuard<'_, State>> {
         let state = self.state.lock().unwrap_or_else(|p| p.into_inner());

@@ -1,26 +1,33 @@
-//! [`ProcessGroup`]: collectives between processes over TCP, on host memory (the host
-//! backend's way; PyTorch's Gloo group plays this part).
+//! [`ProcessGroup`]: collectives between processes. Tensors in host memory, and every
+//! tensor on the host backend, move over TCP (`tcp.rs`, PyTorch's Gloo group plays this
+//! part); tensors on the group's device of the cuda backend go through the backend's
+//! communicator, NCCL (`comm.rs`).
 
+mod comm;
 mod exchange;
 mod mesh;
 mod p2p;
 mod reduce;
+mod tcp;
 #[cfg(test)]
 mod tests;
 mod wire;
 
 use std::fmt;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, TcpStream};
-use std::sync::{Arc, Mutex};
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use self::reduce::reduce;
-use self::wire::{write_msg, Header, Kind};
-use super::Store;
-use crate::device::Device;
-use crate::element::{DType, Element};
+use self::comm::Engine;
+use self::tcp::{Job, Link, State, Tcp};
+use super::{Store, Work};
+use crate::backend::{CommOp, CommReduce};
+use crate::device::{Device, DeviceId, Dyn};
+use crate::element::Element;
 use crate::error::{Error, Result};
+use crate::shape::Shape;
+use crate::stream::Stream;
 use crate::tensor::Tensor;
 
 /// How [`ProcessGroup::all_reduce`] and [`ProcessGroup::reduce_scatter`] combine the
@@ -93,21 +100,14 @@ pub struct ProcessGroup {
     rank: usize,
     world_size: usize,
     timeout: Duration,
-    state: Mutex<State>,
-}
-
-/// The connections, and the error that broke the group, if one did.
-struct State {
-    /// One per rank; `None` at this rank.
-    links: Vec<Option<Link>>,
-    broken: Option<Error>,
-}
-
-/// The connection to one peer, as two handles of one socket so that a thread can write
-/// while another reads.
-struct Link {
-    read: TcpStream,
-    write: TcpStream,
+    tcp: Arc<Tcp>,
+    /// The worker that runs the TCP exchanges in order (see `tcp.rs`).
+    jobs: Mutex<mpsc::Sender<Job>>,
+    store: Arc<dyn Store>,
+    /// The device this rank's device tensors live on, and how they move.
+    device: Option<(DeviceId, Engine)>,
+    /// The stream of the `_async` collectives on the communicator, made on first use.
+    side: OnceLock<Stream<Dyn>>,
 }
 
 impl fmt::Debug for ProcessGroup {
@@ -115,6 +115,7 @@ impl fmt::Debug for ProcessGroup {
         f.debug_struct("ProcessGroup")
             .field("rank", &self.rank)
             .field("world_size", &self.world_size)
+            .field("device", &self.device.as_ref().map(|(d, e)| (d, e.name())))
             .field("timeout", &self.timeout)
             .finish_non_exhaustive()
     }
@@ -139,6 +140,14 @@ fn describe(peer: usize, e: &io::Error, timeout: Duration) -> String {
         }
         _ => format!("rank {peer}: {e}"),
     }
+}
+
+/// How a tensor's collective runs.
+enum Route<'a> {
+    /// Through host memory, over TCP.
+    Tcp,
+    /// On the backend's communicator.
+    Comm(&'a crate::backend::RawComm),
 }
 
 impl ProcessGroup {
@@ -168,7 +177,60 @@ impl ProcessGroup {
             return Err(dist(NEW, format!("{ip} cannot be published: give the address other ranks can reach")));
         }
         let links = mesh::connect(&*store, rank, world_size, timeout, ip)?;
-        Ok(Self { rank, world_size, timeout, state: Mutex::new(State { links, broken: None }) })
+        let tcp = Arc::new(Tcp { rank, world_size, timeout, state: Mutex::new(State { links, broken: None }) });
+        Ok(Self {
+            rank,
+            world_size,
+            timeout,
+            tcp,
+            jobs: Mutex::new(tcp::worker(rank)?),
+            store,
+            device: None,
+            side: OnceLock::new(),
+        })
+    }
+
+    /// Binds the group to this rank's device (a `cuda:N` of the selected backend, which
+    /// must exist): the collectives of tensors on `device` then run on the backend's
+    /// communicator, NCCL on the cuda backend, when every rank has one (the ranks agree
+    /// through the store, so all use NCCL or none does), and over TCP otherwise (the host
+    /// backend). Tensors on another device are an `Err` naming both; host tensors still
+    /// move over TCP. Every rank calls it, with its own device; NCCL wants a distinct
+    /// device per rank of one machine.
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// # use std::sync::Arc;
+    /// # use std::time::Duration;
+    /// use locus::dist::{FileStore, ProcessGroup, ReduceOp, Store};
+    /// use locus::{Cuda, DeviceId, Tensor};
+    /// let dir = std::env::temp_dir().join(format!("locus-doc-bind-{}", std::process::id()));
+    /// # std::fs::remove_dir_all(&dir).ok();
+    /// let store: Arc<dyn Store> = Arc::new(FileStore::new(&dir, Duration::from_secs(10))?);
+    /// let pg = ProcessGroup::new(store, 0, 1, Duration::from_secs(10))?.with_device(DeviceId::Cuda(0))?;
+    /// assert_eq!(pg.device(), Some(DeviceId::Cuda(0)));
+    /// let sum = pg.all_reduce(&Tensor::<Cuda<0>>::ones([2])?, ReduceOp::Sum)?;
+    /// assert_eq!(sum.to_vec()?, vec![1.0; 2]);
+    /// # std::fs::remove_dir_all(&dir).ok();
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn with_device(mut self, device: DeviceId) -> Result<Self> {
+        if self.device.is_some() {
+            return Err(dist("with_device", format!("the group of rank {} is already bound to a device", self.rank)));
+        }
+        if device.ordinal().is_none() {
+            return Err(dist("with_device", format!("{device} is host memory; a group binds to a `cuda:N` device")));
+        }
+        let engine = comm::engine(&*self.store, self.rank, self.world_size, Some(device))?;
+        self.device = Some((device, engine));
+        Ok(self)
+    }
+
+    /// Takes part in the other ranks' [`with_device`](Self::with_device) with no device
+    /// of its own (so that they all use TCP).
+    pub(crate) fn without_device(self) -> Result<Self> {
+        comm::engine(&*self.store, self.rank, self.world_size, None)?;
+        Ok(self)
     }
 
     /// This process's rank, `0..world_size`.
@@ -186,75 +248,198 @@ impl ProcessGroup {
         self.timeout
     }
 
+    /// The device the group is bound to ([`with_device`](Self::with_device)).
+    pub fn device(&self) -> Option<DeviceId> {
+        self.device.as_ref().map(|(d, _)| *d)
+    }
+
+    /// Whether the collectives of the group's device run on the backend's communicator
+    /// (NCCL) rather than over TCP.
+    pub fn uses_communicator(&self) -> bool {
+        matches!(self.device, Some((_, Engine::Comm(_))))
+    }
+
     /// The element-wise reduction of `t` over all ranks, on every rank (PyTorch's
-    /// `all_reduce`), as a new tensor on `t`'s placement. Every rank sends its tensor to
-    /// every other and reduces all of them in rank order, so the results are
-    /// bit-identical on every rank. Shapes and types must agree (an `Err` names the
-    /// ranks that differ).
+    /// `all_reduce`), as a new tensor on `t`'s placement. Over TCP every rank sends its
+    /// tensor to every other and reduces all of them in rank order, so the results are
+    /// bit-identical on every rank and equal a one-process loop over the ranks in rank
+    /// order; NCCL reduces in its own order (floating-point sums may differ in the last
+    /// bits). Shapes and types must agree (over TCP an `Err` names the ranks that differ;
+    /// NCCL does not check). On a communicator the collective is queued on the thread's
+    /// current stream, like any op.
     pub fn all_reduce<D: Device, T: Element>(&self, t: &Tensor<D, T>, op: ReduceOp) -> Result<Tensor<D, T>> {
         const OP: &str = "all_reduce";
         self.check_avg::<T>(OP, op)?;
-        let data = t.to_vec()?;
-        let want = Header::new(Kind::AllReduce, T::DTYPE, t.shape(), data.len());
-        let mut parts = self.run(|s| self.exchange(s, OP, &want, |_| &data[..]))?;
-        parts[self.rank] = data;
-        let slices: Vec<&[T]> = parts.iter().map(|p| &p[..]).collect();
-        Tensor::from_vec_on(t.placement(), reduce(op, &slices, self.world_size), t.shape())
+        match self.route(OP, t)? {
+            Route::Comm(c) => self.comm_all_reduce(c, t, op),
+            Route::Tcp => self.tcp_all_reduce(t, op)?.wait(),
+        }
+    }
+
+    /// [`all_reduce`](Self::all_reduce) started without waiting: on the group's
+    /// communication stream, or on its worker thread over TCP (see [`Work`]).
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// # use std::sync::Arc;
+    /// # use std::time::Duration;
+    /// use locus::dist::{FileStore, ProcessGroup, ReduceOp, Store};
+    /// use locus::{Cpu, Tensor};
+    /// let dir = std::env::temp_dir().join(format!("locus-doc-async-{}", std::process::id()));
+    /// # std::fs::remove_dir_all(&dir).ok();
+    /// let store: Arc<dyn Store> = Arc::new(FileStore::new(&dir, Duration::from_secs(10))?);
+    /// let pg = ProcessGroup::new(store, 0, 1, Duration::from_secs(10))?;
+    /// let work = pg.all_reduce_async(&Tensor::<Cpu>::full([2], 3.0)?, ReduceOp::Max)?;
+    /// // ... more work here, while the exchange runs ...
+    /// assert_eq!(work.wait()?.to_vec()?, vec![3.0; 2]);
+    /// # std::fs::remove_dir_all(&dir).ok();
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn all_reduce_async<D: Device, T: Element>(
+        &self,
+        t: &Tensor<D, T>,
+        op: ReduceOp,
+    ) -> Result<Work<Tensor<D, T>>> {
+        const OP: &str = "all_reduce";
+        self.check_avg::<T>(OP, op)?;
+        match self.route(OP, t)? {
+            Route::Comm(c) => self.on_side(|| self.comm_all_reduce(c, t, op)),
+            Route::Tcp => self.tcp_all_reduce(t, op),
+        }
+    }
+
+    fn tcp_all_reduce<D: Device, T: Element>(&self, t: &Tensor<D, T>, op: ReduceOp) -> Result<Work<Tensor<D, T>>> {
+        let t = t.clone();
+        self.submit(move |tcp| {
+            let out = tcp.all_reduce(t.to_vec()?, t.shape(), op)?;
+            Tensor::from_vec_on(t.placement(), out, t.shape())
+        })
+    }
+
+    fn comm_all_reduce<D: Device, T: Element>(
+        &self,
+        c: &crate::backend::RawComm,
+        t: &Tensor<D, T>,
+        op: ReduceOp,
+    ) -> Result<Tensor<D, T>> {
+        // NCCL averages floating-point types; an integer average is the sum divided here,
+        // with truncation, as over TCP.
+        let integer_avg = op == ReduceOp::Avg && !T::DTYPE.is_float();
+        let red = if integer_avg { CommReduce::Sum } else { op.comm() };
+        let out = self.comm_run(c, t, CommOp::AllReduce { buf: t.buffer(), op: red })?;
+        let out = t.with_buffer(out, t.checked_shape().clone());
+        if integer_avg {
+            return out.binary_scalar(crate::backend::BinaryOp::Div, T::from_f64(self.world_size as f64));
+        }
+        Ok(out)
     }
 
     /// `t` of rank `root`, on every rank (PyTorch's `broadcast`), as a new tensor on
     /// `t`'s placement. Every rank passes a tensor of the root's shape and type (only the
-    /// root's elements are read); the root sends to each rank in turn.
+    /// root's elements are read).
     pub fn broadcast<D: Device, T: Element>(&self, t: &Tensor<D, T>, root: usize) -> Result<Tensor<D, T>> {
+        self.broadcast_work(t, root, false)?.wait()
+    }
+
+    /// [`broadcast`](Self::broadcast) started without waiting (see [`Work`]).
+    pub fn broadcast_async<D: Device, T: Element>(&self, t: &Tensor<D, T>, root: usize) -> Result<Work<Tensor<D, T>>> {
+        self.broadcast_work(t, root, true)
+    }
+
+    fn broadcast_work<D: Device, T: Element>(
+        &self,
+        t: &Tensor<D, T>,
+        root: usize,
+        side: bool,
+    ) -> Result<Work<Tensor<D, T>>> {
         const OP: &str = "broadcast";
         self.check_rank(OP, "root", root)?;
-        let want = Header::new(Kind::Broadcast, T::DTYPE, t.shape(), t.numel());
-        let data = if self.rank == root {
-            let data = t.to_vec()?;
-            let header = want.encode();
-            let bytes: &[u8] = bytemuck::cast_slice(&data);
-            self.run(|s| {
-                let mut failures = Vec::new();
-                for (peer, l) in s.links.iter_mut().enumerate() {
-                    let Some(l) = l else { continue };
-                    if let Err(e) = write_msg(&mut l.write, &header, bytes) {
-                        failures.push(describe(peer, &e, self.timeout));
-                    }
-                }
-                if failures.is_empty() {
-                    Ok(())
+        match self.route(OP, t)? {
+            Route::Comm(c) => {
+                let run = || {
+                    let out = self.comm_run(c, t, CommOp::Broadcast { buf: t.buffer(), root })?;
+                    Ok(t.with_buffer(out, t.checked_shape().clone()))
+                };
+                if side {
+                    self.on_side(run)
                 } else {
-                    Err(dist(OP, failures.join("; ")))
+                    self.now(run()?)
                 }
-            })?;
-            data
-        } else {
-            self.run(|s| {
-                let l = s.links[root].as_mut().expect("a link to every other rank");
-                self.read_checked(OP, root, &mut l.read, &want, true).map_err(|r| dist(OP, r))
-            })?
-        };
-        Tensor::from_vec_on(t.placement(), data, t.shape())
+            }
+            Route::Tcp => {
+                let t = t.clone();
+                let me = self.rank;
+                self.submit(move |tcp| {
+                    // Only the root's elements are sent; the others' only give the length.
+                    let data = if me == root { t.to_vec()? } else { vec![T::ZERO; t.numel()] };
+                    Tensor::from_vec_on(t.placement(), tcp.broadcast(data, t.shape(), root)?, t.shape())
+                })
+            }
+        }
     }
 
     /// `t` of every rank, in rank order, on every rank (PyTorch's `all_gather`): one
     /// tensor per rank, each on `t`'s placement (this rank's a copy of `t`). Shapes and
     /// types must agree.
     pub fn all_gather<D: Device, T: Element>(&self, t: &Tensor<D, T>) -> Result<Vec<Tensor<D, T>>> {
+        self.all_gather_work(t, false)?.wait()
+    }
+
+    /// [`all_gather`](Self::all_gather) started without waiting (see [`Work`]).
+    pub fn all_gather_async<D: Device, T: Element>(&self, t: &Tensor<D, T>) -> Result<Work<Vec<Tensor<D, T>>>> {
+        self.all_gather_work(t, true)
+    }
+
+    fn all_gather_work<D: Device, T: Element>(&self, t: &Tensor<D, T>, side: bool) -> Result<Work<Vec<Tensor<D, T>>>> {
         const OP: &str = "all_gather";
-        let data = t.to_vec()?;
-        let want = Header::new(Kind::AllGather, T::DTYPE, t.shape(), data.len());
-        let mut parts = self.run(|s| self.exchange(s, OP, &want, |_| &data[..]))?;
-        parts[self.rank] = data;
-        parts.into_iter().map(|p| Tensor::from_vec_on(t.placement(), p, t.shape())).collect()
+        match self.route(OP, t)? {
+            Route::Comm(c) => {
+                let run = || {
+                    let out = self.comm_run(c, t, CommOp::AllGather { buf: t.buffer() })?;
+                    let n = t.numel();
+                    let all = t.with_buffer(out, Shape::new(OP, [n * self.world_size], T::DTYPE)?);
+                    (0..self.world_size).map(|r| all.narrow(0, r * n, n)?.reshape(t.shape())).collect()
+                };
+                if side {
+                    self.on_side(run)
+                } else {
+                    self.now(run()?)
+                }
+            }
+            Route::Tcp => {
+                let t = t.clone();
+                self.submit(move |tcp| {
+                    let parts = tcp.all_gather(t.to_vec()?, t.shape())?;
+                    parts.into_iter().map(|p| Tensor::from_vec_on(t.placement(), p, t.shape())).collect()
+                })
+            }
+        }
     }
 
     /// Rank `r`'s share of the reduction of `t` over all ranks (PyTorch's
     /// `reduce_scatter_tensor`): `t`'s first dim, a multiple of the world size, is cut in
-    /// `world_size` equal chunks, and rank `r` gets chunk `r` reduced over the ranks in
-    /// rank order, which equals that chunk of [`all_reduce`](Self::all_reduce) bit for
-    /// bit. The result has `t`'s shape with the first dim divided by the world size.
+    /// `world_size` equal chunks, and rank `r` gets chunk `r` reduced over the ranks,
+    /// which equals that chunk of [`all_reduce`](Self::all_reduce) (bit for bit over
+    /// TCP). The result has `t`'s shape with the first dim divided by the world size.
     pub fn reduce_scatter<D: Device, T: Element>(&self, t: &Tensor<D, T>, op: ReduceOp) -> Result<Tensor<D, T>> {
+        self.reduce_scatter_work(t, op, false)?.wait()
+    }
+
+    /// [`reduce_scatter`](Self::reduce_scatter) started without waiting (see [`Work`]).
+    pub fn reduce_scatter_async<D: Device, T: Element>(
+        &self,
+        t: &Tensor<D, T>,
+        op: ReduceOp,
+    ) -> Result<Work<Tensor<D, T>>> {
+        self.reduce_scatter_work(t, op, true)
+    }
+
+    fn reduce_scatter_work<D: Device, T: Element>(
+        &self,
+        t: &Tensor<D, T>,
+        op: ReduceOp,
+        side: bool,
+    ) -> Result<Work<Tensor<D, T>>> {
         const OP: &str = "reduce_scatter";
         self.check_avg::<T>(OP, op)?;
         let shape = t.shape();
@@ -267,25 +452,98 @@ impl ProcessGroup {
                 ),
             });
         }
-        let data = t.to_vec()?;
-        let chunk = data.len() / self.world_size;
-        let piece = |r: usize| &data[r * chunk..(r + 1) * chunk];
-        let want = Header::new(Kind::ReduceScatter, T::DTYPE, shape, chunk);
-        let mut parts = self.run(|s| self.exchange(s, OP, &want, piece))?;
-        parts[self.rank] = piece(self.rank).to_vec();
-        let slices: Vec<&[T]> = parts.iter().map(|p| &p[..]).collect();
         let mut out_shape = shape.to_vec();
         out_shape[0] /= self.world_size;
-        Tensor::from_vec_on(t.placement(), reduce(op, &slices, self.world_size), out_shape)
+        match self.route(OP, t)? {
+            Route::Comm(c) => {
+                let run = || {
+                    let integer_avg = op == ReduceOp::Avg && !T::DTYPE.is_float();
+                    let red = if integer_avg { CommReduce::Sum } else { op.comm() };
+                    let out = self.comm_run(c, t, CommOp::ReduceScatter { buf: t.buffer(), op: red })?;
+                    let out = t.with_buffer(out, Shape::new(OP, out_shape.clone(), T::DTYPE)?);
+                    if integer_avg {
+                        return out.binary_scalar(crate::backend::BinaryOp::Div, T::from_f64(self.world_size as f64));
+                    }
+                    Ok(out)
+                };
+                if side {
+                    self.on_side(run)
+                } else {
+                    self.now(run()?)
+                }
+            }
+            Route::Tcp => {
+                let t = t.clone();
+                self.submit(move |tcp| {
+                    let out = tcp.reduce_scatter(t.to_vec()?, t.shape(), op)?;
+                    Tensor::from_vec_on(t.placement(), out, out_shape)
+                })
+            }
+        }
     }
 
     /// Returns once every rank has called `barrier` (every rank sends a message to every
-    /// other and waits for theirs).
+    /// other and waits for theirs, over TCP). It orders the processes, not device work:
+    /// work already queued on a stream may still run.
     pub fn barrier(&self) -> Result<()> {
-        const OP: &str = "barrier";
-        let want = Header::new(Kind::Barrier, DType::U8, &[], 0);
-        self.run(|s| self.exchange::<u8>(s, OP, &want, |_| &[]))?;
-        Ok(())
+        self.submit(|tcp| tcp.barrier())?.wait()
+    }
+
+    /// Where `t`'s collective runs: the communicator for a tensor on the group's device
+    /// when the ranks have one, TCP for host tensors and every other case; a tensor on a
+    /// device other than the group's is an `Err`.
+    fn route<D: Device, T: Element>(&self, op: &'static str, t: &Tensor<D, T>) -> Result<Route<'_>> {
+        self.route_at(op, t.device())
+    }
+
+    /// [`route`](Self::route) of a tensor on `at`.
+    fn route_at(&self, op: &'static str, at: DeviceId) -> Result<Route<'_>> {
+        let (Some(_), Some((mine, engine))) = (at.ordinal(), &self.device) else { return Ok(Route::Tcp) };
+        if at != *mine {
+            return Err(dist(
+                op,
+                format!(
+                    "the tensor is on {at} but rank {}'s group is bound to {mine}; move it with .to_dyn({mine:?}) first",
+                    self.rank
+                ),
+            ));
+        }
+        Ok(match engine {
+            Engine::Comm(c) => Route::Comm(c),
+            Engine::Tcp => Route::Tcp,
+        })
+    }
+
+    /// Runs `job` on the group's worker thread, after the jobs submitted before it.
+    fn submit<R: Send + 'static>(&self, job: impl FnOnce(&Tcp) -> Result<R> + Send + 'static) -> Result<Work<R>> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        let tcp = Arc::clone(&self.tcp);
+        let job: Job = Box::new(move || {
+            let _ = tx.send(job(&tcp));
+        });
+        let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        jobs.send(job).map_err(|_| dist("submit", "the group's worker thread has stopped (make a new group)"))?;
+        Ok(Work::running(rx))
+    }
+
+    /// `f`'s collectives queued on the group's communication stream, and an event after.
+    fn on_side<R>(&self, f: impl FnOnce() -> Result<R>) -> Result<Work<R>> {
+        let side = match self.side.get() {
+            Some(s) => s,
+            None => {
+                let (device, _) = self.device.as_ref().expect("a communicator implies a device");
+                let s = Stream::new_on(Dyn::new(*device))?;
+                self.side.get_or_init(|| s)
+            }
+        };
+        let value = crate::stream::on_stream(side, f)?;
+        Ok(Work::queued(value, side.record_event()?))
+    }
+
+    /// A result already queued on the current stream (a synchronous call's), as a
+    /// [`Work`] whose `wait` gives it back.
+    fn now<R>(&self, value: R) -> Result<Work<R>> {
+        Ok(Work::finished(Ok(value)))
     }
 
     fn check_rank(&self, op: &'static str, what: &str, r: usize) -> Result<()> {
@@ -316,5 +574,16 @@ impl ProcessGroup {
             });
         }
         Ok(())
+    }
+}
+
+impl ReduceOp {
+    fn comm(self) -> CommReduce {
+        match self {
+            ReduceOp::Sum => CommReduce::Sum,
+            ReduceOp::Avg => CommReduce::Avg,
+            ReduceOp::Max => CommReduce::Max,
+            ReduceOp::Min => CommReduce::Min,
+        }
     }
 }
