@@ -2,7 +2,7 @@
 //! `torch.distributed`): how a process learns its place in the job (the launch), how the
 //! processes meet (a key-value [`Store`]), and the collectives between them.
 //!
-//! This is the first part of issue 18; see docs/DESIGN.md for what is built.
+//! On the cuda backend the collectives of a group's device run on NCCL; see docs/DESIGN.md §6b.
 
 mod bucket;
 mod file_store;
