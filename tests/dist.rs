@@ -395,3 +395,52 @@ fn a_tensor_on_another_device_than_the_groups_is_an_error() {
         .is_err());
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// NCCL's watchdog: a collective still unfinished after the group's timeout aborts the
+/// communicator, and the next collective is an `Err` saying why, instead of a hang. A
+/// dead peer needs two GPUs; here the collective of a world of one is kept waiting behind
+/// about a second of matmuls, with a 50 ms timeout. Runs where the group has a
+/// communicator (the cuda backend with libnccl); in a child process of its own, since it
+/// aborts a communicator.
+fn a_stuck_collective(_rank: usize, _world: usize, dir: &Path) -> Result<(), String> {
+    let e = |e: locus::Error| e.to_string();
+    let store: Arc<dyn Store> = Arc::new(FileStore::new(dir.join("store"), LONG).map_err(e)?);
+    let timeout = Duration::from_millis(50);
+    let pg = ProcessGroup::new(store, 0, 1, timeout).map_err(e)?.with_device(DeviceId::Cuda(0)).map_err(e)?;
+    if !pg.uses_communicator() {
+        println!("skipped: the group has no communicator on this backend");
+        return Ok(());
+    }
+    let a = (Tensor::<Cuda<0>>::rand([4096, 4096], 1).map_err(e)? * 1e-3).map_err(e)?;
+    let mut x = a.clone();
+    for _ in 0..300 {
+        x = x.matmul(&a).map_err(e)?;
+    }
+    let queued = pg.all_reduce(&x, ReduceOp::Sum).map_err(e)?;
+    let start = Instant::now();
+    loop {
+        match pg.all_reduce(&a, ReduceOp::Sum) {
+            Err(err) => {
+                let msg = err.to_string();
+                if !msg.contains("did not finish within") || !msg.contains("all_reduce") {
+                    return Err(format!("the error does not say what was stuck: {msg}"));
+                }
+                println!("after {:?}: {msg}", start.elapsed());
+                break;
+            }
+            Ok(_) if start.elapsed() > Duration::from_secs(20) => {
+                return Err("the stuck collective was never reported".into());
+            }
+            Ok(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+    // The device work still ends: no host wait hangs on the aborted collective.
+    drop(queued);
+    locus::synchronize(DeviceId::Cuda(0)).map_err(e)?;
+    Ok(())
+}
+
+#[test]
+fn a_collective_stuck_past_the_timeout_aborts_the_communicator() {
+    run_ranks("a_collective_stuck_past_the_timeout_aborts_the_communicator", 1, a_stuck_collective);
+}

@@ -16,6 +16,7 @@
 
 use std::cell::Cell;
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use super::{selected, BackendDevice, Buffer, Collective, HostBuffer, RawEvent, RawStream};
 use crate::device_id::DeviceId;
@@ -295,7 +296,7 @@ impl BackendDevice for Gate {
         selected()?.new_comm_id()
     }
 
-    fn join_comm(&self, _: DeviceId, _: &[u8], _: usize, _: usize) -> Result<super::RawComm> {
+    fn join_comm(&self, _: DeviceId, _: &[u8], _: usize, _: usize, _: Duration) -> Result<super::RawComm> {
         Err(process_collective())
     }
 

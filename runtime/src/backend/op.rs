@@ -171,6 +171,20 @@ pub(crate) enum CommOp<'a> {
     Recv { peer: usize },
 }
 
+impl CommOp<'_> {
+    /// The collective's name, for messages.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            CommOp::AllReduce { .. } => "all_reduce",
+            CommOp::Broadcast { .. } => "broadcast",
+            CommOp::AllGather { .. } => "all_gather",
+            CommOp::ReduceScatter { .. } => "reduce_scatter",
+            CommOp::Send { .. } => "send",
+            CommOp::Recv { .. } => "recv",
+        }
+    }
+}
+
 /// The shapes of a row-major matrix product `[m, k] x [k, n]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Gemm {

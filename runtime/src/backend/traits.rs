@@ -15,6 +15,8 @@
 //! backends check only what they alone can know (float-only ops, through
 //! [`super::float_only`]; integer division by zero; limits of a kernel or library).
 
+use std::time::Duration;
+
 use super::{
     BinaryOp, Blocks, Buffer, Collective, CommOp, Gemm, HostBuffer, ParamOp, RawComm, RawEvent, RawGraph, RawStream,
     ReduceOp, UnaryOp,
@@ -112,8 +114,9 @@ pub(crate) trait BackendDevice: Send + Sync + 'static {
     /// A new communicator id (NCCL's unique id) that rank 0 shares with the others.
     fn new_comm_id(&self) -> Result<Vec<u8>>;
     /// Joins communicator `id` as `rank` of `world` ranks on `device`; returns once every
-    /// rank has joined.
-    fn join_comm(&self, device: DeviceId, id: &[u8], rank: usize, world: usize) -> Result<RawComm>;
+    /// rank has joined. A collective on it that has not finished `timeout` after it was
+    /// queued aborts the communicator (a peer died or hangs): later calls are an `Err`.
+    fn join_comm(&self, device: DeviceId, id: &[u8], rank: usize, world: usize, timeout: Duration) -> Result<RawComm>;
     /// Queues `op` over `comm` on the thread's current stream of the comm's device (the
     /// inputs are waited for there, as any op's); `len` elements of `dtype` per input.
     /// The result, or `None` for a send.

@@ -5,7 +5,8 @@
 //! waited for there, the result is written there.
 
 use std::ffi::c_void;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use cudarc::nccl::{result as nccl, sys as nsys};
 
@@ -13,6 +14,7 @@ use super::buffer::CudaBuffer;
 use super::device::{DeviceState, Handle};
 use super::memory::{alloc, cuda, done};
 use super::nccl::{nccl_type, present};
+use super::watchdog::Watch;
 use super::CudaBackend;
 use crate::backend::{BackendDevice, Buffer, CommOp, CommReduce, RawComm};
 use crate::device_id::DeviceId;
@@ -22,11 +24,13 @@ use crate::error::{Error, Result};
 /// This process's rank of an NCCL communicator on one device.
 pub(crate) struct ProcessComm {
     /// The lock keeps two threads from enqueueing on the communicator at once, which NCCL
-    /// does not allow.
-    comm: Mutex<Handle<nsys::ncclComm_t>>,
-    dev: &'static DeviceState,
-    rank: usize,
-    world: usize,
+    /// does not allow. Null once the watchdog aborted it.
+    pub(super) comm: Mutex<Handle<nsys::ncclComm_t>>,
+    pub(super) dev: &'static DeviceState,
+    pub(super) rank: usize,
+    pub(super) world: usize,
+    /// The collectives in flight, watched for the timeout (watchdog.rs).
+    pub(super) watch: Watch,
 }
 
 impl std::fmt::Debug for ProcessComm {
@@ -38,10 +42,22 @@ impl std::fmt::Debug for ProcessComm {
 impl Drop for ProcessComm {
     fn drop(&mut self) {
         let comm = self.comm.get_mut().unwrap_or_else(|p| p.into_inner()).0;
-        // SAFETY: `comm` was made by `ncclCommInitRank` and is destroyed once, here, when
-        // nothing can enqueue on it any more (`&mut self`); NCCL first finishes the
-        // operations already queued. A failure cannot be reported from `drop`.
-        let _ = unsafe { nccl::comm_destroy(comm) };
+        if comm.is_null() {
+            return;
+        }
+        // A collective still in flight may wait for a peer forever: abort rather than
+        // destroy, which would wait for it.
+        let stuck = !self.watch.all_done();
+        // SAFETY: `comm` was made by `ncclCommInitRank`, is not null (not aborted) and is
+        // destroyed or aborted once, here, when nothing can enqueue on it any more
+        // (`&mut self`). A failure cannot be reported from `drop`.
+        let _ = unsafe {
+            if stuck {
+                nccl::comm_abort(comm)
+            } else {
+                nccl::comm_destroy(comm)
+            }
+        };
     }
 }
 
@@ -66,7 +82,14 @@ impl CudaBackend {
         Ok(id.internal.iter().map(|&c| c as u8).collect())
     }
 
-    pub(super) fn comm_join(&self, device: DeviceId, id: &[u8], rank: usize, world: usize) -> Result<RawComm> {
+    pub(super) fn comm_join(
+        &self,
+        device: DeviceId,
+        id: &[u8],
+        rank: usize,
+        world: usize,
+        timeout: Duration,
+    ) -> Result<RawComm> {
         const OP: &str = "join_comm";
         if !present() {
             return Err(comm_err(OP, "libnccl cannot be loaded".into()));
@@ -90,11 +113,13 @@ impl CudaBackend {
         let joined = unsafe { nccl::comm_init_rank(&mut comm, n, unique, r) };
         dev.bind_again()?;
         joined.map_err(err(device, "ncclCommInitRank"))?;
-        Ok(RawComm::Cuda(std::sync::Arc::new(ProcessComm { comm: Mutex::new(Handle(comm)), dev, rank, world })))
+        let pc = Arc::new(ProcessComm { comm: Mutex::new(Handle(comm)), dev, rank, world, watch: Watch::new(timeout) });
+        Ok(RawComm::Cuda(pc))
     }
 
     pub(super) fn comm_run(&self, comm: &RawComm, dtype: DType, len: usize, op: CommOp<'_>) -> Result<Option<Buffer>> {
         let RawComm::Cuda(pc) = comm;
+        pc.watch.check_healthy()?;
         run(pc, dtype, len, op).map(|b| b.map(Buffer::Cuda))
     }
 }
@@ -108,7 +133,7 @@ fn red(op: CommReduce) -> nsys::ncclRedOp_t {
     }
 }
 
-fn run(pc: &ProcessComm, dtype: DType, len: usize, op: CommOp<'_>) -> Result<Option<CudaBuffer>> {
+fn run(pc: &Arc<ProcessComm>, dtype: DType, len: usize, op: CommOp<'_>) -> Result<Option<CudaBuffer>> {
     const OP: &str = "process collective";
     let dev = pc.dev;
     let input = match op {
@@ -145,6 +170,14 @@ fn run(pc: &ProcessComm, dtype: DType, len: usize, op: CommOp<'_>) -> Result<Opt
     // the stream (a reader), the output is allocated there.
     let (s, out) = alloc(dev, dtype, out_len, &input.into_iter().collect::<Vec<_>>())?;
     let guard = pc.comm.lock().unwrap_or_else(|p| p.into_inner());
+    if guard.0.is_null() {
+        drop(guard);
+        return Err(pc
+            .watch
+            .check_healthy()
+            .err()
+            .unwrap_or_else(|| comm_err(OP, "the communicator was aborted".into())));
+    }
     let (comm, stream, dt) = (guard.0, s.raw.0 as nsys::cudaStream_t, nccl_type(dtype));
     let send = input.map_or(std::ptr::null(), |b| b.ptr() as *const c_void);
     let recv = out.ptr() as *mut c_void;
@@ -179,6 +212,7 @@ fn run(pc: &ProcessComm, dtype: DType, len: usize, op: CommOp<'_>) -> Result<Opt
     drop(guard);
     dev.bind_again()?;
     called?;
+    pc.watch.queued(pc, op.name(), &s)?;
     match op {
         CommOp::Send { .. } => Ok(None),
         _ => done(out).map(Some),

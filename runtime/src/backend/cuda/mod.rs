@@ -33,8 +33,10 @@ mod staged;
 mod storage;
 mod stream;
 mod transfer;
+mod watchdog;
 
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use cudarc::driver::result;
 
@@ -238,8 +240,8 @@ impl BackendDevice for CudaBackend {
         self.comm_id()
     }
 
-    fn join_comm(&self, device: DeviceId, id: &[u8], rank: usize, world: usize) -> Result<RawComm> {
-        self.comm_join(device, id, rank, world)
+    fn join_comm(&self, device: DeviceId, id: &[u8], rank: usize, world: usize, timeout: Duration) -> Result<RawComm> {
+        self.comm_join(device, id, rank, world, timeout)
     }
 
     fn run_comm(&self, comm: &RawComm, dtype: DType, len: usize, op: CommOp<'_>) -> Result<Option<Buffer>> {

@@ -6,6 +6,7 @@
 //! on every backend, and run here.
 
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 mod buffer;
 mod graph;
@@ -322,7 +323,7 @@ impl BackendDevice for HostBackend {
         Err(no_comm())
     }
 
-    fn join_comm(&self, _device: DeviceId, _id: &[u8], _rank: usize, _world: usize) -> Result<RawComm> {
+    fn join_comm(&self, _: DeviceId, _: &[u8], _: usize, _: usize, _: Duration) -> Result<RawComm> {
         Err(no_comm())
     }
 

@@ -2,6 +2,8 @@
 //! a communicator (NCCL on the cuda backend), rank 0 makes its id and shares it, and each
 //! rank joins; collectives on the group's device then run there.
 
+use std::time::Duration;
+
 use super::{dist, ProcessGroup};
 use crate::backend::{self, CommOp, RawComm};
 use crate::device::{Device, DeviceId};
@@ -30,7 +32,13 @@ impl Engine {
 /// Decides, with every other rank, how `device`'s collectives move, and joins the
 /// communicator when they all have one. Every rank calls it once per group; a rank with
 /// no device (`None`) takes part, and makes every rank use TCP.
-pub(super) fn engine(store: &dyn Store, rank: usize, world: usize, device: Option<DeviceId>) -> Result<Engine> {
+pub(super) fn engine(
+    store: &dyn Store,
+    rank: usize,
+    world: usize,
+    device: Option<DeviceId>,
+    timeout: Duration,
+) -> Result<Engine> {
     const OP: &str = "with_device";
     let b = match device {
         Some(d) => Some(backend::for_device(d)?),
@@ -50,7 +58,7 @@ pub(super) fn engine(store: &dyn Store, rank: usize, world: usize, device: Optio
         store.set("comm/id", &b.new_comm_id()?)?;
     }
     let id = store.get("comm/id")?;
-    b.join_comm(device, &id, rank, world)
+    b.join_comm(device, &id, rank, world, timeout)
         .map(Engine::Comm)
         .map_err(|e| dist(OP, format!("rank {rank} of {world} could not join the NCCL communicator on {device}: {e}")))
 }

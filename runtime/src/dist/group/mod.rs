@@ -221,7 +221,7 @@ impl ProcessGroup {
         if device.ordinal().is_none() {
             return Err(dist("with_device", format!("{device} is host memory; a group binds to a `cuda:N` device")));
         }
-        let engine = comm::engine(&*self.store, self.rank, self.world_size, Some(device))?;
+        let engine = comm::engine(&*self.store, self.rank, self.world_size, Some(device), self.timeout)?;
         self.device = Some((device, engine));
         Ok(self)
     }
@@ -229,7 +229,7 @@ impl ProcessGroup {
     /// Takes part in the other ranks' [`with_device`](Self::with_device) with no device
     /// of its own (so that they all use TCP).
     pub(crate) fn without_device(self) -> Result<Self> {
-        comm::engine(&*self.store, self.rank, self.world_size, None)?;
+        comm::engine(&*self.store, self.rank, self.world_size, None, self.timeout)?;
         Ok(self)
     }
 
