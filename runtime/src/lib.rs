@@ -32,7 +32,8 @@
 // - tensors and streams: `tensor` (ops, factories, conversions), `stream` (Stream,
 //   Event, on_stream), `copy` (pin_memory, async copies, Pending), `unwaited`
 //   (diagnostics for reading a Pending), `guard` (the current device), `to_device`,
-//   `graph` (captured graphs and their replays).
+//   `graph` (captured graphs and their replays), `raw` (tensors lent to and taken from
+//   code written against cudarc or raw CUDA).
 // - on top: `loader`, `parallel` (peer access, collectives, DataParallel), `dist`
 //   (several processes: launch, store, process groups),
 //   `macro_support` (what the macros expand to).
@@ -55,6 +56,7 @@ mod macro_support;
 mod memory;
 pub mod parallel;
 mod placement;
+mod raw;
 mod shape;
 mod storage;
 mod stream;
@@ -74,6 +76,7 @@ pub use loader::{Batch, Dataset, Loader, LoaderBuilder};
 pub use memory::{max_memory_allocated, memory_allocated, memory_reserved, reset_peak_memory_stats, stream_count};
 pub use parallel::{can_access_peer, enable_peer_access, DataParallel, Module, PeerAccess};
 pub use placement::{SameEventDevice, SameGraphDevice, SamePlacement, SameStreamDevice};
+pub use raw::{RawView, RawViewMut};
 pub use stream::{
     cross_stream_waits, cross_stream_waits_skipped, current_stream, on_stream, synchronize, Event, Stream,
 };

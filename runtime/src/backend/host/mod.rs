@@ -22,7 +22,7 @@ use streams::{current_stream, default_stream, host_event, host_mem, host_stream,
 pub(crate) use streams::{HostEvent, HostStream};
 
 use crate::backend::account::MemoryAccount;
-use crate::backend::{BackendDevice, BackendStorage, Buffer, Collective, RawEvent, RawGraph, RawStream};
+use crate::backend::{BackendDevice, BackendStorage, Buffer, Collective, RawEvent, RawGraph, RawStream, Release};
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
@@ -242,6 +242,28 @@ impl BackendDevice for HostBackend {
         let mut out = host().alloc_for_overwrite(device, data.len())?;
         out.bytes_mut().copy_from_slice(data);
         Ok(Buffer::Host(out))
+    }
+
+    unsafe fn wrap(
+        &self,
+        device: DeviceId,
+        addr: u64,
+        bytes: usize,
+        stream: &RawStream,
+        release: Release,
+    ) -> Result<Buffer> {
+        let s = host_stream(stream)?;
+        if s.device != device {
+            return Err(Error::DeviceMismatch { op: "from_raw_parts", lhs: device, rhs: s.device });
+        }
+        let account = host().account(device)?;
+        // Host code may use the memory from here on (`as_slice` of a copy, a raw view),
+        // so the writes queued before come first.
+        s.synchronize()?;
+        // SAFETY: the caller's contract: `addr` is host memory of `bytes` bytes, valid
+        // until `release` runs and used by nothing else but `stream`'s earlier work.
+        unsafe { HostBuffer::foreign(account, addr as usize as *mut u8, bytes, Arc::clone(s), release) }
+            .map(Buffer::Host)
     }
 
     fn upload_async(&self, device: DeviceId, src: &HostBuffer, stream: &RawStream) -> Result<(Buffer, RawEvent)> {
