@@ -34,7 +34,8 @@
 //   (diagnostics for reading a Pending), `guard` (the current device), `to_device`,
 //   `graph` (captured graphs and their replays), `raw` (tensors lent to and taken from
 //   code written against cudarc or raw CUDA).
-// - on top: `loader`, `parallel` (peer access, collectives, DataParallel), `dist`
+// - on top: `loader`, `parallel` (peer access, collectives, DataParallel), `checkpoint`
+//   (safetensors files loaded to and saved from any placement), `dist`
 //   (several processes: launch, store, process groups),
 //   `macro_support` (what the macros expand to).
 //
@@ -43,6 +44,7 @@
 // backend rebuild: `storage`/`copy` take host memory (`Buffer::as_host`, the host
 // backend's `alloc_for_overwrite`) for copies from and into host placements.
 mod backend;
+mod checkpoint;
 mod copy;
 mod device;
 mod device_id;
@@ -66,6 +68,9 @@ mod unwaited;
 
 pub use backend::pinned_pool::{pinned_stats, release_cached_pinned, PinnedStats};
 pub use backend::{backend_name, device_count};
+pub use checkpoint::{
+    load_safetensors, load_safetensors_on, load_safetensors_with, save_safetensors, AnyTensor, Checkpoint,
+};
 pub use copy::{AsyncSource, HostPlacement, Pending, Transfer};
 pub use device::{devices, Cpu, Cuda, Device, DeviceId, Dyn, Here, Pinned, StaticDevice};
 pub use element::{DType, Element, Float, Scalar};

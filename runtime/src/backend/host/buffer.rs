@@ -198,23 +198,23 @@ impl HostBuffer {
         account: &'static MemoryAccount,
         ptr: *mut u8,
         len: usize,
-        stream: Arc<HostStream>,
+        stream: Option<Arc<HostStream>>,
         release: Release,
     ) -> Result<Self> {
         account.reserve(len)?;
-        let written = stream.order.mark_write();
-        let graph = stream.capture();
+        let written = stream.as_ref().map_or(0, |s| s.order.mark_write());
+        let graph = stream.as_ref().and_then(|s| s.capture());
         if let Some(c) = &graph {
             c.count_buffer(true);
         }
-        let uses = Uses { writer: Some(Arc::clone(&stream)), written, seen: Vec::new(), users: Vec::new() };
+        let uses = Uses { writer: stream.clone(), written, seen: Vec::new(), users: Vec::new() };
         Ok(HostBuffer {
             ptr,
             len,
             keep: Keep::Owned(Arc::new(Owned::Foreign(release))),
             track: Track::default(),
             account,
-            home: Some(stream),
+            home: stream,
             uses: Mutex::new(uses),
             graph,
         })
@@ -224,6 +224,16 @@ impl HostBuffer {
     /// now, through its address rather than a slice.
     pub(super) fn host_access(&self, write: bool) {
         self.host_use(if write { Kind::Write } else { Kind::Read }, "a raw view");
+    }
+
+    /// The memory of `v` as pageable memory of the `cpu` placement, without a copy: the
+    /// vector is dropped when the buffer and every job that uses it are gone.
+    pub(super) fn from_vec<T: Element>(account: &'static MemoryAccount, mut v: Vec<T>) -> Result<Self> {
+        let (ptr, len) = (v.as_mut_ptr() as *mut u8, std::mem::size_of_val(&v[..]));
+        // SAFETY: `v`'s heap block (a dangling, aligned pointer when empty) holds `len`
+        // bytes and stays where it is while `v` lives, moved into `release`; nothing else
+        // reaches it, and no stream work came before.
+        unsafe { Self::foreign(account, ptr, len, None, Release::new(move || drop(v))) }
     }
 
     /// Who wrote this memory last and who used it.

@@ -24,7 +24,7 @@ pub(crate) use streams::{HostEvent, HostStream};
 use crate::backend::account::MemoryAccount;
 use crate::backend::{BackendDevice, BackendStorage, Buffer, Collective, RawEvent, RawGraph, RawStream, Release};
 use crate::device_id::DeviceId;
-use crate::element::{DType, Scalar};
+use crate::element::{DType, Element, Scalar};
 use crate::error::{Error, Result};
 
 const DEFAULT_DEVICES: usize = 2;
@@ -111,6 +111,11 @@ impl HostBackend {
     pub(crate) fn alloc_for_overwrite(&'static self, device: DeviceId, bytes: usize) -> Result<HostBuffer> {
         let stream = (!device.is_host()).then(|| current_stream(device));
         HostBuffer::alloc(self.account(device)?, bytes, stream)
+    }
+
+    /// The elements of `v` as memory of the `cpu` placement, without a copy.
+    pub(crate) fn adopt_vec<T: Element>(&'static self, v: Vec<T>) -> Result<HostBuffer> {
+        HostBuffer::from_vec(self.account(DeviceId::Cpu)?, v)
     }
 
     /// The bytes of `b`, for host code to read now: a simulated device's memory after
@@ -262,7 +267,7 @@ impl BackendDevice for HostBackend {
         s.synchronize()?;
         // SAFETY: the caller's contract: `addr` is host memory of `bytes` bytes, valid
         // until `release` runs and used by nothing else but `stream`'s earlier work.
-        unsafe { HostBuffer::foreign(account, addr as usize as *mut u8, bytes, Arc::clone(s), release) }
+        unsafe { HostBuffer::foreign(account, addr as usize as *mut u8, bytes, Some(Arc::clone(s)), release) }
             .map(Buffer::Host)
     }
 
