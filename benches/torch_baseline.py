@@ -4,7 +4,7 @@
 operation, or the per-operation average over one batch. Prints
 `row<TAB>median<TAB>unit<TAB>note<TAB>min<TAB>max` lines.
 
-    python3 benches/torch_baseline.py [--quick] [--pageable-only]
+    python3 benches/torch_baseline.py [--quick] [--pageable-only | --checkpoint-only]
 
 --pageable-only prints the pageable copy rows alone; run with THP_MEM_ALLOC_ENABLE=1 in
 the environment (read by PyTorch at startup: host tensors of 2 MiB and more then get
@@ -277,6 +277,86 @@ def data_parallel():
     row("data_parallel_plain_forward", [t * 1e3 for t in wall_time(lambda: step(layer))], "ms", note)
 
 
+def checkpoint():
+    """Loading the safetensors file of gpu/checkpoint.rs (written there, or here if it is
+    missing) to cuda:0 with the page cache warm: safetensors' own loader, and what it
+    does by hand (torch.frombuffer of the mapped bytes + .to("cuda") per tensor)."""
+    import json
+    import mmap
+    import struct
+    import warnings
+
+    gib = int(os.environ.get("LOCUS_BENCH_CHECKPOINT_GIB", "4"))
+    path = os.environ.get("LOCUS_BENCH_CHECKPOINT", f"/tmp/locus-bench-{gib}GiB.safetensors")
+    name = f"checkpoint_load_{gib}GiB"
+    try:
+        from safetensors.torch import load_file, save_file
+    except ImportError:
+        load_file = save_file = None
+    if not os.path.exists(path) or os.path.getsize(path) < gib * GIB:
+        if save_file is None:
+            row_na(name, "ms", f"{path} is missing and the safetensors package is not installed")
+            row_na(f"{name}_frombuffer", "ms", f"{path} is missing")
+            return
+        layers = gib * GIB // (128 * MIB)
+        tensors = {}
+        for i in range(layers):
+            tensors[f"layer.{i:02d}.weight"] = torch.rand(8192, 4096)
+            tensors[f"layer.{i:02d}.bias"] = torch.rand(4096)
+        save_file(tensors, path)
+        del tensors
+    size = os.path.getsize(path)
+    dtypes = {"F32": torch.float32, "F64": torch.float64, "I32": torch.int32, "U8": torch.uint8}
+
+    def frombuffer():
+        with open(path, "rb") as f:
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        n = struct.unpack("<Q", mm[:8])[0]
+        header = json.loads(mm[8 : 8 + n])
+        base, out = 8 + n, {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a read-only buffer: torch warns, nothing writes it
+            for k, info in header.items():
+                if k == "__metadata__":
+                    continue
+                s, e = info["data_offsets"]
+                dt = dtypes[info["dtype"]]
+                count = (e - s) // torch.tensor([], dtype=dt).element_size()
+                t = torch.frombuffer(mm, dtype=dt, count=count, offset=base + s).reshape(info["shape"])
+                out[k] = t.to(dev)
+        torch.cuda.synchronize(dev)
+        return out
+
+    def timed(load):
+        def sample():
+            torch.cuda.synchronize(dev)
+            t = time.perf_counter()
+            out = load()
+            secs = time.perf_counter() - t
+            del out
+            return secs
+
+        return samples(sample)
+
+    def note(what, secs):
+        med = sorted(secs)[len(secs) // 2]
+        return f"{what}, page cache warm, wall time ({size / med / 1e9:.1f} GB/s at the median)"
+
+    if load_file is None:
+        row_na(name, "ms", "the safetensors package is not installed")
+    else:
+
+        def st():
+            out = load_file(path, device="cuda:0")
+            torch.cuda.synchronize(dev)
+            return out
+
+        secs = timed(st)
+        row(name, [t * 1e3 for t in secs], "ms", note('safetensors.torch.load_file(path, device="cuda:0") + synchronize', secs))
+    secs = timed(frombuffer)
+    row(f"{name}_frombuffer", [t * 1e3 for t in secs], "ms", note("torch.frombuffer(mmap) + .to(cuda:0) per tensor + synchronize", secs))
+
+
 if __name__ == "__main__":
     print(f"# torch {torch.__version__}, cuda {torch.version.cuda}, {torch.cuda.get_device_name(0)}")
     print("# row\tmedian\tunit\tnote\tmin\tmax")
@@ -285,6 +365,9 @@ if __name__ == "__main__":
     if "--pageable-only" in sys.argv:
         copies(pageable_only=True)
         sys.exit(0)
+    if "--checkpoint-only" in sys.argv:
+        checkpoint()
+        sys.exit(0)
     copies()
     small_ops()
     graph_chain20()
@@ -292,3 +375,4 @@ if __name__ == "__main__":
     matmul()
     guard()
     data_parallel()
+    checkpoint()

@@ -6,9 +6,11 @@
 //!
 //!     LOCUS_BACKEND=cuda cargo bench --bench gpu [-- --quick]     (or the bundled binary)
 //!     gpu pipeline                                                  (the pipeline rows alone)
+//!     gpu checkpoint                                                (the checkpoint row alone)
 //!
 //! Without the cuda backend it measures nothing and exits with status 1.
 
+mod checkpoint;
 mod graph;
 mod method;
 mod raw;
@@ -327,6 +329,10 @@ fn main() {
         pipeline(); // the pipeline rows alone: `gpu pipeline`
         return;
     }
+    if std::env::args().any(|a| a == "checkpoint") {
+        checkpoint::load(); // the checkpoint row alone: `gpu checkpoint`
+        return;
+    }
     let raw = raw::Raw::new(); // held to the end of the run
     raw::ceilings(&raw);
     copies();
@@ -338,4 +344,5 @@ fn main() {
     pool_steady_state();
     pipeline();
     data_parallel();
+    checkpoint::load();
 }

@@ -135,6 +135,33 @@ pub enum Error {
         reason: String,
     },
 
+    /// A checkpoint file that cannot be read or written as a whole: missing, unreadable,
+    /// not a safetensors file, a header that does not parse.
+    #[error("{op} `{path}`: {reason}")]
+    Checkpoint {
+        /// The function the user called (`load_safetensors`, `save_safetensors`, ...).
+        op: &'static str,
+        /// The file.
+        path: String,
+        /// What is wrong, and what to do about it.
+        reason: String,
+    },
+
+    /// One tensor of a checkpoint that cannot be loaded, saved or handed out: a dtype
+    /// locus does not have, a shape that does not match its bytes, data past the end of
+    /// a truncated file, the wrong element type asked for.
+    #[error("{op} `{path}`: tensor `{tensor}` {reason}")]
+    CheckpointTensor {
+        /// The function the user called.
+        op: &'static str,
+        /// The file.
+        path: String,
+        /// The tensor's name.
+        tensor: String,
+        /// What is wrong with it, and what to do about it.
+        reason: String,
+    },
+
     /// A data-loader worker failed while producing a batch.
     #[error("loader worker failed on batch {batch}: {message}")]
     LoaderWorker {

@@ -32,8 +32,10 @@
 // - tensors and streams: `tensor` (ops, factories, conversions), `stream` (Stream,
 //   Event, on_stream), `copy` (pin_memory, async copies, Pending), `unwaited`
 //   (diagnostics for reading a Pending), `guard` (the current device), `to_device`,
-//   `graph` (captured graphs and their replays).
-// - on top: `loader`, `parallel` (peer access, collectives, DataParallel), `dist`
+//   `graph` (captured graphs and their replays), `raw` (tensors lent to and taken from
+//   code written against cudarc or raw CUDA).
+// - on top: `loader`, `parallel` (peer access, collectives, DataParallel), `checkpoint`
+//   (safetensors files loaded to and saved from any placement), `dist`
 //   (several processes: launch, store, process groups),
 //   `macro_support` (what the macros expand to).
 //
@@ -42,6 +44,7 @@
 // backend rebuild: `storage`/`copy` take host memory (`Buffer::as_host`, the host
 // backend's `alloc_for_overwrite`) for copies from and into host placements.
 mod backend;
+mod checkpoint;
 mod copy;
 mod device;
 mod device_id;
@@ -55,6 +58,7 @@ mod macro_support;
 mod memory;
 pub mod parallel;
 mod placement;
+mod raw;
 mod shape;
 mod storage;
 mod stream;
@@ -64,6 +68,9 @@ mod unwaited;
 
 pub use backend::pinned_pool::{pinned_stats, release_cached_pinned, PinnedStats};
 pub use backend::{backend_name, device_count};
+pub use checkpoint::{
+    load_safetensors, load_safetensors_on, load_safetensors_with, save_safetensors, AnyTensor, Checkpoint,
+};
 pub use copy::{AsyncSource, HostPlacement, Pending, Transfer};
 pub use device::{devices, Cpu, Cuda, Device, DeviceId, Dyn, Here, Pinned, StaticDevice};
 pub use element::{DType, Element, Float, Scalar};
@@ -74,6 +81,7 @@ pub use loader::{Batch, Dataset, Loader, LoaderBuilder};
 pub use memory::{max_memory_allocated, memory_allocated, memory_reserved, reset_peak_memory_stats, stream_count};
 pub use parallel::{can_access_peer, enable_peer_access, DataParallel, Module, PeerAccess};
 pub use placement::{SameEventDevice, SameGraphDevice, SamePlacement, SameStreamDevice};
+pub use raw::{RawView, RawViewMut};
 pub use stream::{
     cross_stream_waits, cross_stream_waits_skipped, current_stream, on_stream, synchronize, Event, Stream,
 };

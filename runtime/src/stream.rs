@@ -51,6 +51,11 @@ impl<D: Device> Stream<D> {
         self.device.id()
     }
 
+    /// The placement value of the device this stream runs on.
+    pub(crate) fn placement(&self) -> D {
+        self.device
+    }
+
     /// Waits on the host until everything queued on this stream has run.
     pub fn synchronize(&self) -> Result<()> {
         backend::for_device(self.device())?.sync_stream(&self.raw)

@@ -127,6 +127,17 @@ impl BackendStorage for Buffer {
         }
     }
 
+    fn lend(&self, stream: &RawStream, write: bool) -> Result<u64> {
+        capture::refuse(
+            "a raw view",
+            "code outside locus cannot be recorded into a graph; take the view outside the capture",
+        )?;
+        match self {
+            Buffer::Host(h) => h.lend(stream, write),
+            Buffer::Cuda(c) => c.lend(stream, write),
+        }
+    }
+
     fn forget_captured_writes(&self) {
         match self {
             Buffer::Host(h) => h.forget_captured_writes(),

@@ -18,7 +18,7 @@ use std::cell::Cell;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use super::{selected, BackendDevice, Buffer, Collective, HostBuffer, RawEvent, RawStream};
+use super::{selected, BackendDevice, Buffer, Collective, HostBuffer, RawEvent, RawStream, Release};
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
@@ -242,6 +242,18 @@ impl BackendDevice for Gate {
 
     fn upload(&self, _: DeviceId, _: &[u8]) -> Result<Buffer> {
         Err(Error::NotCapturable { op: "a copy from host memory", reason: HOST_COPY.into() })
+    }
+
+    unsafe fn wrap(&self, _: DeviceId, _: u64, _: usize, _: &RawStream, release: Release) -> Result<Buffer> {
+        // `Tensor::from_raw_parts` refuses before it gets here, while its caller still
+        // owns the memory; should anything else get here, the end of the owner's work
+        // cannot be known during a capture, so the memory is never given back.
+        release.leak();
+        Err(Error::NotCapturable {
+            op: "from_raw_parts",
+            reason: "memory made outside locus cannot join a graph while it is captured; wrap it before the capture"
+                .into(),
+        })
     }
 
     fn upload_async(&self, _: DeviceId, _: &HostBuffer, _: &RawStream) -> Result<(Buffer, RawEvent)> {

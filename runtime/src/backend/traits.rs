@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use super::{
     BinaryOp, Blocks, Buffer, Collective, CommOp, Gemm, HostBuffer, ParamOp, RawComm, RawEvent, RawGraph, RawStream,
-    ReduceOp, UnaryOp,
+    ReduceOp, Release, UnaryOp,
 };
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
@@ -80,6 +80,29 @@ pub(crate) trait BackendDevice: Send + Sync + 'static {
     /// A copy of pinned `src` on `device`, queued on `stream`; the event marks its end.
     /// `src` is held from reuse by the pinned pool until then.
     fn upload_async(&self, device: DeviceId, src: &HostBuffer, stream: &RawStream) -> Result<(Buffer, RawEvent)>;
+    /// One buffer on `device` per part, each a copy of its part (read before this
+    /// returns), queued on the current stream of `device`. A backend with a faster way
+    /// for many parts at once (one staged pass over all of them) overrides this.
+    fn upload_parts(&self, device: DeviceId, parts: &[&[u8]]) -> Result<Vec<Buffer>> {
+        parts.iter().map(|p| self.upload(device, p)).collect()
+    }
+    /// Memory made outside locus, `bytes` bytes at `addr` on `device`, as a buffer whose
+    /// last write is the work queued on `stream` so far. `release` runs once every use
+    /// of the buffer is over (or never, when that cannot be known); on `Err` it has run
+    /// after `stream`'s work (or never).
+    ///
+    /// # Safety
+    /// `addr .. addr + bytes` is memory of `device` (host memory on the host backend)
+    /// that stays valid until `release` runs and that nothing but this buffer uses
+    /// meanwhile, except work queued on `stream` before this call.
+    unsafe fn wrap(
+        &self,
+        device: DeviceId,
+        addr: u64,
+        bytes: usize,
+        stream: &RawStream,
+        release: Release,
+    ) -> Result<Buffer>;
     /// A copy of `src`, a buffer of this backend on any of its devices, on `device`.
     fn copy(&self, src: &Buffer, device: DeviceId) -> Result<Buffer>;
     /// `len` elements equal to `value`.
@@ -155,6 +178,13 @@ pub(crate) trait BackendStorage: Sized {
     /// This memory was just written in place by work queued on `stream`: later uses on
     /// other streams wait for that write.
     fn after_write(&self, stream: &RawStream) -> Result<()>;
+    /// Lends this memory to code outside locus that reads it (or, with `write`, writes
+    /// it) with work queued on `stream`, of this buffer's device: `stream` first waits
+    /// for the last write (and for a write, for every read since), and the memory is
+    /// freed only after `stream`'s work. Returns the address (a device address; a host
+    /// address on the host backend, where the host first waits for `stream`, so that
+    /// host code may stand for that work). A write ends with [`BackendStorage::after_write`].
+    fn lend(&self, stream: &RawStream, write: bool) -> Result<u64>;
     /// Copies `src` (of the same length and device) over this memory, in place, queued
     /// on the thread's current stream of the device.
     fn overwrite(&self, src: &Self) -> Result<()>;

@@ -10,6 +10,20 @@ use crate::element::Element;
 use crate::error::{Error, Result};
 
 impl<D: Device, T: Element> Tensor<D, T> {
+    /// The same tensor typed with `U`, which the caller knows to be its element type.
+    pub(crate) fn relabeled<U: Element>(self) -> Tensor<D, U> {
+        debug_assert_eq!(T::DTYPE, U::DTYPE);
+        Tensor { storage: self.storage, shape: self.shape, placement: self.placement, _elem: PhantomData }
+    }
+
+    /// The same tensor typed with `U`, if `U` is its element type (no copy); else itself.
+    pub(crate) fn retyped<U: Element>(self) -> std::result::Result<Tensor<D, U>, Self> {
+        if T::DTYPE != U::DTYPE {
+            return Err(self);
+        }
+        Ok(Tensor { storage: self.storage, shape: self.shape, placement: self.placement, _elem: PhantomData })
+    }
+
     /// The same tensor typed for the static placement `E`, if that is where it is: a
     /// check, never a copy. `Error::NotOnDevice` names where it really is.
     ///

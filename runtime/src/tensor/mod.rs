@@ -6,6 +6,8 @@ mod current;
 mod elementwise;
 mod factory;
 mod layout;
+#[cfg(feature = "ndarray")]
+mod ndarray;
 mod ops;
 
 use std::fmt;

@@ -8,6 +8,7 @@ use super::device::{driver, DeviceState};
 use super::event::EventObj;
 use super::graph::CudaCapture;
 use super::stream::{free_all_cached, StreamObj};
+use crate::backend::Release;
 use crate::error::{Error, Result};
 
 /// `bytes` bytes on one device, allocated on its home stream and freed there
@@ -23,6 +24,8 @@ pub(crate) struct CudaBuffer {
     uses: Mutex<Uses>,
     /// The capture this memory was made in: it belongs to that graph, which frees it.
     graph: Option<Arc<CudaCapture>>,
+    /// Memory made outside locus: given back to its owner, never freed or cached here.
+    foreign: Option<Release>,
 }
 
 /// Who wrote a buffer last and who used it.
@@ -89,7 +92,7 @@ impl CudaBuffer {
             if let Some(c) = &graph {
                 c.count_buffer(true);
             }
-            CudaBuffer { ptr, bytes, cap, dev, home, uses: Mutex::new(uses), graph }
+            CudaBuffer { ptr, bytes, cap, dev, home, uses: Mutex::new(uses), graph, foreign: None }
         };
         if bytes == 0 {
             return Ok(new(0, uses, home));
@@ -125,6 +128,42 @@ impl CudaBuffer {
         // It counts the bytes asked for, as the host backend does (`memory_allocated`).
         dev.account.reserve(bytes)?;
         Ok(new(ptr, uses, home))
+    }
+
+    /// Memory made outside locus, `bytes` bytes at `ptr` of `dev`, last written by the
+    /// work `stream` has queued so far. `release` gives it back once every stream that
+    /// used it is done (see `Drop`).
+    ///
+    /// # Safety
+    /// `ptr .. ptr + bytes` is device memory of `dev` that stays allocated until
+    /// `release` runs and that nothing but this buffer uses meanwhile, except work
+    /// queued on `stream` before this call.
+    pub(crate) unsafe fn foreign(
+        dev: &'static DeviceState,
+        stream: &Arc<StreamObj>,
+        ptr: sys::CUdeviceptr,
+        bytes: usize,
+        release: Release,
+    ) -> Result<Self> {
+        let uses = Uses { writer: Arc::clone(stream), ready: None, written: 0, seen: Vec::new(), users: Vec::new() };
+        let mut b = CudaBuffer {
+            ptr,
+            bytes,
+            cap: bytes,
+            dev,
+            home: Arc::clone(stream),
+            uses: Mutex::new(uses),
+            graph: None,
+            foreign: Some(release),
+        };
+        if let Err(e) = dev.account.reserve(bytes) {
+            // Not counted, so not released: give the memory back after the stream.
+            b.bytes = 0;
+            return Err(e);
+        }
+        // The owner's writes so far are the last write: readers elsewhere wait for them.
+        b.after_write(stream)?;
+        Ok(b)
     }
 
     pub(crate) fn ptr(&self) -> sys::CUdeviceptr {
@@ -265,6 +304,31 @@ impl CudaBuffer {
     }
 }
 
+impl CudaBuffer {
+    /// Hands memory made outside locus back to its owner once every stream that used it
+    /// is done: the home stream waits for the others, the host for the home stream. If
+    /// that cannot be known (a lost context, a failed wait, a stream in a capture), the
+    /// memory is never handed back, rather than handed back in use.
+    fn give_back(&mut self, release: Release) {
+        self.dev.account.release(self.bytes);
+        let u = self.uses.get_mut().unwrap_or_else(|p| p.into_inner());
+        let users = std::mem::take(&mut u.users);
+        let streams = || std::iter::once(&self.home).chain(users.iter());
+        if self.dev.bind().is_err() || streams().any(|s| s.capture().is_some()) {
+            return release.leak();
+        }
+        for r in &users {
+            if self.home.wait_for(r).is_err() {
+                return release.leak();
+            }
+        }
+        match self.home.synchronize() {
+            Ok(()) => release.run(),
+            Err(_) => release.leak(),
+        }
+    }
+}
+
 /// `on` waits for `ev`; a stream that waits for an event of a capture joins it.
 fn wait(on: &Arc<StreamObj>, ev: &Arc<EventObj>) -> Result<()> {
     super::graph::joins(on, ev.capture())?;
@@ -281,6 +345,10 @@ impl Drop for CudaBuffer {
     fn drop(&mut self) {
         if let Some(c) = &self.graph {
             c.count_buffer(false);
+        }
+        if let Some(release) = self.foreign.take() {
+            self.give_back(release);
+            return;
         }
         if self.ptr == 0 {
             return;

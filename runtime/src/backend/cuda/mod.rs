@@ -47,7 +47,9 @@ pub(crate) use event::EventObj;
 pub(crate) use graph::GraphObj;
 pub(crate) use stream::StreamObj;
 
-use super::{foreign, BackendDevice, Buffer, Collective, CommOp, HostBuffer, RawComm, RawEvent, RawGraph, RawStream};
+use super::{
+    foreign, BackendDevice, Buffer, Collective, CommOp, HostBuffer, RawComm, RawEvent, RawGraph, RawStream, Release,
+};
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
@@ -192,6 +194,44 @@ impl BackendDevice for CudaBackend {
 
     fn upload(&self, device: DeviceId, data: &[u8]) -> Result<Buffer> {
         transfer::upload(self, device, data)
+    }
+
+    fn upload_parts(&self, device: DeviceId, parts: &[&[u8]]) -> Result<Vec<Buffer>> {
+        transfer::upload_parts(self, device, parts)
+    }
+
+    unsafe fn wrap(
+        &self,
+        device: DeviceId,
+        addr: u64,
+        bytes: usize,
+        stream: &RawStream,
+        release: Release,
+    ) -> Result<Buffer> {
+        // Until the buffer exists, when the owner's work ends cannot be known: on an
+        // error here the memory is never given back, rather than given back in use.
+        let checked = raw_stream(stream).and_then(|s| {
+            let dev = self.dev(device)?;
+            if s.ordinal != dev.ordinal {
+                return Err(Error::DeviceMismatch {
+                    op: "from_raw_parts",
+                    lhs: device,
+                    rhs: DeviceId::Cuda(s.ordinal),
+                });
+            }
+            dev.bind()?;
+            Ok((s, dev))
+        });
+        let (s, dev) = match checked {
+            Ok(v) => v,
+            Err(e) => {
+                release.leak();
+                return Err(e);
+            }
+        };
+        // SAFETY: the caller's contract: `addr` is `bytes` bytes of `dev`'s memory, valid
+        // until `release` runs and used by nothing else but `s`'s earlier work.
+        unsafe { CudaBuffer::foreign(dev, &s, addr, bytes, release) }.map(Buffer::Cuda)
     }
 
     fn upload_async(&self, device: DeviceId, src: &HostBuffer, stream: &RawStream) -> Result<(Buffer, RawEvent)> {

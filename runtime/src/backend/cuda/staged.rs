@@ -74,6 +74,66 @@ pub(super) unsafe fn upload(dev: &DeviceState, stream: &StreamObj, dst: u64, dat
     })
 }
 
+/// Host-to-device for many pieces at once: each `(dst, data)` into device memory at
+/// `dst`, ordered after `stream`'s work and before what `stream` queues next, through one
+/// staged pass over all of them as if they were one buffer (a chunk may hold the end of
+/// one piece and the start of the next, and queues one DMA per piece it holds). The
+/// data may be dropped when this returns.
+///
+/// # Safety
+/// As [`upload`], for every piece: `dst .. dst + data.len()` lies within a live
+/// allocation of `dev` as that contract says, and the pieces' ranges do not overlap.
+pub(super) unsafe fn upload_pieces(dev: &DeviceState, stream: &StreamObj, pieces: &[(u64, &[u8])]) -> Result<()> {
+    let total = pieces.iter().map(|(_, d)| d.len()).sum::<usize>();
+    if total < STAGE_MIN {
+        for (dst, data) in pieces {
+            // SAFETY: the caller's contract, piece by piece.
+            unsafe { upload(dev, stream, *dst, data)? };
+        }
+        return Ok(());
+    }
+    // Where each piece starts in the concatenation.
+    let mut starts = Vec::with_capacity(pieces.len());
+    let mut at = 0;
+    for (_, d) in pieces {
+        starts.push(at);
+        at += d.len();
+    }
+    staged(dev, stream, total, &|lane: &mut Lane| {
+        while let Some(range) = lane.next_chunk() {
+            let k = lane.turn();
+            let stage = lane.stage(k, range.len())?;
+            // The pieces that overlap `range`: from the last one starting at or before it.
+            let first = starts.partition_point(|&s| s <= range.start).saturating_sub(1);
+            let overlaps = || {
+                (first..pieces.len()).map_while(|i| (starts[i] < range.end).then_some(i)).filter_map(|i| {
+                    let (lo, hi) = (range.start.max(starts[i]), range.end.min(starts[i] + pieces[i].1.len()));
+                    (lo < hi).then_some((i, lo, hi))
+                })
+            };
+            for (i, lo, hi) in overlaps() {
+                let src = &pieces[i].1[lo - starts[i]..hi - starts[i]];
+                let at = &mut stage[lo - range.start..hi - range.start];
+                // SAFETY: `at` and `src` both hold `hi - lo` bytes; the stage is pinned
+                // pool memory, not the source.
+                unsafe { stream_copy(at.as_mut_ptr(), src.as_ptr(), hi - lo) };
+            }
+            for (i, lo, hi) in overlaps() {
+                let dst = pieces[i].0 + (lo - starts[i]) as u64;
+                // `lo - starts[i] .. hi - starts[i]` lies within piece `i`, so `dst` has `hi - lo` bytes within its
+                // allocation (the caller's contract); the side stream waited for `stream` (in `staged`) and `stream`
+                // waits for it before this returns, so the write is ordered like one on `stream`.
+                // SAFETY: the stage is pinned and not written again until this chunk's event (recorded by `queued`,
+                // after every DMA of the chunk) completes, nor freed before (the pool holds it until then).
+                unsafe { result::memcpy_htod_async(dst, &stage[lo - range.start..hi - range.start], lane.side.raw.0) }
+                    .map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"))?;
+            }
+            lane.queued(k)?;
+        }
+        Ok(())
+    })
+}
+
 /// Device-to-host: `out.len()` bytes of device memory at `src`, after `stream`'s work,
 /// into `out`. Returns when `out` holds the data.
 ///

@@ -49,6 +49,25 @@ impl BackendStorage for CudaBuffer {
         CudaBuffer::after_write(self, &s)
     }
 
+    fn lend(&self, stream: &RawStream, write: bool) -> Result<u64> {
+        let s = raw_stream(stream)?;
+        if s.ordinal != self.device().ordinal {
+            return Err(Error::DeviceMismatch {
+                op: "raw view",
+                lhs: self.device_id(),
+                rhs: DeviceId::Cuda(s.ordinal),
+            });
+        }
+        self.device().bind()?;
+        // A reader: `s` waits for the last write, and the free waits for `s`.
+        self.use_on(&s)?;
+        if write {
+            // A writer also waits for every read since the last write.
+            CudaBuffer::before_write(self, &s)?;
+        }
+        Ok(self.ptr())
+    }
+
     fn overwrite(&self, src: &Self) -> Result<()> {
         transfer::overwrite(self, src)
     }

@@ -89,6 +89,11 @@ impl StreamObj {
         })
     }
 
+    /// The driver's `CUstream`, as an address, for code outside locus.
+    pub(crate) fn handle(&self) -> usize {
+        self.raw.0 as usize
+    }
+
     /// The capture this stream's work goes into now, if any.
     pub(crate) fn capture(&self) -> Option<Arc<CudaCapture>> {
         if !self.capturing.load(Ordering::Acquire) {

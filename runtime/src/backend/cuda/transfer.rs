@@ -91,6 +91,27 @@ pub(super) fn upload(bk: &CudaBackend, device: DeviceId, data: &[u8]) -> Result<
     done(out).map(Buffer::Cuda)
 }
 
+/// One new buffer per part on `device`, all written by one staged pass on the current
+/// stream (a checkpoint's tensors: many parts, few large).
+pub(super) fn upload_parts(bk: &CudaBackend, device: DeviceId, parts: &[&[u8]]) -> Result<Vec<Buffer>> {
+    let dev = bk.dev(device)?;
+    let mut outs = Vec::with_capacity(parts.len());
+    let mut s = None;
+    for p in parts {
+        let (stream, out) = alloc(dev, DType::U8, p.len(), &[])?;
+        s = Some(stream);
+        outs.push(out);
+    }
+    let Some(s) = s else { return Ok(Vec::new()) };
+    dev.bind()?;
+    let pieces: Vec<(u64, &[u8])> = outs.iter().zip(parts).map(|(o, p)| (o.ptr(), *p)).collect();
+    // SAFETY: each `outs[i]` holds exactly `parts[i].len()` bytes of `dev`, allocated on
+    // `s` (the current stream, the same for every `alloc` above) and held until `done`,
+    // whose buffers are freed on `s` after the copy; `dev`'s context is current.
+    unsafe { staged::upload_pieces(dev, &s, &pieces)? };
+    outs.into_iter().map(|o| done(o).map(Buffer::Cuda)).collect()
+}
+
 pub(super) fn download(b: &CudaBuffer, out: &mut [u8]) -> Result<()> {
     let dev = b.device();
     same_length("to_vec", out.len(), b.bytes())?;

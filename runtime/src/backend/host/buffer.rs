@@ -14,7 +14,7 @@ use crate::backend::account::MemoryAccount;
 use crate::backend::hazard::{self, Kind, Region, Track};
 use crate::backend::huge_pages::Mapping;
 use crate::backend::pinned_pool::{self as pinned, InFlight, PinnedBlock};
-use crate::backend::RawEvent;
+use crate::backend::{RawEvent, Release};
 use crate::device_id::DeviceId;
 use crate::element::{DType, Element};
 use crate::error::{Error, Result};
@@ -43,6 +43,8 @@ enum Owned {
     Heap(Vec<u64>),
     /// Large buffers, on huge pages where the system has them.
     Mapped(Mapping),
+    /// Memory made outside locus: given back to its owner when the last span goes.
+    Foreign(Release),
 }
 
 #[derive(Debug)]
@@ -183,6 +185,55 @@ impl HostBuffer {
                 Err(e)
             }
         }
+    }
+
+    /// Memory made outside locus, `len` bytes at `ptr` on `account`'s device, last written
+    /// by what `stream` has queued; `release` runs once the buffer and every job that
+    /// uses it are gone.
+    ///
+    /// # Safety
+    /// `ptr .. ptr + len` is valid for reads and writes until `release` runs, and nothing
+    /// else uses it meanwhile except work queued on `stream` before this call.
+    pub(super) unsafe fn foreign(
+        account: &'static MemoryAccount,
+        ptr: *mut u8,
+        len: usize,
+        stream: Option<Arc<HostStream>>,
+        release: Release,
+    ) -> Result<Self> {
+        account.reserve(len)?;
+        let written = stream.as_ref().map_or(0, |s| s.order.mark_write());
+        let graph = stream.as_ref().and_then(|s| s.capture());
+        if let Some(c) = &graph {
+            c.count_buffer(true);
+        }
+        let uses = Uses { writer: stream.clone(), written, seen: Vec::new(), users: Vec::new() };
+        Ok(HostBuffer {
+            ptr,
+            len,
+            keep: Keep::Owned(Arc::new(Owned::Foreign(release))),
+            track: Track::default(),
+            account,
+            home: stream,
+            uses: Mutex::new(uses),
+            graph,
+        })
+    }
+
+    /// Records with the hazard checker that host code reads (or writes) this memory
+    /// now, through its address rather than a slice.
+    pub(super) fn host_access(&self, write: bool) {
+        self.host_use(if write { Kind::Write } else { Kind::Read }, "a raw view");
+    }
+
+    /// The memory of `v` as pageable memory of the `cpu` placement, without a copy: the
+    /// vector is dropped when the buffer and every job that uses it are gone.
+    pub(super) fn from_vec<T: Element>(account: &'static MemoryAccount, mut v: Vec<T>) -> Result<Self> {
+        let (ptr, len) = (v.as_mut_ptr() as *mut u8, std::mem::size_of_val(&v[..]));
+        // SAFETY: `v`'s heap block (a dangling, aligned pointer when empty) holds `len`
+        // bytes and stays where it is while `v` lives, moved into `release`; nothing else
+        // reaches it, and no stream work came before.
+        unsafe { Self::foreign(account, ptr, len, None, Release::new(move || drop(v))) }
     }
 
     /// Who wrote this memory last and who used it.

@@ -24,10 +24,10 @@ pub(crate) use streams::{HostEvent, HostStream};
 
 use crate::backend::account::MemoryAccount;
 use crate::backend::{
-    BackendDevice, BackendStorage, Buffer, Collective, CommOp, RawComm, RawEvent, RawGraph, RawStream,
+    BackendDevice, BackendStorage, Buffer, Collective, CommOp, RawComm, RawEvent, RawGraph, RawStream, Release,
 };
 use crate::device_id::DeviceId;
-use crate::element::{DType, Scalar};
+use crate::element::{DType, Element, Scalar};
 use crate::error::{Error, Result};
 
 const DEFAULT_DEVICES: usize = 2;
@@ -114,6 +114,11 @@ impl HostBackend {
     pub(crate) fn alloc_for_overwrite(&'static self, device: DeviceId, bytes: usize) -> Result<HostBuffer> {
         let stream = (!device.is_host()).then(|| current_stream(device));
         HostBuffer::alloc(self.account(device)?, bytes, stream)
+    }
+
+    /// The elements of `v` as memory of the `cpu` placement, without a copy.
+    pub(crate) fn adopt_vec<T: Element>(&'static self, v: Vec<T>) -> Result<HostBuffer> {
+        HostBuffer::from_vec(self.account(DeviceId::Cpu)?, v)
     }
 
     /// The bytes of `b`, for host code to read now: a simulated device's memory after
@@ -245,6 +250,28 @@ impl BackendDevice for HostBackend {
         let mut out = host().alloc_for_overwrite(device, data.len())?;
         out.bytes_mut().copy_from_slice(data);
         Ok(Buffer::Host(out))
+    }
+
+    unsafe fn wrap(
+        &self,
+        device: DeviceId,
+        addr: u64,
+        bytes: usize,
+        stream: &RawStream,
+        release: Release,
+    ) -> Result<Buffer> {
+        let s = host_stream(stream)?;
+        if s.device != device {
+            return Err(Error::DeviceMismatch { op: "from_raw_parts", lhs: device, rhs: s.device });
+        }
+        let account = host().account(device)?;
+        // Host code may use the memory from here on (`as_slice` of a copy, a raw view),
+        // so the writes queued before come first.
+        s.synchronize()?;
+        // SAFETY: the caller's contract: `addr` is host memory of `bytes` bytes, valid
+        // until `release` runs and used by nothing else but `stream`'s earlier work.
+        unsafe { HostBuffer::foreign(account, addr as usize as *mut u8, bytes, Some(Arc::clone(s)), release) }
+            .map(Buffer::Host)
     }
 
     fn upload_async(&self, device: DeviceId, src: &HostBuffer, stream: &RawStream) -> Result<(Buffer, RawEvent)> {

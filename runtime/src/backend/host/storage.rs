@@ -109,6 +109,21 @@ impl BackendStorage for HostBuffer {
         Ok(())
     }
 
+    fn lend(&self, stream: &RawStream, write: bool) -> Result<u64> {
+        let s = host_stream(stream)?;
+        if s.device != self.device_id() {
+            return Err(Error::DeviceMismatch { op: "raw view", lhs: self.device_id(), rhs: s.device });
+        }
+        use_on_stream(self, s)?;
+        if write {
+            streams::before_write(self, s)?;
+        }
+        // Host code stands for the stream's work: it may start once the stream is idle.
+        s.synchronize()?;
+        self.host_access(write);
+        Ok(self.addr() as u64)
+    }
+
     fn forget_captured_writes(&self) {
         streams::forget_captured_writes(self)
     }

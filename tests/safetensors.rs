@@ -1,0 +1,228 @@
+//! safetensors checkpoints: round trips of every element type through several
+//! placements, the typed accessors, and every kind of bad file as an `Err` naming the
+//! file or the tensor, on the selected backend.
+
+use std::path::PathBuf;
+
+use locus::{AnyTensor, Checkpoint, Cpu, Cuda, DType, DeviceId, Dyn, Error, Pinned, Tensor};
+
+/// A file in the temp dir, removed when dropped.
+struct TempFile(PathBuf);
+
+impl TempFile {
+    fn new(tag: &str) -> Self {
+        TempFile(std::env::temp_dir().join(format!("locus-test-{tag}-{}.safetensors", std::process::id())))
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// One tensor of every element type, on `Cuda<0>` (odd sizes: no alignment luck).
+fn every_dtype() -> locus::Result<Vec<(&'static str, AnyTensor<Dyn>)>> {
+    Ok(vec![
+        ("w.f32", Tensor::<Cuda<0>>::rand([3, 5], 1)?.into_dyn().into()),
+        ("w.f64", Tensor::<Cuda<0>, f64>::rand([7], 2)?.into_dyn().into()),
+        ("n.i32", (Tensor::<Cuda<0>, i32>::arange(-4, 5, 1)? * 1000)?.into_dyn().into()),
+        ("mask.u8", Tensor::<Cpu, u8>::from_slice(&[0, 1, 255], [3, 1])?.into_dyn().into()),
+        ("scalar", Tensor::<Pinned>::full([], 0.25)?.into_dyn().into()),
+        ("empty", Tensor::<Cuda<1>, i32>::zeros([0, 4])?.into_dyn().into()),
+    ])
+}
+
+fn same_contents<A: locus::Device, B: locus::Device>(a: &AnyTensor<A>, b: &AnyTensor<B>) -> locus::Result<bool> {
+    Ok(a.dtype() == b.dtype()
+        && a.shape() == b.shape()
+        && match (a, b) {
+            (AnyTensor::F32(x), AnyTensor::F32(y)) => x.to_vec()? == y.to_vec()?,
+            (AnyTensor::F64(x), AnyTensor::F64(y)) => x.to_vec()? == y.to_vec()?,
+            (AnyTensor::I32(x), AnyTensor::I32(y)) => x.to_vec()? == y.to_vec()?,
+            (AnyTensor::U8(x), AnyTensor::U8(y)) => x.to_vec()? == y.to_vec()?,
+            _ => false,
+        })
+}
+
+fn check_round_trip<D: locus::Device>(
+    ck: &Checkpoint<D>,
+    want: &[(&str, AnyTensor<Dyn>)],
+    on: DeviceId,
+) -> locus::Result<()> {
+    assert_eq!(ck.len(), want.len());
+    for (name, t) in want {
+        let got = ck.get_any(name).unwrap_or_else(|| panic!("`{name}` is missing"));
+        assert_eq!(got.device(), on, "`{name}`");
+        assert!(same_contents(got, t)?, "`{name}` differs after the round trip");
+    }
+    Ok(())
+}
+
+#[test]
+fn every_dtype_round_trips_through_every_placement() -> locus::Result<()> {
+    let f = TempFile::new("round-trip");
+    let want = every_dtype()?;
+    locus::save_safetensors(&f.0, want.clone())?;
+    check_round_trip(&locus::load_safetensors::<Cuda<0>>(&f.0)?, &want, DeviceId::Cuda(0))?;
+    check_round_trip(&locus::load_safetensors::<Cuda<1>>(&f.0)?, &want, DeviceId::Cuda(1))?;
+    check_round_trip(&locus::load_safetensors::<Cpu>(&f.0)?, &want, DeviceId::Cpu)?;
+    check_round_trip(&locus::load_safetensors::<Pinned>(&f.0)?, &want, DeviceId::Pinned)?;
+    let dyn_ck = locus::load_safetensors_on(Dyn::new(DeviceId::Cuda(1)), &f.0)?;
+    check_round_trip(&dyn_ck, &want, DeviceId::Cuda(1))?;
+    // Saved again from the device, the same file.
+    let g = TempFile::new("round-trip-again");
+    dyn_ck.save(&g.0)?;
+    assert_eq!(std::fs::read(&f.0).unwrap(), std::fs::read(&g.0).unwrap());
+    Ok(())
+}
+
+#[test]
+fn a_large_checkpoint_loads_in_batches_through_the_staged_path() -> locus::Result<()> {
+    // 3 tensors of 40 MiB and many small ones: batches of whole tensors, chunks that
+    // straddle tensors.
+    let f = TempFile::new("large");
+    let big = |seed| Tensor::<Cpu>::rand([10 << 20], seed);
+    let mut list: Vec<(String, AnyTensor<Cpu>)> =
+        (0..3).map(|i| Ok((format!("big{i}"), big(i)?.into()))).collect::<locus::Result<_>>()?;
+    for i in 0..50 {
+        list.push((format!("small{i:02}"), Tensor::<Cpu, i32>::full([i + 1], i as i32)?.into()));
+    }
+    locus::save_safetensors(&f.0, list.clone())?;
+    let mut steps = Vec::new();
+    let ck = locus::load_safetensors_with(Cuda::<0>, &f.0, |done, total| steps.push((done, total)))?;
+    let total = 3 * (40 << 20) + (1..=50).sum::<usize>() * 4;
+    assert_eq!(steps.first(), Some(&(0, total)));
+    assert_eq!(steps.last(), Some(&(total, total)));
+    assert!(steps.windows(2).all(|w| w[0].0 < w[1].0), "progress only grows: {steps:?}");
+    for (name, t) in &list {
+        assert!(same_contents(ck.get_any(name).unwrap(), t)?, "`{name}` differs");
+    }
+    Ok(())
+}
+
+#[test]
+fn typed_accessors_check_the_element_type_and_the_name() -> locus::Result<()> {
+    let f = TempFile::new("typed");
+    locus::save_safetensors(&f.0, [("w", Tensor::<Cpu>::ones([2])?)])?;
+    let mut ck = locus::load_safetensors::<Cpu>(&f.0)?;
+    assert_eq!(ck.dtype("w"), Some(DType::F32));
+    let err = ck.get::<i32>("w").unwrap_err();
+    assert!(matches!(&err, Error::CheckpointTensor { tensor, .. } if tensor == "w"), "{err}");
+    assert!(err.to_string().contains("holds f32, not i32; ask for it as get::<f32>(\"w\")"), "{err}");
+    let err = ck.take::<u8>("nope").unwrap_err();
+    assert!(err.to_string().contains("tensor `nope` is not in the checkpoint; it holds 1 tensors: w"), "{err}");
+    assert!(ck.take::<f64>("w").is_err());
+    assert_eq!(ck.take::<f32>("w")?.to_vec()?, vec![1.0, 1.0]);
+    assert!(ck.is_empty());
+    Ok(())
+}
+
+/// A safetensors file from a header and data, as another writer might make it.
+fn raw_file(tag: &str, header: &str, data: &[u8]) -> TempFile {
+    let f = TempFile::new(tag);
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend_from_slice(data);
+    std::fs::write(&f.0, bytes).unwrap();
+    f
+}
+
+fn load_err(f: &TempFile) -> Error {
+    locus::load_safetensors::<Cuda<0>>(&f.0).map(|_| ()).unwrap_err()
+}
+
+fn assert_tensor_err(err: &Error, name: &str, says: &str) {
+    match err {
+        Error::CheckpointTensor { op: "load_safetensors", tensor, reason, .. } if tensor == name => {
+            assert!(reason.contains(says), "`{err}` does not say `{says}`")
+        }
+        other => panic!("expected an error naming tensor `{name}`, got: {other}"),
+    }
+}
+
+#[test]
+fn a_truncated_file_names_the_tensor_whose_data_is_missing() -> locus::Result<()> {
+    let f = TempFile::new("whole");
+    locus::save_safetensors(&f.0, [("a", Tensor::<Cpu>::ones([4])?), ("b", Tensor::<Cpu>::ones([1000])?)])?;
+    let bytes = std::fs::read(&f.0).unwrap();
+    std::fs::write(&f.0, &bytes[..bytes.len() - 100]).unwrap();
+    let err = load_err(&f);
+    assert_tensor_err(&err, "b", "the file is truncated");
+    // Cut inside the header, and before the header's length.
+    std::fs::write(&f.0, &bytes[..20]).unwrap();
+    let err = load_err(&f);
+    assert!(
+        matches!(&err, Error::Checkpoint { reason, .. } if reason.contains("truncated, or not a safetensors file")),
+        "{err}"
+    );
+    std::fs::write(&f.0, &bytes[..5]).unwrap();
+    let err = load_err(&f);
+    assert!(err.to_string().contains("fewer than the 8 of a header length"), "{err}");
+    Ok(())
+}
+
+#[test]
+fn a_bad_header_is_an_error_naming_the_file() {
+    let f = raw_file("bad-json", "{\"a\": {\"dtype\": \"F32\", ", &[]);
+    let err = load_err(&f);
+    match &err {
+        Error::Checkpoint { op: "load_safetensors", path, reason } => {
+            assert!(path.ends_with(".safetensors") && reason.contains("not a safetensors header"), "{err}")
+        }
+        other => panic!("expected a file error, got {other}"),
+    }
+    let f = raw_file("bad-entry", r#"{"a": {"dtype": "F32", "shape": "two"}}"#, &[]);
+    assert!(matches!(load_err(&f), Error::Checkpoint { .. } | Error::CheckpointTensor { .. }));
+    let missing = TempFile::new("does-not-exist");
+    let err = load_err(&missing);
+    assert!(err.to_string().contains("cannot be opened"), "{err}");
+}
+
+#[test]
+fn a_dtype_locus_does_not_have_is_named_with_its_tensor() {
+    let header = r#"{"ok": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "half": {"dtype": "BF16", "shape": [2], "data_offsets": [4, 8]}}"#;
+    let f = raw_file("bf16", header, &[0; 8]);
+    let err = load_err(&f);
+    assert_tensor_err(&err, "half", "has dtype BF16, which locus does not have");
+}
+
+#[test]
+fn a_shape_that_does_not_match_its_bytes_is_named_with_its_tensor() {
+    let header = r#"{"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "b": {"dtype": "I32", "shape": [3, 2], "data_offsets": [8, 20]}}"#;
+    let f = raw_file("shape", header, &[0; 20]);
+    let err = load_err(&f);
+    assert_tensor_err(&err, "b", "which needs 24 bytes, but its data_offsets [8, 20] hold 12");
+    let header = r#"{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}}"#;
+    let f = raw_file("gap", header, &[0; 12]);
+    assert_tensor_err(&load_err(&f), "b", "the offsets overlap or leave a gap");
+}
+
+#[test]
+fn saving_two_tensors_of_one_name_or_the_metadata_name_is_an_error() -> locus::Result<()> {
+    let f = TempFile::new("dupes");
+    let t = Tensor::<Cpu>::ones([1])?;
+    let err = locus::save_safetensors(&f.0, [("x", t.clone()), ("x", t.clone())]).unwrap_err();
+    assert!(matches!(&err, Error::CheckpointTensor { op: "save_safetensors", tensor, .. } if tensor == "x"), "{err}");
+    let err = locus::save_safetensors(&f.0, [("__metadata__", t)]).unwrap_err();
+    assert!(err.to_string().contains("keeps for metadata"), "{err}");
+    assert!(!f.0.exists(), "a refused save leaves no file");
+    Ok(())
+}
+
+#[test]
+fn metadata_is_kept_and_files_of_other_writers_load() -> locus::Result<()> {
+    // As PyTorch's writer leaves it: metadata, tensors in name order rather than by size.
+    let header = r#"{"__metadata__": {"format": "pt"}, "b": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]}, "a": {"dtype": "F64", "shape": [1], "data_offsets": [2, 10]}}"#;
+    let mut data = vec![7u8, 9];
+    data.extend_from_slice(&1.5f64.to_le_bytes());
+    let f = raw_file("torch", header, &data);
+    let ck = locus::load_safetensors::<Cuda<0>>(&f.0)?;
+    assert_eq!(ck.metadata().get("format").map(String::as_str), Some("pt"));
+    assert_eq!(ck.get::<u8>("b")?.to_vec()?, vec![7, 9]);
+    assert_eq!(ck.get::<f64>("a")?.to_vec()?, vec![1.5]);
+    let g = TempFile::new("torch-again");
+    ck.save(&g.0)?;
+    assert_eq!(locus::load_safetensors::<Cpu>(&g.0)?.metadata(), ck.metadata());
+    Ok(())
+}
