@@ -78,6 +78,23 @@ fn a_raw_write_on_a_side_stream_is_seen_by_ops_on_the_default_stream() -> locus:
     Ok(())
 }
 
+/// `mem::forget` of a write view is safe: the stream was the writer from the start.
+#[test]
+fn a_forgotten_write_view_still_orders_the_write() -> locus::Result<()> {
+    let side = Stream::<G>::new()?;
+    let mut x = Tensor::<G>::zeros([3])?;
+    {
+        // SAFETY: the outside write runs on `side` while the view lives.
+        let view = unsafe { x.raw_view_mut(&side)? };
+        outside_write(view.device_ptr(), view.stream_handle(), &[1.0, 2.0, 3.0]);
+        std::mem::forget(view);
+    }
+    let waits = locus::cross_stream_waits();
+    assert_eq!((&x + 1.0)?.to_vec()?, vec![2.0, 3.0, 4.0]);
+    assert!(locus::cross_stream_waits() > waits, "the add did not wait for the forgotten view's stream");
+    Ok(())
+}
+
 #[test]
 fn a_raw_write_copies_away_from_clones_first() -> locus::Result<()> {
     let s = Stream::<G>::default_stream()?;

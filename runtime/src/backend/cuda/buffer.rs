@@ -267,6 +267,20 @@ impl CudaBuffer {
         Ok(())
     }
 
+    /// Code outside locus writes this memory on `on` from now on (a raw view): `on`
+    /// becomes its writer at once, with no event and a write number no wait can cover,
+    /// so until [`CudaBuffer::after_write`] marks the end of that write, every other
+    /// stream waits for all of `on`'s work queued by the time of its use. A view that is
+    /// never ended (`mem::forget`) is still ordered.
+    pub(crate) fn claim_writer(&self, on: &Arc<StreamObj>) {
+        let mut u = self.uses();
+        u.writer = Arc::clone(on);
+        u.written = u64::MAX;
+        u.ready = None;
+        u.seen.clear();
+        u.add_user(&self.home, on);
+    }
+
     /// This memory was just written in place by work queued on `on` (after
     /// [`CudaBuffer::before_write`]): later readers on other streams wait for that write.
     pub(crate) fn after_write(&self, on: &Arc<StreamObj>) -> Result<()> {

@@ -62,8 +62,10 @@ impl BackendStorage for CudaBuffer {
         // A reader: `s` waits for the last write, and the free waits for `s`.
         self.use_on(&s)?;
         if write {
-            // A writer also waits for every read since the last write.
+            // A writer also waits for every read since the last write, and is the writer
+            // from now on, whether or not the view's end is marked.
             CudaBuffer::before_write(self, &s)?;
+            self.claim_writer(&s);
         }
         Ok(self.ptr())
     }

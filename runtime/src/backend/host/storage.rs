@@ -121,6 +121,11 @@ impl BackendStorage for HostBuffer {
         // Host code stands for the stream's work: it may start once the stream is idle.
         s.synchronize()?;
         self.host_access(write);
+        if write {
+            // The stream is the writer from now on, whether or not the view's end is
+            // marked (a forgotten view).
+            streams::after_write(self, s);
+        }
         Ok(self.addr() as u64)
     }
 
