@@ -14,7 +14,9 @@ use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use locus_kernels::Source;
 
 use super::stream::StreamObj;
+use super::user_kernel;
 use crate::backend::account::MemoryAccount;
+use crate::backend::user_kernel::KernelSource;
 use crate::device_id::DeviceId;
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -111,6 +113,9 @@ pub(crate) struct DeviceState {
     modules: [OnceLock<std::result::Result<Arc<CudaModule>, Error>>; 4],
     functions: Mutex<HashMap<String, Handle<sys::CUfunction>>>,
     kernels: Mutex<FastMap<KernelKey, Handle<sys::CUfunction>>>,
+    /// User kernels by [`KernelSource::key`], with the module that owns each; a failed
+    /// compile or load is kept too, so it is reported again rather than retried.
+    user: Mutex<FastMap<u64, std::result::Result<(Handle<sys::CUfunction>, Arc<CudaModule>), Error>>>,
     copy: OnceLock<std::result::Result<Arc<StreamObj>, Error>>,
     graphs: OnceLock<std::result::Result<Arc<StreamObj>, Error>>,
 }
@@ -150,6 +155,7 @@ impl DeviceState {
             modules: Default::default(),
             functions: Mutex::new(HashMap::new()),
             kernels: Mutex::new(FastMap::default()),
+            user: Mutex::new(FastMap::default()),
             copy: OnceLock::new(),
             graphs: OnceLock::new(),
         })
@@ -219,6 +225,34 @@ impl DeviceState {
         // The module (kept in self.modules) owns the function; the handle stays valid.
         self.functions.lock().map_err(|_| poisoned(self.id()))?.insert(name.to_string(), Handle(raw));
         Ok(raw)
+    }
+
+    /// The user kernel `k`, compiled for this device's architecture (once per process
+    /// and architecture) and loaded on first use; later calls are a map lookup.
+    pub(crate) fn user_function(&self, k: &'static KernelSource) -> Result<sys::CUfunction> {
+        let key = k.key();
+        if let Some(found) = self.user.lock().map_err(|_| poisoned(self.id()))?.get(&key) {
+            return found.as_ref().map(|(f, _)| f.0).map_err(Clone::clone);
+        }
+        let loaded = user_kernel::ptx(k, self.arch).map_err(|message| self.user_error(k, message)).and_then(|ptx| {
+            let m = self.ctx.load_module(ptx).map_err(|e| self.user_error(k, format!("cuModuleLoadData: {e:?}")));
+            // cudarc may have changed the current context.
+            BOUND.with(|b| b.set(None));
+            let m = m?;
+            // `load_function` panics on a NUL in the name: `check_text` ruled that out.
+            let f = m.load_function(k.name).map_err(|e| {
+                self.user_error(k, format!("no `extern \"C\" __global__` function of that name ({e:?})"))
+            })?;
+            // The module, kept next to it, owns the function; the handle stays valid.
+            Ok((Handle(f.cu_function()), m))
+        });
+        let f = loaded.as_ref().map(|(f, _)| f.0).map_err(Clone::clone);
+        self.user.lock().map_err(|_| poisoned(self.id()))?.insert(key, loaded);
+        f
+    }
+
+    fn user_error(&self, k: &KernelSource, message: String) -> Error {
+        Error::Kernel { device: self.id(), name: k.name.to_string(), message }
     }
 
     /// The side stream for staged host copies, created on first use.
