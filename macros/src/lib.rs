@@ -1,5 +1,5 @@
-//! Procedural macros of [locus](https://docs.rs/locus): `#[on_device]`, `with_device!`
-//! and `#[derive(ToDevice)]`. Use them through the `locus` crate, which re-exports them.
+//! Procedural macros of [locus](https://docs.rs/locus): `#[on_device]`, `with_device!`,
+//! `#[derive(ToDevice)]` and `#[kernel]`. Use them through the `locus` crate, which re-exports them.
 //!
 //! This crate only parses, checks and rewrites syntax; what the generated code calls
 //! lives in the runtime and is reached as `::locus::__private::…`.
@@ -8,6 +8,7 @@ mod async_body;
 mod derive;
 mod expand;
 mod fallback;
+mod kernel;
 mod parse;
 mod signature;
 mod validate;
@@ -276,4 +277,10 @@ pub fn with_device(input: TokenStream) -> TokenStream {
 #[proc_macro_derive(ToDevice)]
 pub fn derive_to_device(input: TokenStream) -> TokenStream {
     derive::to_device(input.into()).into()
+}
+
+/// Declares a CUDA C kernel as a typed Rust fn. KERNEL_DOCS
+#[proc_macro_attribute]
+pub fn kernel(args: TokenStream, item: TokenStream) -> TokenStream {
+    kernel::attribute(args.into(), item.into()).into()
 }
