@@ -56,7 +56,13 @@ fn row_stats_host(m: &[f32], sums: &mut [f32], positives: &mut [i32], rows: i32,
 }
 
 #[kernel(source = "tests/kernels/mixed.cu", host = row_stats_host)]
-fn row_stats(m: &Tensor<Cuda<0>>, sums: &mut Tensor<Cuda<0>>, positives: &mut Tensor<Cuda<0>, i32>, rows: i32, cols: i32);
+fn row_stats(
+    m: &Tensor<Cuda<0>>,
+    sums: &mut Tensor<Cuda<0>>,
+    positives: &mut Tensor<Cuda<0>, i32>,
+    rows: i32,
+    cols: i32,
+);
 
 fn scale_host(k: f32, y: &mut [f32], n: u64) {
     for v in &mut y[..n as usize] {

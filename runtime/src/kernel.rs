@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use crate::backend::current_stream;
 use crate::backend::user_kernel::{no_host_kernel, KernelArg, ScalarArg};
-use crate::backend::{self, RawStream};
 pub use crate::backend::user_kernel::{Grid, HostCall, HostKernel, KernelScalar, KernelSource};
+use crate::backend::{self, RawStream};
 use crate::device::{Device, DeviceId};
 use crate::element::Element;
 use crate::error::{Error, Result};
@@ -239,9 +239,6 @@ impl KernelFallback {
 
     /// As [`KernelLaunch::launch`]: an error, as the kernel's declaration was rejected.
     pub fn launch(self) -> Result<()> {
-        Err(Error::InvalidArgument {
-            op: "kernel",
-            reason: "the #[locus::kernel] declaration did not compile".into(),
-        })
+        Err(Error::InvalidArgument { op: "kernel", reason: "the #[locus::kernel] declaration did not compile".into() })
     }
 }

@@ -75,7 +75,7 @@ pub use kernel::{Grid, KernelLaunch};
 pub use loader::{Batch, Dataset, Loader, LoaderBuilder};
 pub use memory::{max_memory_allocated, memory_allocated, memory_reserved, reset_peak_memory_stats, stream_count};
 pub use parallel::{can_access_peer, enable_peer_access, DataParallel, Module, PeerAccess};
-pub use placement::{SameEventDevice, SameGraphDevice, SamePlacement, SameStreamDevice};
+pub use placement::{SameEventDevice, SameGraphDevice, SameKernelDevice, SamePlacement, SameStreamDevice};
 pub use stream::{
     cross_stream_waits, cross_stream_waits_skipped, current_stream, on_stream, synchronize, Event, Stream,
 };
@@ -91,8 +91,8 @@ pub mod __private {
     pub use crate::guard::{DeviceGuard, OnDevice};
     pub use crate::kernel::{HostCall, HostKernel, KernelFallback, KernelLaunch, KernelScalar, KernelSource};
     pub use crate::macro_support::*;
-    pub use crate::placement::SamePlacement;
-    pub use crate::tensor::Tensor;
+    pub use crate::placement::SameKernelDevice;
     pub use crate::placement::Unplaced;
+    pub use crate::tensor::Tensor;
     pub use crate::to_device::ToDevice;
 }

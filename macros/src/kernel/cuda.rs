@@ -183,7 +183,7 @@ fn render(toks: &[Token]) -> String {
                 out.push_str(s);
                 out.push('"');
             }
-            Tok::Punct(',') => out.push_str(", "),
+            Tok::Punct(',') => out.push(','),
             Tok::Punct(c) => out.push(*c),
             Tok::Other => out.push_str(" …"),
         }
@@ -220,10 +220,8 @@ pub fn find(src: &str, name: &str, origin: &str) -> Result<CKernel, String> {
                 blocks.pop();
             }
             Tok::Ident(found) if toks.get(i + 1).is_some_and(|t| t.tok == Tok::Punct('(')) => {
-                let start = (0..i)
-                    .rev()
-                    .find(|&j| matches!(toks[j].tok, Tok::Punct(';' | '{' | '}')))
-                    .map_or(0, |j| j + 1);
+                let start =
+                    (0..i).rev().find(|&j| matches!(toks[j].tok, Tok::Punct(';' | '{' | '}'))).map_or(0, |j| j + 1);
                 let prefix = &toks[start..i];
                 if !prefix.iter().any(|t| is_ident(t, "__global__")) || NOT_NAMES.contains(&found.as_str()) {
                     continue;
@@ -237,9 +235,7 @@ pub fn find(src: &str, name: &str, origin: &str) -> Result<CKernel, String> {
                 let line = toks[i].line;
                 let here = at(origin, line);
                 let extern_c = blocks.iter().any(|b| *b)
-                    || prefix
-                        .windows(2)
-                        .any(|w| is_ident(&w[0], "extern") && w[1].tok == Tok::Str("C".into()));
+                    || prefix.windows(2).any(|w| is_ident(&w[0], "extern") && w[1].tok == Tok::Str("C".into()));
                 if prefix.iter().any(|t| is_ident(t, "template")) {
                     return Err(format!(
                         "`{name}` at {here} is a template: its instances have C++-mangled names; \

@@ -1,6 +1,6 @@
 //! Phase 3: the generated fn. It keeps the user's name, attributes, visibility and
 //! parameters; gives every tensor after the first a placement parameter of its own,
-//! bound to the first's by `SamePlacement` (so that two GPUs give the placement
+//! bound to the first's by `SameKernelDevice` (so that two GPUs give the placement
 //! diagnostic, not a bare type mismatch); and returns the `KernelLaunch` its body fills.
 //! The source goes in through `include_str!`, so a change to a kernel file rebuilds.
 
@@ -100,7 +100,7 @@ fn expand(args: TokenStream, decl: &Decl) -> syn::Result<TokenStream> {
             set_placement(&mut r.elem, &own);
             out_sig.generics.params.push(syn::parse_quote!(#own: ::locus::__private::Device));
             let span = parse::ty_span(p);
-            bounds.push(quote_spanned!(span=> #first: ::locus::__private::SamePlacement<#own>));
+            bounds.push(quote_spanned!(span=> #own: ::locus::__private::SameKernelDevice<#first>));
         }
         tensors += 1;
     }

@@ -38,9 +38,9 @@ impl Parse for Args {
         let (mut source, mut name, mut host): (Option<LitStr>, Option<LitStr>, Option<syn::Path>) = (None, None, None);
         while !input.is_empty() {
             let key: Ident = input.call(syn::ext::IdentExt::parse_any)?;
-            let _: Token![=] = input.parse().map_err(|e| {
-                syn::Error::new(e.span(), format!("expected `=` after `{key}`, as in `{key} = ..`"))
-            })?;
+            let _: Token![=] = input
+                .parse()
+                .map_err(|e| syn::Error::new(e.span(), format!("expected `=` after `{key}`, as in `{key} = ..`")))?;
             let twice = |k: &Ident| syn::Error::new_spanned(k, format!("`{k}` is given twice"));
             match key.to_string().as_str() {
                 "source" if source.is_some() => return Err(twice(&key)),

@@ -149,7 +149,9 @@ pub fn against(sig: &Signature, params: &[Param<'_>], c: &CKernel, origin: &str,
 /// Rust tokens as the user would write them.
 pub fn show(t: &dyn ToTokens) -> String {
     let mut s = t.to_token_stream().to_string();
-    for (from, to) in [(" :", ":"), ("& ", "&"), (" <", "<"), ("< ", "<"), (" >", ">"), (" ,", ","), (":: ", "::"), (" ::", "::")] {
+    for (from, to) in
+        [(" :", ":"), ("& ", "&"), (" <", "<"), ("< ", "<"), (" >", ">"), (" ,", ","), (":: ", "::"), (" ::", "::")]
+    {
         s = s.replace(from, to);
     }
     s

@@ -40,12 +40,7 @@ pub struct KernelSource {
 
 impl KernelSource {
     /// What the macro emits.
-    pub const fn new(
-        name: &'static str,
-        source: &'static str,
-        origin: &'static str,
-        host: Option<HostKernel>,
-    ) -> Self {
+    pub const fn new(name: &'static str, source: &'static str, origin: &'static str, host: Option<HostKernel>) -> Self {
         KernelSource { name, source, origin, host, key: OnceLock::new() }
     }
 
