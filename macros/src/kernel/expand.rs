@@ -178,6 +178,8 @@ fn host_adapter(path: &syn::Path, params: &[Param<'_>]) -> TokenStream {
     let f = syn::Ident::new("__locus_fallback", Span::mixed_site());
     let typed = quote_spanned!(path.span()=> let #f: fn(#(#tys),*) = #path;);
     quote! {
+        // The written-out fn type is as long as the kernel's parameter list.
+        #[allow(clippy::type_complexity)]
         fn __locus_host(#call: &mut ::locus::__private::HostCall<'_>) -> ::locus::__private::Result<()> {
             #typed
             #f(#(#takes),*);

@@ -9,7 +9,6 @@
 //! place (`before_write`, then `after_write` once the launch is queued).
 
 use std::any::type_name;
-use std::sync::OnceLock;
 
 use super::Buffer;
 use crate::element::{DType, Element};
@@ -33,25 +32,17 @@ pub struct KernelSource {
     pub origin: &'static str,
     /// The Rust fallback run by the host backend, if any.
     pub host: Option<HostKernel>,
-    /// A hash of name and source, computed on first use: kernels of equal text share
-    /// their compiled code.
-    key: OnceLock<u64>,
 }
 
 impl KernelSource {
     /// What the macro emits.
     pub const fn new(name: &'static str, source: &'static str, origin: &'static str, host: Option<HostKernel>) -> Self {
-        KernelSource { name, source, origin, host, key: OnceLock::new() }
+        KernelSource { name, source, origin, host }
     }
 
-    /// The key of this kernel's compiled code: equal for equal name and source.
-    pub(crate) fn key(&self) -> u64 {
-        *self.key.get_or_init(|| {
-            use std::hash::{Hash, Hasher};
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            (self.name, self.source).hash(&mut h);
-            h.finish()
-        })
+    /// This kernel's identity: the address of its `static`, which never moves.
+    pub(crate) fn id(&'static self) -> usize {
+        self as *const KernelSource as usize
     }
 
     /// Checks what NVRTC and the driver take as C strings: a NUL would cut them short.
@@ -110,7 +101,8 @@ impl Grid {
     }
 
     /// The same geometry with `bytes` of dynamic shared memory per block (a kernel's
-    /// `extern __shared__` array).
+    /// `extern __shared__` array); up to 48 KiB, beyond which the driver refuses the
+    /// launch (an `Err`).
     pub const fn shared_bytes(self, bytes: u32) -> Self {
         Grid { shared: bytes, ..self }
     }
@@ -326,7 +318,6 @@ mod tests {
         let b = c.output::<f32>().unwrap();
         b[1] = a[1] * 2.0;
         assert!(c.output::<f32>().is_err());
-        drop(c);
         assert_eq!(y[1], 4.0);
         let ins = [(&[0u8; 4][..], DType::I32)];
         let mut outs: [(&mut [u8], DType); 0] = [];

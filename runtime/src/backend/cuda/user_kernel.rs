@@ -18,9 +18,10 @@ use super::stream::StreamObj;
 use crate::backend::user_kernel::{Grid, KernelArg, KernelSource};
 use crate::error::{Error, Result};
 
-/// Compiled kernels by [`KernelSource::key`] and architecture; a failure is kept as its
-/// message, so a bad kernel is compiled once and reported at every launch.
-type PtxCache = HashMap<(u64, (i32, i32)), std::result::Result<Ptx, String>>;
+/// Compiled kernels by name, source and architecture (kernels of equal text, declared
+/// twice, share their code); a failure is kept as its message, so a bad kernel is
+/// compiled once and reported at every launch. Looked up once per kernel and device.
+type PtxCache = HashMap<(&'static str, &'static str, (i32, i32)), std::result::Result<Ptx, String>>;
 
 static PTX: LazyLock<Mutex<PtxCache>> = LazyLock::new(Default::default);
 
@@ -30,7 +31,7 @@ pub(super) fn ptx(k: &'static KernelSource, arch: (i32, i32)) -> std::result::Re
     // One lock over the compile: two devices of one architecture wait for one compile.
     let mut cache = PTX.lock().unwrap_or_else(|p| p.into_inner());
     cache
-        .entry((k.key(), arch))
+        .entry((k.name, k.source, arch))
         .or_insert_with(|| {
             let file = match k.origin {
                 "inline" => format!("{}.cu", k.name),
@@ -69,8 +70,9 @@ pub(super) fn launch(
     grid: Grid,
     args: &[KernelArg<'_>],
 ) -> Result<()> {
-    dev.bind()?;
     let f = dev.user_function(k)?;
+    // After a first load, which may leave another context current.
+    dev.bind()?;
     let mut values = KernelArgs::new();
     let mut written = Vec::new();
     for arg in args {
