@@ -18,7 +18,7 @@ mod raw;
 use std::time::Instant;
 
 use locus::parallel::{DataParallel, Module};
-use locus::{on_stream, synchronize, Cpu, Cuda, Device, DeviceGuard, DeviceId, Stream, Tensor, ToDevice};
+use locus::{kernel, on_stream, synchronize, Cpu, Cuda, Device, DeviceGuard, DeviceId, Stream, Tensor, ToDevice};
 use method::{gbs, median, ms, row, row_na, samples};
 
 type G = Cuda<0>;
@@ -100,7 +100,18 @@ fn copies() {
     }
 }
 
-/// The 1024-element add, batched like the launch floor (`raw::launch_floor`).
+/// `out = a + b` as a kernel of the user's, for `user_kernel_1k_submit`: the same work as
+/// the built-in add of `small_add_1k_submit`, written into an existing tensor.
+#[kernel(source = r#"
+    extern "C" __global__ void add_1k(const float* a, const float* b, float* out, size_t n) {
+        size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+        if (i < n) out[i] = a[i] + b[i];
+    }
+"#)]
+fn add_1k<D: Device>(a: &Tensor<D>, b: &Tensor<D>, out: &mut Tensor<D>, n: usize);
+
+/// The 1024-element add, batched like the launch floor (`raw::launch_floor`), as a
+/// built-in op and as a `#[locus::kernel]` launch.
 fn small_ops() {
     let a = Tensor::<G>::rand([1024], 1).unwrap();
     let b = Tensor::<G>::rand([1024], 2).unwrap();
@@ -116,6 +127,24 @@ fn small_ops() {
         us
     });
     row("small_add_1k_submit", &submit, "us/op", "1024-element add, host time per op in a batch of 20000, no sync");
+    let mut out = Tensor::<G>::zeros([1024]).unwrap();
+    // The first launch compiles the kernel: the warm-up samples take it.
+    let user = samples(|| {
+        sync();
+        let t = Instant::now();
+        for _ in 0..n {
+            add_1k(&a, &b, &mut out, 1024).launch().unwrap();
+        }
+        let us = t.elapsed().as_secs_f64() / n as f64 * 1e6;
+        sync();
+        us
+    });
+    row(
+        "user_kernel_1k_submit",
+        &user,
+        "us/op",
+        "#[locus::kernel] add of 1024 elements into an existing tensor, host time per launch in a batch of 20000, no sync",
+    );
     let synced = samples(|| {
         sync();
         let t = Instant::now();

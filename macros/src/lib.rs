@@ -1,5 +1,5 @@
-//! Procedural macros of [locus](https://docs.rs/locus): `#[on_device]`, `with_device!`
-//! and `#[derive(ToDevice)]`. Use them through the `locus` crate, which re-exports them.
+//! Procedural macros of [locus](https://docs.rs/locus): `#[on_device]`, `with_device!`,
+//! `#[derive(ToDevice)]` and `#[kernel]`. Use them through the `locus` crate, which re-exports them.
 //!
 //! This crate only parses, checks and rewrites syntax; what the generated code calls
 //! lives in the runtime and is reached as `::locus::__private::…`.
@@ -8,6 +8,7 @@ mod async_body;
 mod derive;
 mod expand;
 mod fallback;
+mod kernel;
 mod parse;
 mod signature;
 mod validate;
@@ -276,4 +277,141 @@ pub fn with_device(input: TokenStream) -> TokenStream {
 #[proc_macro_derive(ToDevice)]
 pub fn derive_to_device(input: TokenStream) -> TokenStream {
     derive::to_device(input.into()).into()
+}
+
+/// Declares a CUDA C kernel as a typed Rust fn: the declaration is checked against the
+/// kernel's C declaration when the crate compiles, and calling it gives a
+/// [`KernelLaunch`](https://docs.rs/locus/latest/locus/struct.KernelLaunch.html) that
+/// `.launch()` queues like any op.
+///
+/// ```text
+/// #[locus::kernel(source = "kernels/saxpy.cu", host = saxpy_host)]
+/// fn saxpy<D: Device>(a: f32, x: &Tensor<D>, y: &mut Tensor<D>, n: usize);
+///
+/// saxpy(2.0, &x, &mut y, n).launch()?;                                  // current stream, one thread per element of `y`
+/// saxpy(2.0, &x, &mut y, n).grid(Grid::new([64, 1, 1], [256, 1, 1])).on(&stream).launch()?;
+/// ```
+///
+/// Arguments of the attribute:
+///
+/// | argument | what |
+/// |---|---|
+/// | `source = "kernels/saxpy.cu"` | a file, relative to the crate's directory (`CARGO_MANIFEST_DIR`); a change to it rebuilds the crate |
+/// | `source = r#"extern "C" __global__ void saxpy(..) { .. }"#` | the CUDA C itself (a `source` that says `__global__` is code, not a path) |
+/// | `name = "saxpy_f32"` | the C function's name, when it is not the Rust fn's |
+/// | `host = path::to::fn` | a Rust version the host backend runs (without one, a launch there is `Error::NoHostKernel`) |
+///
+/// What is checked when the crate compiles, each mistake an error at the Rust parameter
+/// that quotes the C one:
+///
+/// - the source has an `extern "C" __global__` function of that name (not a template:
+///   C++ names are mangled), with as many parameters as the declaration;
+/// - a `const T*` is `&Tensor<D, T>` (read), a `T*` is `&mut Tensor<D, T>` (written in
+///   place), with `float`, `double`, `int`, `unsigned char` being `f32`, `f64`, `i32`,
+///   `u8`;
+/// - a value is its Rust type: `float` `f32`, `double` `f64`, `int`/`int32_t` `i32`,
+///   `unsigned`/`uint32_t` `u32`, `long long`/`long`/`int64_t` `i64` (and their
+///   `unsigned` forms `u64`), `size_t` `usize`, `ptrdiff_t` `isize`, `short` `i16`,
+///   `char` `i8`, `unsigned char` `u8`, `bool` `bool`;
+/// - every tensor is on the first one's placement: tensors of two GPUs are a
+///   `SameKernelDevice` error naming both, as for any op (`Dyn` is checked at launch);
+/// - an output is `&mut`, so the borrow checker refuses the same tensor as an input and
+///   an output, or twice as an output;
+/// - the host fallback takes the same parameters with `&[T]` for inputs and `&mut [T]`
+///   for outputs, and returns `()`.
+///
+/// At run time, `.launch()`:
+///
+/// - queues the kernel on the thread's current stream of the tensors' device
+///   (`on_stream`), or on `.on(&stream)`'s; the stream first waits for the inputs' and
+///   outputs' writers (and for readers of the outputs), and later work on other streams
+///   waits for the outputs' write, exactly as for built-in ops, in graph captures too;
+/// - launches over `.grid(..)`, or by default `Grid::linear` of the first output's
+///   element count: blocks of 256 threads, one thread per element (an empty output
+///   launches nothing);
+/// - on the cuda backend, compiles the source with NVRTC once per kernel and device
+///   architecture (cached for the process); a compile error is `Error::Kernel` with
+///   NVRTC's log, a launch the driver refuses an `Error::Driver`;
+/// - on the host backend, runs the fallback as a job on the stream, like any host op;
+/// - copies an output that shares its memory with another tensor (a clone) first, so the
+///   other keeps its values.
+///
+/// What no declaration can check is the kernel's body: that it stays within the
+/// tensors it is given. Pass their lengths (as `n` above) and bound every access by them,
+/// as the kernels of locus do. The kernel's source is code of your crate, trusted as its
+/// Rust is.
+///
+/// The fn has one placement parameter per tensor after the first (for the check above)
+/// and a lifetime: call it with arguments, not a turbofish.
+///
+/// ```
+/// use locus::{kernel, Cuda, Device, Tensor};
+///
+/// fn axpb_host(a: f32, b: f32, x: &[f32], y: &mut [f32], n: u32) {
+///     for i in 0..n as usize {
+///         y[i] = a * x[i] + b;
+///     }
+/// }
+///
+/// /// `y = a * x + b`, element by element.
+/// #[kernel(host = axpb_host, source = r#"
+///     extern "C" __global__ void axpb(float a, float b, const float* x, float* y, unsigned n) {
+///         unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+///         if (i < n) y[i] = a * x[i] + b;
+///     }
+/// "#)]
+/// fn axpb<D: Device>(a: f32, b: f32, x: &Tensor<D>, y: &mut Tensor<D>, n: u32);
+///
+/// let x = Tensor::<Cuda<0>>::from_vec(vec![1.0, 2.0, 3.0], [3])?;
+/// let mut y = Tensor::<Cuda<0>>::zeros([3])?;
+/// axpb(2.0, 1.0, &x, &mut y, 3).launch()?;
+/// assert_eq!(y.to_vec()?, vec![3.0, 5.0, 7.0]);
+/// # Ok::<(), locus::Error>(())
+/// ```
+///
+/// # Expansion
+///
+/// Before:
+///
+/// ```
+/// # use locus::{kernel, Device, Tensor};
+/// # fn scale_host(k: f32, y: &mut [f32], n: usize) {}
+/// #[kernel(source = r#"extern "C" __global__ void scale(float k, float* y, size_t n) {}"#, host = scale_host)]
+/// fn scale<D: Device>(k: f32, y: &mut Tensor<D>, n: usize);
+/// ```
+///
+/// After (a second tensor would get `__LocusP1: SameKernelDevice<D>`):
+///
+/// ```
+/// # use locus::{Device, Tensor};
+/// # fn scale_host(k: f32, y: &mut [f32], n: usize) {}
+/// fn scale<'__locus, D: Device>(
+///     k: f32,
+///     y: &'__locus mut Tensor<D>,
+///     n: usize,
+/// ) -> ::locus::__private::KernelLaunch<'__locus, D> {
+///     fn __locus_host(call: &mut ::locus::__private::HostCall<'_>) -> ::locus::__private::Result<()> {
+///         let fallback: fn(f32, &mut [f32], usize) = scale_host;
+///         fallback(call.scalar::<f32>()?, call.output::<f32>()?, call.scalar::<usize>()?);
+///         ::core::result::Result::Ok(())
+///     }
+///     static __LOCUS_KERNEL: ::locus::__private::KernelSource = ::locus::__private::KernelSource::new(
+///         "scale",
+///         r#"extern "C" __global__ void scale(float k, float* y, size_t n) {}"#,
+///         "inline",
+///         ::core::option::Option::Some(__locus_host as _),
+///     );
+///     let mut launch = ::locus::__private::KernelLaunch::new(&__LOCUS_KERNEL, 3);
+///     launch.scalar::<f32>(k);
+///     launch.output(y);
+///     launch.scalar::<usize>(n);
+///     launch
+/// }
+/// ```
+///
+/// A `source` file is embedded with `include_str!` of its absolute path instead of the
+/// literal.
+#[proc_macro_attribute]
+pub fn kernel(args: TokenStream, item: TokenStream) -> TokenStream {
+    kernel::attribute(args.into(), item.into()).into()
 }

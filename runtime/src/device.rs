@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use crate::placement::{SameEventDevice, SameGraphDevice, SamePlacement, SameStreamDevice};
+use crate::placement::{SameEventDevice, SameGraphDevice, SameKernelDevice, SamePlacement, SameStreamDevice};
 
 pub use crate::device_id::DeviceId;
 
@@ -40,6 +40,7 @@ pub trait Device:
     + SameStreamDevice<Self>
     + SameEventDevice<Self>
     + SameGraphDevice<Self>
+    + SameKernelDevice<Self>
     + sealed::Sealed
 {
     /// The run-time name of this placement.

@@ -117,6 +117,17 @@ pub enum Error {
         message: String,
     },
 
+    /// A kernel of `#[locus::kernel]` launched on the host backend, which cannot run CUDA C,
+    /// without a Rust fallback.
+    #[error(
+        "kernel `{kernel}` has no host fallback: the host backend cannot run CUDA C; give it one with \
+         `#[locus::kernel(.., host = path::to::fn)]`, or run on a GPU (LOCUS_BACKEND=cuda)"
+    )]
+    NoHostKernel {
+        /// The kernel's name.
+        kernel: String,
+    },
+
     /// No backend could be set up.
     #[error("no backend: {reason} (LOCUS_BACKEND is `{requested}`; use `auto`, `cuda` or `host`)")]
     NoBackend {

@@ -36,8 +36,8 @@
 //   code written against cudarc or raw CUDA).
 // - on top: `loader`, `parallel` (peer access, collectives, DataParallel), `checkpoint`
 //   (safetensors files loaded to and saved from any placement), `dist`
-//   (several processes: launch, store, process groups),
-//   `macro_support` (what the macros expand to).
+//   (several processes: launch, store, process groups), `kernel` (launches of the user's
+//   `#[locus::kernel]` fns), `macro_support` (what the macros expand to).
 //
 // docs/DESIGN.md has the same map as a table (and the backend's own map), which
 // tests/layers.rs checks against every `crate::` import. Known exception, left for the
@@ -53,6 +53,7 @@ mod element;
 mod error;
 mod graph;
 mod guard;
+mod kernel;
 mod loader;
 mod macro_support;
 mod memory;
@@ -77,10 +78,11 @@ pub use element::{DType, Element, Float, Scalar};
 pub use error::{Error, Result};
 pub use graph::{Graph, GraphInputs, GraphOutputs, InputMut, Output};
 pub use guard::{current_device, DeviceGuard, IntoDeviceId, OnDevice};
+pub use kernel::{Grid, KernelLaunch};
 pub use loader::{Batch, Dataset, Loader, LoaderBuilder};
 pub use memory::{max_memory_allocated, memory_allocated, memory_reserved, reset_peak_memory_stats, stream_count};
 pub use parallel::{can_access_peer, enable_peer_access, DataParallel, Module, PeerAccess};
-pub use placement::{SameEventDevice, SameGraphDevice, SamePlacement, SameStreamDevice};
+pub use placement::{SameEventDevice, SameGraphDevice, SameKernelDevice, SamePlacement, SameStreamDevice};
 pub use raw::{RawView, RawViewMut};
 pub use stream::{
     cross_stream_waits, cross_stream_waits_skipped, current_stream, on_stream, synchronize, Event, Stream,
@@ -95,7 +97,10 @@ pub mod __private {
     pub use crate::device::{Cuda, Device, DeviceId, StaticDevice};
     pub use crate::error::{Error, Result};
     pub use crate::guard::{DeviceGuard, OnDevice};
+    pub use crate::kernel::{HostCall, HostKernel, KernelFallback, KernelLaunch, KernelScalar, KernelSource};
     pub use crate::macro_support::*;
+    pub use crate::placement::SameKernelDevice;
     pub use crate::placement::Unplaced;
+    pub use crate::tensor::Tensor;
     pub use crate::to_device::ToDevice;
 }

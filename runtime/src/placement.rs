@@ -77,6 +77,15 @@ pub trait SameEventDevice<S> {}
 )]
 pub trait SameGraphDevice<Other> {}
 
+/// A tensor on `Self` may be an argument of a kernel launch whose first tensor is on
+/// `First` (`#[locus::kernel]` fns bound each later tensor's placement by it).
+#[diagnostic::on_unimplemented(
+    message = "the tensors of one kernel launch are on `{First}` and `{Self}`",
+    label = "this tensor is on `{Self}`, the launch's first tensor on `{First}`",
+    note = "a kernel runs on one device, and locus never moves data between placements implicitly: copy this tensor first, `.to::<{First}>()`"
+)]
+pub trait SameKernelDevice<First> {}
+
 /// Never a real placement; see the module docs.
 #[doc(hidden)]
 pub enum Unplaced {}
@@ -101,4 +110,4 @@ macro_rules! placement_rule {
         impl$(<const $n: usize>)? $Trait<$p> for Dyn {}
     )*};
 }
-placement_rule!(SamePlacement, SameStreamDevice, SameEventDevice, SameGraphDevice);
+placement_rule!(SamePlacement, SameStreamDevice, SameEventDevice, SameGraphDevice, SameKernelDevice);

@@ -18,6 +18,7 @@ use std::cell::Cell;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use super::user_kernel::{Grid, KernelArg, KernelSource};
 use super::{selected, BackendDevice, Buffer, Collective, HostBuffer, RawEvent, RawStream, Release};
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
@@ -329,6 +330,19 @@ impl BackendDevice for Gate {
             op: "Graph::replay",
             reason: "a graph cannot replay inside a capture; replay it before or after".into(),
         })
+    }
+
+    fn launch_kernel(
+        &self,
+        device: DeviceId,
+        kernel: &'static KernelSource,
+        stream: &RawStream,
+        grid: Grid,
+        args: &[KernelArg<'_>],
+    ) -> Result<()> {
+        // A kernel is recorded as any op is: what it reads must be made in the capture or
+        // be an input (the backends check that as they order the buffers).
+        Gate::of(kernel.name, device)?.launch_kernel(device, kernel, stream, grid, args)
     }
 }
 

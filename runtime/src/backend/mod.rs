@@ -21,6 +21,7 @@ mod op;
 pub(crate) mod ordering;
 pub(crate) mod pinned_pool;
 mod traits;
+pub(crate) mod user_kernel;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};

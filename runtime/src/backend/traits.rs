@@ -17,6 +17,7 @@
 
 use std::time::Duration;
 
+use super::user_kernel::{Grid, KernelArg, KernelSource};
 use super::{
     BinaryOp, Blocks, Buffer, Collective, CommOp, Gemm, HostBuffer, ParamOp, RawComm, RawEvent, RawGraph, RawStream,
     ReduceOp, Release, UnaryOp,
@@ -155,6 +156,22 @@ pub(crate) trait BackendDevice: Send + Sync + 'static {
     /// writes `writes` (the outputs made in the capture); the caller has ordered them for
     /// `stream` (`use_on_stream`, `before_write`) and marks the writes after.
     fn launch_graph(&self, graph: &RawGraph, stream: &RawStream, reads: &[&Buffer], writes: &[&Buffer]) -> Result<()>;
+
+    /// Queues one launch of the user's `kernel` on `stream`, a stream of `device`, over
+    /// `grid` (checked, not empty), with `args` in the kernel's parameter order: buffers
+    /// of `device`, distinct for every `Write` (the tensor layer copies shared outputs
+    /// first). Every buffer is used on `stream` (its writer first, its free after the
+    /// launch); `Write` buffers are written in place (`before_write` before the launch,
+    /// `after_write` after it). The host backend runs the kernel's Rust fallback as a job,
+    /// or is `Error::NoHostKernel` without one.
+    fn launch_kernel(
+        &self,
+        device: DeviceId,
+        kernel: &'static KernelSource,
+        stream: &RawStream,
+        grid: Grid,
+        args: &[KernelArg<'_>],
+    ) -> Result<()>;
 }
 
 /// Storage-level work: a buffer that knows its device. Each op makes a new buffer on the

@@ -285,7 +285,9 @@ impl CudaBuffer {
     /// [`CudaBuffer::before_write`]): later readers on other streams wait for that write.
     pub(crate) fn after_write(&self, on: &Arc<StreamObj>) -> Result<()> {
         let mut u = self.uses();
-        let ready = match self.bytes > 0 && !Arc::ptr_eq(on, &self.dev.stream) {
+        // In a capture the event would mark a point of the graph, which nothing outside it
+        // may wait for; a captured reader on another stream waits for the writer instead.
+        let ready = match self.bytes > 0 && !Arc::ptr_eq(on, &self.dev.stream) && on.capture().is_none() {
             true => {
                 // The last write's event again when nobody else holds it (a graph's
                 // output, rewritten by every replay): waits already queued on it keep the

@@ -14,7 +14,9 @@ use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use locus_kernels::Source;
 
 use super::stream::StreamObj;
+use super::user_kernel;
 use crate::backend::account::MemoryAccount;
+use crate::backend::user_kernel::KernelSource;
 use crate::device_id::DeviceId;
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -97,6 +99,9 @@ pub(crate) fn probe() -> std::result::Result<usize, String> {
     Ok(count as usize)
 }
 
+/// A user kernel loaded on a device, with the module that owns it; or why it is not.
+type UserFunction = std::result::Result<(Handle<sys::CUfunction>, Arc<CudaModule>), Error>;
+
 /// A kernel by op, variant and element type.
 type KernelKey = (&'static str, &'static str, DType);
 
@@ -111,6 +116,9 @@ pub(crate) struct DeviceState {
     modules: [OnceLock<std::result::Result<Arc<CudaModule>, Error>>; 4],
     functions: Mutex<HashMap<String, Handle<sys::CUfunction>>>,
     kernels: Mutex<FastMap<KernelKey, Handle<sys::CUfunction>>>,
+    /// User kernels by [`KernelSource::id`], with the module that owns each; a failed
+    /// compile or load is kept too, so it is reported again rather than retried.
+    user: Mutex<FastMap<usize, UserFunction>>,
     copy: OnceLock<std::result::Result<Arc<StreamObj>, Error>>,
     graphs: OnceLock<std::result::Result<Arc<StreamObj>, Error>>,
 }
@@ -150,6 +158,7 @@ impl DeviceState {
             modules: Default::default(),
             functions: Mutex::new(HashMap::new()),
             kernels: Mutex::new(FastMap::default()),
+            user: Mutex::new(FastMap::default()),
             copy: OnceLock::new(),
             graphs: OnceLock::new(),
         })
@@ -226,6 +235,32 @@ impl DeviceState {
         // The module (kept in self.modules) owns the function; the handle stays valid.
         self.functions.lock().map_err(|_| poisoned(self.id()))?.insert(name.to_string(), Handle(raw));
         Ok(raw)
+    }
+
+    /// The user kernel `k`, compiled for this device's architecture (once per process
+    /// and architecture) and loaded on first use; later calls are a map lookup. The map
+    /// stays locked while a kernel loads, so no two threads load one kernel twice (a
+    /// second module replacing the first would unload code a launch may be running).
+    pub(crate) fn user_function(&self, k: &'static KernelSource) -> Result<sys::CUfunction> {
+        let mut user = self.user.lock().map_err(|_| poisoned(self.id()))?;
+        let entry = user.entry(k.id()).or_insert_with(|| {
+            let ptx = user_kernel::ptx(k, self.arch).map_err(|message| self.user_error(k, message))?;
+            let m = self.ctx.load_module(ptx).map_err(|e| self.user_error(k, format!("cuModuleLoadData: {e:?}")));
+            // cudarc may have changed the current context.
+            BOUND.with(|b| b.set(None));
+            let m = m?;
+            // `load_function` panics on a NUL in the name: `ptx` checked there is none.
+            let f = m.load_function(k.name).map_err(|e| {
+                self.user_error(k, format!("no `extern \"C\" __global__` function of that name ({e:?})"))
+            })?;
+            // The module, kept next to it for the process, owns the function.
+            Ok((Handle(f.cu_function()), m))
+        });
+        entry.as_ref().map(|(f, _)| f.0).map_err(Clone::clone)
+    }
+
+    fn user_error(&self, k: &KernelSource, message: String) -> Error {
+        Error::Kernel { device: self.id(), name: k.name.to_string(), message }
     }
 
     /// The side stream for staged host copies, created on first use.

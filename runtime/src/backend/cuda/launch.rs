@@ -33,6 +33,9 @@ impl KernelArg for i32 {}
 impl KernelArg for u64 {}
 impl KernelArg for f32 {}
 impl KernelArg for f64 {}
+/// A value of up to 8 bytes as its bytes, for the scalars of user kernels: the kernel reads
+/// the first `size_of` its parameter's type of them.
+impl KernelArg for [u8; 8] {}
 
 /// The parameters of one kernel launch, in order, each owned by value: for
 /// `exp_f32(const f32* x, f32* out, u64 n)`, `KernelArgs::new().ptr(x).ptr(&out).u64(n)`.
@@ -90,6 +93,12 @@ impl KernelArgs {
     /// Appends an `f64` (`arange`'s start and step, whatever the element type).
     pub(super) fn f64(self, value: f64) -> Self {
         self.val(value)
+    }
+
+    /// Appends a user kernel's scalar: its bytes first in a word of its own, which is what
+    /// a parameter of its C type (8 bytes or less) reads.
+    pub(super) fn scalar_bytes(self, bytes: [u8; 8]) -> Self {
+        self.val(bytes)
     }
 
     /// Appends `value` in its own element type (a `T` parameter of that type).
@@ -157,14 +166,30 @@ impl DeviceState {
         grid: (u32, u32, u32),
         block: (u32, u32, u32),
         stream: &StreamObj,
+        args: KernelArgs,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract, which is this one's with no shared memory.
+        unsafe { self.launch_shared(f, (grid, block, 0), stream, args) }
+    }
+
+    /// [`DeviceState::launch`] with `shared` bytes of dynamic shared memory per block.
+    ///
+    /// # Safety
+    /// As for [`DeviceState::launch`]; `shared` is at most what `f` may use (the driver
+    /// refuses more with an error).
+    pub(super) unsafe fn launch_shared(
+        &self,
+        f: sys::CUfunction,
+        (grid, block, shared): ((u32, u32, u32), (u32, u32, u32), u32),
+        stream: &StreamObj,
         mut args: KernelArgs,
     ) -> Result<()> {
         self.bind()?;
         let mut pointers = args.pointers();
         // SAFETY: this device's context is current (bind above); `f`, `stream`, the values in `args` and the memory
         // they name are valid for this launch by the caller's contract. `pointers` points into `args`, unchanged and
-        // alive until the call, which copies the values, returns. No dynamic shared memory is asked for (0 bytes).
-        unsafe { result::launch_kernel(f, grid, block, 0, stream.raw.0, &mut pointers) }
+        // alive until the call, which copies the values, returns.
+        unsafe { result::launch_kernel(f, grid, block, shared, stream.raw.0, &mut pointers) }
             .map_err(driver(self.ordinal, "cuLaunchKernel"))
     }
 }

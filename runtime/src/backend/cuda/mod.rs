@@ -14,7 +14,8 @@
 //! - `init`, `elementwise`, `reduce`, `matrix`: the compute ops, one kernel source each;
 //! - `transfer` and `staged`: copies between host and device and between devices;
 //! - `peer` and `nccl`: several devices;
-//! - `graph`: captures, their private memory, replays.
+//! - `graph`: captures, their private memory, replays;
+//! - `user_kernel`: kernels of `#[locus::kernel]`, compiled per architecture and launched.
 
 mod buffer;
 mod comm;
@@ -33,6 +34,7 @@ mod staged;
 mod storage;
 mod stream;
 mod transfer;
+mod user_kernel;
 mod watchdog;
 
 use std::sync::{Arc, OnceLock};
@@ -47,6 +49,7 @@ pub(crate) use event::EventObj;
 pub(crate) use graph::GraphObj;
 pub(crate) use stream::StreamObj;
 
+use super::user_kernel::{Grid, KernelArg, KernelSource};
 use super::{
     foreign, BackendDevice, Buffer, Collective, CommOp, HostBuffer, RawComm, RawEvent, RawGraph, RawStream, Release,
 };
@@ -312,5 +315,21 @@ impl BackendDevice for CudaBackend {
             RawGraph::Cuda(g) => g.launch(&s),
             RawGraph::Host(_) => Err(foreign("cuda", "a graph")),
         }
+    }
+
+    fn launch_kernel(
+        &self,
+        device: DeviceId,
+        kernel: &'static KernelSource,
+        stream: &RawStream,
+        grid: Grid,
+        args: &[KernelArg<'_>],
+    ) -> Result<()> {
+        let s = raw_stream(stream)?;
+        let dev = self.dev(device)?;
+        if s.ordinal != dev.ordinal {
+            return Err(Error::DeviceMismatch { op: kernel.name, lhs: device, rhs: DeviceId::Cuda(s.ordinal) });
+        }
+        user_kernel::launch(dev, kernel, &s, grid, args)
     }
 }

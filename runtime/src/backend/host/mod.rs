@@ -16,6 +16,7 @@ mod ops;
 mod queue;
 mod storage;
 mod streams;
+mod user_kernel;
 
 pub(crate) use buffer::HostBuffer;
 pub(crate) use graph::HostGraph;
@@ -23,6 +24,7 @@ use streams::{current_stream, default_stream, host_event, host_mem, host_stream,
 pub(crate) use streams::{HostEvent, HostStream};
 
 use crate::backend::account::MemoryAccount;
+use crate::backend::user_kernel::{Grid, KernelArg, KernelSource};
 use crate::backend::{
     BackendDevice, BackendStorage, Buffer, Collective, CommOp, RawComm, RawEvent, RawGraph, RawStream, Release,
 };
@@ -372,6 +374,21 @@ impl BackendDevice for HostBackend {
         let reads = reads.iter().map(|b| host_mem(b)).collect::<Result<Vec<_>>>()?;
         let writes = writes.iter().map(|b| host_mem(b)).collect::<Result<Vec<_>>>()?;
         g.launch(host_stream(stream)?, &reads, &writes)
+    }
+
+    fn launch_kernel(
+        &self,
+        device: DeviceId,
+        kernel: &'static KernelSource,
+        stream: &RawStream,
+        _grid: Grid,
+        args: &[KernelArg<'_>],
+    ) -> Result<()> {
+        let s = host_stream(stream)?;
+        if s.device != device || device.is_host() {
+            return Err(Error::DeviceMismatch { op: kernel.name, lhs: device, rhs: s.device });
+        }
+        user_kernel::launch(kernel, s, args)
     }
 }
 
