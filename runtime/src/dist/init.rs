@@ -90,7 +90,7 @@ impl Dist {
                      launch at most one process per device, or map local ranks to devices with LOCUS_DEVICE_MAP",
                     self.launch.rank,
                     self.launch.local_rank,
-                    crate::device_count().unwrap_or(0)
+                    crate::backend::device_count().unwrap_or(0)
                 ),
             }),
         }
@@ -179,7 +179,7 @@ fn join(launch: Launch, timeout: Duration, agent: Option<(String, String)>) -> R
     )?;
     let device = DeviceId::Cuda(launch.device_ordinal());
     let exists = crate::backend::for_device(device).is_ok()
-        && crate::device_count().is_ok_and(|n| (launch.device_ordinal() as usize) < n);
+        && crate::backend::device_count().is_ok_and(|n| (launch.device_ordinal() as usize) < n);
     let group = bind(group, exists.then_some(device))?;
     Ok(Dist { launch, store, group, ip, timeout, groups: AtomicUsize::new(0) })
 }
