@@ -202,7 +202,8 @@ impl HostCache {
             }
             None => {
                 let size = class.unwrap_or(bytes);
-                let fresh = || Mapping::zeroed(size).map(Mem::Mapped).or_else(|| zeroed_words(size.div_ceil(8)).map(Mem::Heap));
+                let fresh =
+                    || Mapping::zeroed(size).map(Mem::Mapped).or_else(|| zeroed_words(size.div_ceil(8)).map(Mem::Heap));
                 let mem = fresh().or_else(|| {
                     // Out of memory: give back what the cache holds, then retry once.
                     self.release();
@@ -230,11 +231,7 @@ impl HostCache {
         {
             let mut bins = self.bins();
             while self.bytes_cached.load(Ordering::Relaxed) + class > self.cap {
-                let oldest = bins
-                    .by_class
-                    .iter()
-                    .filter_map(|(&c, list)| list.first().map(|(age, _)| (*age, c)))
-                    .min();
+                let oldest = bins.by_class.iter().filter_map(|(&c, list)| list.first().map(|(age, _)| (*age, c))).min();
                 let Some((_, c)) = oldest else { break };
                 if let Some(list) = bins.by_class.get_mut(&c) {
                     evicted.push(list.remove(0).1);
@@ -304,7 +301,9 @@ mod tests {
         assert_eq!(class_of(usize::MAX), None);
         for bytes in (MIN_CACHED..1 << 27).step_by(40_961).chain([4096, 4097, HUGE_PAGE, HUGE_PAGE + 1, 64 << 20]) {
             let c = class_of(bytes).expect("a class");
-            assert!(c >= bytes && c - bytes <= bytes / 4 + MIN_CACHED.max(if bytes > HUGE_PAGE { HUGE_PAGE } else { 0 }));
+            assert!(
+                c >= bytes && c - bytes <= bytes / 4 + MIN_CACHED.max(if bytes > HUGE_PAGE { HUGE_PAGE } else { 0 })
+            );
             assert_eq!(c % MIN_CACHED, 0);
             if bytes > HUGE_PAGE {
                 assert_eq!(c % HUGE_PAGE, 0, "{bytes}");
@@ -332,7 +331,7 @@ mod tests {
         assert_eq!((s.host_allocs, s.cache_hits, s.bytes_cached), (1, 1, 0));
         assert_eq!(s.bytes_in_use, class_of(99_000).unwrap());
         let c = cache.acquire(300_000).expect("memory"); // another class: fresh and zeroed
-        // SAFETY: the block holds at least 300_000 bytes.
+                                                         // SAFETY: the block holds at least 300_000 bytes.
         assert!(unsafe { std::slice::from_raw_parts(c.ptr(), 300_000) }.iter().all(|&b| b == 0));
         assert_eq!(cache.stats().host_allocs, 2);
         let empty = cache.acquire(0).expect("an empty block");
@@ -341,7 +340,11 @@ mod tests {
         drop((b, c, empty, small));
         let s = cache.stats();
         assert_eq!(s.bytes_in_use, 0);
-        assert_eq!(s.bytes_cached, class_of(99_000).unwrap() + class_of(300_000).unwrap(), "small blocks are not cached");
+        assert_eq!(
+            s.bytes_cached,
+            class_of(99_000).unwrap() + class_of(300_000).unwrap(),
+            "small blocks are not cached"
+        );
     }
 
     #[test]

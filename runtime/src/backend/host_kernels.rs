@@ -153,7 +153,9 @@ fn binary_part<T: Element>(
         x.get(start..).unwrap_or(&[])
     }
     match layout {
-        Layout::Same => out.iter_mut().zip(from(l, start).iter().zip(from(r, start))).for_each(|(o, (&a, &b))| put(o, a, b)),
+        Layout::Same => {
+            out.iter_mut().zip(from(l, start).iter().zip(from(r, start))).for_each(|(o, (&a, &b))| put(o, a, b))
+        }
         Layout::RhsScalar => out.iter_mut().zip(from(l, start)).for_each(|(o, &a)| put(o, a, r[0])),
         Layout::LhsScalar => out.iter_mut().zip(from(r, start)).for_each(|(o, &b)| put(o, l[0], b)),
         Layout::Strided { lhs, rhs } => {
@@ -337,7 +339,9 @@ pub(super) fn matmul_f32(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usi
     let (rsa, rsb) = (k as isize, n as isize);
     // SAFETY: `a` holds `m * k`, `b` `k * n` and `out` `m * n` elements (checked above),
     // at the row-major strides given; `out` is not read (beta is 0) and is not aliased.
-    unsafe { matrixmultiply::sgemm(m, k, n, 1.0, a.as_ptr(), rsa, 1, b.as_ptr(), rsb, 1, 0.0, out.as_mut_ptr(), rsb, 1) };
+    unsafe {
+        matrixmultiply::sgemm(m, k, n, 1.0, a.as_ptr(), rsa, 1, b.as_ptr(), rsb, 1, 0.0, out.as_mut_ptr(), rsb, 1)
+    };
     Ok(())
 }
 
@@ -349,7 +353,9 @@ pub(super) fn matmul_f64(a: &[f64], b: &[f64], out: &mut [f64], m: usize, k: usi
     }
     let (rsa, rsb) = (k as isize, n as isize);
     // SAFETY: as in `matmul_f32`.
-    unsafe { matrixmultiply::dgemm(m, k, n, 1.0, a.as_ptr(), rsa, 1, b.as_ptr(), rsb, 1, 0.0, out.as_mut_ptr(), rsb, 1) };
+    unsafe {
+        matrixmultiply::dgemm(m, k, n, 1.0, a.as_ptr(), rsa, 1, b.as_ptr(), rsb, 1, 0.0, out.as_mut_ptr(), rsb, 1)
+    };
     Ok(())
 }
 
@@ -399,10 +405,7 @@ pub(super) fn transpose<T: Element>(x: &[T], out: &mut [T], rows: usize, cols: u
 /// `dst` made a copy of `src` (the same length), split over the pool when large.
 pub(super) fn copy(dst: &mut [u8], src: &[u8]) -> Result<()> {
     if dst.len() != src.len() {
-        return Err(Error::InvalidArgument {
-            op: "copy",
-            reason: format!("{} bytes into {}", src.len(), dst.len()),
-        });
+        return Err(Error::InvalidArgument { op: "copy", reason: format!("{} bytes into {}", src.len(), dst.len()) });
     }
     split_mut(dst, 1, COPY_GRAIN, &|start, d| {
         d.copy_from_slice(&src[start..start + d.len()]);

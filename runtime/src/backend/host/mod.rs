@@ -100,13 +100,8 @@ impl HostBackend {
                     reason,
                 })
             });
-        let config_error = devices
-            .as_ref()
-            .err()
-            .or(memory.as_ref().err())
-            .or(delay.as_ref().err())
-            .or(pool.as_ref().err())
-            .cloned();
+        let config_error =
+            devices.as_ref().err().or(memory.as_ref().err()).or(delay.as_ref().err()).or(pool.as_ref().err()).cloned();
         let (devices, memory) = (devices.unwrap_or(0), memory.unwrap_or(0));
         let mut accounts =
             vec![MemoryAccount::new(DeviceId::Cpu, usize::MAX), MemoryAccount::new(DeviceId::Pinned, usize::MAX)];

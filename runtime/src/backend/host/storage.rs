@@ -119,12 +119,10 @@ impl BackendStorage for HostBuffer {
         launch(
             self.op(op.name(), dtype, len),
             &[self],
-            Box::new(move |ins, out| {
-                match dtype {
-                    DType::F32 => k::unary_float::<f32>(op, typed(ins[0]), typed_mut(out)),
-                    DType::F64 => k::unary_float::<f64>(op, typed(ins[0]), typed_mut(out)),
-                    _ => with_dtype!(dtype, T => k::unary::<T>(op, typed(ins[0]), typed_mut(out))),
-                }
+            Box::new(move |ins, out| match dtype {
+                DType::F32 => k::unary_float::<f32>(op, typed(ins[0]), typed_mut(out)),
+                DType::F64 => k::unary_float::<f64>(op, typed(ins[0]), typed_mut(out)),
+                _ => with_dtype!(dtype, T => k::unary::<T>(op, typed(ins[0]), typed_mut(out))),
             }),
         )
     }
@@ -140,17 +138,15 @@ impl BackendStorage for HostBuffer {
         launch(
             self.op(name, dtype, len),
             &[self],
-            Box::new(move |ins, out| {
-                match (op, dtype) {
-                    (ParamOp::Pow(e), DType::F64) => k::pow::<f64>(typed(ins[0]), f64::from_scalar(e), typed_mut(out)),
-                    (ParamOp::Pow(e), _) => k::pow::<f32>(typed(ins[0]), f32::from_scalar(e), typed_mut(out)),
-                    (ParamOp::Clamp(lo, hi), _) => with_dtype!(dtype, T => k::clamp::<T>(
-                        typed(ins[0]),
-                        T::from_scalar(lo),
-                        T::from_scalar(hi),
-                        typed_mut(out),
-                    )),
-                }
+            Box::new(move |ins, out| match (op, dtype) {
+                (ParamOp::Pow(e), DType::F64) => k::pow::<f64>(typed(ins[0]), f64::from_scalar(e), typed_mut(out)),
+                (ParamOp::Pow(e), _) => k::pow::<f32>(typed(ins[0]), f32::from_scalar(e), typed_mut(out)),
+                (ParamOp::Clamp(lo, hi), _) => with_dtype!(dtype, T => k::clamp::<T>(
+                    typed(ins[0]),
+                    T::from_scalar(lo),
+                    T::from_scalar(hi),
+                    typed_mut(out),
+                )),
             }),
         )
     }
@@ -209,7 +205,9 @@ impl BackendStorage for HostBuffer {
         launch(
             self.op("transpose", dtype, rows * cols),
             &[self],
-            Box::new(move |ins, out| with_dtype!(dtype, T => k::transpose::<T>(typed(ins[0]), typed_mut(out), rows, cols))),
+            Box::new(
+                move |ins, out| with_dtype!(dtype, T => k::transpose::<T>(typed(ins[0]), typed_mut(out), rows, cols)),
+            ),
         )
     }
 
