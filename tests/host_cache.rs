@@ -1,7 +1,8 @@
 //! The host-memory cache seen from tensors (issue 21's cache, issue 23's "no page fault
 //! per 4 KiB"): a host buffer of a size used before comes back mapped and touched, the
 //! cache reports what it holds within its cap, and `release_cached_host` empties it.
-//! One test in its own binary: the page-fault count is the whole process's.
+//! The cache test is alone in its binary (the page-fault count is the whole process's)
+//! but for a test whose work happens in child processes.
 
 use locus::{host_stats, release_cached_host, Cpu, Cuda, Tensor};
 
@@ -63,4 +64,32 @@ fn host_buffers_are_reused_without_page_faults_within_the_cap_and_released() -> 
     let s = host_stats();
     assert!(s.bytes_cached <= s.cap, "{s:?}");
     Ok(())
+}
+
+#[test]
+fn a_bad_thread_count_or_cache_cap_is_a_clear_error() {
+    // The backend reads its configuration once per process: check in a child process.
+    if let Some(var) = std::env::var_os("LOCUS_HOST_CACHE_CHILD") {
+        let var = var.to_string_lossy().into_owned();
+        match Tensor::<Cuda<0>>::zeros([1]) {
+            Err(locus::Error::NoBackend { reason, .. }) => {
+                assert!(reason.contains(&var), "{reason}");
+                println!("child: clear error: {reason}");
+            }
+            other => panic!("expected NoBackend naming {var}, got {other:?}"),
+        }
+        return;
+    }
+    for (var, value) in [("LOCUS_HOST_THREADS", "0"), ("LOCUS_HOST_THREADS", "many"), ("LOCUS_HOST_CACHE", "-1")] {
+        let out = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+            .args(["--exact", "a_bad_thread_count_or_cache_cap_is_a_clear_error", "--nocapture"])
+            .env("LOCUS_HOST_CACHE_CHILD", var)
+            .env("LOCUS_BACKEND", "host")
+            .env(var, value)
+            .output()
+            .expect("the test binary runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{var}={value}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains("child: clear error"), "{var}={value}: {stdout}");
+    }
 }
