@@ -67,6 +67,7 @@ mod tensor;
 mod to_device;
 mod unwaited;
 
+pub use backend::host_cache::{host_stats, release_cached_host, HostStats};
 pub use backend::pinned_pool::{pinned_stats, release_cached_pinned, PinnedStats};
 pub use backend::{backend_name, device_count};
 pub use checkpoint::{

@@ -1,8 +1,16 @@
-//! A few long-lived threads for host-side copies (starting threads per copy costs more
-//! than the copy saves): [`on_copiers`] runs the parts of one copy on them and on the
-//! calling thread, and returns when all parts have, with the first error or a panic as
-//! an `Err`. `LOCUS_COPY_THREADS` sets the count (default: the cores, at most 8).
+//! The process's one pool of long-lived worker threads (starting threads per copy or per
+//! kernel costs more than the work saves), for staged copies and for the host backend's
+//! kernels and copies above a size threshold: [`on_copiers`] runs the parts of one piece
+//! of work on them and on the calling thread, and returns when all parts have, with the
+//! first error or a panic as an `Err`; [`split_mut`] cuts an output into such parts.
+//!
+//! `LOCUS_HOST_THREADS` sets how many threads host work is split over (default: the
+//! available parallelism), `LOCUS_COPY_THREADS` how many a staged copy uses (default: the
+//! cores, at most 8); the pool holds the larger number, counting the caller's thread.
+//! A part never waits for another part, and work started on a pool thread runs all its
+//! parts on that thread, so no part can wait for a thread that waits for it.
 
+use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Condvar, LazyLock, Mutex};
@@ -11,12 +19,51 @@ use crate::error::{panic_message, Error, Result};
 
 /// The threads a copy uses, counting the caller's.
 pub(crate) fn copy_threads() -> usize {
-    COPIERS.threads
+    COPIERS.copy_threads
+}
+
+/// The threads host kernels and copies split their work over, counting the caller's.
+pub(crate) fn host_threads() -> usize {
+    COPIERS.host_threads
+}
+
+thread_local! {
+    /// Set on the pool's own threads: work started there runs its parts in place.
+    static IN_POOL: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f(start, chunk)` for contiguous chunks of `out` that together cover it, each a
+/// whole number of `unit` elements (but the last) and at least `grain` units long, on
+/// up to [`host_threads`] threads; returns the first error. Below two grains it is one
+/// call on this thread.
+pub(crate) fn split_mut<T: Send>(
+    out: &mut [T],
+    unit: usize,
+    grain: usize,
+    f: &(dyn Fn(usize, &mut [T]) -> Result<()> + Sync),
+) -> Result<()> {
+    let unit = unit.max(1);
+    let units = out.len().div_ceil(unit);
+    let parts = (units / grain.max(1)).min(host_threads()).max(1);
+    if parts == 1 {
+        return f(0, out);
+    }
+    let per = units.div_ceil(parts) * unit;
+    let chunks: Vec<Mutex<&mut [T]>> = out.chunks_mut(per).map(Mutex::new).collect();
+    on_copiers(chunks.len(), &|i| {
+        let mut chunk = chunks[i].lock().unwrap_or_else(|p| p.into_inner());
+        f(i * per, &mut chunk)
+    })
 }
 
 /// Runs `f(0)` on this thread and `f(1)` .. `f(n - 1)` on the copy threads, and returns
 /// once all have: the first error, or `Error::Panicked` for a panic.
 pub(crate) fn on_copiers(n: usize, f: &(dyn Fn(usize) -> Result<()> + Sync)) -> Result<()> {
+    if IN_POOL.with(Cell::get) {
+        // A part that splits again would wait for pool threads that may all be waiting
+        // the same way: run every part here instead.
+        return (0..n).map(|i| caught(|| f(i))).find(Result::is_err).unwrap_or(Ok(()));
+    }
     let latch = Arc::new(Latch { state: Mutex::new((n.saturating_sub(1), Ok(()))), done: Condvar::new() });
     // SAFETY: the jobs borrow `f` beyond what the compiler can see, but this function
     // returns only after every job has run and counted the latch down (a job catches its
@@ -66,12 +113,13 @@ impl Latch {
 
 type Job = Box<dyn FnOnce() + Send>;
 
-/// A few long-lived threads for host-side copies (starting threads per copy costs more
-/// than the copy saves).
+/// The pool: a queue of parts and the threads that take them.
 struct Copiers {
     tx: Mutex<Sender<Job>>,
     /// The threads a copy uses, counting the caller's.
-    threads: usize,
+    copy_threads: usize,
+    /// The threads host work is split over, counting the caller's.
+    host_threads: usize,
 }
 
 impl Copiers {
@@ -80,28 +128,43 @@ impl Copiers {
     }
 }
 
+/// The most threads either variable may ask for.
+const MAX_THREADS: usize = 256;
+
+/// `name` as a thread count in `1..=MAX_THREADS`: `Ok(None)` when unset, an error naming
+/// the variable when it is not such a count (the host backend reports it; the pool then
+/// uses the default).
+pub(crate) fn thread_count_var(name: &str) -> std::result::Result<Option<usize>, String> {
+    match std::env::var(name) {
+        Err(_) => Ok(None),
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(n) if (1..=MAX_THREADS).contains(&n) => Ok(Some(n)),
+            _ => Err(format!("{name}=`{v}` is not a thread count from 1 to {MAX_THREADS}")),
+        },
+    }
+}
+
 static COPIERS: LazyLock<Copiers> = LazyLock::new(|| {
-    // LOCUS_COPY_THREADS tunes the count (default: the cores, at most 8).
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let threads = std::env::var("LOCUS_COPY_THREADS")
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .unwrap_or(cores.min(8))
-        .clamp(1, 64);
+    let copy_threads = thread_count_var("LOCUS_COPY_THREADS").ok().flatten().unwrap_or(cores.min(8));
+    let host_threads = thread_count_var("LOCUS_HOST_THREADS").ok().flatten().unwrap_or(cores.min(MAX_THREADS));
     let (tx, rx) = channel::<Job>();
     let rx = Arc::new(Mutex::new(rx));
-    for i in 1..threads {
+    for i in 1..copy_threads.max(host_threads) {
         let rx = Arc::clone(&rx);
         // A thread that does not start leaves its jobs to the others (or to the caller).
-        let _ = std::thread::Builder::new().name(format!("locus-copy-{i}")).spawn(move || loop {
-            let job = match rx.lock().unwrap_or_else(|p| p.into_inner()).recv() {
-                Ok(job) => job,
-                Err(_) => return,
-            };
-            job();
+        let _ = std::thread::Builder::new().name(format!("locus-pool-{i}")).spawn(move || {
+            IN_POOL.with(|p| p.set(true));
+            loop {
+                let job = match rx.lock().unwrap_or_else(|p| p.into_inner()).recv() {
+                    Ok(job) => job,
+                    Err(_) => return,
+                };
+                job();
+            }
         });
     }
-    Copiers { tx: Mutex::new(tx), threads }
+    Copiers { tx: Mutex::new(tx), copy_threads, host_threads }
 });
 
 #[cfg(test)]
@@ -130,5 +193,48 @@ mod tests {
         assert_eq!(panicked, Err(Error::Panicked { message: "part 2".into() }));
         // The copy threads survive a panic in a job.
         on_copiers(4, &|_| Ok(())).unwrap();
+    }
+
+    #[test]
+    fn split_mut_covers_the_output_once_in_whole_units() {
+        for (len, unit, grain) in [(0, 1, 1), (1, 1, 1), (1001, 1, 7), (1000, 10, 3), (1003, 10, 1), (5, 8, 1)] {
+            let mut out = vec![0usize; len];
+            split_mut(&mut out, unit, grain, &|start, chunk| {
+                assert_eq!(start % unit, 0, "a chunk starts inside a unit");
+                if start + chunk.len() < len {
+                    assert_eq!(chunk.len() % unit, 0, "a chunk but the last ends inside a unit");
+                    assert!(chunk.len() >= unit * grain, "a chunk below the grain");
+                }
+                for (i, o) in chunk.iter_mut().enumerate() {
+                    *o += start + i + 1;
+                }
+                Ok(())
+            })
+            .unwrap();
+            assert!(out.iter().enumerate().all(|(i, &o)| o == i + 1), "{len} {unit} {grain}: {out:?}");
+        }
+        let e = split_mut(&mut [0u8; 1 << 12], 1, 1, &|start, _| {
+            if start > 0 {
+                return Err(Error::InvalidArgument { op: "split", reason: "late part".into() });
+            }
+            Ok(())
+        });
+        assert!(host_threads() == 1 || e.is_err(), "{e:?}");
+    }
+
+    #[test]
+    fn work_started_on_a_pool_thread_runs_its_parts_there() {
+        let threads = host_threads().max(2);
+        // Every part splits again: with nested parts queued behind busy threads this
+        // would hang; run in place, it finishes.
+        let total = AtomicUsize::new(0);
+        on_copiers(threads, &|_| {
+            on_copiers(threads, &|_| {
+                total.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            })
+        })
+        .unwrap();
+        assert_eq!(total.load(Ordering::Relaxed), threads * threads);
     }
 }

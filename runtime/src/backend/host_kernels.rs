@@ -1,26 +1,69 @@
 //! The host backend's compute loops, generic over the element type.
 //!
+//! Above [`GRAIN`] elements of work a kernel splits its output into contiguous chunks over
+//! the process's worker pool (`copy_threads::split_mut`, `LOCUS_HOST_THREADS`); on a
+//! simulated device that happens inside the stream's job, so the stream's order is kept
+//! and only the job itself runs wider. Each output element is computed as on one thread:
+//! elementwise ops, copies, transposes, `max` and integer sums are bit-identical whatever
+//! the split. Float `sum` and `mean` accumulate in f64, in sixteen lanes per row and one
+//! partial sum per thread, added in a fixed order: the f64 result is within
+//! `n · 2⁻⁵³ · Σ|x|` of the exact sum, as any summation order is, so an f32 result is the
+//! sequential one or one ulp from it. Reductions over a dim other than the last keep the
+//! sequential order per output (bit-identical). f32 and f64 matmul go to
+//! `matrixmultiply` (its own threads); integer matmul is a loop split by rows.
+//!
 //! The loops walk the operands' dims, and an empty tensor's dims may still be huge
 //! (`[1 << 40, 0]`): a kernel with an empty result returns before walking any.
 
+use super::copy_threads::split_mut;
 use super::{rand_bits, BinaryOp, Blocks, ReduceOp, UnaryOp};
 use crate::element::{Element, Float};
 use crate::error::{Error, Result};
 use crate::shape::{Layout, Reduction};
 
-pub(super) fn arange<T: Element>(out: &mut [T], start: f64, step: f64) {
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = T::from_f64(start + i as f64 * step);
-    }
+/// Elements of work (or bytes, for copies: [`COPY_GRAIN`]) below which a kernel runs on
+/// one thread: waking a pool thread costs more than it saves on less.
+pub(super) const GRAIN: usize = 1 << 15;
+
+/// Bytes below which a copy runs on one thread.
+pub(super) const COPY_GRAIN: usize = 1 << 18;
+
+/// `f(x_part, out_part)` over matching parts of `x` and `out`, split over the pool.
+fn map<T: Element>(x: &[T], out: &mut [T], f: impl Fn(&[T], &mut [T]) + Sync) -> Result<()> {
+    split_mut(out, 1, GRAIN, &|start, o| {
+        let end = (start + o.len()).min(x.len());
+        f(&x[start.min(end)..end], o);
+        Ok(())
+    })
 }
 
-pub(super) fn rand<T: Float>(out: &mut [T], seed: u64) {
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = T::from_bits_uniform(rand_bits(seed, i as u64));
-    }
+/// Every element of `out` set to `value`.
+pub(super) fn fill<T: Element>(out: &mut [T], value: T) -> Result<()> {
+    split_mut(out, 1, GRAIN, &|_, o| {
+        o.fill(value);
+        Ok(())
+    })
 }
 
-pub(super) fn unary<T: Element>(op: UnaryOp, x: &[T], out: &mut [T]) {
+pub(super) fn arange<T: Element>(out: &mut [T], start: f64, step: f64) -> Result<()> {
+    split_mut(out, 1, GRAIN, &|at, o| {
+        for (i, o) in o.iter_mut().enumerate() {
+            *o = T::from_f64(start + (at + i) as f64 * step);
+        }
+        Ok(())
+    })
+}
+
+pub(super) fn rand<T: Float>(out: &mut [T], seed: u64) -> Result<()> {
+    split_mut(out, 1, GRAIN, &|at, o| {
+        for (i, o) in o.iter_mut().enumerate() {
+            *o = T::from_bits_uniform(rand_bits(seed, (at + i) as u64));
+        }
+        Ok(())
+    })
+}
+
+pub(super) fn unary<T: Element>(op: UnaryOp, x: &[T], out: &mut [T]) -> Result<()> {
     let f: fn(T) -> T = match op {
         UnaryOp::Neg => T::neg,
         // NaN stays NaN, as in torch.relu.
@@ -33,40 +76,39 @@ pub(super) fn unary<T: Element>(op: UnaryOp, x: &[T], out: &mut [T]) {
         UnaryOp::Exp => |v| T::from_f64(v.to_f64().exp()),
         UnaryOp::Sqrt => |v| T::from_f64(v.to_f64().sqrt()),
     };
-    for (o, &v) in out.iter_mut().zip(x) {
-        *o = f(v);
-    }
+    map(x, out, |x, out| out.iter_mut().zip(x).for_each(|(o, &v)| *o = f(v)))
 }
 
-pub(super) fn unary_float<T: Float>(op: UnaryOp, x: &[T], out: &mut [T]) {
-    match op {
-        UnaryOp::Exp => out.iter_mut().zip(x).for_each(|(o, &v)| *o = v.exp()),
-        UnaryOp::Sqrt => out.iter_mut().zip(x).for_each(|(o, &v)| *o = v.sqrt()),
+pub(super) fn unary_float<T: Float>(op: UnaryOp, x: &[T], out: &mut [T]) -> Result<()> {
+    let f: fn(T) -> T = match op {
+        UnaryOp::Exp => T::exp,
+        UnaryOp::Sqrt => T::sqrt,
         // Through f64 (exact both ways) so that -0.0 becomes 0.0.
-        UnaryOp::Abs => out.iter_mut().zip(x).for_each(|(o, &v)| *o = T::from_f64(v.to_f64().abs())),
-        UnaryOp::Neg | UnaryOp::Relu | UnaryOp::Square => unary(op, x, out),
-    }
+        UnaryOp::Abs => |v| T::from_f64(v.to_f64().abs()),
+        UnaryOp::Neg | UnaryOp::Relu | UnaryOp::Square => return unary(op, x, out),
+    };
+    map(x, out, |x, out| out.iter_mut().zip(x).for_each(|(o, &v)| *o = f(v)))
 }
 
 /// `x` limited to `[lo, hi]`; NaN stays NaN (both comparisons are false), as in torch.clamp.
-pub(super) fn clamp<T: Element>(x: &[T], lo: T, hi: T, out: &mut [T]) {
-    for (o, &v) in out.iter_mut().zip(x) {
-        *o = if v < lo {
-            lo
-        } else if v > hi {
-            hi
-        } else {
-            v
-        };
-    }
+pub(super) fn clamp<T: Element>(x: &[T], lo: T, hi: T, out: &mut [T]) -> Result<()> {
+    map(x, out, |x, out| {
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = if v < lo {
+                lo
+            } else if v > hi {
+                hi
+            } else {
+                v
+            };
+        }
+    })
 }
 
 /// `x^e`, computed in f64 and rounded: the reference the GPU's `powf`/`pow` are checked against.
-pub(super) fn pow<T: Float>(x: &[T], e: T, out: &mut [T]) {
+pub(super) fn pow<T: Float>(x: &[T], e: T, out: &mut [T]) -> Result<()> {
     let e = e.to_f64();
-    for (o, &v) in out.iter_mut().zip(x) {
-        *o = T::from_f64(v.to_f64().powf(e));
-    }
+    map(x, out, |x, out| out.iter_mut().zip(x).for_each(|(o, &v)| *o = T::from_f64(v.to_f64().powf(e))))
 }
 
 fn apply<T: Element>(op: BinaryOp, a: T, b: T) -> Option<T> {
@@ -86,20 +128,48 @@ pub(super) fn binary<T: Element>(
     out_shape: &[usize],
     layout: &Layout,
 ) -> Result<()> {
+    split_mut(out, 1, GRAIN, &|start, out| binary_part(op, l, r, out, start, out_shape, layout))
+}
+
+/// Elements `start..start + out.len()` of a binary op.
+fn binary_part<T: Element>(
+    op: BinaryOp,
+    l: &[T],
+    r: &[T],
+    out: &mut [T],
+    start: usize,
+    out_shape: &[usize],
+    layout: &Layout,
+) -> Result<()> {
+    if out.is_empty() {
+        return Ok(());
+    }
     let mut ok = true;
     let mut put = |o: &mut T, a: T, b: T| match apply(op, a, b) {
         Some(v) => *o = v,
         None => ok = false,
     };
+    fn from<T>(x: &[T], start: usize) -> &[T] {
+        x.get(start..).unwrap_or(&[])
+    }
     match layout {
-        Layout::Same => out.iter_mut().zip(l.iter().zip(r)).for_each(|(o, (&a, &b))| put(o, a, b)),
-        Layout::RhsScalar => out.iter_mut().zip(l).for_each(|(o, &a)| put(o, a, r[0])),
-        Layout::LhsScalar => out.iter_mut().zip(r).for_each(|(o, &b)| put(o, l[0], b)),
+        Layout::Same => {
+            out.iter_mut().zip(from(l, start).iter().zip(from(r, start))).for_each(|(o, (&a, &b))| put(o, a, b))
+        }
+        Layout::RhsScalar => out.iter_mut().zip(from(l, start)).for_each(|(o, &a)| put(o, a, r[0])),
+        Layout::LhsScalar => out.iter_mut().zip(from(r, start)).for_each(|(o, &b)| put(o, l[0], b)),
         Layout::Strided { lhs, rhs } => {
-            // An odometer over the output index, moving both operand offsets with it.
+            // An odometer over the output index, moving both operand offsets with it,
+            // started at `start` (every dim is non-zero: the output is not empty).
             let rank = out_shape.len();
             let mut idx = vec![0usize; rank];
-            let (mut li, mut ri) = (0usize, 0usize);
+            let (mut li, mut ri, mut rest) = (0usize, 0usize, start);
+            for d in (0..rank).rev() {
+                idx[d] = rest % out_shape[d];
+                rest /= out_shape[d];
+                li += idx[d] * lhs[d];
+                ri += idx[d] * rhs[d];
+            }
             for o in out.iter_mut() {
                 put(o, l[li], r[ri]);
                 for d in (0..rank).rev() {
@@ -123,51 +193,253 @@ pub(super) fn binary<T: Element>(
     }
 }
 
-pub(super) fn reduce<T: Element>(op: ReduceOp, x: &[T], out: &mut [T], r: Reduction) {
-    if out.is_empty() {
-        return;
+/// The f64 sum of `x` in sixteen lanes, added pairwise; with AVX2 where the processor
+/// has it (the same additions in the same order, so the same result, four at a time).
+fn sum_f64<T: Element>(x: &[T]) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the processor has AVX2, checked on the line above.
+        return unsafe { sum_f64_avx2(x) };
     }
-    for o in 0..r.outer {
-        for i in 0..r.inner {
-            let at = |j: usize| x[(o * r.len + j) * r.inner + i];
-            out[o * r.inner + i] = match op {
-                ReduceOp::Max => (1..r.len).fold(at(0), |m, j| m.max_of(at(j))),
-                ReduceOp::Sum | ReduceOp::Mean if T::DTYPE.is_float() => {
-                    // Accumulate in f64: the host is the reference the GPU is checked against.
-                    let s: f64 = (0..r.len).map(|j| at(j).to_f64()).sum();
-                    T::from_f64(if op == ReduceOp::Mean { s / r.len as f64 } else { s })
-                }
-                ReduceOp::Sum | ReduceOp::Mean => (0..r.len).fold(T::ZERO, |s, j| s.add(at(j))),
-            };
+    sum_lanes(x)
+}
+
+/// [`sum_lanes`] compiled for AVX2.
+///
+/// # Safety
+/// The processor must have AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn sum_f64_avx2<T: Element>(x: &[T]) -> f64 {
+    sum_lanes(x)
+}
+
+/// Sixteen independent f64 sums (which the compiler vectorizes), then added pairwise.
+/// Lanes start at -0.0, the neutral element, as `Iterator::sum` of f64 does.
+#[inline(always)]
+fn sum_lanes<T: Element>(x: &[T]) -> f64 {
+    let mut lanes = [-0.0f64; 16];
+    let mut runs = x.chunks_exact(16);
+    for run in &mut runs {
+        for (s, v) in lanes.iter_mut().zip(run) {
+            *s += v.to_f64();
         }
+    }
+    for (s, v) in lanes.iter_mut().zip(runs.remainder()) {
+        *s += v.to_f64();
+    }
+    let mut width = 16;
+    while width > 1 {
+        width /= 2;
+        for i in 0..width {
+            lanes[i] += lanes[i + width];
+        }
+    }
+    lanes[0]
+}
+
+/// A reduction's running value: an f64 sum for floats, else an element.
+#[derive(Clone, Copy)]
+enum Acc<T> {
+    Float(f64),
+    Elem(T),
+}
+
+/// `op` over one contiguous row (not empty).
+fn reduce_row<T: Element>(op: ReduceOp, x: &[T]) -> Acc<T> {
+    match op {
+        ReduceOp::Max => Acc::Elem(x[1..].iter().fold(x[0], |m, &v| m.max_of(v))),
+        _ if T::DTYPE.is_float() => Acc::Float(sum_f64(x)),
+        _ => Acc::Elem(x.iter().fold(T::ZERO, |s, &v| s.add(v))),
     }
 }
 
-pub(super) fn matmul<T: Element>(a: &[T], b: &[T], out: &mut [T], m: usize, k: usize, n: usize) {
-    if out.is_empty() {
-        return;
+/// Two partial results of `op`, the earlier one first.
+fn combine<T: Element>(op: ReduceOp, a: Acc<T>, b: Acc<T>) -> Acc<T> {
+    match (a, b) {
+        (Acc::Float(a), Acc::Float(b)) => Acc::Float(a + b),
+        (Acc::Elem(a), Acc::Elem(b)) if op == ReduceOp::Max => Acc::Elem(a.max_of(b)),
+        (Acc::Elem(a), Acc::Elem(b)) => Acc::Elem(a.add(b)),
+        (a, _) => a, // one op gives one kind of partial
     }
-    out.fill(T::ZERO);
-    for i in 0..m {
-        let row = &mut out[i * n..(i + 1) * n];
-        for p in 0..k {
-            let av = a[i * k + p];
-            for (o, &bv) in row.iter_mut().zip(&b[p * n..(p + 1) * n]) {
-                *o = o.add(av.mul(bv));
+}
+
+fn finish<T: Element>(op: ReduceOp, a: Acc<T>, len: usize) -> T {
+    match a {
+        Acc::Float(s) => T::from_f64(if op == ReduceOp::Mean { s / len as f64 } else { s }),
+        Acc::Elem(v) => v,
+    }
+}
+
+pub(super) fn reduce<T: Element>(op: ReduceOp, x: &[T], out: &mut [T], r: Reduction) -> Result<()> {
+    if out.is_empty() {
+        return Ok(());
+    }
+    if r.len == 0 {
+        // A sum of nothing is the neutral element (-0.0 for floats, as `Iterator::sum`
+        // gives; a mean of nothing is then NaN); the tensor layer refuses `max`.
+        return match op {
+            ReduceOp::Max => Err(Error::InvalidArgument { op: "max", reason: "a reduction over nothing".into() }),
+            _ if T::DTYPE.is_float() => fill(out, finish(op, Acc::Float(-0.0), 0)),
+            _ => fill(out, T::ZERO),
+        };
+    }
+    let per_output = (GRAIN / r.len).max(1);
+    if r.inner > 1 {
+        return split_mut(out, 1, per_output, &|start, out| reduce_strided(op, x, out, start, r));
+    }
+    if r.outer > 1 || r.len < 2 * GRAIN {
+        return split_mut(out, 1, per_output, &|start, out| {
+            for (o, row) in out.iter_mut().zip(x[start * r.len..].chunks(r.len)) {
+                *o = finish(op, reduce_row(op, row), r.len);
+            }
+            Ok(())
+        });
+    }
+    // One long row: a partial result per thread, combined in order.
+    let mut partials: Vec<Option<Acc<T>>> = vec![None; super::copy_threads::host_threads().min(r.len / GRAIN)];
+    let per = r.len.div_ceil(partials.len());
+    split_mut(&mut partials, 1, 1, &|start, parts| {
+        for (k, p) in parts.iter_mut().enumerate() {
+            let from = (start + k) * per;
+            *p = x.get(from..(from + per).min(r.len)).filter(|s| !s.is_empty()).map(|s| reduce_row(op, s));
+        }
+        Ok(())
+    })?;
+    let total = partials.into_iter().flatten().reduce(|a, b| combine(op, a, b));
+    out[0] = total.map_or(T::ZERO, |t| finish(op, t, r.len));
+    Ok(())
+}
+
+/// Outputs `start..start + out.len()` of a reduction over a dim that is not the last:
+/// per output the sequential order over the reduced dim, reading whole runs of `inner`.
+fn reduce_strided<T: Element>(op: ReduceOp, x: &[T], out: &mut [T], start: usize, r: Reduction) -> Result<()> {
+    let mut done = 0;
+    while done < out.len() {
+        let (o, i0) = ((start + done) / r.inner, (start + done) % r.inner);
+        let n = (r.inner - i0).min(out.len() - done);
+        let run = |j: usize| &x[(o * r.len + j) * r.inner + i0..][..n];
+        let dst = &mut out[done..done + n];
+        if op != ReduceOp::Max && T::DTYPE.is_float() {
+            let mut acc = vec![-0.0f64; n];
+            for j in 0..r.len {
+                acc.iter_mut().zip(run(j)).for_each(|(s, v)| *s += v.to_f64());
+            }
+            dst.iter_mut().zip(acc).for_each(|(d, s)| *d = finish(op, Acc::Float(s), r.len));
+        } else {
+            // Max starts from the first element, an integer sum from zero, as a fold does.
+            let first = if op == ReduceOp::Max {
+                dst.copy_from_slice(run(0));
+                1
+            } else {
+                dst.fill(T::ZERO);
+                0
+            };
+            for j in first..r.len {
+                for (d, &v) in dst.iter_mut().zip(run(j)) {
+                    *d = if op == ReduceOp::Max { d.max_of(v) } else { d.add(v) };
+                }
             }
         }
+        done += n;
     }
+    Ok(())
 }
 
-pub(super) fn transpose<T: Element>(x: &[T], out: &mut [T], rows: usize, cols: usize) {
+/// The sizes of a matmul, checked against its operands.
+fn gemm_sizes<T>(a: &[T], b: &[T], out: &[T], m: usize, k: usize, n: usize) -> Result<()> {
+    let fits = |x: &[T], r: usize, c: usize| r.checked_mul(c).is_some_and(|len| x.len() >= len);
+    if fits(a, m, k) && fits(b, k, n) && m.checked_mul(n) == Some(out.len()) {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument {
+        op: "matmul",
+        reason: format!("operands of {} and {} elements for [{m}, {k}] x [{k}, {n}]", a.len(), b.len()),
+    })
+}
+
+/// `out = a · b` for row-major `[m, k]` and `[k, n]` f32 matrices, by `matrixmultiply`.
+pub(super) fn matmul_f32(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, n: usize) -> Result<()> {
+    gemm_sizes(a, b, out, m, k, n)?;
+    if out.is_empty() || k == 0 {
+        return fill(out, 0.0);
+    }
+    // Every size fits `isize`: each is at most the length of a slice of them.
+    let (rsa, rsb) = (k as isize, n as isize);
+    // SAFETY: `a` holds `m * k`, `b` `k * n` and `out` `m * n` elements (checked above),
+    // at the row-major strides given; `out` is not read (beta is 0) and is not aliased.
+    unsafe {
+        matrixmultiply::sgemm(m, k, n, 1.0, a.as_ptr(), rsa, 1, b.as_ptr(), rsb, 1, 0.0, out.as_mut_ptr(), rsb, 1)
+    };
+    Ok(())
+}
+
+/// `out = a · b` for row-major `[m, k]` and `[k, n]` f64 matrices, by `matrixmultiply`.
+pub(super) fn matmul_f64(a: &[f64], b: &[f64], out: &mut [f64], m: usize, k: usize, n: usize) -> Result<()> {
+    gemm_sizes(a, b, out, m, k, n)?;
+    if out.is_empty() || k == 0 {
+        return fill(out, 0.0);
+    }
+    let (rsa, rsb) = (k as isize, n as isize);
+    // SAFETY: as in `matmul_f32`.
+    unsafe {
+        matrixmultiply::dgemm(m, k, n, 1.0, a.as_ptr(), rsa, 1, b.as_ptr(), rsb, 1, 0.0, out.as_mut_ptr(), rsb, 1)
+    };
+    Ok(())
+}
+
+/// `out = a · b` as a loop (integer types), rows split over the pool.
+pub(super) fn matmul<T: Element>(a: &[T], b: &[T], out: &mut [T], m: usize, k: usize, n: usize) -> Result<()> {
+    gemm_sizes(a, b, out, m, k, n)?;
     if out.is_empty() {
-        return;
+        return Ok(());
     }
-    for i in 0..rows {
-        for j in 0..cols {
-            out[j * rows + i] = x[i * cols + j];
+    let rows_per_part = (GRAIN / k.saturating_mul(n).max(1)).max(1);
+    split_mut(out, n, rows_per_part, &|start, out| {
+        out.fill(T::ZERO);
+        for (r, row) in out.chunks_mut(n).enumerate() {
+            let i = start / n + r;
+            for p in 0..k {
+                let av = a[i * k + p];
+                for (o, &bv) in row.iter_mut().zip(&b[p * n..(p + 1) * n]) {
+                    *o = o.add(av.mul(bv));
+                }
+            }
         }
+        Ok(())
+    })
+}
+
+/// The `[rows, cols]` matrix `x` as `[cols, rows]`, in tiles, output rows split over the pool.
+pub(super) fn transpose<T: Element>(x: &[T], out: &mut [T], rows: usize, cols: usize) -> Result<()> {
+    const TILE: usize = 32;
+    if out.is_empty() {
+        return Ok(());
     }
+    split_mut(out, rows, (GRAIN / rows).max(1), &|start, out| {
+        let (j0, nj) = (start / rows, out.len() / rows);
+        for jt in (0..nj).step_by(TILE) {
+            for it in (0..rows).step_by(TILE) {
+                for i in it..(it + TILE).min(rows) {
+                    for j in jt..(jt + TILE).min(nj) {
+                        out[j * rows + i] = x[i * cols + j0 + j];
+                    }
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `dst` made a copy of `src` (the same length), split over the pool when large.
+pub(super) fn copy(dst: &mut [u8], src: &[u8]) -> Result<()> {
+    if dst.len() != src.len() {
+        return Err(Error::InvalidArgument { op: "copy", reason: format!("{} bytes into {}", src.len(), dst.len()) });
+    }
+    split_mut(dst, 1, COPY_GRAIN, &|start, d| {
+        d.copy_from_slice(&src[start..start + d.len()]);
+        Ok(())
+    })
 }
 
 /// The numbers of one [`Blocks`] copy, without its source buffer.
@@ -188,12 +460,28 @@ impl Geometry {
     }
 }
 
-/// Copies the blocks of `b` (elements of `size` bytes) from `src` into `dst`.
-pub(super) fn copy_blocks(dst: &mut [u8], src: &[u8], size: usize, b: &Geometry) {
+/// Copies the blocks of `b` (elements of `size` bytes) from `src` into `dst`; blocks
+/// that lie end to end in `dst` are split over the pool when large.
+pub(super) fn copy_blocks(dst: &mut [u8], src: &[u8], size: usize, b: &Geometry) -> Result<()> {
     let width = b.block * size;
+    if b.count == 0 || width == 0 {
+        return Ok(());
+    }
+    let src_at = |i: usize| (b.src_offset + i * b.src_stride) * size;
+    if b.dst_stride == b.block {
+        let d0 = b.dst_offset * size;
+        let run = &mut dst[d0..d0 + b.count * width];
+        return split_mut(run, width, (COPY_GRAIN / width).max(1), &|start, d| {
+            for (i, w) in d.chunks_mut(width).enumerate() {
+                let s = src_at(start / width + i);
+                w.copy_from_slice(&src[s..s + width]);
+            }
+            Ok(())
+        });
+    }
     for i in 0..b.count {
-        let s = (b.src_offset + i * b.src_stride) * size;
-        let d = (b.dst_offset + i * b.dst_stride) * size;
+        let (s, d) = (src_at(i), (b.dst_offset + i * b.dst_stride) * size);
         dst[d..d + width].copy_from_slice(&src[s..s + width]);
     }
+    Ok(())
 }

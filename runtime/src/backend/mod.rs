@@ -14,6 +14,7 @@ mod cuda;
 pub(crate) mod current_stream;
 pub(crate) mod hazard;
 pub(crate) mod host;
+pub(crate) mod host_cache;
 mod host_collective;
 mod host_kernels;
 mod huge_pages;

@@ -3,8 +3,9 @@
 //! that wrote them, the streams that have read them, and the hazard checker's track.
 //!
 //! Queued jobs reach the memory through a [`Span`]: pageable memory stays allocated while
-//! a span holds it (a stream-ordered free), pinned memory goes back to the pool when the
-//! buffer is dropped, as on the GPU, and the pool frees a block only once no span uses it.
+//! a span holds it (a stream-ordered free; it then goes back to the host cache, which may
+//! hand it out again), pinned memory goes back to the pool when the buffer is dropped, as
+//! on the GPU, and the pool frees a block only once no span uses it.
 
 use std::sync::{Arc, Mutex};
 
@@ -12,37 +13,21 @@ use super::graph::HostCapture;
 use super::streams::HostStream;
 use crate::backend::account::MemoryAccount;
 use crate::backend::hazard::{self, Kind, Region, Track};
-use crate::backend::huge_pages::Mapping;
+use crate::backend::host_cache::{HostBlock, CACHE};
 use crate::backend::pinned_pool::{self as pinned, InFlight, PinnedBlock};
 use crate::backend::{RawEvent, Release};
 use crate::device_id::DeviceId;
 use crate::element::{DType, Element};
 use crate::error::{Error, Result};
 
-/// `n` zeroed words, or `None` when the allocator refuses. Zeroed allocation lets the OS
-/// hand out untouched zero pages, so memory is written once, by whoever fills it.
-fn zeroed_words(n: usize) -> Option<Vec<u64>> {
-    if n == 0 {
-        return Some(Vec::new());
-    }
-    let layout = std::alloc::Layout::array::<u64>(n).ok()?;
-    // SAFETY: the layout is non-zero-sized; a non-null result is an allocation of `n`
-    // zeroed u64s with u64 alignment from the global allocator, which is what a
-    // Vec<u64> of capacity `n` owns.
-    unsafe {
-        let p = std::alloc::alloc_zeroed(layout) as *mut u64;
-        (!p.is_null()).then(|| Vec::from_raw_parts(p, n, n))
-    }
-}
-
 /// Pageable memory, shared by a buffer and the jobs that use it. Only held (its drop
-/// frees the memory); every access goes through the buffer's or a span's pointer.
+/// gives the memory back); every access goes through the buffer's or a span's pointer.
 #[derive(Debug)]
 #[allow(dead_code)]
 enum Owned {
-    Heap(Vec<u64>),
-    /// Large buffers, on huge pages where the system has them.
-    Mapped(Mapping),
+    /// A block of the host cache, back in the cache once the buffer and every job
+    /// holding it have dropped it.
+    Cached(HostBlock),
     /// Memory made outside locus: given back to its owner when the last span goes.
     Foreign(Release),
 }
@@ -145,21 +130,16 @@ impl Span {
 }
 
 impl HostBuffer {
-    /// `len` bytes on `account`'s device, written on `stream`: zeroed pageable memory,
-    /// or a pinned block whose bytes are initialised but unspecified (a reused block
-    /// keeps its old contents).
+    /// `len` bytes on `account`'s device, written on `stream`, initialised but unspecified:
+    /// a block of the host cache or of the pinned pool (a reused block keeps its old
+    /// contents, a new one is zeroed). The caller writes every byte before any read.
     pub(super) fn alloc(account: &'static MemoryAccount, len: usize, stream: Option<Arc<HostStream>>) -> Result<Self> {
         account.reserve(len)?;
         let oom = || Error::OutOfMemory { device: account.device, requested: len, free: 0 };
         let made = if account.device == DeviceId::Pinned {
             pinned::acquire(len).map(|b| (b.ptr(), Keep::Pinned(b)))
-        } else if let Some(m) = Mapping::zeroed(len) {
-            Ok((m.as_ptr(), Keep::Owned(Arc::new(Owned::Mapped(m)))))
         } else {
-            zeroed_words(len.div_ceil(8)).ok_or_else(oom).map(|mut w| {
-                let p = if w.is_empty() { std::ptr::NonNull::<u64>::dangling().as_ptr() } else { w.as_mut_ptr() };
-                (p as *mut u8, Keep::Owned(Arc::new(Owned::Heap(w))))
-            })
+            CACHE.acquire(len).ok_or_else(oom).map(|b| (b.ptr(), Keep::Owned(Arc::new(Owned::Cached(b)))))
         };
         match made {
             Ok((ptr, keep)) => {

@@ -2,7 +2,9 @@
 //!
 //! Each simulated device has its own memory account with a capacity
 //! (`LOCUS_HOST_DEVICE_MEMORY` bytes, default 16 GiB), so an over-large allocation is
-//! `Error::OutOfMemory` as on a GPU. `cpu` and `pinned` memory are ordinary host memory
+//! `Error::OutOfMemory` as on a GPU. Host memory comes from the host cache
+//! (`LOCUS_HOST_CACHE`), and kernels split large work over the worker pool
+//! (`LOCUS_HOST_THREADS`); a bad value of either is this backend's configuration error. `cpu` and `pinned` memory are ordinary host memory
 //! on every backend, and run here.
 
 use std::sync::{Arc, OnceLock};
@@ -25,6 +27,7 @@ pub(crate) use streams::{HostEvent, HostStream};
 
 use crate::backend::account::MemoryAccount;
 use crate::backend::user_kernel::{Grid, KernelArg, KernelSource};
+use crate::backend::{copy_threads, host_cache, host_kernels};
 use crate::backend::{
     BackendDevice, BackendStorage, Buffer, Collective, CommOp, RawComm, RawEvent, RawGraph, RawStream, Release,
 };
@@ -89,7 +92,19 @@ impl HostBackend {
             requested: std::env::var("LOCUS_BACKEND").unwrap_or_else(|_| "auto".into()),
             reason,
         });
-        let config_error = devices.as_ref().err().or(memory.as_ref().err()).or(delay.as_ref().err()).cloned();
+        // The worker pool and the host cache read their own variables (and fall back to
+        // their defaults); a bad value is this backend's configuration error.
+        let pool = [copy_threads::thread_count_var("LOCUS_HOST_THREADS"), host_cache::cap_var().map(|_| None)]
+            .into_iter()
+            .find_map(|r| r.err())
+            .map_or(Ok(()), |reason| {
+                Err(Error::NoBackend {
+                    requested: std::env::var("LOCUS_BACKEND").unwrap_or_else(|_| "auto".into()),
+                    reason,
+                })
+            });
+        let config_error =
+            devices.as_ref().err().or(memory.as_ref().err()).or(delay.as_ref().err()).or(pool.as_ref().err()).cloned();
         let (devices, memory) = (devices.unwrap_or(0), memory.unwrap_or(0));
         let mut accounts =
             vec![MemoryAccount::new(DeviceId::Cpu, usize::MAX), MemoryAccount::new(DeviceId::Pinned, usize::MAX)];
@@ -250,7 +265,7 @@ impl BackendDevice for HostBackend {
     fn upload(&self, device: DeviceId, data: &[u8]) -> Result<Buffer> {
         // Pageable memory is read before this returns, as cuMemcpyHtoD does.
         let mut out = host().alloc_for_overwrite(device, data.len())?;
-        out.bytes_mut().copy_from_slice(data);
+        host_kernels::copy(out.bytes_mut(), data)?;
         Ok(Buffer::Host(out))
     }
 
@@ -302,10 +317,7 @@ impl BackendDevice for HostBackend {
             (false, false) => ops::launch(
                 ops::Launch::new("copy", host().account(device)?, DType::U8, h.len()),
                 &[h],
-                Box::new(|ins, out| {
-                    out.copy_from_slice(ins[0]);
-                    Ok(())
-                }),
+                Box::new(|ins, out| host_kernels::copy(out, ins[0])),
             )
             .map(Buffer::Host),
         }

@@ -108,10 +108,7 @@ pub(super) fn fill(account: &'static MemoryAccount, dtype: DType, len: usize, va
     launch(
         Launch::new("fill", account, dtype, len),
         &[],
-        Box::new(move |_, out| {
-            with_dtype!(dtype, T => typed_mut::<T>(out).fill(T::from_scalar(value)));
-            Ok(())
-        }),
+        Box::new(move |_, out| with_dtype!(dtype, T => k::fill(typed_mut::<T>(out), T::from_scalar(value)))),
     )
 }
 
@@ -126,10 +123,7 @@ pub(super) fn arange(
     launch(
         Launch::new("arange", account, dtype, len),
         &[],
-        Box::new(move |_, out| {
-            with_dtype!(dtype, T => k::arange(typed_mut::<T>(out), start, step));
-            Ok(())
-        }),
+        Box::new(move |_, out| with_dtype!(dtype, T => k::arange(typed_mut::<T>(out), start, step))),
     )
 }
 
@@ -139,12 +133,9 @@ pub(super) fn rand(account: &'static MemoryAccount, dtype: DType, len: usize, se
     launch(
         Launch::new("rand", account, dtype, len),
         &[],
-        Box::new(move |_, out| {
-            match dtype {
-                DType::F64 => k::rand(typed_mut::<f64>(out), seed),
-                _ => k::rand(typed_mut::<f32>(out), seed),
-            }
-            Ok(())
+        Box::new(move |_, out| match dtype {
+            DType::F64 => k::rand(typed_mut::<f64>(out), seed),
+            _ => k::rand(typed_mut::<f32>(out), seed),
         }),
     )
 }
@@ -168,7 +159,11 @@ pub(super) fn queue_copy(
             // SAFETY: the source was written before this point of the stream and the
             // destination is used by nothing else until the event below (the caller's
             // contract above); the checker books both uses.
-            unsafe { to.bytes_mut().copy_from_slice(from.bytes()) }
+            let copied = unsafe { k::copy(to.bytes_mut(), from.bytes()) };
+            // The caller checked that both have the same length.
+            if let Err(e) = copied {
+                panic!("{e}");
+            }
         }),
     )?;
     let done = Arc::new(HostEvent::default());

@@ -62,8 +62,7 @@ impl BackendStorage for HostBuffer {
             use_on_stream(self, &s)?;
             s.synchronize()?;
         }
-        out.copy_from_slice(self.bytes());
-        Ok(())
+        k::copy(out, self.bytes())
     }
 
     fn download_async(&self, dst: &mut HostBuffer, stream: &RawStream) -> Result<RawEvent> {
@@ -140,13 +139,10 @@ impl BackendStorage for HostBuffer {
         launch(
             self.op(op.name(), dtype, len),
             &[self],
-            Box::new(move |ins, out| {
-                match dtype {
-                    DType::F32 => k::unary_float::<f32>(op, typed(ins[0]), typed_mut(out)),
-                    DType::F64 => k::unary_float::<f64>(op, typed(ins[0]), typed_mut(out)),
-                    _ => with_dtype!(dtype, T => k::unary::<T>(op, typed(ins[0]), typed_mut(out))),
-                }
-                Ok(())
+            Box::new(move |ins, out| match dtype {
+                DType::F32 => k::unary_float::<f32>(op, typed(ins[0]), typed_mut(out)),
+                DType::F64 => k::unary_float::<f64>(op, typed(ins[0]), typed_mut(out)),
+                _ => with_dtype!(dtype, T => k::unary::<T>(op, typed(ins[0]), typed_mut(out))),
             }),
         )
     }
@@ -162,18 +158,15 @@ impl BackendStorage for HostBuffer {
         launch(
             self.op(name, dtype, len),
             &[self],
-            Box::new(move |ins, out| {
-                match (op, dtype) {
-                    (ParamOp::Pow(e), DType::F64) => k::pow::<f64>(typed(ins[0]), f64::from_scalar(e), typed_mut(out)),
-                    (ParamOp::Pow(e), _) => k::pow::<f32>(typed(ins[0]), f32::from_scalar(e), typed_mut(out)),
-                    (ParamOp::Clamp(lo, hi), _) => with_dtype!(dtype, T => k::clamp::<T>(
-                        typed(ins[0]),
-                        T::from_scalar(lo),
-                        T::from_scalar(hi),
-                        typed_mut(out),
-                    )),
-                }
-                Ok(())
+            Box::new(move |ins, out| match (op, dtype) {
+                (ParamOp::Pow(e), DType::F64) => k::pow::<f64>(typed(ins[0]), f64::from_scalar(e), typed_mut(out)),
+                (ParamOp::Pow(e), _) => k::pow::<f32>(typed(ins[0]), f32::from_scalar(e), typed_mut(out)),
+                (ParamOp::Clamp(lo, hi), _) => with_dtype!(dtype, T => k::clamp::<T>(
+                    typed(ins[0]),
+                    T::from_scalar(lo),
+                    T::from_scalar(hi),
+                    typed_mut(out),
+                )),
             }),
         )
     }
@@ -211,10 +204,7 @@ impl BackendStorage for HostBuffer {
         launch(
             self.op(name, dtype, r.out_len()),
             &[self],
-            Box::new(move |ins, out| {
-                with_dtype!(dtype, T => k::reduce::<T>(op, typed(ins[0]), typed_mut(out), r));
-                Ok(())
-            }),
+            Box::new(move |ins, out| with_dtype!(dtype, T => k::reduce::<T>(op, typed(ins[0]), typed_mut(out), r))),
         )
     }
 
@@ -223,9 +213,10 @@ impl BackendStorage for HostBuffer {
         launch(
             self.op("matmul", dtype, m * n),
             &[self, rhs],
-            Box::new(move |ins, out| {
-                with_dtype!(dtype, T => k::matmul::<T>(typed(ins[0]), typed(ins[1]), typed_mut(out), m, kk, n));
-                Ok(())
+            Box::new(move |ins, out| match dtype {
+                DType::F32 => k::matmul_f32(typed(ins[0]), typed(ins[1]), typed_mut(out), m, kk, n),
+                DType::F64 => k::matmul_f64(typed(ins[0]), typed(ins[1]), typed_mut(out), m, kk, n),
+                _ => with_dtype!(dtype, T => k::matmul::<T>(typed(ins[0]), typed(ins[1]), typed_mut(out), m, kk, n)),
             }),
         )
     }
@@ -234,10 +225,9 @@ impl BackendStorage for HostBuffer {
         launch(
             self.op("transpose", dtype, rows * cols),
             &[self],
-            Box::new(move |ins, out| {
-                with_dtype!(dtype, T => k::transpose::<T>(typed(ins[0]), typed_mut(out), rows, cols));
-                Ok(())
-            }),
+            Box::new(
+                move |ins, out| with_dtype!(dtype, T => k::transpose::<T>(typed(ins[0]), typed_mut(out), rows, cols)),
+            ),
         )
     }
 
@@ -246,10 +236,7 @@ impl BackendStorage for HostBuffer {
         launch(
             self.op("slice", dtype, len),
             &[self],
-            Box::new(move |ins, out| {
-                out.copy_from_slice(&ins[0][offset * s..(offset + len) * s]);
-                Ok(())
-            }),
+            Box::new(move |ins, out| k::copy(out, &ins[0][offset * s..(offset + len) * s])),
         )
     }
 
@@ -265,7 +252,7 @@ impl BackendStorage for HostBuffer {
             Box::new(move |ins, out| {
                 let mut at = 0;
                 for (src, &n) in ins.iter().zip(&lens) {
-                    out[at..at + n].copy_from_slice(&src[..n]);
+                    k::copy(&mut out[at..at + n], &src[..n])?;
                     at += n;
                 }
                 Ok(())
@@ -282,7 +269,7 @@ impl BackendStorage for HostBuffer {
             &srcs,
             Box::new(move |ins, out| {
                 for (src, g) in ins.iter().zip(&geometry) {
-                    k::copy_blocks(out, src, size, g);
+                    k::copy_blocks(out, src, size, g)?;
                 }
                 Ok(())
             }),
