@@ -82,6 +82,24 @@ def copies(pageable_only=False):
     thp = os.environ.get("THP_MEM_ALLOC_ENABLE") == "1"
     suffix = "_thp" if thp else ""
     pages = ", THP_MEM_ALLOC_ENABLE=1" if thp else ""
+    for size in (4 << 10, 64 << 10):
+        name = f"{size >> 10}KiB"
+        host = torch.ones(size, dtype=torch.uint8)
+        t = wall_time(lambda: (host.to(dev), torch.cuda.synchronize()))
+        row(f"h2d_pageable_{name}{suffix}", gbs(size, t), "GB/s", f"tensor.to('cuda') + synchronize{pages}")
+        d = host.to(dev)
+        t = wall_time(lambda: d.to("cpu"))
+        row(f"d2h_pageable_{name}{suffix}", gbs(size, t), "GB/s", f"tensor.to('cpu'){pages}")
+    if not pageable_only:
+        x = torch.ones((), device=dev)
+        torch.cuda.synchronize()
+
+        def items():
+            for _ in range(100):
+                x.item()
+
+        t = wall_time(items)
+        row("item_roundtrip", [s * 1e6 / 100 for s in t], "us", "x.item() of a 0-d float32 on cuda:0 (ready), wall time per call")
     for size in (MIB, 16 * MIB, 256 * MIB):
         mb = size // MIB
         host = torch.ones(size, dtype=torch.uint8)

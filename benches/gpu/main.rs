@@ -58,7 +58,50 @@ fn sync() {
     synchronize(DeviceId::Cuda(0)).unwrap();
 }
 
+/// A size in the rows' names: `4KiB`, `64KiB`, `1MiB`, ...
+fn size_name(bytes: usize) -> String {
+    if bytes < MIB {
+        format!("{}KiB", bytes >> 10)
+    } else {
+        format!("{}MiB", bytes / MIB)
+    }
+}
+
+/// Pageable copies of the small sizes (issue 21), and the round trip of `item()`.
+fn small_copies() {
+    for size in [4 << 10, 64 << 10] {
+        let name = size_name(size);
+        let host = Tensor::<Cpu, u8>::full([size], 1).unwrap();
+        let h2d = wall_time(|| {
+            let d = host.to::<G>().unwrap();
+            sync();
+            drop(d);
+        });
+        let note = "Tensor<Cpu>::to::<Cuda<0>>() + synchronize, wall time";
+        row(&format!("h2d_pageable_{name}"), &gbs(size as f64, &h2d), "GB/s", note);
+        let dev = host.to::<G>().unwrap();
+        let d2h = wall_time(|| drop(dev.to::<Cpu>().unwrap()));
+        row(
+            &format!("d2h_pageable_{name}"),
+            &gbs(size as f64, &d2h),
+            "GB/s",
+            "Tensor<Cuda<0>>::to::<Cpu>(), wall time",
+        );
+    }
+    // A 0-d result already on the device, read back: 100 calls a sample.
+    let x = Tensor::<G>::ones([]).unwrap();
+    sync();
+    let t = wall_time(|| {
+        for _ in 0..100 {
+            std::hint::black_box(x.item().unwrap());
+        }
+    });
+    let us: Vec<f64> = t.iter().map(|s| s * 1e6 / 100.0).collect();
+    row("item_roundtrip", &us, "us", "item() of a 0-d f32 on cuda:0 (ready), wall time per call");
+}
+
 fn copies() {
+    small_copies();
     for size in [MIB, 16 * MIB, 256 * MIB] {
         let mb = size / MIB;
         let host = Tensor::<Cpu, u8>::full([size], 1).unwrap();
