@@ -1,6 +1,4 @@
 /* Every scalar type locus passes, and tensors of each element type (tests/kernel.rs). */
-#include <stdint.h>
-
 extern "C" {
 
 // out[i] = x[i] * scale + offset + (flag ? bytes[i] : 0) + ints[i], in double.
