@@ -1,7 +1,7 @@
 //! Conversions between host tensors and `ndarray` arrays (the `ndarray` feature, which
 //! the dev-dependencies turn on for the tests).
 
-use locus::{Cpu, Cuda, DeviceId, Pinned, Tensor};
+use locus::{Cpu, DeviceId, Pinned, Tensor};
 use ndarray::{array, s, Array, ArrayD, IxDyn};
 
 #[test]

@@ -88,6 +88,23 @@ fn small_copies() {
             "Tensor<Cuda<0>>::to::<Cpu>(), wall time",
         );
     }
+    // Where staging pageable uploads through the copy threads starts to win over the
+    // driver's own staging: both paths at each size.
+    for size in [256 << 10, 512 << 10, MIB, 2 * MIB, 4 * MIB] {
+        let name = size_name(size);
+        let host = Tensor::<Cpu, u8>::full([size], 1).unwrap();
+        for (path, min) in [("direct", usize::MAX), ("staged", 0)] {
+            locus::__private::set_upload_stage_min(min);
+            let h2d = wall_time(|| {
+                let d = host.to::<G>().unwrap();
+                sync();
+                drop(d);
+            });
+            let note = format!("Tensor<Cpu>::to::<Cuda<0>>() + synchronize, {path} path forced, wall time");
+            row(&format!("h2d_pageable_{path}_{name}"), &gbs(size as f64, &h2d), "GB/s", &note);
+        }
+    }
+    locus::__private::set_upload_stage_min(locus::__private::default_upload_stage_min());
     // A 0-d result already on the device, read back: 100 calls a sample.
     let x = Tensor::<G>::ones([]).unwrap();
     sync();

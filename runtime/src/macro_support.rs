@@ -69,3 +69,15 @@ impl<const N: usize> SignatureOn<Cuda<N>> for Cuda<N> {}
 // suggesting the one impl it sees (as for `SamePlacement`).
 #[diagnostic::do_not_recommend]
 impl<const N: usize> SignatureOn<Unplaced> for Cuda<N> {}
+
+/// For the GPU bench only: sets the size from which pageable uploads are staged through
+/// the copy threads on the cuda backend (`usize::MAX`: never; `0`: always), returning the
+/// previous one; [`default_upload_stage_min`] is the size locus uses.
+pub fn set_upload_stage_min(bytes: usize) -> usize {
+    crate::backend::set_upload_stage_min(bytes)
+}
+
+/// The size from which pageable uploads are staged, unless the bench changed it.
+pub fn default_upload_stage_min() -> usize {
+    crate::backend::UPLOAD_STAGE_MIN
+}

@@ -47,6 +47,7 @@ pub(crate) use comm::ProcessComm;
 use device::{driver, DeviceState};
 pub(crate) use event::EventObj;
 pub(crate) use graph::GraphObj;
+pub(crate) use staged::{set_upload_stage_min, UPLOAD_STAGE_MIN};
 pub(crate) use stream::StreamObj;
 
 use super::user_kernel::{Grid, KernelArg, KernelSource};
