@@ -24,14 +24,12 @@ use crate::error::Result;
 const STAGE_MIN: usize = 4 << 20;
 /// Uploads at least this large are staged by default: below it the driver's own
 /// staging wins (the `h2d_pageable_direct_*` and `_staged_*` rows of the GPU bench,
-/// docs/BENCHMARKS.md, measure both at each size).
-pub(crate) const UPLOAD_STAGE_MIN: usize = 1 << 20;
+/// docs/BENCHMARKS.md, measure both at 256 KiB to 4 MiB; they tie at 4 MiB).
+pub(crate) const UPLOAD_STAGE_MIN: usize = 4 << 20;
 static UPLOAD_STAGE: AtomicUsize = AtomicUsize::new(UPLOAD_STAGE_MIN);
 /// Chunks are powers of two in this range: small enough that every thread gets a few,
-/// large enough that the driver calls per chunk cost little. Uploads, which start
-/// smaller, cut smaller chunks.
+/// large enough that the driver calls per chunk cost little.
 const CHUNK_MIN: usize = 1 << 20;
-const UPLOAD_CHUNK_MIN: usize = 256 << 10;
 const CHUNK_MAX: usize = 2 << 20;
 
 /// Sets the size from which uploads are staged (the bench compares both paths);
@@ -67,7 +65,7 @@ pub(super) unsafe fn upload(dev: &DeviceState, stream: &StreamObj, dst: u64, dat
         }
         return Ok(());
     }
-    staged(dev, stream, data.len(), UPLOAD_CHUNK_MIN, &|lane: &mut Lane| {
+    staged(dev, stream, data.len(), &|lane: &mut Lane| {
         while let Some(range) = lane.next_chunk() {
             let k = lane.turn();
             let stage = lane.stage(k, range.len())?;
@@ -112,7 +110,7 @@ pub(super) unsafe fn upload_pieces(dev: &DeviceState, stream: &StreamObj, pieces
         starts.push(at);
         at += d.len();
     }
-    staged(dev, stream, total, CHUNK_MIN, &|lane: &mut Lane| {
+    staged(dev, stream, total, &|lane: &mut Lane| {
         while let Some(range) = lane.next_chunk() {
             let k = lane.turn();
             let stage = lane.stage(k, range.len())?;
@@ -166,7 +164,7 @@ pub(super) unsafe fn download(dev: &DeviceState, stream: &StreamObj, src: u64, o
     }
     // The threads write disjoint chunks of `out`, so they share it as an address.
     let base = out.as_mut_ptr() as usize;
-    staged(dev, stream, out.len(), CHUNK_MIN, &|lane: &mut Lane| {
+    staged(dev, stream, out.len(), &|lane: &mut Lane| {
         // Queue the DMA of the next chunk before copying out the one before it.
         let mut landing: Option<(usize, Range<usize>)> = None;
         loop {
@@ -303,12 +301,11 @@ fn staged(
     dev: &DeviceState,
     stream: &StreamObj,
     len: usize,
-    chunk_min: usize,
     body: &(dyn Fn(&mut Lane) -> Result<()> + Sync),
 ) -> Result<()> {
     let side = dev.copy_stream()?;
     side.wait_for(stream)?;
-    let chunk = (len / (2 * copy_threads())).next_power_of_two().clamp(chunk_min, CHUNK_MAX);
+    let chunk = (len / (2 * copy_threads())).next_power_of_two().clamp(CHUNK_MIN, CHUNK_MAX);
     let plan = Plan { len, chunk, next: AtomicUsize::new(0), stop: AtomicBool::new(false) };
     let lanes = len.div_ceil(chunk).min(copy_threads());
     let copied = on_copiers(lanes, &|_| {
