@@ -322,16 +322,7 @@ impl ProcessGroup {
         t: &Tensor<D, T>,
         op: ReduceOp,
     ) -> Result<Tensor<D, T>> {
-        // NCCL averages floating-point types; an integer average is the sum divided here,
-        // with truncation, as over TCP.
-        let integer_avg = op == ReduceOp::Avg && !T::DTYPE.is_float();
-        let red = if integer_avg { CommReduce::Sum } else { op.comm() };
-        let out = self.comm_run(c, t, CommOp::AllReduce { buf: t.buffer(), op: red })?;
-        let out = t.with_buffer(out, t.checked_shape().clone());
-        if integer_avg {
-            return out.binary_scalar(crate::backend::BinaryOp::Div, T::from_f64(self.world_size as f64));
-        }
-        Ok(out)
+        self.comm_reduce(c, t, op, t.checked_shape().clone(), |buf, op| CommOp::AllReduce { buf, op })
     }
 
     /// `t` of rank `root`, on every rank (PyTorch's `broadcast`), as a new tensor on
@@ -360,11 +351,7 @@ impl ProcessGroup {
                     let out = self.comm_run(c, t, CommOp::Broadcast { buf: t.buffer(), root })?;
                     Ok(t.with_buffer(out, t.checked_shape().clone()))
                 };
-                if side {
-                    self.on_side(run)
-                } else {
-                    self.now(run()?)
-                }
+                self.queue(side, run)
             }
             Route::Tcp => {
                 let t = t.clone();
@@ -400,11 +387,7 @@ impl ProcessGroup {
                     let all = t.with_buffer(out, Shape::new(OP, [n * self.world_size], T::DTYPE)?);
                     (0..self.world_size).map(|r| all.narrow(0, r * n, n)?.reshape(t.shape())).collect()
                 };
-                if side {
-                    self.on_side(run)
-                } else {
-                    self.now(run()?)
-                }
+                self.queue(side, run)
             }
             Route::Tcp => {
                 let t = t.clone();
@@ -457,20 +440,10 @@ impl ProcessGroup {
         match self.route(OP, t)? {
             Route::Comm(c) => {
                 let run = || {
-                    let integer_avg = op == ReduceOp::Avg && !T::DTYPE.is_float();
-                    let red = if integer_avg { CommReduce::Sum } else { op.comm() };
-                    let out = self.comm_run(c, t, CommOp::ReduceScatter { buf: t.buffer(), op: red })?;
-                    let out = t.with_buffer(out, Shape::new(OP, out_shape.clone(), T::DTYPE)?);
-                    if integer_avg {
-                        return out.binary_scalar(crate::backend::BinaryOp::Div, T::from_f64(self.world_size as f64));
-                    }
-                    Ok(out)
+                    let shape = Shape::new(OP, out_shape.clone(), T::DTYPE)?;
+                    self.comm_reduce(c, t, op, shape, |buf, op| CommOp::ReduceScatter { buf, op })
                 };
-                if side {
-                    self.on_side(run)
-                } else {
-                    self.now(run()?)
-                }
+                self.queue(side, run)
             }
             Route::Tcp => {
                 let t = t.clone();
@@ -540,10 +513,34 @@ impl ProcessGroup {
         Ok(Work::queued(value, side.record_event()?))
     }
 
-    /// A result already queued on the current stream (a synchronous call's), as a
-    /// [`Work`] whose `wait` gives it back.
-    fn now<R>(&self, value: R) -> Result<Work<R>> {
-        Ok(Work::finished(Ok(value)))
+    /// `run`'s collectives on the communicator: on the group's communication stream
+    /// (`side`, the `_async` forms) or on the current stream, as a [`Work`].
+    fn queue<R>(&self, side: bool, run: impl FnOnce() -> Result<R>) -> Result<Work<R>> {
+        if side {
+            self.on_side(run)
+        } else {
+            Ok(Work::finished(run()))
+        }
+    }
+
+    /// A reduction of `t` on the communicator (`make` builds the op from the input and
+    /// NCCL's reduction), with a result of `shape`. NCCL averages floating-point types;
+    /// an integer average is the sum divided here, with truncation, as over TCP.
+    fn comm_reduce<D: Device, T: Element>(
+        &self,
+        c: &crate::backend::RawComm,
+        t: &Tensor<D, T>,
+        op: ReduceOp,
+        shape: Shape,
+        make: impl for<'b> FnOnce(&'b crate::backend::Buffer, CommReduce) -> CommOp<'b>,
+    ) -> Result<Tensor<D, T>> {
+        let integer_avg = op == ReduceOp::Avg && !T::DTYPE.is_float();
+        let red = if integer_avg { CommReduce::Sum } else { op.comm() };
+        let out = t.with_buffer(self.comm_run(c, t, make(t.buffer(), red))?, shape);
+        if integer_avg {
+            return out.binary_scalar(crate::backend::BinaryOp::Div, T::from_f64(self.world_size as f64));
+        }
+        Ok(out)
     }
 
     fn check_rank(&self, op: &'static str, what: &str, r: usize) -> Result<()> {
