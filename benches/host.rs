@@ -36,7 +36,7 @@ fn dispatch(c: &mut Criterion) {
 
 fn matmul(c: &mut Criterion) {
     let mut g = c.benchmark_group("f32 matmul");
-    g.sample_size(10).measurement_time(Duration::from_secs(4));
+    g.sample_size(30).measurement_time(Duration::from_secs(8));
     for n in [256usize, 1024] {
         let a = Tensor::<Cpu>::rand([n, n], 1).expect("a");
         let b = Tensor::<Cpu>::rand([n, n], 2).expect("b");
