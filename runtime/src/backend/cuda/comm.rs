@@ -183,13 +183,13 @@ fn run(pc: &Arc<ProcessComm>, dtype: DType, len: usize, op: CommOp<'_>) -> Resul
     let recv = out.ptr() as *mut c_void;
     dev.bind()?;
     let id = dev.id();
-    // SAFETY: for every call below: `send` is the input, `len` elements of `dtype` on this
-    // device (checked above), ready on `stream` and kept allocated until `stream` is done
-    // with it (`use_on` in `alloc`); `recv` is the output, `out_len` elements allocated
-    // on `stream`, written only by this call before any reader waits for it; `comm` is
-    // this rank of a live communicator on this device, used under its lock; `dt` is
-    // `dtype`'s NCCL type and every rank index is below the world size (checked above).
-    // The device's context is current.
+    // Every call below: `send` is the input, `len` elements of `dtype` on this device
+    // (checked above), ready on `stream` and kept allocated until `stream` is done with it
+    // (`use_on` in `alloc`); `recv` is the output, `out_len` elements allocated on
+    // `stream`, written only by this call before any reader waits for it; `comm` is this
+    // rank of a live communicator on this device, used under its lock; `dt` is `dtype`'s
+    // NCCL type and every rank index is below the world size (checked above).
+    // SAFETY: the pointers, comm and sizes are valid as said above; the context is current.
     let called = unsafe {
         match op {
             CommOp::AllReduce { op, .. } => {

@@ -186,9 +186,9 @@ impl DeviceState {
     ) -> Result<()> {
         self.bind()?;
         let mut pointers = args.pointers();
-        // SAFETY: this device's context is current (bind above); `f`, `stream`, the values in `args` and the memory
-        // they name are valid for this launch by the caller's contract. `pointers` points into `args`, unchanged and
-        // alive until the call, which copies the values, returns.
+        // This device's context is current (bind above); `f`, `stream`, the values in `args` and the memory they
+        // name are valid for this launch by the caller's contract.
+        // SAFETY: as said above; `pointers` points into `args`, alive until the call (which copies the values) returns.
         unsafe { result::launch_kernel(f, grid, block, shared, stream.raw.0, &mut pointers) }
             .map_err(driver(self.ordinal, "cuLaunchKernel"))
     }

@@ -95,7 +95,7 @@ pub(super) fn launch(
     }
     let [bx, by, bz] = grid.blocks();
     let [tx, ty, tz] = grid.threads();
-    // SAFETY: `f` is `k` loaded on this device and `s` a live stream of it. The values are
+    // `f` is `k` loaded on this device and `s` a live stream of it. The values are
     // one per parameter of the kernel, in order, of its types: `#[locus::kernel]` checked
     // the Rust signature against the C declaration when it compiled (a tensor for each
     // pointer, of its element type, a scalar of the C type's size for each value), and the
@@ -105,6 +105,7 @@ pub(super) fn launch(
     // freed only after `s` is done with it (`use_on` records `s` as a user). That the
     // kernel stays within its tensors' lengths is the kernel source's contract, stated
     // in the macro's documentation.
+    // SAFETY: the arguments, memory and ordering are as described above.
     unsafe { dev.launch_shared(f, ((bx, by, bz), (tx, ty, tz), grid.shared()), s, values)? };
     for c in written {
         c.after_write(s)?;

@@ -156,9 +156,9 @@ pub(super) fn queue_copy(
         op,
         &uses,
         Box::new(move || {
-            // SAFETY: the source was written before this point of the stream and the
-            // destination is used by nothing else until the event below (the caller's
-            // contract above); the checker books both uses.
+            // The checker books both uses.
+            // SAFETY: the source was written before this point of the stream and the destination is
+            // used by nothing else until the event below (the caller's contract above).
             let copied = unsafe { k::copy(to.bytes_mut(), from.bytes()) };
             // The caller checked that both have the same length.
             if let Err(e) = copied {
