@@ -55,3 +55,10 @@ template <> __device__ __forceinline__ bool is_nan<f64>(f64 v) { return v != v; 
 
 // The larger value; NaN wins, as in torch.max.
 template <typename T> __device__ __forceinline__ T op_max(T a, T b) { return (is_nan(a) || a >= b) ? a : b; }
+
+// The type float math is done in: `float` for f32 (and for the 16-bit float types,
+// which are stored as 16 bits and computed in f32), `double` for f64. Kernels of float
+// ops read with `to_acc`, compute in `Acc<T>::type`, and write with `from_acc<T>`.
+template <typename T> struct Acc { typedef T type; };
+template <typename T> __device__ __forceinline__ typename Acc<T>::type to_acc(T v) { return (typename Acc<T>::type)v; }
+template <typename T> __device__ __forceinline__ T from_acc(typename Acc<T>::type v) { return (T)v; }
