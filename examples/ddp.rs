@@ -91,7 +91,7 @@ fn train(
             let rows: Vec<usize> = (step * BATCH..(step + 1) * BATCH).skip(rank).step_by(world).collect();
             let (x, y) = data.rows(&rows, device)?;
             let residual = ((x.matmul(&model.w)? + &model.b)? - &y)?;
-            let mut grad_w = (x.transpose()?.matmul(&residual)? * scale)?;
+            let mut grad_w = (x.t()?.matmul(&residual)? * scale)?;
             let mut grad_b = (residual.sum_dim(0)? * scale)?;
             let mut local_loss = residual.square()?.sum()?.reshape([1])?;
             if let Some(g) = group {

@@ -112,7 +112,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             // loss = mean(err²) over the batch's elements, so
             // dloss/dw = xᵀ·err · 2/n and dloss/db = the column sums of err · 2/n.
             let scale = 2.0 / err.numel() as f32;
-            let grad_w = (x.transpose()?.matmul(&err)? * scale)?;
+            let grad_w = (x.t()?.matmul(&err)? * scale)?;
             let grad_b = (err.sum_dim(0)? * scale)?;
 
             // The step; the next forward copies the new weights to every replica.

@@ -114,7 +114,7 @@ fn matrix_ops_match_the_host() -> locus::Result<()> {
         let (a, ac) = both(&rand_vec(m * k, 11), &[m, k]);
         let (b, bc) = both(&rand_vec(k * n, 12), &[k, n]);
         close(&a.matmul(&b)?.to_vec()?, &ac.matmul(&bc)?.to_vec()?, 1e-4);
-        assert_eq!(a.transpose()?.to_vec()?, ac.transpose()?.to_vec()?);
+        assert_eq!(a.t()?.to_vec()?, ac.t()?.to_vec()?);
         let (ad, acd) = (a.to::<Cpu>()?, ac.clone());
         assert_eq!(ad.to_vec()?, acd.to_vec()?);
     }
@@ -124,9 +124,9 @@ fn matrix_ops_match_the_host() -> locus::Result<()> {
     let (b, bc) = both(&bi, &[7, 9]);
     assert_eq!(a.matmul(&b)?.to_vec()?, ac.matmul(&bc)?.to_vec()?);
     let (d, dc) = both(&(0..12).map(|i| i as f64 * 0.5).collect::<Vec<_>>(), &[3, 4]);
-    assert_eq!(d.matmul(&d.transpose()?)?.to_vec()?, dc.matmul(&dc.transpose()?)?.to_vec()?);
+    assert_eq!(d.matmul(&d.t()?)?.to_vec()?, dc.matmul(&dc.t()?)?.to_vec()?);
     let (u, uc) = both(&(0..70u8).collect::<Vec<_>>(), &[7, 10]);
-    assert_eq!(u.transpose()?.to_vec()?, uc.transpose()?.to_vec()?);
+    assert_eq!(u.t()?.to_vec()?, uc.t()?.to_vec()?);
     Ok(())
 }
 

@@ -237,7 +237,7 @@ proptest! {
         let b = finite(seed ^ 5, k * n);
         let ta = Tensor::<Cpu>::from_slice(&a, [m, k])?;
         let tb = Tensor::<Cpu>::from_slice(&b, [k, n])?;
-        prop_assert_eq!(bits(&tb.transpose()?.to_vec()?), bits(&old_transpose(&b, k, n)));
+        prop_assert_eq!(bits(&tb.t()?.to_vec()?), bits(&old_transpose(&b, k, n)));
         let got = ta.matmul(&tb)?.to_vec()?;
         let want = old_matmul(&a, &b, m, k, n);
         for i in 0..m {

@@ -109,7 +109,8 @@ fn mismatched_shapes_are_errors_not_panics() {
     assert!(matches!(a.matmul(&a), Err(Error::ShapeMismatch { op: "matmul", .. })));
     assert!(matches!(a.matmul(&b), Err(Error::InvalidArgument { op: "matmul", .. })));
     assert!(matches!(a.cat(&t(&[1.0; 4], &[2, 2])), Err(Error::ShapeMismatch { op: "cat", .. })));
-    assert!(matches!(b.transpose(), Err(Error::InvalidArgument { op: "transpose", .. })));
+    assert!(matches!(b.t(), Err(Error::InvalidArgument { op: "t", .. })));
+    assert!(matches!(b.transpose(0, 1), Err(Error::InvalidArgument { op: "transpose", .. })));
     let err = a.reshape([5]).unwrap_err();
     assert!(matches!(err, Error::InvalidArgument { op: "reshape", .. }));
     // The message gives both element counts, not only the shapes.
@@ -174,14 +175,14 @@ fn matmul_and_transpose() -> locus::Result<()> {
     let c = a.matmul(&b)?;
     assert_eq!(c.shape(), &[2, 2]);
     assert_eq!(c.to_vec()?, vec![58.0, 64.0, 139.0, 154.0]);
-    let at = a.transpose()?;
+    let at = a.t()?;
     assert_eq!(at.shape(), &[3, 2]);
     assert_eq!(at.to_vec()?, vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
-    assert_eq!(at.transpose()?.to_vec()?, a.to_vec()?);
+    assert_eq!(at.t()?.to_vec()?, a.to_vec()?);
     let i = Tensor::<G, i32>::from_vec(vec![1, 2, 3, 4], [2, 2])?;
     assert_eq!(i.matmul(&i)?.to_vec()?, vec![7, 10, 15, 22]);
     let d = Tensor::<G, f64>::from_vec(vec![0.5, 0.25], [1, 2])?;
-    assert_eq!(d.matmul(&d.transpose()?)?.item()?, 0.3125);
+    assert_eq!(d.matmul(&d.t()?)?.item()?, 0.3125);
     Ok(())
 }
 

@@ -500,7 +500,7 @@ fn mse(y: &Tensor<Cuda<0>>, target: &Tensor<Cuda<0>>) -> locus::Result<(f32, Ten
 /// One SGD step of `model` on the batch `x`, given the loss's gradient in the output.
 fn sgd_step(model: &mut Linear<Cuda<0>>, x: &Tensor<Cuda<0>>, grad_y: &Tensor<Cuda<0>>) -> locus::Result<()> {
     const LR: f32 = 0.5;
-    let grad_w = x.transpose()?.matmul(grad_y)?;
+    let grad_w = x.t()?.matmul(grad_y)?;
     let grad_b = grad_y.sum_dim(0)?;
     model.w = (&model.w - (grad_w * LR)?)?;
     model.b = (&model.b - (grad_b * LR)?)?;

@@ -81,7 +81,8 @@ fn dims_that_overflow_are_refused_wherever_the_zero_is() {
     assert_eq!((&edge + &Tensor::<Cpu, u8>::ones([1]).unwrap()).unwrap().shape(), edge.shape());
     assert_eq!(edge.sum_dim(1).unwrap().shape(), &[0]);
     assert!(matches!(edge.sum_dim(0), Err(Error::OutOfMemory { device: DeviceId::Cpu, .. })));
-    assert_eq!(edge.transpose().unwrap().shape(), &[isize::MAX as usize, 0]);
+    assert_eq!(edge.t().unwrap().shape(), &[isize::MAX as usize, 0]);
+    assert_eq!(edge.transpose(1, 0).unwrap().shape(), &[isize::MAX as usize, 0]);
 }
 
 #[test]
@@ -145,8 +146,12 @@ fn matmul_with_an_empty_result_returns_at_once() {
 #[test]
 fn transpose_with_an_empty_result_returns_at_once() {
     let t = Tensor::<Cuda<0>, u8>::zeros([1 << 40, 0]).unwrap();
-    let r = finishes("transpose", move || t.transpose().map(|m| m.shape().to_vec()));
+    let u = t.clone();
+    let r = finishes("t", move || t.t().map(|m| m.shape().to_vec()));
     assert_eq!(r.unwrap(), vec![0, 1 << 40]);
+    let r =
+        finishes("transpose", move || u.reshape([1 << 20, 0, 1 << 20])?.transpose(0, 2).map(|m| m.shape().to_vec()));
+    assert_eq!(r.unwrap(), vec![1 << 20, 0, 1 << 20]);
 }
 
 #[test]
@@ -232,6 +237,17 @@ fn broadcast_shape(a: &[usize], b: &[usize]) -> Option<Vec<u128>> {
             _ => None,
         })
         .collect()
+}
+
+/// The shape of `a.matmul(b)`, if the shapes fit together: `[m, k] x [k, n]`,
+/// `[b, m, k] x [b, k, n]` or `[b, m, k] x [k, n]`.
+fn matmul_shape(a: &[usize], b: &[usize]) -> Option<Vec<u128>> {
+    match (a, b) {
+        (&[m, k], &[k2, n]) if k == k2 => Some(wide(&[m, n])),
+        (&[bt, m, k], &[b2, k2, n]) if k == k2 && bt == b2 => Some(wide(&[bt, m, n])),
+        (&[bt, m, k], &[k2, n]) if k == k2 => Some(wide(&[bt, m, n])),
+        _ => None,
+    }
 }
 
 /// Shapes stacked along dim 0, if their other dims agree.
@@ -434,8 +450,7 @@ fn drive<D: Device, T: Element>(
         fz.call("sub", out.clone(), e, || a - b)?;
         fz.call("mul", out.clone(), e, || a * b)?;
         fz.call("div", out, e, || a / b)?;
-        let mm = (c.a.len() == 2 && c.b.len() == 2 && c.a[1] == c.b[0]).then(|| vec![c.a[0] as u128, c.b[1] as u128]);
-        fz.call("matmul", mm, e, || a.matmul(b))?;
+        fz.call("matmul", matmul_shape(&c.a, &c.b), e, || a.matmul(b))?;
         fz.call("cat", cat_shape(&[&c.a, &c.b]), e, || a.cat(b))?;
         fz.call("concat", cat_shape(&[&c.a, &c.b, &c.a]), e, || Tensor::concat(&[a, b, a]))?;
     }
@@ -453,7 +468,16 @@ fn drive<D: Device, T: Element>(
         s
     });
     fz.call("sum_dim", summed, e, || a.sum_dim(c.dim))?;
-    fz.call("transpose", None, e, || a.transpose())?;
+    fz.call("t", None, e, || a.t())?;
+    // Dims in range, not yet in range (the dim just past the last), and far beyond.
+    for (d0, d1) in [(0, c.dim), (c.dim, c.a.len().saturating_sub(1)), (c.a.len(), 0), (usize::MAX, 0)] {
+        let out = (d0 < c.a.len() && d1 < c.a.len()).then(|| {
+            let mut s = wide(&c.a);
+            s.swap(d0, d1);
+            s
+        });
+        fz.call("transpose", out, e, || a.transpose(d0, d1))?;
+    }
     fz.call("reshape", Some(wide(&c.c)), e, || a.reshape(&c.c))?;
     // The list of chunks is memory too: a few thousand are made, more only when no
     // memory could hold the list (rows of no elements are free, so only it bounds them).

@@ -26,7 +26,8 @@
 //   storage-level `BackendStorage` traits, the host and cuda implementations, the
 //   pinned pool (`backend::pinned_pool`), the current-stream state
 //   (`backend::current_stream`), the stream-ordering books (`backend::ordering`), the
-//   host model's hazard checker (`backend::hazard`). It imports only the foundation.
+//   host model's hazard checker (`backend::hazard`), the f32 matmul precision
+//   (`backend::precision`). It imports only the foundation.
 // - placement and memory: `device` (placements), `placement` (the compile-time checks),
 //   `storage` (a buffer with its device and type), `memory` (statistics).
 // - tensors and streams: `tensor` (ops, factories, conversions), `stream` (Stream,
@@ -69,6 +70,9 @@ mod unwaited;
 
 pub use backend::host_cache::{host_stats, release_cached_host, HostStats};
 pub use backend::pinned_pool::{pinned_stats, release_cached_pinned, PinnedStats};
+pub use backend::precision::{
+    float32_matmul_precision, set_float32_matmul_precision, with_float32_matmul_precision, MatmulPrecision,
+};
 pub use backend::{backend_name, device_count};
 pub use checkpoint::{
     load_safetensors, load_safetensors_on, load_safetensors_with, save_safetensors, AnyTensor, Checkpoint,

@@ -6,7 +6,7 @@
 use super::capture;
 use super::cuda::CudaBuffer;
 use super::traits::BackendStorage;
-use super::{BinaryOp, Blocks, Gemm, HostBuffer, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp};
+use super::{BinaryOp, Blocks, Gemm, HostBuffer, ParamOp, Permute, RawEvent, RawStream, ReduceOp, UnaryOp};
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
@@ -209,6 +209,14 @@ impl BackendStorage for Buffer {
         match self {
             Buffer::Host(h) => h.transpose(dtype, rows, cols).map(Buffer::Host),
             Buffer::Cuda(c) => c.transpose(dtype, rows, cols).map(Buffer::Cuda),
+        }
+    }
+
+    fn permute(&self, dtype: DType, p: &Permute) -> Result<Self> {
+        capture::on_device("transpose", self.device_id())?;
+        match self {
+            Buffer::Host(h) => h.permute(dtype, p).map(Buffer::Host),
+            Buffer::Cuda(c) => c.permute(dtype, p).map(Buffer::Cuda),
         }
     }
 

@@ -17,10 +17,14 @@ pub(crate) mod host;
 pub(crate) mod host_cache;
 mod host_collective;
 mod host_kernels;
+mod host_matmul;
+mod host_permute;
 mod huge_pages;
 mod op;
 pub(crate) mod ordering;
+mod permute;
 pub(crate) mod pinned_pool;
+pub(crate) mod precision;
 mod traits;
 pub(crate) mod user_kernel;
 
@@ -36,6 +40,8 @@ pub(crate) use host::HostBuffer;
 pub(crate) use op::{
     float_only, same_length, BinaryOp, Blocks, Collective, CommOp, CommReduce, Gemm, ParamOp, ReduceOp, UnaryOp,
 };
+pub(crate) use permute::{Permute, MAX_DIMS as MAX_PERMUTE_DIMS};
+pub(crate) use precision::MatmulPrecision;
 pub(crate) use traits::{BackendDevice, BackendStorage};
 
 /// A stream of one backend: a simulated stream (a queue with its own worker) on the

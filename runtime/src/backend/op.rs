@@ -2,7 +2,7 @@
 //! shapes of a matrix product and a strided copy, the collectives, and the one check of
 //! ops defined on float types only.
 
-use super::Buffer;
+use super::{Buffer, MatmulPrecision};
 use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
 
@@ -185,12 +185,46 @@ impl CommOp<'_> {
     }
 }
 
-/// The shapes of a row-major matrix product `[m, k] x [k, n]`.
+/// The shapes of `batch` row-major matrix products `[m, k] x [k, n]`, one after another
+/// in each operand: product `i` reads the lhs at `i * m * k`, the rhs at `i * rhs_stride`,
+/// and writes the output at `i * m * n`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Gemm {
+    pub batch: usize,
     pub m: usize,
     pub k: usize,
     pub n: usize,
+    /// Elements from one product's rhs to the next: `k * n`, or 0 for one `[k, n]` rhs
+    /// shared by the whole batch.
+    pub rhs_stride: usize,
+    /// How an f32 product is computed; other types ignore it.
+    pub precision: MatmulPrecision,
+}
+
+impl Gemm {
+    /// One `[m, k] x [k, n]` product, exact.
+    pub(crate) fn single(m: usize, k: usize, n: usize) -> Gemm {
+        Gemm { batch: 1, m, k, n, rhs_stride: k * n, precision: MatmulPrecision::Highest }
+    }
+
+    /// Elements of the lhs, the rhs and the output; `None` if one overflows (an empty
+    /// product's dims may be huge).
+    pub(crate) fn lens(&self) -> Option<(usize, usize, usize)> {
+        let lhs = self.batch.checked_mul(self.m)?.checked_mul(self.k)?;
+        let rhs =
+            if self.rhs_stride == 0 { self.k.checked_mul(self.n)? } else { self.batch.checked_mul(self.rhs_stride)? };
+        Some((lhs, rhs, self.batch.checked_mul(self.m)?.checked_mul(self.n)?))
+    }
+
+    /// The same products with a shared rhs folded into one `[batch * m, k] x [k, n]`
+    /// product (the lhs and output batches lie end to end); `self` if the rhs is not
+    /// shared or the rows overflow.
+    pub(crate) fn folded(self) -> Gemm {
+        match self.batch.checked_mul(self.m) {
+            Some(rows) if self.rhs_stride == 0 => Gemm { batch: 1, m: rows, rhs_stride: self.k * self.n, ..self },
+            _ => self,
+        }
+    }
 }
 
 /// The one check (and message) both backends make before copying a buffer into host

@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use super::user_kernel::{Grid, KernelArg, KernelSource};
 use super::{
-    BinaryOp, Blocks, Buffer, Collective, CommOp, Gemm, HostBuffer, ParamOp, RawComm, RawEvent, RawGraph, RawStream,
-    ReduceOp, Release, UnaryOp,
+    BinaryOp, Blocks, Buffer, Collective, CommOp, Gemm, HostBuffer, ParamOp, Permute, RawComm, RawEvent, RawGraph,
+    RawStream, ReduceOp, Release, UnaryOp,
 };
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
@@ -225,6 +225,8 @@ pub(crate) trait BackendStorage: Sized {
     fn matmul(&self, rhs: &Self, dtype: DType, g: Gemm) -> Result<Self>;
     /// The transpose of a row-major `[rows, cols]` matrix.
     fn transpose(&self, dtype: DType, rows: usize, cols: usize) -> Result<Self>;
+    /// A row-major copy with the dims in the order `p` describes (`p.len()` elements).
+    fn permute(&self, dtype: DType, p: &Permute) -> Result<Self>;
     /// Elements `offset..offset + len`.
     fn slice(&self, dtype: DType, offset: usize, len: usize) -> Result<Self>;
     /// The parts one after another (`parts[i].1` elements of `parts[i].0`), on the first

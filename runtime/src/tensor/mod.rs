@@ -6,6 +6,7 @@ mod current;
 mod elementwise;
 mod factory;
 mod layout;
+mod matrix;
 #[cfg(feature = "ndarray")]
 mod ndarray;
 mod ops;

@@ -1,9 +1,9 @@
-//! Named ops: activations, reductions, matmul, concatenation, chunking, transpose.
+//! Named ops: activations, reductions, concatenation, chunking.
 
 use std::marker::PhantomData;
 
 use super::Tensor;
-use crate::backend::{BackendStorage, Buffer, Gemm, ReduceOp, UnaryOp};
+use crate::backend::{BackendStorage, Buffer, ReduceOp, UnaryOp};
 use crate::device::Device;
 use crate::element::{Element, Float};
 use crate::error::{Error, Result};
@@ -77,7 +77,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
         self.reduce(ReduceOp::Max, Reduction::all(self.numel()), Shape::scalar())
     }
 
-    fn check_dim(&self, op: &'static str, dim: usize) -> Result<()> {
+    pub(super) fn check_dim(&self, op: &'static str, dim: usize) -> Result<()> {
         if dim >= self.rank() {
             return Err(Error::InvalidArgument {
                 op,
@@ -87,7 +87,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
         Ok(())
     }
 
-    fn check_rank(&self, op: &'static str, rank: usize) -> Result<()> {
+    pub(super) fn check_rank(&self, op: &'static str, rank: usize) -> Result<()> {
         if self.rank() != rank {
             return Err(Error::InvalidArgument {
                 op,
@@ -95,52 +95,6 @@ impl<D: Device, T: Element> Tensor<D, T> {
             });
         }
         Ok(())
-    }
-
-    /// The matrix product of two 2-d tensors, `[m, k] x [k, n] -> [m, n]`.
-    ///
-    /// ```
-    /// # extern crate locus_runtime as locus;
-    /// use locus::{Cuda, Tensor};
-    /// let a = Tensor::<Cuda<0>>::from_vec(vec![1.0, 2.0, 3.0, 4.0], [2, 2])?;
-    /// let i = Tensor::<Cuda<0>>::from_vec(vec![1.0, 0.0, 0.0, 1.0], [2, 2])?;
-    /// assert_eq!(a.matmul(&i)?.to_vec()?, a.to_vec()?);
-    /// # Ok::<(), locus::Error>(())
-    /// ```
-    pub fn matmul<E: Device>(&self, rhs: &Tensor<E, T>) -> Result<Self>
-    where
-        D: SamePlacement<E>,
-    {
-        self.same_device("matmul", rhs)?;
-        self.check_rank("matmul", 2)?;
-        rhs.check_rank("matmul", 2)?;
-        let (m, k, k2, n) = (self.shape[0], self.shape[1], rhs.shape[0], rhs.shape[1]);
-        if k != k2 {
-            return Err(Error::ShapeMismatch { op: "matmul", lhs: self.shape.to_vec(), rhs: rhs.shape.to_vec() });
-        }
-        // The operands' shapes are checked, so m * k and k * n fit; m * n may not.
-        let out = Shape::result("matmul", vec![m, n], T::DTYPE, &[&self.shape, &rhs.shape])?;
-        let buf = self.buffer().matmul(rhs.buffer(), T::DTYPE, Gemm { m, k, n })?;
-        Ok(self.with_buffer(buf, out))
-    }
-
-    /// The transpose of a 2-d tensor.
-    ///
-    /// ```
-    /// # extern crate locus_runtime as locus;
-    /// use locus::{Cpu, Tensor};
-    /// let t = Tensor::<Cpu>::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [2, 3])?;
-    /// let tt = t.transpose()?;
-    /// assert_eq!(tt.shape(), &[3, 2]);
-    /// assert_eq!(tt.to_vec()?, vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
-    /// # Ok::<(), locus::Error>(())
-    /// ```
-    pub fn transpose(&self) -> Result<Self> {
-        self.check_rank("transpose", 2)?;
-        let (rows, cols) = (self.shape[0], self.shape[1]);
-        let out = Shape::new("transpose", [cols, rows], T::DTYPE)?;
-        let buf = self.buffer().transpose(T::DTYPE, rows, cols)?;
-        Ok(self.with_buffer(buf, out))
     }
 
     /// `self` followed by `rhs` along dim 0; the other dims must agree.

@@ -1,125 +1,53 @@
-//! The ops that move elements between positions: matmul (cuBLAS for floats, a kernel of
-//! matrix.cu for integers), transpose, concatenation, slices and strided block copies
-//! (narrow, select, cat and stack along any dim). Contiguous runs are plain
-//! device-to-device copies; only strided ones launch a kernel.
+//! The ops that move elements between positions: (batched) transposes, concatenation,
+//! slices and strided block copies (narrow, select, cat and stack along any dim).
+//! Contiguous runs are plain device-to-device copies; only strided ones launch a kernel.
+//! Matrix products are in `gemm`, permutations of dims in `permute`.
 
-use cudarc::cublas::sys::cublasOperation_t;
-use cudarc::driver::result;
 use locus_kernels::Source;
 
 use super::buffer::CudaBuffer;
-use super::device::{driver, DeviceState};
+use super::device::DeviceState;
 use super::launch::KernelArgs;
 use super::memory::{alloc, done};
-use super::stream::blas_err;
 use super::CudaBackend;
-use crate::backend::{Blocks, Gemm};
+use crate::backend::Blocks;
 use crate::element::DType;
 use crate::error::{Error, Result};
 
-/// `[m, k] x [k, n]`, row-major.
-pub(super) fn matmul(a: &CudaBuffer, b: &CudaBuffer, dtype: DType, g: Gemm) -> Result<CudaBuffer> {
-    let Gemm { m, k, n } = g;
-    let dev = a.device();
-    let (stream, out) = alloc(dev, dtype, m * n, &[a, b])?;
-    if m == 0 || n == 0 {
-        return done(out);
-    }
-    let (ab, bb, s) = (a, b, stream.raw.0);
-    if k == 0 {
-        // SAFETY: `out` holds exactly `m * n` elements of `dtype`, allocated on `s`
-        // (`stream`, live for the call) and freed there after this memset.
-        unsafe { result::memset_d8_async(out.ptr(), 0, m * n * dtype.size(), s) }
-            .map_err(driver(dev.ordinal, "cuMemsetD8Async"))?;
-        return done(out);
-    }
-    let too_big = |what: usize| what > i32::MAX as usize;
-    if dtype.is_float() {
-        if too_big(m) || too_big(n) || too_big(k) {
-            return Err(Error::InvalidArgument {
-                op: "matmul",
-                reason: "dims beyond i32::MAX do not fit cuBLAS".into(),
-            });
-        }
-        // The output may come from the stream's block cache, with no driver call that
-        // would have made this device's context current: cuBLAS needs it current.
-        dev.bind()?;
-        // The stream's own handle, bound to it once: no other thread can move it to
-        // another stream between binding and the gemm.
-        let h = stream.blas()?;
-        let (mi, ni, ki) = (m as i32, n as i32, k as i32);
-        let (ap, bp, o) = (ab.ptr(), bb.ptr(), out.ptr());
-        // Row-major C = A B is column-major C^T = B^T A^T: swap operands, no transposes.
-        let nn = cublasOperation_t::CUBLAS_OP_N;
-        // `ap`, `bp` and `o` hold m*k, k*n and m*n elements of `dtype` on this device (allocated by this backend
-        // for these shapes), ready and kept alive on `stream` (see `alloc`);
-        // SAFETY: `h` is `stream`'s own cuBLAS handle, bound to it, and this device's context is current. The
-        // leading dimensions (n, k, n) are those of the row-major operands read as column-major, and all dims fit
-        // an `i32` (checked above). `alpha`/`beta` point at temporaries that outlive the call.
-        unsafe {
-            // The same call for both widths; only the element type differs.
-            macro_rules! gemm {
-                ($f:ident, $t:ty, $name:literal) => {
-                    cudarc::cublas::result::$f(
-                        h,
-                        nn,
-                        nn,
-                        ni,
-                        mi,
-                        ki,
-                        &(1.0 as $t),
-                        bp as *const $t,
-                        ni,
-                        ap as *const $t,
-                        ki,
-                        &(0.0 as $t),
-                        o as *mut $t,
-                        ni,
-                    )
-                    .map_err(|e| blas_err(dev.ordinal, $name, e))?
-                };
-            }
-            if dtype == DType::F32 {
-                gemm!(sgemm, f32, "cublasSgemm");
-            } else {
-                gemm!(dgemm, f64, "cublasDgemm");
-            }
-        }
-    } else {
-        let (gx, gy) = (n.div_ceil(16), m.div_ceil(16));
-        if gx > i32::MAX as usize || gy > 65535 {
-            return Err(Error::InvalidArgument {
-                op: "matmul",
-                reason: format!("[{m}, {k}] x [{k}, {n}] is too large for the integer kernel"),
-            });
-        }
-        let f = dev.kernel(Source::Matrix, "matmul", "", dtype)?;
-        let args = KernelArgs::new().ptr(ab).ptr(bb).ptr(&out).u64(m as u64).u64(k as u64).u64(n as u64);
-        // SAFETY: `matmul_{dtype}(const T* a, const T* b, T* out, u64 m, u64 k, u64 n)`:
-        // `a`, `b` and `out` hold m*k, k*n and m*n elements of `dtype`, ready and kept
-        // alive on `stream` (see `alloc`); the kernel bounds its indices by m, k and n.
-        unsafe { dev.launch(f, (gx as u32, gy as u32, 1), (16, 16, 1), &stream, args)? };
-    }
-    done(out)
-}
-
 /// The `[cols, rows]` transpose of the row-major `[rows, cols]` matrix `x`.
 pub(super) fn transpose(x: &CudaBuffer, dtype: DType, rows: usize, cols: usize) -> Result<CudaBuffer> {
+    transpose_batch(x, dtype, 1, rows, cols)
+}
+
+/// `batch` row-major `[rows, cols]` matrices of `x`, one after another, each as its
+/// `[cols, rows]` transpose.
+pub(super) fn transpose_batch(
+    x: &CudaBuffer,
+    dtype: DType,
+    batch: usize,
+    rows: usize,
+    cols: usize,
+) -> Result<CudaBuffer> {
     let dev = x.device();
-    let (s, out) = alloc(dev, dtype, rows * cols, &[x])?;
-    if rows == 0 || cols == 0 {
+    let len = batch.checked_mul(rows).and_then(|r| r.checked_mul(cols)).ok_or_else(|| Error::InvalidArgument {
+        op: "transpose",
+        reason: format!("{batch} matrices of [{rows}, {cols}] are too many elements"),
+    })?;
+    let (s, out) = alloc(dev, dtype, len, &[x])?;
+    if len == 0 {
         return done(out);
     }
-    let (gx, gy) = (cols.div_ceil(32), rows.div_ceil(32));
-    if gx > i32::MAX as usize || gy > 65535 {
+    // The kernel loops over the tiles along rows (y) and over the batch (z).
+    let (gx, gy, gz) = (cols.div_ceil(32), rows.div_ceil(32).min(65535), batch.min(65535));
+    if gx > i32::MAX as usize {
         return Err(Error::InvalidArgument { op: "transpose", reason: format!("[{rows}, {cols}] is too large") });
     }
-    let args = KernelArgs::new().ptr(x).ptr(&out).u64(rows as u64).u64(cols as u64);
+    let args = KernelArgs::new().ptr(x).ptr(&out).u64(rows as u64).u64(cols as u64).u64(batch as u64);
     let f = dev.kernel(Source::Matrix, "transpose", "", dtype)?;
-    // SAFETY: `transpose_{dtype}(const T* x, T* out, u64 rows, u64 cols)`: `x` and `out`
-    // each hold `rows * cols` elements of `dtype`, ready and kept alive on `s` (see
-    // `alloc`); the kernel bounds its indices by `rows` and `cols`.
-    unsafe { dev.launch(f, (gx as u32, gy as u32, 1), (32, 8, 1), &s, args)? };
+    // SAFETY: `transpose_{dtype}(const T* x, T* out, u64 rows, u64 cols, u64 batch)`: `x`
+    // and `out` each hold `batch * rows * cols` elements of `dtype`, ready and kept alive
+    // on `s` (see `alloc`); the kernel bounds its indices by `rows`, `cols` and `batch`.
+    unsafe { dev.launch(f, (gx as u32, gy as u32, gz as u32), (32, 8, 1), &s, args)? };
     done(out)
 }
 

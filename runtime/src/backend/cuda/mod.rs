@@ -12,6 +12,8 @@
 //!   host blocks;
 //! - `stream` and `event`: streams (with their block caches and cuBLAS handles), events;
 //! - `init`, `elementwise`, `reduce`, `matrix`: the compute ops, one kernel source each;
+//! - `gemm` and `permute`: matrix products (cuBLAS, the integer kernel of matrix.cu) and
+//!   permutations of dims (kernels of matrix.cu);
 //! - `transfer` and `staged`: copies between host and device and between devices;
 //! - `peer` and `nccl`: several devices;
 //! - `graph`: captures, their private memory, replays;
@@ -22,6 +24,7 @@ mod comm;
 mod device;
 mod elementwise;
 mod event;
+mod gemm;
 mod graph;
 mod init;
 mod launch;
@@ -29,6 +32,7 @@ mod matrix;
 mod memory;
 mod nccl;
 mod peer;
+mod permute;
 mod reduce;
 mod staged;
 mod storage;

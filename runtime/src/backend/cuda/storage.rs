@@ -4,9 +4,9 @@
 
 use super::buffer::CudaBuffer;
 use super::device::DeviceState;
-use super::{elementwise, matrix, raw_stream, reduce, transfer};
+use super::{elementwise, gemm, matrix, permute, raw_stream, reduce, transfer};
 use crate::backend::{
-    BackendStorage, BinaryOp, Blocks, Gemm, HostBuffer, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp,
+    BackendStorage, BinaryOp, Blocks, Gemm, HostBuffer, ParamOp, Permute, RawEvent, RawStream, ReduceOp, UnaryOp,
 };
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
@@ -103,11 +103,15 @@ impl BackendStorage for CudaBuffer {
     }
 
     fn matmul(&self, rhs: &Self, dtype: DType, g: Gemm) -> Result<Self> {
-        matrix::matmul(self, rhs, dtype, g)
+        gemm::matmul(self, rhs, dtype, g)
     }
 
     fn transpose(&self, dtype: DType, rows: usize, cols: usize) -> Result<Self> {
         matrix::transpose(self, dtype, rows, cols)
+    }
+
+    fn permute(&self, dtype: DType, p: &Permute) -> Result<Self> {
+        permute::permute(self, dtype, p)
     }
 
     fn slice(&self, dtype: DType, offset: usize, len: usize) -> Result<Self> {

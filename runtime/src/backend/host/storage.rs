@@ -10,6 +10,7 @@ use crate::backend::host_kernels::{self as k, Geometry};
 use crate::backend::{
     float_only, same_length, BackendStorage, BinaryOp, Blocks, Gemm, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp,
 };
+use crate::backend::{host_matmul as mm, host_permute as hp, Permute};
 use crate::device_id::DeviceId;
 use crate::element::{with_dtype, DType, Element, Scalar};
 use crate::error::{Error, Result};
@@ -209,15 +210,27 @@ impl BackendStorage for HostBuffer {
     }
 
     fn matmul(&self, rhs: &Self, dtype: DType, g: Gemm) -> Result<Self> {
-        let Gemm { m, k: kk, n } = g;
+        let Some((_, _, len)) = g.lens() else {
+            return Err(Error::InvalidArgument { op: "matmul", reason: format!("{g:?} has too many elements") });
+        };
         launch(
-            self.op("matmul", dtype, m * n),
+            self.op("matmul", dtype, len),
             &[self, rhs],
             Box::new(move |ins, out| match dtype {
-                DType::F32 => k::matmul_f32(typed(ins[0]), typed(ins[1]), typed_mut(out), m, kk, n),
-                DType::F64 => k::matmul_f64(typed(ins[0]), typed(ins[1]), typed_mut(out), m, kk, n),
-                _ => with_dtype!(dtype, T => k::matmul::<T>(typed(ins[0]), typed(ins[1]), typed_mut(out), m, kk, n)),
+                DType::F32 => mm::matmul_f32(typed(ins[0]), typed(ins[1]), typed_mut(out), g),
+                DType::F64 => mm::matmul_f64(typed(ins[0]), typed(ins[1]), typed_mut(out), g),
+                _ => with_dtype!(dtype, T => mm::matmul_int::<T>(typed(ins[0]), typed(ins[1]), typed_mut(out), g)),
             }),
+        )
+    }
+
+    fn permute(&self, dtype: DType, p: &Permute) -> Result<Self> {
+        let len = p.len();
+        let p = p.clone();
+        launch(
+            self.op("transpose", dtype, len),
+            &[self],
+            Box::new(move |ins, out| with_dtype!(dtype, T => hp::permute::<T>(typed(ins[0]), typed_mut(out), &p))),
         )
     }
 
