@@ -76,15 +76,15 @@ proptest! {
 #[test]
 fn large_shapes_split_over_the_workers_and_loop_over_the_grid() {
     // Batched tiles ([B, R, C] -> [B, C, R]), strided runs, strided gathers, a plain copy;
-    // each above the host kernels' split threshold.
+    // each at least twice the host kernels' split threshold (2^15 elements).
     for (shape, d0, d1) in [
-        (&[3, 70, 90][..], 1, 2),
-        (&[40, 50, 7], 0, 1),
-        (&[30, 40, 50], 0, 2),
-        (&[4, 9, 33, 41], 1, 3),
+        (&[30, 70, 90][..], 1, 2),
+        (&[400, 50, 7], 0, 1),
+        (&[40, 50, 70], 0, 2),
+        (&[4, 9, 40, 60], 1, 3),
         (&[300, 200], 0, 1),
         (&[2, 1, 40_000], 0, 1),
-        (&[5000, 3, 4], 1, 2),
+        (&[50_000, 3, 4], 1, 2),
     ] {
         let n: usize = shape.iter().product();
         let x: Vec<i32> = (0..n as i32).collect();
