@@ -239,6 +239,16 @@ def matmul():
     b = torch.rand(n, n, device=dev)
     t = gpu_time(lambda: a @ b)
     row("matmul_4096_f32", [2 * n**3 / s / 1e12 for s in t], "TFLOP/s", "a @ b, allow_tf32=False")
+    n = 8192
+    a = torch.rand(n, n, device=dev)
+    b = torch.rand(n, n, device=dev)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    t = gpu_time(lambda: a @ b)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    row("matmul_8192_tf32", [2 * n**3 / s / 1e12 for s in t], "TFLOP/s", "a @ b, float32, allow_tf32=True")
+    a, b = a.bfloat16(), b.bfloat16()
+    t = gpu_time(lambda: a @ b)
+    row("matmul_8192_bf16", [2 * n**3 / s / 1e12 for s in t], "TFLOP/s", "a @ b, bfloat16")
 
 
 def guard_pairs(device, rounds):

@@ -18,7 +18,10 @@ mod raw;
 use std::time::Instant;
 
 use locus::parallel::{DataParallel, Module};
-use locus::{kernel, on_stream, synchronize, Cpu, Cuda, Device, DeviceGuard, DeviceId, Stream, Tensor, ToDevice};
+use locus::{
+    kernel, on_stream, synchronize, with_float32_matmul_precision, Cpu, Cuda, Device, DeviceGuard, DeviceId,
+    MatmulPrecision, Stream, Tensor, ToDevice,
+};
 use method::{gbs, median, ms, row, row_na, samples};
 
 type G = Cuda<0>;
@@ -239,6 +242,18 @@ fn matmul() {
     let t = gpu_time(|| drop(a.matmul(&b).unwrap()));
     let tflops: Vec<f64> = t.iter().map(|t| 2.0 * (n as f64).powi(3) / t / 1e12).collect();
     row("matmul_4096_f32", &tflops, "TFLOP/s", "cuBLAS sgemm, no TF32");
+    // TF32 tensor cores: f32 at MatmulPrecision::High (PyTorch's allow_tf32 = True).
+    let n = 8192;
+    let a = Tensor::<G>::rand([n, n], 3).unwrap();
+    let b = Tensor::<G>::rand([n, n], 4).unwrap();
+    let t = with_float32_matmul_precision(MatmulPrecision::High, || gpu_time(|| drop(a.matmul(&b).unwrap())));
+    let tflops: Vec<f64> = t.iter().map(|t| 2.0 * (n as f64).powi(3) / t / 1e12).collect();
+    row(
+        "matmul_8192_tf32",
+        &tflops,
+        "TFLOP/s",
+        "f32 at MatmulPrecision::High: cublasGemmEx, CUBLAS_COMPUTE_32F_FAST_TF32",
+    );
 }
 
 /// Nanoseconds per enter + exit of the guard of `to` from cuda:0, averaged over a batch
