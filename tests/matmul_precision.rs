@@ -2,7 +2,8 @@
 //! restored after a panic, not seen by other threads), what `High` and `Medium` compute
 //! (inputs rounded to TF32 or bf16, against an f64 reference and, on the host, against
 //! that rounding done by hand), batched products and a rhs shared by the batch against a
-//! loop of 2-d products and a plain-Rust reference, for every element type, and the
+//! loop of 2-d products and a plain-Rust reference, for every element type (bf16 and f16
+//! within their rounding), and the
 //! errors of shapes that do not fit. Each product runs on cuda:0 of the selected backend
 //! and on `Cpu` (the host kernels), which must agree.
 
@@ -10,8 +11,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Mutex, MutexGuard};
 
 use locus::{
-    float32_matmul_precision, set_float32_matmul_precision, with_float32_matmul_precision, Cpu, Cuda, Element, Error,
-    MatmulPrecision, Tensor,
+    bf16, f16, float32_matmul_precision, set_float32_matmul_precision, with_float32_matmul_precision, Cpu, Cuda, DType,
+    Element, Error, MatmulPrecision, Tensor,
 };
 use proptest::prelude::*;
 
@@ -83,11 +84,13 @@ fn reference_int<T: Element>(
     out
 }
 
-/// Every element of `got` within `rel * scale + tiny` of `want`.
+/// Every element of `got` within `rel * scale` of `want`, or within 2^-25 (half of f16's
+/// least subnormal: what a product rounded to f16 may lose near zero).
 fn assert_close(got: &[f64], want: &[f64], scale: &[f64], rel: f64, what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: lengths");
     for (i, ((g, w), s)) in got.iter().zip(want).zip(scale).enumerate() {
-        assert!((g - w).abs() <= rel * s + 1e-30, "{what}: element {i} is {g}, want {w} (scale {s}, rel {rel})");
+        let tol = rel * s + 2f64.powi(-25);
+        assert!((g - w).abs() <= tol, "{what}: element {i} is {g}, want {w} (scale {s}, rel {rel})");
     }
 }
 
@@ -243,6 +246,11 @@ fn the_precision_applies_to_f32_alone() -> locus::Result<()> {
     assert_eq!(exact, medium, "f64 ignores the f32 precision");
     let (want, scale) = reference(&a, &b, (1, m, k, n), k * n);
     assert_close(&exact, &want, &scale, (k as f64 + 2.0) * 2f64.powi(-53), "f64");
+    // bf16 products: f32 accumulation and one rounding whatever the setting.
+    let hb: Vec<bf16> = a.iter().map(|&x| bf16::from_f64(x)).collect();
+    let (ha, hw) = (Tensor::<G, bf16>::from_slice(&hb, [m, k])?, Tensor::<G, bf16>::from_slice(&hb[..k * n], [k, n])?);
+    let exact = with_float32_matmul_precision(MatmulPrecision::Highest, || ha.matmul(&hw))?.to_vec()?;
+    assert_eq!(exact, with_float32_matmul_precision(MatmulPrecision::High, || ha.matmul(&hw))?.to_vec()?);
     let i = Tensor::<G, i32>::from_vec(vec![1 << 20, 3], [1, 2])?;
     let j = Tensor::<G, i32>::from_vec(vec![(1 << 11) + 1, 1], [2, 1])?;
     let v = with_float32_matmul_precision(MatmulPrecision::Medium, || i.matmul(&j))?.item()?;
@@ -291,10 +299,12 @@ fn check_batched<T: Element>(
     let dims = (batch, m, k, n);
     if T::DTYPE.is_float() {
         let (want, scale) = reference(&wide(a), &wide(b), dims, rhs_stride);
-        let rel = if T::DTYPE == locus::DType::F64 {
-            (k as f64 + 2.0) * 2f64.powi(-53)
-        } else {
-            bound(MatmulPrecision::Highest, k)
+        // f32 accumulation, then (16-bit types) one rounding of the result.
+        let rel = match T::DTYPE {
+            DType::F64 => (k as f64 + 2.0) * 2f64.powi(-53),
+            DType::BF16 => bound(MatmulPrecision::Highest, k) + 2f64.powi(-8),
+            DType::F16 => bound(MatmulPrecision::Highest, k) + 2f64.powi(-11),
+            _ => bound(MatmulPrecision::Highest, k),
         };
         assert_close(&wide(&gpu), &want, &scale, rel, "batched on cuda:0");
         assert_close(&wide(&host), &want, &scale, rel, "batched on cpu");
@@ -323,6 +333,10 @@ proptest! {
         check_batched::<f32>(&a, &b, d, shared)?;
         let (a64, b64): (Vec<f64>, Vec<f64>) = (a.iter().map(|&x| x as f64 / 3.0).collect(), b.iter().map(|&x| x as f64 * 1.7).collect());
         check_batched::<f64>(&a64, &b64, d, shared)?;
+        let (ab, bb): (Vec<bf16>, Vec<bf16>) = (a.iter().map(|&x| bf16::from_f32(x)).collect(), b.iter().map(|&x| bf16::from_f32(x * 3.0)).collect());
+        check_batched::<bf16>(&ab, &bb, d, shared)?;
+        let (ah, bh): (Vec<f16>, Vec<f16>) = (a.iter().map(|&x| f16::from_f32(x * 0.7)).collect(), b.iter().map(|&x| f16::from_f32(x)).collect());
+        check_batched::<f16>(&ah, &bh, d, shared)?;
         let (ai, bi): (Vec<i32>, Vec<i32>) = (a.iter().map(|&x| (x * 3e4) as i32).collect(), b.iter().map(|&x| (x * 7e5) as i32).collect());
         check_batched::<i32>(&ai, &bi, d, shared)?;
         let (au, bu): (Vec<u8>, Vec<u8>) = (ai.iter().map(|&x| x as u8).collect(), bi.iter().map(|&x| x as u8).collect());
@@ -384,4 +398,37 @@ fn shapes_that_do_not_fit_are_errors_naming_them() {
             other => panic!("{a:?} x {b:?}: {other:?}"),
         }
     }
+}
+
+#[test]
+fn a_16_bit_product_is_the_f32_product_of_the_widened_inputs_rounded_once() -> locus::Result<()> {
+    // On the host, exactly; cuda:0 (cuBLAS, f32 accumulation in its own order) within one
+    // rounding of the result and the f32 accumulation.
+    let (b, m, k, n) = (3, 7, 40, 5);
+    let (a, w) = (floats(b * m * k, 11), floats(k * n, 12));
+    let exact = |x: &[f32], y: &[f32]| -> locus::Result<Vec<f32>> {
+        with_float32_matmul_precision(MatmulPrecision::Highest, || {
+            Tensor::<Cpu>::from_slice(x, [b, m, k])?.matmul(&Tensor::<Cpu>::from_slice(y, [k, n])?)?.to_vec()
+        })
+    };
+    macro_rules! check {
+        ($t:ty, $half_ulp:expr) => {{
+            let (ha, hw): (Vec<$t>, Vec<$t>) =
+                (a.iter().map(|&x| <$t>::from_f32(x)).collect(), w.iter().map(|&x| <$t>::from_f32(x)).collect());
+            let widened = |v: &[$t]| v.iter().map(|x| x.to_f32()).collect::<Vec<f32>>();
+            let want: Vec<$t> = exact(&widened(&ha), &widened(&hw))?.into_iter().map(<$t>::from_f32).collect();
+            let host =
+                Tensor::<Cpu, $t>::from_slice(&ha, [b, m, k])?.matmul(&Tensor::<Cpu, $t>::from_slice(&hw, [k, n])?)?;
+            assert_eq!(host.to_vec()?, want, "{} on cpu", stringify!($t));
+            let gpu =
+                Tensor::<G, $t>::from_slice(&ha, [b, m, k])?.matmul(&Tensor::<G, $t>::from_slice(&hw, [k, n])?)?;
+            let (wa, ww) = (wide(&ha), wide(&hw));
+            let (_, scale) = reference(&wa, &ww, (b, m, k, n), 0);
+            let rel = bound(MatmulPrecision::Highest, k) + 2.0 * $half_ulp;
+            assert_close(&wide(&gpu.to_vec()?), &wide(&want), &scale, rel, stringify!($t));
+        }};
+    }
+    check!(bf16, 2f64.powi(-8));
+    check!(f16, 2f64.powi(-11));
+    Ok(())
 }

@@ -4,7 +4,7 @@
 //! `Cpu` (the host kernels); shapes large enough that the kernels split their work and
 //! loop over their grid; `t()`, the 2-d transpose; and the errors of dims out of range.
 
-use locus::{Cpu, Cuda, Element, Error, Tensor};
+use locus::{bf16, f16, Cpu, Cuda, Element, Error, Tensor};
 use proptest::prelude::*;
 
 type G = Cuda<0>;
@@ -49,12 +49,16 @@ fn check_all_pairs(shape: &[usize], seed: u32) -> Result<(), TestCaseError> {
     let floats: Vec<f32> = ints.iter().map(|&i| i as f32 * 0.5).collect();
     let doubles: Vec<f64> = ints.iter().map(|&i| i as f64 / 3.0).collect();
     let bytes: Vec<u8> = ints.iter().map(|&i| i as u8).collect();
+    let brains: Vec<bf16> = ints.iter().map(|&i| bf16::from_f32(i as f32)).collect();
+    let halves: Vec<f16> = ints.iter().map(|&i| f16::from_f32((i % 4000) as f32 * 0.25)).collect();
     for d0 in 0..shape.len() {
         for d1 in 0..shape.len() {
             check(&floats, shape, d0, d1)?;
             check(&ints, shape, d0, d1)?;
             check(&doubles, shape, d0, d1)?;
             check(&bytes, shape, d0, d1)?;
+            check(&brains, shape, d0, d1)?;
+            check(&halves, shape, d0, d1)?;
         }
     }
     Ok(())
@@ -93,6 +97,8 @@ fn large_shapes_split_over_the_workers_and_loop_over_the_grid() {
     // More matrices than a grid has blocks along z, and more tiles of rows than along y.
     let x: Vec<u8> = (0..70_000 * 6).map(|i| (i * 7) as u8).collect();
     check(&x, &[70_000, 2, 3], 1, 2).unwrap();
+    let x: Vec<bf16> = (0..70_000 * 6).map(|i| bf16::from_f32((i % 251) as f32)).collect();
+    check(&x, &[70_000, 3, 2], 0, 2).unwrap();
     let x: Vec<u8> = (0..2_100_000 * 2).map(|i| (i * 13) as u8).collect();
     let t = Tensor::<G, u8>::from_slice(&x, [2_100_000, 2]).unwrap().t().unwrap();
     assert_eq!(t.to_vec().unwrap(), reference(&x, &[2_100_000, 2], 0, 1));

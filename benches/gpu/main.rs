@@ -233,6 +233,15 @@ fn large_ops() {
     row("large_relu_1GiB", &gbs(2.0 * bytes, &relu), "GB/s", "f32 relu, 1 read + 1 write");
     let sum = gpu_time(|| drop(a.sum().unwrap()));
     row("sum_1GiB", &gbs(bytes, &sum), "GB/s", "f32 sum of 256 Mi elements, 1 read");
+    drop((a, b));
+    let (a, b) = (a_bf16(1), a_bf16(2));
+    let add = gpu_time(|| drop((&a + &b).unwrap()));
+    row("large_add_1GiB_bf16", &gbs(3.0 * bytes, &add), "GB/s", "bf16 add of 512 Mi elements, 2 reads + 1 write");
+}
+
+/// 1 GiB of bf16 (512 Mi elements), uniform in [0, 1).
+fn a_bf16(seed: u64) -> Tensor<G, locus::bf16> {
+    Tensor::<G, locus::bf16>::rand([GIB / 2], seed).unwrap()
 }
 
 fn matmul() {
@@ -254,6 +263,11 @@ fn matmul() {
         "TFLOP/s",
         "f32 at MatmulPrecision::High: cublasGemmEx, CUBLAS_COMPUTE_32F_FAST_TF32",
     );
+    let a = Tensor::<G, locus::bf16>::rand([n, n], 5).unwrap();
+    let b = Tensor::<G, locus::bf16>::rand([n, n], 6).unwrap();
+    let t = gpu_time(|| drop(a.matmul(&b).unwrap()));
+    let tflops: Vec<f64> = t.iter().map(|t| 2.0 * (n as f64).powi(3) / t / 1e12).collect();
+    row("matmul_8192_bf16", &tflops, "TFLOP/s", "bf16: cublasGemmEx, CUDA_R_16BF, CUBLAS_COMPUTE_32F");
 }
 
 /// Nanoseconds per enter + exit of the guard of `to` from cuda:0, averaged over a batch

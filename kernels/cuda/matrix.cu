@@ -107,3 +107,14 @@ MATRIX(f32)
 MATRIX(f64)
 MATRIX(i32)
 MATRIX(u8)
+// The 16-bit types: transposes, permutations and block copies (their matmul is cuBLAS's).
+#define MOVES(T)                                                                                          \
+    extern "C" __global__ void transpose_##T(const T* x, T* out, u64 rows, u64 cols, u64 batch) {         \
+        transpose<T>(x, out, rows, cols, batch);                                                         \
+    }                                                                                                     \
+    extern "C" __global__ void permute_##T(const T* x, T* out, u64 n, Strided s) { permute<T>(x, out, n, s); } \
+    extern "C" __global__ void copy_blocks_##T(const T* src, T* out, u64 count, u64 block, u64 src_stride, u64 dst_stride) { \
+        copy_blocks<T>(src, out, count, block, src_stride, dst_stride);                                  \
+    }
+MOVES(bf16)
+MOVES(f16)

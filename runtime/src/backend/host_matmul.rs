@@ -3,7 +3,8 @@
 //! for integers), a rhs shared by the batch is one tall product, and the reduced f32
 //! precisions are modelled as the GPU computes them: every input rounded to TF32 (`High`)
 //! or bf16 (`Medium`), to nearest with ties to even, then multiplied and accumulated in
-//! f32.
+//! f32. bf16 and f16 products are f32 products of the widened inputs, each result rounded
+//! once.
 
 use std::borrow::Cow;
 
@@ -87,6 +88,33 @@ fn batched<T: Element>(a: &[T], b: &[T], out: &mut [T], g: Gemm, single: Single<
 pub(super) fn matmul_f32(a: &[f32], b: &[f32], out: &mut [f32], g: Gemm) -> Result<()> {
     let (a, b) = (rounded(a, g.precision)?, rounded(b, g.precision)?);
     batched(&a, &b, out, g, k::matmul_f32)
+}
+
+/// `out = a · b` for a 16-bit float type: the inputs widened to f32 (exactly), one f32
+/// product, each result rounded once to the type (to nearest, ties to even), as cuBLAS
+/// computes it with f32 accumulation.
+pub(super) fn matmul_half<T: Element>(a: &[T], b: &[T], out: &mut [T], g: Gemm) -> Result<()> {
+    let widen = |x: &[T]| -> Result<Vec<f32>> {
+        let mut w = vec![0.0f32; x.len()];
+        split_mut(&mut w, 1, GRAIN, &|start, o| {
+            for (o, &v) in o.iter_mut().zip(&x[start..]) {
+                // Every 16-bit float value is an f32 value.
+                *o = v.to_f64() as f32;
+            }
+            Ok(())
+        })?;
+        Ok(w)
+    };
+    let (wa, wb) = (widen(a)?, widen(b)?);
+    let mut wide = vec![0.0f32; out.len()];
+    batched(&wa, &wb, &mut wide, g, k::matmul_f32)?;
+    split_mut(out, 1, GRAIN, &|start, o| {
+        for (o, &v) in o.iter_mut().zip(&wide[start..]) {
+            // Exact as an f64, so this is the one rounding of `v` to the type.
+            *o = T::from_f64(v as f64);
+        }
+        Ok(())
+    })
 }
 
 /// `out = a · b` for f64.

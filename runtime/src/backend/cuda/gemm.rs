@@ -1,7 +1,8 @@
 //! Matrix products ([`Gemm`]) on the cuda backend. Floats go to cuBLAS: exact f32 and f64
 //! through `cublas{S,D}gemm` (strided-batched for a batch), reduced f32 precisions through
 //! `cublasGemmEx` (`cublasGemmStridedBatchedEx`) with the compute type that asks for TF32
-//! or bf16 tensor cores. A rhs shared by the batch is one tall product. Integers run the
+//! or bf16 tensor cores, and bf16 and f16 through the same calls on 16-bit elements with
+//! f32 accumulation. A rhs shared by the batch is one tall product. Integers run the
 //! batched tiled kernel `matmul_{T}` of matrix.cu.
 
 use std::ffi::c_void;
@@ -39,6 +40,13 @@ fn routine(dtype: DType, precision: MatmulPrecision) -> Result<Routine> {
         (DType::F32, MatmulPrecision::High) => f32_ex(cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32),
         (DType::F32, MatmulPrecision::Medium) => f32_ex(cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_16BF),
         (DType::F64, _) => Routine::D,
+        // 16-bit inputs and output, f32 accumulation (and f32 alpha and beta), as PyTorch.
+        (DType::BF16, _) => {
+            Routine::Ex { ty: cudaDataType::CUDA_R_16BF, compute: cublasComputeType_t::CUBLAS_COMPUTE_32F }
+        }
+        (DType::F16, _) => {
+            Routine::Ex { ty: cudaDataType::CUDA_R_16F, compute: cublasComputeType_t::CUBLAS_COMPUTE_32F }
+        }
         _ => {
             return Err(Error::InvalidArgument { op: "matmul", reason: format!("cuBLAS has no {dtype} product here") })
         }
