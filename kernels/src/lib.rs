@@ -17,7 +17,8 @@ pub enum Source {
     Elementwise,
     /// `{sum,mean,max}_{partial,final,single,cols,rows}_{T}`.
     Reduce,
-    /// `transpose_{T}`, integer `matmul_{T}`, and `copy_blocks_{T}` (strided block copies).
+    /// `transpose_{T}` (batched), integer `matmul_{T}` (batched), `permute_{T}` (a strided
+    /// copy of permuted dims) and `copy_blocks_{T}` (strided block copies).
     Matrix,
     /// `fill_{T}`, `arange_{T}`, `rand_{f32,f64}`.
     Init,
