@@ -7,8 +7,10 @@ use super::buffer::HostBuffer;
 use super::ops::{launch, queue_copy, typed, typed_mut, Launch};
 use super::streams::{self, current_stream, host_stream, use_on_stream};
 use crate::backend::host_kernels::{self as k, Geometry};
+use crate::backend::host_rows as rows;
 use crate::backend::{
-    float_only, same_length, BackendStorage, BinaryOp, Blocks, Gemm, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp,
+    float_only, same_length, BackendStorage, BinaryOp, Blocks, Gather, Gemm, ParamOp, RawEvent, RawStream, ReduceOp,
+    SoftmaxOp, UnaryOp,
 };
 use crate::device_id::DeviceId;
 use crate::element::{with_dtype, DType, Element, Scalar};
@@ -39,6 +41,17 @@ impl HostBuffer {
                 })
             }),
         )
+    }
+}
+
+/// A kernel of float types only, picked by `dtype` before anything is queued: a job
+/// that cannot fail must not meet a type it has no loop for.
+fn float_kernel<F>(op: &'static str, dtype: DType, f32_kernel: F, f64_kernel: F) -> Result<F> {
+    float_only(op, dtype)?;
+    match dtype {
+        DType::F32 => Ok(f32_kernel),
+        DType::F64 => Ok(f64_kernel),
+        _ => Err(Error::InvalidArgument { op, reason: format!("has no host kernel for {dtype}") }),
     }
 }
 
@@ -273,6 +286,45 @@ impl BackendStorage for HostBuffer {
                 }
                 Ok(())
             }),
+        )
+    }
+
+    fn softmax(&self, op: SoftmaxOp, dtype: DType, r: Reduction) -> Result<Self> {
+        type Kernel = fn(SoftmaxOp, &[u8], &mut [u8], Reduction) -> Result<()>;
+        let f = float_kernel::<Kernel>(
+            op.name(),
+            dtype,
+            |op, x, o, r| rows::softmax::<f32>(op, typed(x), typed_mut(o), r),
+            |op, x, o, r| rows::softmax::<f64>(op, typed(x), typed_mut(o), r),
+        )?;
+        launch(
+            self.op(op.name(), dtype, r.outer * r.len * r.inner),
+            &[self],
+            Box::new(move |ins, out| f(op, ins[0], out, r)),
+        )
+    }
+
+    fn index_select(&self, index: &Self, dtype: DType, g: Gather) -> Result<Self> {
+        let size = dtype.size();
+        launch(
+            Launch { check: true, ..self.op("index_select", dtype, g.out_len()) },
+            &[self, index],
+            Box::new(move |ins, out| rows::index_select(ins[0], typed(ins[1]), out, size, g)),
+        )
+    }
+
+    fn cross_entropy_rows(&self, targets: &Self, dtype: DType, n: usize, classes: usize) -> Result<Self> {
+        type Kernel = fn(&[u8], &[u8], &mut [u8], usize) -> Result<()>;
+        let f = float_kernel::<Kernel>(
+            "cross_entropy",
+            dtype,
+            |x, t, o, c| rows::cross_entropy_rows::<f32>(typed(x), typed(t), typed_mut(o), c),
+            |x, t, o, c| rows::cross_entropy_rows::<f64>(typed(x), typed(t), typed_mut(o), c),
+        )?;
+        launch(
+            Launch { check: true, ..self.op("cross_entropy", dtype, n) },
+            &[self, targets],
+            Box::new(move |ins, out| f(ins[0], ins[1], out, classes)),
         )
     }
 }
