@@ -232,6 +232,13 @@ def large_ops():
     row("sum_1GiB", gbs(by, gpu_time(lambda: a.sum())), "GB/s", "a.sum()")
 
 
+def softmax():
+    n = 8192
+    x = torch.rand(n, n, device=dev)
+    t = gpu_time(lambda: torch.softmax(x, dim=-1))
+    row("softmax_8192x8192_f32", gbs(2 * n * n * 4, t), "GB/s", "torch.softmax(x, dim=-1)")
+
+
 def matmul():
     torch.backends.cuda.matmul.allow_tf32 = False
     n = 4096
@@ -390,6 +397,7 @@ if __name__ == "__main__":
     small_ops()
     graph_chain20()
     large_ops()
+    softmax()
     matmul()
     guard()
     data_parallel()

@@ -85,7 +85,7 @@ fn embedding_rows_in_every_width() -> locus::Result<()> {
     let wide: Vec<f64> = (0..50 * 6).map(|i| i as f64).collect();
     check(&wide, &[50, 6], 0, &ids)?;
     // A long index list over a [vocab, hidden] table, and picks along the last dim.
-    let many: Vec<i32> = (0..5000).map(|i| (i * 31 % 50) as i32).collect();
+    let many: Vec<i32> = (0..5000).map(|i| i * 31 % 50).collect();
     check(&table, &[50, 64], 0, &many)?;
     check(&table, &[50, 64], 1, &[63, 0, 63, 5])?;
     check(&table, &[2, 25, 64], 1, &[24, 0, 24])?;
@@ -115,7 +115,10 @@ fn an_index_out_of_range_is_an_error_naming_it_and_the_size() -> locus::Result<(
     for (t, dim) in [(table.clone(), 0), (table.reshape([64, 5])?, 1), (table.reshape([5, 4, 16])?, 0)] {
         let e = t.index_select(dim, &ids).unwrap_err();
         let size = t.shape()[dim];
-        assert!(e.to_string().contains(&format!("index 9 (at position 1234) is out of range for dim {dim} of size {size}")), "{e}");
+        assert!(
+            e.to_string().contains(&format!("index 9 (at position 1234) is out of range for dim {dim} of size {size}")),
+            "{e}"
+        );
     }
     // An empty result still checks its indices; an empty index list checks nothing.
     let empty = Tensor::<G>::zeros([0, 5])?;

@@ -239,8 +239,10 @@ fn check_loss<T: Float>(n: usize, c: usize, seed: u64, scale: f64) -> locus::Res
     let exact: Vec<f64> = data.iter().map(|v| v.to_f64()).collect();
     let targets: Vec<i32> = values(n, seed ^ 1, 1.0).iter().map(|v| ((v + 1.0) / 2.0 * c as f64) as i32).collect();
     let want = reference_loss(&exact, &targets, c);
-    let on_gpu = Tensor::<G, T>::from_slice(&data, [n, c])?.cross_entropy(&Tensor::<G, i32>::from_slice(&targets, [n])?)?;
-    let on_host = Tensor::<Cpu, T>::from_slice(&data, [n, c])?.cross_entropy(&Tensor::<Cpu, i32>::from_slice(&targets, [n])?)?;
+    let on_gpu =
+        Tensor::<G, T>::from_slice(&data, [n, c])?.cross_entropy(&Tensor::<G, i32>::from_slice(&targets, [n])?)?;
+    let on_host =
+        Tensor::<Cpu, T>::from_slice(&data, [n, c])?.cross_entropy(&Tensor::<Cpu, i32>::from_slice(&targets, [n])?)?;
     assert_eq!(on_gpu.shape(), &[] as &[usize]);
     for (got, name) in [(on_gpu.item()?, "cuda:0"), (on_host.item()?, "cpu")] {
         assert!(close(got, want, true), "cross_entropy {} [{n}, {c}] on {name}: {got:?}, reference {want}", T::DTYPE);
@@ -291,7 +293,9 @@ fn cross_entropy_errors_name_the_bad_target_or_shape() -> locus::Result<()> {
     // Shapes: one target per sample, logits [N, C], targets [N].
     let e = x.cross_entropy(&Tensor::<G, i32>::zeros([4])?).unwrap_err();
     assert_eq!(e, Error::ShapeMismatch { op: "cross_entropy", lhs: vec![3, 4], rhs: vec![4] });
-    for (logits, targets) in [(vec![4], vec![1]), (vec![2, 3, 4], vec![2]), (vec![3, 4], vec![3, 1]), (vec![3, 4], vec![])] {
+    for (logits, targets) in
+        [(vec![4], vec![1]), (vec![2, 3, 4], vec![2]), (vec![3, 4], vec![3, 1]), (vec![3, 4], vec![])]
+    {
         let e = Tensor::<G>::zeros(&logits)?.cross_entropy(&Tensor::<G, i32>::zeros(&targets)?).unwrap_err();
         assert!(matches!(e, Error::InvalidArgument { op: "cross_entropy", .. }), "{logits:?}, {targets:?}: {e}");
     }

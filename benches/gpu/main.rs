@@ -232,6 +232,16 @@ fn large_ops() {
     row("sum_1GiB", &gbs(bytes, &sum), "GB/s", "f32 sum of 256 Mi elements, 1 read");
 }
 
+/// Softmax over the last dim of `[8192, 8192]` (a row per block, kept in registers): GB/s
+/// of the one read and one write, as the memory-bound op it is.
+fn softmax() {
+    let n = 8192;
+    let x = Tensor::<G>::rand([n, n], 3).unwrap();
+    let bytes = 2.0 * (n * n * 4) as f64;
+    let t = gpu_time(|| drop(x.softmax(1).unwrap()));
+    row("softmax_8192x8192_f32", &gbs(bytes, &t), "GB/s", "f32 softmax over the last dim, 1 read + 1 write");
+}
+
 fn matmul() {
     let n = 4096;
     let a = Tensor::<G>::rand([n, n], 1).unwrap();
@@ -428,6 +438,7 @@ fn main() {
     small_ops();
     graph::chain20();
     large_ops();
+    softmax();
     matmul();
     guard();
     pool_steady_state();
