@@ -230,6 +230,10 @@ def large_ops():
     row("large_mul_1GiB", gbs(3 * by, gpu_time(lambda: a * b)), "GB/s", "a * b")
     row("large_relu_1GiB", gbs(2 * by, gpu_time(lambda: torch.relu(a))), "GB/s", "torch.relu(a)")
     row("sum_1GiB", gbs(by, gpu_time(lambda: a.sum())), "GB/s", "a.sum()")
+    del a, b
+    a = torch.rand(GIB // 2, device=dev, dtype=torch.bfloat16)
+    b = torch.rand(GIB // 2, device=dev, dtype=torch.bfloat16)
+    row("large_add_1GiB_bf16", gbs(3 * by, gpu_time(lambda: a + b)), "GB/s", "a + b, bfloat16")
 
 
 def softmax():

@@ -157,6 +157,14 @@ impl BackendStorage for Buffer {
         }
     }
 
+    fn cast(&self, from: DType, to: DType, len: usize) -> Result<Self> {
+        capture::on_device("to_dtype", self.device_id())?;
+        match self {
+            Buffer::Host(h) => h.cast(from, to, len).map(Buffer::Host),
+            Buffer::Cuda(c) => c.cast(from, to, len).map(Buffer::Cuda),
+        }
+    }
+
     fn unary_param(&self, op: ParamOp, dtype: DType, len: usize) -> Result<Self> {
         capture::on_device(op.name(), self.device_id())?;
         match self {

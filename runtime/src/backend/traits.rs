@@ -211,6 +211,9 @@ pub(crate) trait BackendStorage: Sized {
 
     /// `op` of each of the `len` elements.
     fn unary(&self, op: UnaryOp, dtype: DType, len: usize) -> Result<Self>;
+    /// Each of the `len` elements of `from` converted to `to` (as Rust's `as` does; to a
+    /// 16-bit float type rounded once to nearest, ties to even).
+    fn cast(&self, from: DType, to: DType, len: usize) -> Result<Self>;
     /// `op` of each of the `len` elements; the parameters have type `dtype`.
     fn unary_param(&self, op: ParamOp, dtype: DType, len: usize) -> Result<Self>;
     /// `self op rhs` into an `out_shape` result, the operands lined up by `layout`.

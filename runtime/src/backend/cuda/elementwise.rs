@@ -65,6 +65,8 @@ fn scalar_dtype(s: Scalar) -> DType {
         Scalar::F64(_) => DType::F64,
         Scalar::I32(_) => DType::I32,
         Scalar::U8(_) => DType::U8,
+        Scalar::BF16(_) => DType::BF16,
+        Scalar::F16(_) => DType::F16,
     }
 }
 
@@ -100,6 +102,22 @@ pub(super) fn unary(x: &CudaBuffer, op: UnaryOp, dtype: DType, len: usize) -> Re
             KernelArgs::new().ptr(x).ptr(out).u64(n)
         })
     }
+}
+
+/// Each of the `len` elements of `from` converted to `to`, by `cast_{from}_{to}`.
+pub(super) fn cast(x: &CudaBuffer, from: DType, to: DType, len: usize) -> Result<CudaBuffer> {
+    let (dev, n) = (x.device(), len as u64);
+    let (s, out) = alloc(dev, to, len, &[x])?;
+    if len > 0 {
+        let f = dev.kernel(Source::Elementwise, "cast", from.name(), to)?;
+        let args = KernelArgs::new().ptr(x).ptr(&out).u64(n);
+        // SAFETY: `f` is `cast_{from}_{to}(const F* x, T* out, u64 n)` of this device; `x`
+        // holds `len` elements of `from` (the caller's contract), made ready on `s` and kept
+        // alive past the kernel by `alloc`; `out` holds `len` elements of `to`, allocated
+        // on `s`; the kernel bounds its accesses by `n` = `len`, whatever the grid.
+        unsafe { dev.launch(f, (flat_grid(n, 256), 1, 1), (256, 1, 1), &s, args)? };
+    }
+    done(out)
 }
 
 /// Same-shape operands of at most this many elements use the one-element-per-thread

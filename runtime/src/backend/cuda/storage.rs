@@ -83,6 +83,10 @@ impl BackendStorage for CudaBuffer {
         elementwise::unary(self, op, dtype, len)
     }
 
+    fn cast(&self, from: DType, to: DType, len: usize) -> Result<Self> {
+        elementwise::cast(self, from, to, len)
+    }
+
     fn unary_param(&self, op: ParamOp, dtype: DType, len: usize) -> Result<Self> {
         elementwise::unary_param(self, op, dtype, len)
     }

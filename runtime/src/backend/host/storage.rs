@@ -155,7 +155,19 @@ impl BackendStorage for HostBuffer {
             Box::new(move |ins, out| match dtype {
                 DType::F32 => k::unary_float::<f32>(op, typed(ins[0]), typed_mut(out)),
                 DType::F64 => k::unary_float::<f64>(op, typed(ins[0]), typed_mut(out)),
+                DType::BF16 => k::unary_float::<half::bf16>(op, typed(ins[0]), typed_mut(out)),
+                DType::F16 => k::unary_float::<half::f16>(op, typed(ins[0]), typed_mut(out)),
                 _ => with_dtype!(dtype, T => k::unary::<T>(op, typed(ins[0]), typed_mut(out))),
+            }),
+        )
+    }
+
+    fn cast(&self, from: DType, to: DType, len: usize) -> Result<Self> {
+        launch(
+            self.op("to_dtype", to, len),
+            &[self],
+            Box::new(move |ins, out| {
+                with_dtype!(from, F => with_dtype!(to, U => k::cast::<F, U>(typed(ins[0]), typed_mut(out))))
             }),
         )
     }
@@ -173,6 +185,12 @@ impl BackendStorage for HostBuffer {
             &[self],
             Box::new(move |ins, out| match (op, dtype) {
                 (ParamOp::Pow(e), DType::F64) => k::pow::<f64>(typed(ins[0]), f64::from_scalar(e), typed_mut(out)),
+                (ParamOp::Pow(e), DType::BF16) => {
+                    k::pow::<half::bf16>(typed(ins[0]), half::bf16::from_scalar(e), typed_mut(out))
+                }
+                (ParamOp::Pow(e), DType::F16) => {
+                    k::pow::<half::f16>(typed(ins[0]), half::f16::from_scalar(e), typed_mut(out))
+                }
                 (ParamOp::Pow(e), _) => k::pow::<f32>(typed(ins[0]), f32::from_scalar(e), typed_mut(out)),
                 (ParamOp::Clamp(lo, hi), _) => with_dtype!(dtype, T => k::clamp::<T>(
                     typed(ins[0]),
