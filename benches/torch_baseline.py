@@ -241,6 +241,9 @@ def softmax():
     x = torch.rand(n, n, device=dev)
     t = gpu_time(lambda: torch.softmax(x, dim=-1))
     row("softmax_8192x8192_f32", gbs(2 * n * n * 4, t), "GB/s", "torch.softmax(x, dim=-1)")
+    x = torch.rand(n, n, device=dev, dtype=torch.bfloat16)
+    t = gpu_time(lambda: torch.softmax(x, dim=-1))
+    row("softmax_8192x8192_bf16", gbs(2 * n * n * 2, t), "GB/s", "torch.softmax(x, dim=-1), bfloat16")
 
 
 def matmul():

@@ -1,10 +1,10 @@
 //! `index_select` (issue 20): on cuda:0 of the selected backend and on `Cpu`, against a
 //! plain-Rust gather, over every dim of random shapes with repeated and empty index
-//! lists, for element types of every width (the GPU copies 1- to 16-byte units, and
+//! lists, for element types of every width (u8, bf16, i32, f32, f64) (the GPU copies 1- to 16-byte units, and
 //! long rows a block per row: the embedding lookup); then the errors: indices out of
 //! range (named, the first one; even when the result is empty), shapes and placements.
 
-use locus::{Cpu, Cuda, DeviceId, Element, Error, Tensor};
+use locus::{bf16, Cpu, Cuda, DeviceId, Element, Error, Tensor};
 use proptest::prelude::*;
 
 type G = Cuda<0>;
@@ -68,6 +68,8 @@ proptest! {
         check(&bytes, &shape, dim, &index).unwrap();
         let doubles: Vec<f64> = ints.iter().map(|&i| i as f64 - 0.25).collect();
         check(&doubles, &shape, dim, &index).unwrap();
+        let halves: Vec<bf16> = ints.iter().map(|&i| bf16::from_f32(i as f32)).collect();
+        check(&halves, &shape, dim, &index).unwrap();
     }
 }
 
@@ -84,6 +86,11 @@ fn embedding_rows_in_every_width() -> locus::Result<()> {
     check(&bytes[..50 * 33], &[50, 33], 0, &ids)?;
     let wide: Vec<f64> = (0..50 * 6).map(|i| i as f64).collect();
     check(&wide, &[50, 6], 0, &ids)?;
+    // 16-bit rows: 3 (2-byte units), 4 (8-byte), 4096 (16-byte vectors, a block per row).
+    let halves: Vec<bf16> = (0..50 * 4096).map(|i| bf16::from_f32((i % 1000) as f32)).collect();
+    check(&halves[..150], &[50, 3], 0, &ids)?;
+    check(&halves[..200], &[50, 4], 0, &ids)?;
+    check(&halves, &[50, 4096], 0, &ids)?;
     // A long index list over a [vocab, hidden] table, and picks along the last dim.
     let many: Vec<i32> = (0..5000).map(|i| i * 31 % 50).collect();
     check(&table, &[50, 64], 0, &many)?;

@@ -9,9 +9,11 @@
 //! values near underflow) or `2e-5 * max(1, |x|)` (log-softmax and losses) of the f64
 //! reference: a GPU sums in f32, one rounding per term in a tree of a few dozen levels,
 //! and a row with one term missing or counted twice is off by about `1 / len`, which
-//! these bounds catch for every length tested. f64 results are within `1e-12`.
+//! these bounds catch for every length tested. f64 results are within `1e-12`. The 16-bit
+//! types are computed in f32 (GPU) or f64 (host) and rounded once: within two of their
+//! ulps (`8e-3` relative for bf16, `1e-3` for f16, whose subnormals are `6e-8` apart).
 
-use locus::{Cpu, Cuda, DeviceId, Dyn, Error, Float, Tensor};
+use locus::{bf16, f16, Cpu, Cuda, DType, DeviceId, Dyn, Error, Float, Tensor};
 use proptest::prelude::*;
 
 type G = Cuda<0>;
@@ -58,8 +60,13 @@ fn close<T: Float>(got: T, want: f64, log: bool) -> bool {
     if want.is_infinite() {
         return got == want;
     }
-    let rel = if T::DTYPE == locus::DType::F64 { 1e-12 } else { 2e-5 };
-    let bound = if log { rel * want.abs().max(1.0) } else { rel * want.abs() + 1e-30 };
+    let (rel, abs) = match T::DTYPE {
+        DType::F64 => (1e-12, 1e-300),
+        DType::BF16 => (8e-3, 1e-30),
+        DType::F16 => (1e-3, 1.2e-7),
+        _ => (2e-5, 1e-30),
+    };
+    let bound = if log { rel * want.abs().max(1.0) } else { rel * want.abs() + abs };
     (got - want).abs() <= bound
 }
 
@@ -106,6 +113,8 @@ proptest! {
         let x = values(shape.iter().product(), seed, 8.0);
         check::<f32>(&x, &shape, dim).map_err(TestCaseError::fail)?;
         check::<f64>(&x, &shape, dim).map_err(TestCaseError::fail)?;
+        check::<bf16>(&x, &shape, dim).map_err(TestCaseError::fail)?;
+        check::<f16>(&x, &shape, dim).map_err(TestCaseError::fail)?;
     }
 }
 
@@ -121,6 +130,13 @@ fn every_kernel_of_the_last_dim_and_of_an_inner_dim() -> Result<(), String> {
     for len in [3, 129, 1025, 8192, 20_000] {
         let x = values(2 * len, len as u64 + 1, 12.0);
         check::<f64>(&x, &[2, len], 1)?;
+    }
+    // The 16-bit types: warps, a block in vectors of 8 (8192) or single loads (8191),
+    // and rows read twice (40000).
+    for len in [3, 1000, 8191, 8192, 40_000] {
+        let x = values(2 * len, len as u64 + 2, 12.0);
+        check::<bf16>(&x, &[2, len], 1)?;
+        check::<f16>(&x, &[2, len], 1)?;
     }
     // An inner dim: the softmax runs down columns of 10000.
     let x = values(10_000 * 3, 7, 12.0);
@@ -177,6 +193,8 @@ fn minus_infinity_gives_zero_and_rows_without_a_finite_maximum_are_nan() -> Resu
         let x = special_rows(len);
         check::<f32>(&x, &[4, len], 1)?;
         check::<f64>(&x, &[4, len], 1)?;
+        check::<bf16>(&x, &[4, len], 1)?;
+        check::<f16>(&x, &[4, len], 1)?;
         // The same rows as columns.
         let mut t = vec![0.0; x.len()];
         for r in 0..4 {
@@ -256,6 +274,8 @@ fn cross_entropy_matches_the_reference() -> locus::Result<()> {
     for (n, c) in [(1, 1), (5, 3), (64, 100), (7, 1024), (9, 1025), (4, 5000)] {
         check_loss::<f32>(n, c, (n * c) as u64, 8.0)?;
         check_loss::<f64>(n, c, (n * c) as u64, 8.0)?;
+        check_loss::<bf16>(n, c, (n * c) as u64, 8.0)?;
+        check_loss::<f16>(n, c, (n * c) as u64, 8.0)?;
     }
     check_loss::<f32>(16, 700, 3, 1e4)?;
     // Against log_softmax, spelled out.

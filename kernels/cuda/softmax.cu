@@ -250,7 +250,8 @@ __device__ void nll_rows(const T* __restrict__ x, const i32* __restrict__ target
 
 // Values a thread of a block kernel holds of its row: as many as fit with the rest of
 // the kernel in 64 registers (blocks of 1024 threads need that) without spilling, as
-// ptxas reports for sm_90: 32 (vectors) or 24 (single loads) in f32, 12 in f64. The
+// ptxas reports for sm_90: 32 (vectors) or 24 (single loads) in f32 (also for the
+// 16-bit types, which hold their values as f32), 12 in f64. The
 // cuda backend keeps the same numbers (`softmax.rs`, `per_thread`).
 #define VEC_REGS(T) (int)(sizeof(typename Acc<T>::type) == 4 ? 32 : 12)
 #define ONE_REGS(T) (int)(sizeof(typename Acc<T>::type) == 4 ? 24 : 12)
@@ -301,3 +302,5 @@ __device__ void nll_rows(const T* __restrict__ x, const i32* __restrict__ target
 
 SOFTMAX(f32)
 SOFTMAX(f64)
+SOFTMAX(bf16)
+SOFTMAX(f16)

@@ -3,6 +3,8 @@
 //! device through [`launch`] (a job on the current stream of a simulated device, a call
 //! on the calling thread for `cpu` and `pinned`).
 
+use half::{bf16, f16};
+
 use super::buffer::HostBuffer;
 use super::ops::{launch, queue_copy, typed, typed_mut, Launch};
 use super::streams::{self, current_stream, host_stream, use_on_stream};
@@ -13,7 +15,7 @@ use crate::backend::{
     SoftmaxOp, UnaryOp,
 };
 use crate::device_id::DeviceId;
-use crate::element::{with_dtype, DType, Element, Scalar};
+use crate::element::{with_dtype, DType, Element, Float, Scalar};
 use crate::error::{Error, Result};
 use crate::shape::{Layout, Reduction};
 
@@ -44,15 +46,28 @@ impl HostBuffer {
     }
 }
 
-/// A kernel of float types only, picked by `dtype` before anything is queued: a job
-/// that cannot fail must not meet a type it has no loop for.
-fn float_kernel<F>(op: &'static str, dtype: DType, f32_kernel: F, f64_kernel: F) -> Result<F> {
+/// A kernel of float types only, picked by `dtype` before anything is queued (a job that
+/// cannot fail must not meet a type it has no loop for): `kernels` holds the f32, f64,
+/// bf16 and f16 kernels, in that order.
+fn float_kernel<F: Copy>(op: &'static str, dtype: DType, kernels: [F; 4]) -> Result<F> {
     float_only(op, dtype)?;
     match dtype {
-        DType::F32 => Ok(f32_kernel),
-        DType::F64 => Ok(f64_kernel),
+        DType::F32 => Ok(kernels[0]),
+        DType::F64 => Ok(kernels[1]),
+        DType::BF16 => Ok(kernels[2]),
+        DType::F16 => Ok(kernels[3]),
         _ => Err(Error::InvalidArgument { op, reason: format!("has no host kernel for {dtype}") }),
     }
+}
+
+/// [`rows::softmax`] over buffers of `T`.
+fn softmax_of<T: Float>(op: SoftmaxOp, x: &[u8], out: &mut [u8], r: Reduction) -> Result<()> {
+    rows::softmax::<T>(op, typed(x), typed_mut(out), r)
+}
+
+/// [`rows::cross_entropy_rows`] over buffers of `T` (and i32 targets).
+fn cross_entropy_of<T: Float>(x: &[u8], targets: &[u8], out: &mut [u8], classes: usize) -> Result<()> {
+    rows::cross_entropy_rows::<T>(typed(x), typed(targets), typed_mut(out), classes)
 }
 
 /// The first part's buffer: where a concatenation of `parts` goes.
@@ -166,9 +181,9 @@ impl BackendStorage for HostBuffer {
         launch(
             self.op("to_dtype", to, len),
             &[self],
-            Box::new(move |ins, out| {
-                with_dtype!(from, F => with_dtype!(to, U => k::cast::<F, U>(typed(ins[0]), typed_mut(out))))
-            }),
+            Box::new(
+                move |ins, out| with_dtype!(from, F => with_dtype!(to, U => k::cast::<F, U>(typed(ins[0]), typed_mut(out)))),
+            ),
         )
     }
 
@@ -309,12 +324,8 @@ impl BackendStorage for HostBuffer {
 
     fn softmax(&self, op: SoftmaxOp, dtype: DType, r: Reduction) -> Result<Self> {
         type Kernel = fn(SoftmaxOp, &[u8], &mut [u8], Reduction) -> Result<()>;
-        let f = float_kernel::<Kernel>(
-            op.name(),
-            dtype,
-            |op, x, o, r| rows::softmax::<f32>(op, typed(x), typed_mut(o), r),
-            |op, x, o, r| rows::softmax::<f64>(op, typed(x), typed_mut(o), r),
-        )?;
+        let kernels: [Kernel; 4] = [softmax_of::<f32>, softmax_of::<f64>, softmax_of::<bf16>, softmax_of::<f16>];
+        let f = float_kernel(op.name(), dtype, kernels)?;
         launch(
             self.op(op.name(), dtype, r.outer * r.len * r.inner),
             &[self],
@@ -333,12 +344,9 @@ impl BackendStorage for HostBuffer {
 
     fn cross_entropy_rows(&self, targets: &Self, dtype: DType, n: usize, classes: usize) -> Result<Self> {
         type Kernel = fn(&[u8], &[u8], &mut [u8], usize) -> Result<()>;
-        let f = float_kernel::<Kernel>(
-            "cross_entropy",
-            dtype,
-            |x, t, o, c| rows::cross_entropy_rows::<f32>(typed(x), typed(t), typed_mut(o), c),
-            |x, t, o, c| rows::cross_entropy_rows::<f64>(typed(x), typed(t), typed_mut(o), c),
-        )?;
+        let kernels: [Kernel; 4] =
+            [cross_entropy_of::<f32>, cross_entropy_of::<f64>, cross_entropy_of::<bf16>, cross_entropy_of::<f16>];
+        let f = float_kernel("cross_entropy", dtype, kernels)?;
         launch(
             Launch { check: true, ..self.op("cross_entropy", dtype, n) },
             &[self, targets],
