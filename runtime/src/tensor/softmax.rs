@@ -83,6 +83,17 @@ impl<D: Device, T: Float> Tensor<D, T> {
     /// assert!(logits.cross_entropy(&bad).is_err());
     /// # Ok::<(), locus::Error>(())
     /// ```
+    ///
+    /// Targets on another placement do not compile:
+    ///
+    /// ```compile_fail,E0277
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Cuda, Tensor};
+    /// let logits = Tensor::<Cuda<0>>::zeros([2, 3])?;
+    /// let targets = Tensor::<Cpu, i32>::zeros([2])?;
+    /// let _ = logits.cross_entropy(&targets)?; // tensors on `Cuda<0>` and `Cpu` cannot be used in one op
+    /// # Ok::<(), locus::Error>(())
+    /// ```
     pub fn cross_entropy<E: Device>(&self, targets: &Tensor<E, i32>) -> Result<Self>
     where
         D: SamePlacement<E>,
