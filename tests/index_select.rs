@@ -2,9 +2,10 @@
 //! plain-Rust gather, over every dim of random shapes with repeated and empty index
 //! lists, for element types of every width (u8, bf16, i32, f32, f64) (the GPU copies 1- to 16-byte units, and
 //! long rows a block per row: the embedding lookup); then the errors: indices out of
-//! range (named, the first one; even when the result is empty), shapes and placements.
+//! range (named, the first one; even when the result is empty), shapes and placements,
+//! and graph captures, which refuse the ops that read their check back.
 
-use locus::{bf16, Cpu, Cuda, DeviceId, Element, Error, Tensor};
+use locus::{bf16, Cpu, Cuda, DeviceId, Element, Error, Graph, Stream, Tensor};
 use proptest::prelude::*;
 
 type G = Cuda<0>;
@@ -159,5 +160,29 @@ fn index_select_errors_for_shapes_dims_and_placements() -> locus::Result<()> {
     assert_eq!(e, Error::DeviceMismatch { op: "index_select", lhs: DeviceId::Cuda(0), rhs: DeviceId::Cpu });
     assert_eq!(x.clone().into_dyn().index_select(1, &ids.clone().into_dyn())?.shape(), &[2, 2]);
     assert_eq!(x.index_select(1, &ids.into_dyn())?.shape(), &[2, 2], "a static tensor and a Dyn index");
+    Ok(())
+}
+
+#[test]
+fn ops_that_check_indices_on_the_device_are_not_captured_in_graphs() -> locus::Result<()> {
+    let s = Stream::<G>::new()?;
+    let mut logits = Tensor::<G>::from_vec(vec![0.0, 1.0, 2.0, 2.0, 1.0, 0.0, 5.0, 5.0], [4, 2])?;
+    let mut ids = Tensor::<G, i32>::from_vec(vec![1, 0, 1, 1], [4])?;
+    let mut refused = Vec::new();
+    let mut g = Graph::capture(&s, (&mut logits, &mut ids), |(logits, ids)| {
+        for r in [logits.index_select(0, ids).map(|_| ()), logits.cross_entropy(ids).map(|_| ())] {
+            match r {
+                Err(Error::NotCapturable { op, reason }) => {
+                    assert!(reason.contains("reads back whether an index was out of range"), "{reason}");
+                    refused.push(op);
+                }
+                other => panic!("expected NotCapturable, got {other:?}"),
+            }
+        }
+        // Softmax checks nothing: it is captured.
+        logits.softmax(1)
+    })?;
+    assert_eq!(refused, vec!["index_select", "cross_entropy"]);
+    assert_eq!(g.replay()?.to_vec()?[6..], [0.5, 0.5]);
     Ok(())
 }
