@@ -1,9 +1,10 @@
 //! `index_select` (issue 20): on cuda:0 of the selected backend and on `Cpu`, against a
 //! plain-Rust gather, over every dim of random shapes with repeated and empty index
-//! lists, for element types of every width (u8, bf16, i32, f32, f64) (the GPU copies 1- to 16-byte units, and
-//! long rows a block per row: the embedding lookup); then the errors: indices out of
-//! range (named, the first one; even when the result is empty), shapes and placements,
-//! and graph captures, which refuse the ops that read their check back.
+//! lists, for element types of every width, u8, bf16, i32, f32 and f64 (the GPU copies
+//! 1- to 16-byte units, and long rows a block per row: the embedding lookup); then the
+//! errors: indices out of range (named, the first one; even when the result is empty),
+//! shapes and placements; and graph captures, which refuse the ops that read their check
+//! back.
 
 use locus::{bf16, Cpu, Cuda, DeviceId, Element, Error, Graph, Stream, Tensor};
 use proptest::prelude::*;
