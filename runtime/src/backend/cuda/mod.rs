@@ -11,7 +11,9 @@
 //! - `memory`: an op's output on the current stream, write marks, device copies, pinned
 //!   host blocks;
 //! - `stream` and `event`: streams (with their block caches and cuBLAS handles), events;
-//! - `init`, `elementwise`, `reduce`, `matrix`: the compute ops, one kernel source each;
+//! - `init`, `elementwise`, `reduce`, `matrix`, `softmax` (with cross-entropy), `gather`
+//!   (`index_select`): the compute ops, one kernel source each;
+//! - `flag`: checks made on the device (a word a kernel writes, read back after it);
 //! - `transfer` and `staged`: copies between host and device and between devices;
 //! - `peer` and `nccl`: several devices;
 //! - `graph`: captures, their private memory, replays;
@@ -22,6 +24,8 @@ mod comm;
 mod device;
 mod elementwise;
 mod event;
+mod flag;
+mod gather;
 mod graph;
 mod init;
 mod launch;
@@ -30,6 +34,7 @@ mod memory;
 mod nccl;
 mod peer;
 mod reduce;
+mod softmax;
 mod staged;
 mod storage;
 mod stream;
