@@ -19,6 +19,7 @@ mod host_collective;
 mod host_kernels;
 mod host_matmul;
 mod host_permute;
+mod host_rows;
 mod huge_pages;
 mod op;
 pub(crate) mod ordering;
@@ -37,6 +38,7 @@ use crate::error::{Error, Result};
 pub(crate) use buffer::Buffer;
 pub(crate) use cuda::{set_upload_stage_min, UPLOAD_STAGE_MIN};
 pub(crate) use host::HostBuffer;
+pub(crate) use op::{bad_target, Gather, SoftmaxOp};
 pub(crate) use op::{
     float_only, same_length, BinaryOp, Blocks, Collective, CommOp, CommReduce, Gemm, ParamOp, ReduceOp, UnaryOp,
 };

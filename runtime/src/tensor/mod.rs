@@ -5,11 +5,13 @@ mod convert;
 mod current;
 mod elementwise;
 mod factory;
+mod index_select;
 mod layout;
 mod matrix;
 #[cfg(feature = "ndarray")]
 mod ndarray;
 mod ops;
+mod softmax;
 
 use std::fmt;
 use std::marker::PhantomData;

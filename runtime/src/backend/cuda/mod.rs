@@ -11,9 +11,11 @@
 //! - `memory`: an op's output on the current stream, write marks, device copies, pinned
 //!   host blocks;
 //! - `stream` and `event`: streams (with their block caches and cuBLAS handles), events;
-//! - `init`, `elementwise`, `reduce`, `matrix`: the compute ops, one kernel source each;
+//! - `init`, `elementwise`, `reduce`, `matrix`, `softmax` (with cross-entropy), `gather`
+//!   (`index_select`): the compute ops, one kernel source each;
 //! - `gemm` and `permute`: matrix products (cuBLAS, the integer kernel of matrix.cu) and
 //!   permutations of dims (kernels of matrix.cu);
+//! - `flag`: checks made on the device (a word a kernel writes, read back after it);
 //! - `transfer` and `staged`: copies between host and device and between devices;
 //! - `peer` and `nccl`: several devices;
 //! - `graph`: captures, their private memory, replays;
@@ -24,6 +26,8 @@ mod comm;
 mod device;
 mod elementwise;
 mod event;
+mod flag;
+mod gather;
 mod gemm;
 mod graph;
 mod init;
@@ -34,6 +38,7 @@ mod nccl;
 mod peer;
 mod permute;
 mod reduce;
+mod softmax;
 mod staged;
 mod storage;
 mod stream;
