@@ -12,7 +12,7 @@ pub const COMMON: &str = include_str!("../cuda/common.cuh");
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Source {
     /// Unary and binary elementwise ops: `{neg,relu,abs,square,clamp}_{T}`,
-    /// `{exp,sqrt,pow}_{f32,f64}`, `{add,sub,mul,div}_{same,scalar,bcast}_{T}`, and
+    /// `{exp,sqrt,pow,log,tanh,sigmoid,gelu,gelu_tanh}_{f32,f64}`, `{add,sub,mul,div}_{same,scalar,bcast}_{T}`, and
     /// `{sub,div}_rscalar_{T}` (the scalar on the left).
     Elementwise,
     /// `{sum,mean,max}_{partial,final,single,cols,rows}_{T}`.
@@ -21,11 +21,14 @@ pub enum Source {
     Matrix,
     /// `fill_{T}`, `arange_{T}`, `rand_{f32,f64}`.
     Init,
+    /// Comparisons `{eq,ne,lt,le,gt,ge}_{same,scalar,bcast}_{T}` (u8 results),
+    /// `where_{same,bcast}_{T}`, and `argmax_{block,warp,final,cols}_{T}`.
+    Select,
 }
 
 impl Source {
     /// Every source.
-    pub const ALL: [Source; 4] = [Source::Elementwise, Source::Reduce, Source::Matrix, Source::Init];
+    pub const ALL: [Source; 5] = [Source::Elementwise, Source::Reduce, Source::Matrix, Source::Init, Source::Select];
 
     /// The file name under `kernels/cuda/`.
     pub const fn file(self) -> &'static str {
@@ -34,6 +37,7 @@ impl Source {
             Source::Reduce => "reduce.cu",
             Source::Matrix => "matrix.cu",
             Source::Init => "init.cu",
+            Source::Select => "select.cu",
         }
     }
 
@@ -44,6 +48,7 @@ impl Source {
             Source::Reduce => include_str!("../cuda/reduce.cu"),
             Source::Matrix => include_str!("../cuda/matrix.cu"),
             Source::Init => include_str!("../cuda/init.cu"),
+            Source::Select => include_str!("../cuda/select.cu"),
         }
     }
 

@@ -17,6 +17,8 @@ pub(crate) mod host;
 pub(crate) mod host_cache;
 mod host_collective;
 mod host_kernels;
+mod host_math;
+mod host_select;
 mod huge_pages;
 mod op;
 pub(crate) mod ordering;
@@ -34,7 +36,8 @@ pub(crate) use buffer::Buffer;
 pub(crate) use cuda::{set_upload_stage_min, UPLOAD_STAGE_MIN};
 pub(crate) use host::HostBuffer;
 pub(crate) use op::{
-    float_only, same_length, BinaryOp, Blocks, Collective, CommOp, CommReduce, Gemm, ParamOp, ReduceOp, UnaryOp,
+    float_only, same_length, BinaryOp, Blocks, Collective, CommOp, CommReduce, CompareOp, Gemm, ParamOp, ReduceOp,
+    UnaryOp,
 };
 pub(crate) use traits::{BackendDevice, BackendStorage};
 

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use super::user_kernel::{Grid, KernelArg, KernelSource};
 use super::{
-    BinaryOp, Blocks, Buffer, Collective, CommOp, Gemm, HostBuffer, ParamOp, RawComm, RawEvent, RawGraph, RawStream,
+    BinaryOp, Blocks, Buffer, Collective, CommOp, CompareOp, Gemm, HostBuffer, ParamOp, RawComm, RawEvent, RawGraph, RawStream,
     ReduceOp, Release, UnaryOp,
 };
 use crate::device_id::DeviceId;
@@ -233,4 +233,18 @@ pub(crate) trait BackendStorage: Sized {
     /// A new buffer of `len` elements on this buffer's device, written by `parts` (every
     /// block in range, and together covering all `len` elements; no parts for none).
     fn copy_blocks(&self, dtype: DType, len: usize, parts: &[Blocks<'_, Self>]) -> Result<Self>;
+
+    /// `self op rhs` (operands of `dtype`) as `u8` 1 or 0 into an `out_shape` result, the
+    /// operands lined up by `layout`.
+    fn compare(&self, rhs: &Self, op: CompareOp, dtype: DType, out_shape: &[usize], layout: &Layout) -> Result<Self>;
+    /// `self[i] op rhs` as `u8` 1 or 0 for each of the `len` elements; `rhs` has type `dtype`.
+    fn compare_scalar(&self, op: CompareOp, dtype: DType, len: usize, rhs: Scalar) -> Result<Self>;
+    /// With this buffer a `u8` mask: `a` where the mask is not 0, else `b`, into an
+    /// `out_shape` result of `dtype`. `strides` are the mask's, `a`'s and `b`'s over
+    /// `out_shape`, 0 where one is broadcast.
+    fn select_where(&self, a: &Self, b: &Self, dtype: DType, out_shape: &[usize], strides: [&[usize]; 3])
+        -> Result<Self>;
+    /// Over the dim `r` describes (`r.len` from 1 to `i32::MAX`): the `i32` index of the
+    /// first maximum (NaN wins: the first NaN), and with `values` the element there.
+    fn argmax(&self, dtype: DType, r: Reduction, values: bool) -> Result<(Self, Option<Self>)>;
 }

@@ -1,6 +1,8 @@
 //! `Tensor<D, T>`: a contiguous n-dimensional array of `T` on placement `D`.
 
+mod activation;
 mod arith;
+mod compare;
 mod convert;
 mod current;
 mod elementwise;
@@ -9,6 +11,7 @@ mod layout;
 #[cfg(feature = "ndarray")]
 mod ndarray;
 mod ops;
+mod reduce_dim;
 
 use std::fmt;
 use std::marker::PhantomData;

@@ -99,7 +99,7 @@ fn with_div_check(
 /// `op` of each of the `len` elements of `x`.
 pub(super) fn unary(x: &CudaBuffer, op: UnaryOp, dtype: DType, len: usize) -> Result<CudaBuffer> {
     let opname = op.name();
-    if matches!(op, UnaryOp::Exp | UnaryOp::Sqrt) {
+    if op.is_float_only() {
         float_only(opname, dtype)?;
     }
     let n = len as u64;

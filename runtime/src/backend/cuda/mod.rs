@@ -11,7 +11,8 @@
 //! - `memory`: an op's output on the current stream, write marks, device copies, pinned
 //!   host blocks;
 //! - `stream` and `event`: streams (with their block caches and cuBLAS handles), events;
-//! - `init`, `elementwise`, `reduce`, `matrix`: the compute ops, one kernel source each;
+//! - `init`, `elementwise`, `reduce`, `matrix`, `select`: the compute ops, one kernel
+//!   source each;
 //! - `transfer` and `staged`: copies between host and device and between devices;
 //! - `peer` and `nccl`: several devices;
 //! - `graph`: captures, their private memory, replays;
@@ -30,6 +31,7 @@ mod memory;
 mod nccl;
 mod peer;
 mod reduce;
+mod select;
 mod staged;
 mod storage;
 mod stream;

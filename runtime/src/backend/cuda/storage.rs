@@ -4,9 +4,9 @@
 
 use super::buffer::CudaBuffer;
 use super::device::DeviceState;
-use super::{elementwise, matrix, raw_stream, reduce, transfer};
+use super::{elementwise, matrix, raw_stream, reduce, select, transfer};
 use crate::backend::{
-    BackendStorage, BinaryOp, Blocks, Gemm, HostBuffer, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp,
+    BackendStorage, BinaryOp, Blocks, CompareOp, Gemm, HostBuffer, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp,
 };
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
@@ -121,5 +121,21 @@ impl BackendStorage for CudaBuffer {
 
     fn copy_blocks(&self, dtype: DType, len: usize, parts: &[Blocks<'_, Self>]) -> Result<Self> {
         matrix::copy_blocks(self.device(), dtype, len, parts)
+    }
+
+    fn compare(&self, rhs: &Self, op: CompareOp, dtype: DType, out_shape: &[usize], layout: &Layout) -> Result<Self> {
+        select::compare(self, rhs, op, dtype, out_shape, layout)
+    }
+
+    fn compare_scalar(&self, op: CompareOp, dtype: DType, len: usize, rhs: Scalar) -> Result<Self> {
+        select::compare_scalar(self, op, dtype, len, rhs)
+    }
+
+    fn select_where(&self, a: &Self, b: &Self, dtype: DType, out_shape: &[usize], strides: [&[usize]; 3]) -> Result<Self> {
+        select::select_where(self, a, b, dtype, out_shape, strides)
+    }
+
+    fn argmax(&self, dtype: DType, r: Reduction, values: bool) -> Result<(Self, Option<Self>)> {
+        select::argmax(self, dtype, r, values)
     }
 }

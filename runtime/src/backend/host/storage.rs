@@ -4,11 +4,12 @@
 //! on the calling thread for `cpu` and `pinned`).
 
 use super::buffer::HostBuffer;
+use super::select;
 use super::ops::{launch, queue_copy, typed, typed_mut, Launch};
 use super::streams::{self, current_stream, host_stream, use_on_stream};
 use crate::backend::host_kernels::{self as k, Geometry};
 use crate::backend::{
-    float_only, same_length, BackendStorage, BinaryOp, Blocks, Gemm, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp,
+    float_only, same_length, BackendStorage, BinaryOp, Blocks, CompareOp, Gemm, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp,
 };
 use crate::device_id::DeviceId;
 use crate::element::{with_dtype, DType, Element, Scalar};
@@ -274,6 +275,22 @@ impl BackendStorage for HostBuffer {
                 Ok(())
             }),
         )
+    }
+
+    fn compare(&self, rhs: &Self, op: CompareOp, dtype: DType, out_shape: &[usize], layout: &Layout) -> Result<Self> {
+        select::compare(self, rhs, op, dtype, out_shape, layout)
+    }
+
+    fn compare_scalar(&self, op: CompareOp, dtype: DType, len: usize, rhs: Scalar) -> Result<Self> {
+        select::compare_scalar(self, op, dtype, len, rhs)
+    }
+
+    fn select_where(&self, a: &Self, b: &Self, dtype: DType, out_shape: &[usize], strides: [&[usize]; 3]) -> Result<Self> {
+        select::select_where(self, a, b, dtype, out_shape, strides)
+    }
+
+    fn argmax(&self, dtype: DType, r: Reduction, values: bool) -> Result<(Self, Option<Self>)> {
+        select::argmax(self, dtype, r, values)
     }
 }
 

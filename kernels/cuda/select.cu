@@ -1,0 +1,329 @@
+// Comparisons (u8 results of 1 or 0), `where` (a select by a u8 mask), and the index of
+// the first maximum over one dim of a [outer, len, inner] view (`argmax`, `max_dim`).
+//
+// Every value is compared as `to_acc(v)` (float for f32 and the 16-bit float types,
+// double for f64, the integer itself otherwise), so a 16-bit type needs instantiation
+// lines only. Comparisons are IEEE: NaN compares false except under `ne`.
+
+struct EqOp { template <typename A> __device__ bool operator()(A a, A b) const { return a == b; } };
+struct NeOp { template <typename A> __device__ bool operator()(A a, A b) const { return a != b; } };
+struct LtOp { template <typename A> __device__ bool operator()(A a, A b) const { return a < b; } };
+struct LeOp { template <typename A> __device__ bool operator()(A a, A b) const { return a <= b; } };
+struct GtOp { template <typename A> __device__ bool operator()(A a, A b) const { return a > b; } };
+struct GeOp { template <typename A> __device__ bool operator()(A a, A b) const { return a >= b; } };
+
+// Up to 8 dims (after merging) and the strides of up to three operands over them, 0
+// where an operand is broadcast. Mirrored by `Bcast3` in backend/cuda/select.rs.
+struct Bcast3 {
+    int rank;
+    u64 shape[8];
+    u64 s[3][8];
+};
+
+// The element of each of the first K operands that output element i reads.
+template <int K> __device__ __forceinline__ void bcast_offsets(const Bcast3& bc, u64 i, u64* off) {
+#pragma unroll
+    for (int k = 0; k < K; k++) off[k] = 0;
+    for (int d = bc.rank - 1; d >= 0; d--) {
+        const u64 idx = i % bc.shape[d];
+        i /= bc.shape[d];
+#pragma unroll
+        for (int k = 0; k < K; k++) off[k] += idx * bc.s[k][d];
+    }
+}
+
+// N bytes stored at once: the u8 results of one 16-byte vector of inputs.
+template <int N> struct alignas(N) Bytes { u8 v[N]; };
+
+template <typename T, typename Op>
+__device__ void compare_same(const T* __restrict__ a, const T* __restrict__ b, u8* __restrict__ out, u64 n) {
+    typedef Vec16<T> V;
+    typedef Bytes<V::N> B;
+    const u64 nv = n / V::N;
+    Op op;
+    GRID_LOOP(i, nv) {
+        const V x = reinterpret_cast<const V*>(a)[i];
+        const V y = reinterpret_cast<const V*>(b)[i];
+        B r;
+#pragma unroll
+        for (int k = 0; k < V::N; k++) r.v[k] = op(to_acc(x.v[k]), to_acc(y.v[k])) ? 1 : 0;
+        reinterpret_cast<B*>(out)[i] = r;
+    }
+    GRID_LOOP(j, n - nv * V::N) {
+        const u64 i = nv * V::N + j;
+        out[i] = op(to_acc(a[i]), to_acc(b[i])) ? 1 : 0;
+    }
+}
+
+template <typename T, typename Op>
+__device__ void compare_scalar(const T* __restrict__ a, T s, u8* __restrict__ out, u64 n) {
+    typedef Vec16<T> V;
+    typedef Bytes<V::N> B;
+    const u64 nv = n / V::N;
+    const typename Acc<T>::type sv = to_acc(s);
+    Op op;
+    GRID_LOOP(i, nv) {
+        const V x = reinterpret_cast<const V*>(a)[i];
+        B r;
+#pragma unroll
+        for (int k = 0; k < V::N; k++) r.v[k] = op(to_acc(x.v[k]), sv) ? 1 : 0;
+        reinterpret_cast<B*>(out)[i] = r;
+    }
+    GRID_LOOP(j, n - nv * V::N) {
+        const u64 i = nv * V::N + j;
+        out[i] = op(to_acc(a[i]), sv) ? 1 : 0;
+    }
+}
+
+template <typename T, typename Op>
+__device__ void compare_bcast(const T* __restrict__ a, const T* __restrict__ b, u8* __restrict__ out, u64 n,
+                              const Bcast3& bc) {
+    Op op;
+    GRID_LOOP(i, n) {
+        u64 off[2];
+        bcast_offsets<2>(bc, i, off);
+        out[i] = op(to_acc(a[off[0]]), to_acc(b[off[1]])) ? 1 : 0;
+    }
+}
+
+#define COMPARE(NAME, OP, T)                                                                                  \
+    extern "C" __global__ void NAME##_same_##T(const T* a, const T* b, u8* out, u64 n) {                       \
+        compare_same<T, OP>(a, b, out, n);                                                                    \
+    }                                                                                                         \
+    extern "C" __global__ void NAME##_scalar_##T(const T* a, T s, u8* out, u64 n) {                            \
+        compare_scalar<T, OP>(a, s, out, n);                                                                  \
+    }                                                                                                         \
+    extern "C" __global__ void NAME##_bcast_##T(const T* a, const T* b, u8* out, u64 n, Bcast3 bc) {           \
+        compare_bcast<T, OP>(a, b, out, n, bc);                                                               \
+    }
+
+#define ALL_COMPARE(T) COMPARE(eq, EqOp, T) COMPARE(ne, NeOp, T) COMPARE(lt, LtOp, T) COMPARE(le, LeOp, T) \
+    COMPARE(gt, GtOp, T) COMPARE(ge, GeOp, T)
+
+// `where`: a[i] where m[i] != 0, else b[i]; all three of one shape.
+template <typename T>
+__device__ void where_same(const u8* __restrict__ m, const T* __restrict__ a, const T* __restrict__ b,
+                           T* __restrict__ out, u64 n) {
+    typedef Vec16<T> V;
+    typedef Bytes<V::N> B;
+    const u64 nv = n / V::N;
+    GRID_LOOP(i, nv) {
+        const B c = reinterpret_cast<const B*>(m)[i];
+        const V x = reinterpret_cast<const V*>(a)[i];
+        const V y = reinterpret_cast<const V*>(b)[i];
+        V r;
+#pragma unroll
+        for (int k = 0; k < V::N; k++) r.v[k] = c.v[k] ? x.v[k] : y.v[k];
+        reinterpret_cast<V*>(out)[i] = r;
+    }
+    GRID_LOOP(j, n - nv * V::N) {
+        const u64 i = nv * V::N + j;
+        out[i] = m[i] ? a[i] : b[i];
+    }
+}
+
+// `where` under broadcasting: bc.s[0] are the mask's strides, s[1] a's, s[2] b's.
+template <typename T>
+__device__ void where_bcast(const u8* __restrict__ m, const T* __restrict__ a, const T* __restrict__ b,
+                            T* __restrict__ out, u64 n, const Bcast3& bc) {
+    GRID_LOOP(i, n) {
+        u64 off[3];
+        bcast_offsets<3>(bc, i, off);
+        out[i] = m[off[0]] ? a[off[1]] : b[off[2]];
+    }
+}
+
+#define WHERE(T)                                                                                              \
+    extern "C" __global__ void where_same_##T(const u8* m, const T* a, const T* b, T* out, u64 n) {           \
+        where_same<T>(m, a, b, out, n);                                                                       \
+    }                                                                                                         \
+    extern "C" __global__ void where_bcast_##T(const u8* m, const T* a, const T* b, T* out, u64 n, Bcast3 bc) { \
+        where_bcast<T>(m, a, b, out, n, bc);                                                                  \
+    }
+
+// ---- argmax: (value, index) candidates.
+//
+// An index of ARGMAX_NONE marks "no element seen yet" (a thread with nothing of the row),
+// which any element beats; real indices are below it (the host refuses dims longer than
+// i32::MAX elements). Between two elements: NaN wins (the lower index of two NaNs), then
+// the larger value, then the lower index, so that the result is the first maximum, and
+// the value is always the element at the index (-0.0 and 0.0 tie: the first is kept).
+#define ARGMAX_NONE 0x7fffffff
+
+template <typename T> __device__ __forceinline__ bool beats(T a, int ia, T b, int ib) {
+    if (ib == ARGMAX_NONE) return ia != ARGMAX_NONE;
+    if (ia == ARGMAX_NONE) return false;
+    const typename Acc<T>::type x = to_acc(a), y = to_acc(b);
+    const bool na = is_nan(x), nb = is_nan(y);
+    if (na || nb) return na && (!nb || ia < ib);
+    return x > y || (x == y && ia < ib);
+}
+
+template <typename T> __device__ __forceinline__ void consider(T v, int i, T& bv, int& bi) {
+    if (beats(v, i, bv, bi)) {
+        bv = v;
+        bi = i;
+    }
+}
+
+// Shuffles move 32 or 64-bit values: u8 goes as unsigned, the 16-bit float types as float.
+template <typename T> struct ShflOf { typedef typename Acc<T>::type type; };
+template <> struct ShflOf<u8> { typedef unsigned type; };
+
+template <typename T> __device__ __forceinline__ T shfl_down(T v, int o) {
+    typedef typename ShflOf<T>::type S;
+    return from_acc<T>((typename Acc<T>::type)__shfl_down_sync(0xffffffffu, (S)to_acc(v), o));
+}
+
+// The best candidate of the warp, in lane 0. Every lane of the warp calls it.
+template <typename T> __device__ __forceinline__ void warp_best(T& v, int& i) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const T ov = shfl_down(v, o);
+        const int oi = __shfl_down_sync(0xffffffffu, i, o);
+        consider(ov, oi, v, i);
+    }
+}
+
+// The best candidate of the block, in thread 0. Every thread calls it; block size a
+// multiple of 32. The caller syncs before calling it again (shared memory is reused).
+template <typename T> __device__ void block_best(T& v, int& i) {
+    __shared__ T sv[32];
+    __shared__ int si[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    warp_best(v, i);
+    if (lane == 0) {
+        sv[warp] = v;
+        si[warp] = i;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        const bool have = lane < (int)(blockDim.x >> 5);
+        v = have ? sv[lane] : v;
+        i = have ? si[lane] : ARGMAX_NONE;
+        warp_best(v, i);
+    }
+}
+
+#define ARGMAX_UNROLL 4
+
+// Thread t of `nthreads` scans p[0..len), elements numbered from `base`: the elements
+// before the first 16-byte boundary one by one, then 16-byte vectors (ARGMAX_UNROLL of
+// them loaded before any is compared), then the tail. Every row gets vector loads,
+// aligned or not.
+template <typename T>
+__device__ void scan(const T* __restrict__ p, u64 len, u64 base, u64 t, u64 nthreads, T& bv, int& bi) {
+    typedef Vec16<T> V;
+    u64 head = ((16 - ((u64)p & 15)) & 15) / sizeof(T);
+    if (head > len) head = len;
+    for (u64 j = t; j < head; j += nthreads) consider(p[j], (int)(base + j), bv, bi);
+    const u64 nv = (len - head) / V::N;
+    const V* pv = reinterpret_cast<const V*>(p + head);
+    for (u64 k = t; k < nv; k += ARGMAX_UNROLL * nthreads) {
+        V a[ARGMAX_UNROLL];
+#pragma unroll
+        for (int u = 0; u < ARGMAX_UNROLL; u++) {
+            const u64 kk = k + u * nthreads;
+            if (kk < nv) a[u] = pv[kk];
+        }
+#pragma unroll
+        for (int u = 0; u < ARGMAX_UNROLL; u++) {
+            const u64 kk = k + u * nthreads;
+            if (kk < nv) {
+                const u64 at = base + head + kk * V::N;
+#pragma unroll
+                for (int e = 0; e < V::N; e++) consider(a[u].v[e], (int)(at + e), bv, bi);
+            }
+        }
+    }
+    for (u64 j = head + nv * V::N + t; j < len; j += nthreads) consider(p[j], (int)(base + j), bv, bi);
+}
+
+// Rows of [outer, len] (inner == 1), each cut into `nchunks` segments of `chunk`
+// elements (the last one shorter), one block per segment (grid-stride): segment s's
+// candidate goes to vals[s] (when not null) and idx[s], its index counted from the row's
+// start. With one chunk per row these are the results; with more, partials for
+// argmax_final.
+template <typename T>
+__device__ void argmax_block(const T* x, u64 outer, u64 len, u64 chunk, u64 nchunks, T* vals, int* idx) {
+    for (u64 seg = blockIdx.x; seg < outer * nchunks; seg += gridDim.x) {
+        const u64 row = seg / nchunks, start = (seg % nchunks) * chunk;
+        const u64 n = len - start < chunk ? len - start : chunk;
+        T bv = T();
+        int bi = ARGMAX_NONE;
+        scan(x + row * len + start, n, start, threadIdx.x, blockDim.x, bv, bi);
+        block_best(bv, bi);
+        if (threadIdx.x == 0) {
+            if (vals) vals[seg] = bv;
+            idx[seg] = bi;
+        }
+        __syncthreads();
+    }
+}
+
+// One warp per row of [outer, len] (short rows): all 32 lanes scan the row.
+template <typename T> __device__ void argmax_warp(const T* x, u64 outer, u64 len, T* vals, int* idx) {
+    const u64 per_block = blockDim.x >> 5, lane = threadIdx.x & 31;
+    for (u64 row = (u64)blockIdx.x * per_block + (threadIdx.x >> 5); row < outer; row += (u64)gridDim.x * per_block) {
+        T bv = T();
+        int bi = ARGMAX_NONE;
+        scan(x + row * len, len, 0, lane, 32, bv, bi);
+        warp_best(bv, bi);
+        if (lane == 0) {
+            if (vals) vals[row] = bv;
+            idx[row] = bi;
+        }
+    }
+}
+
+// One warp per row: the best of the row's `nchunks` partial candidates from argmax_block.
+template <typename T>
+__device__ void argmax_final(const T* pv, const int* pi, u64 outer, u64 nchunks, T* vals, int* idx) {
+    const u64 per_block = blockDim.x >> 5, lane = threadIdx.x & 31;
+    for (u64 row = (u64)blockIdx.x * per_block + (threadIdx.x >> 5); row < outer; row += (u64)gridDim.x * per_block) {
+        T bv = T();
+        int bi = ARGMAX_NONE;
+        for (u64 c = lane; c < nchunks; c += 32) consider(pv[row * nchunks + c], pi[row * nchunks + c], bv, bi);
+        warp_best(bv, bi);
+        if (lane == 0) {
+            if (vals) vals[row] = bv;
+            idx[row] = bi;
+        }
+    }
+}
+
+// Over `len` of [outer, len, inner] with inner > 1: one thread per output, so that
+// neighbouring threads read neighbouring elements; each scans its column in order.
+template <typename T> __device__ void argmax_cols(const T* x, u64 outer, u64 len, u64 inner, T* vals, int* idx) {
+    GRID_LOOP(o, outer * inner) {
+        const T* p = x + (o / inner) * len * inner + o % inner;
+        T bv = p[0];
+        int bi = 0;
+        for (u64 j = 1; j < len; j++) consider(p[j * inner], (int)j, bv, bi);
+        if (vals) vals[o] = bv;
+        idx[o] = bi;
+    }
+}
+
+#define ARGMAX(T)                                                                                              \
+    extern "C" __global__ void argmax_block_##T(const T* x, u64 outer, u64 len, u64 chunk, u64 nchunks, T* vals, \
+                                                int* idx) {                                                    \
+        argmax_block<T>(x, outer, len, chunk, nchunks, vals, idx);                                             \
+    }                                                                                                          \
+    extern "C" __global__ void argmax_warp_##T(const T* x, u64 outer, u64 len, T* vals, int* idx) {             \
+        argmax_warp<T>(x, outer, len, vals, idx);                                                              \
+    }                                                                                                          \
+    extern "C" __global__ void argmax_final_##T(const T* pv, const int* pi, u64 outer, u64 nchunks, T* vals,    \
+                                                int* idx) {                                                    \
+        argmax_final<T>(pv, pi, outer, nchunks, vals, idx);                                                    \
+    }                                                                                                          \
+    extern "C" __global__ void argmax_cols_##T(const T* x, u64 outer, u64 len, u64 inner, T* vals, int* idx) {  \
+        argmax_cols<T>(x, outer, len, inner, vals, idx);                                                       \
+    }
+
+#define ALL_SELECT(T) ALL_COMPARE(T) WHERE(T) ARGMAX(T)
+
+ALL_SELECT(f32)
+ALL_SELECT(f64)
+ALL_SELECT(i32)
+ALL_SELECT(u8)
