@@ -20,6 +20,10 @@ fn walk<const K: usize>(
     n: usize,
     mut f: impl FnMut(usize, [usize; K]),
 ) {
+    if n == 0 {
+        // An empty output may have a dim of 0, which no index divides by.
+        return;
+    }
     let rank = shape.len();
     let mut idx = vec![0usize; rank];
     let mut off = [0usize; K];
