@@ -260,6 +260,21 @@ fn argmax_over_every_kernel_path() {
     check_max(&x, &[6, 50, 7], 0).unwrap();
     let x: Vec<i32> = (0..3000).map(|i| (i % 1001) as i32).collect();
     check_max(&x, &[1000, 3], 0).unwrap();
+    // Inner dims cut into segments: the maximum of a column in two segments (rows 10 and
+    // 650 of [2, 700, 40] over dim 1; rows 5 and 2900 of [3000, 5] over dim 0), a partial
+    // tile of columns (40 = 32 + 8).
+    let mut x: Vec<f32> = (0..2 * 700 * 40).map(|i| ((i * 7) % 23) as f32).collect();
+    for (o, c) in [(0, 3), (1, 39), (1, 0)] {
+        x[(o * 700 + 10) * 40 + c] = 99.0;
+        x[(o * 700 + 650) * 40 + c] = 99.0;
+    }
+    check_max(&x, &[2, 700, 40], 1).unwrap();
+    check_max(&x, &[1400, 40], 0).unwrap();
+    let mut x: Vec<u8> = (0..3000 * 5).map(|i| (i % 7) as u8).collect();
+    x[5 * 5 + 2] = 200;
+    x[2900 * 5 + 2] = 200;
+    x[2999 * 5 + 4] = 9;
+    check_max(&x, &[3000, 5], 0).unwrap();
 }
 
 /// NaN wins wherever it is, and the first NaN's index is the answer, in every path.
@@ -278,6 +293,15 @@ fn argmax_finds_the_first_nan_in_every_path() {
         assert!(v.to_vec().unwrap().iter().all(|v| v.is_nan()));
         assert!(i.to_vec().unwrap().iter().all(|&i| i as usize == nans[0]));
     }
+    // Over an inner dim cut into segments: NaNs only in later segments of a column.
+    let mut x: Vec<f64> = (0..4000 * 3).map(|i| (i % 13) as f64).collect();
+    x[3500 * 3 + 1] = f64::NAN;
+    x[3999 * 3 + 1] = f64::NAN;
+    x[2000 * 3 + 2] = f64::NAN;
+    check_max(&x, &[4000, 3], 0).unwrap();
+    let (v, i) = Tensor::<G, f64>::from_slice(&x, [4000, 3]).unwrap().max_dim(0, false).unwrap();
+    assert_eq!(i.to_vec().unwrap()[1..], [3500, 2000]);
+    assert!(v.to_vec().unwrap()[1..].iter().all(|v| v.is_nan()));
     let ties = Tensor::<G, f64>::from_vec(vec![-0.0, 0.0, 0.0, -0.0], [2, 2]).unwrap();
     let (v, i) = ties.max_dim(1, false).unwrap();
     assert_eq!(i.to_vec().unwrap(), vec![0, 0], "-0.0 and 0.0 tie: the first wins");

@@ -100,21 +100,39 @@ __device__ void compare_bcast(const T* __restrict__ a, const T* __restrict__ b, 
 #define ALL_COMPARE(T) COMPARE(eq, EqOp, T) COMPARE(ne, NeOp, T) COMPARE(lt, LtOp, T) COMPARE(le, LeOp, T) \
     COMPARE(gt, GtOp, T) COMPARE(ge, GeOp, T)
 
-// `where`: a[i] where m[i] != 0, else b[i]; all three of one shape.
+// `where`: a[i] where m[i] != 0, else b[i]; all three of one shape. Each thread takes
+// WHERE_UNROLL vectors per step, all loads first, so that many requests are in flight.
+#define WHERE_UNROLL 4
+
 template <typename T>
 __device__ void where_same(const u8* __restrict__ m, const T* __restrict__ a, const T* __restrict__ b,
                            T* __restrict__ out, u64 n) {
     typedef Vec16<T> V;
     typedef Bytes<V::N> B;
     const u64 nv = n / V::N;
-    GRID_LOOP(i, nv) {
-        const B c = reinterpret_cast<const B*>(m)[i];
-        const V x = reinterpret_cast<const V*>(a)[i];
-        const V y = reinterpret_cast<const V*>(b)[i];
-        V r;
+    const u64 step = (u64)gridDim.x * blockDim.x * WHERE_UNROLL;
+    for (u64 base = (u64)blockIdx.x * blockDim.x * WHERE_UNROLL + threadIdx.x; base < nv; base += step) {
+        B c[WHERE_UNROLL];
+        V x[WHERE_UNROLL], y[WHERE_UNROLL];
 #pragma unroll
-        for (int k = 0; k < V::N; k++) r.v[k] = c.v[k] ? x.v[k] : y.v[k];
-        reinterpret_cast<V*>(out)[i] = r;
+        for (int u = 0; u < WHERE_UNROLL; u++) {
+            const u64 i = base + (u64)u * blockDim.x;
+            if (i < nv) {
+                c[u] = reinterpret_cast<const B*>(m)[i];
+                x[u] = reinterpret_cast<const V*>(a)[i];
+                y[u] = reinterpret_cast<const V*>(b)[i];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < WHERE_UNROLL; u++) {
+            const u64 i = base + (u64)u * blockDim.x;
+            if (i < nv) {
+                V r;
+#pragma unroll
+                for (int k = 0; k < V::N; k++) r.v[k] = c[u].v[k] ? x[u].v[k] : y[u].v[k];
+                reinterpret_cast<V*>(out)[i] = r;
+            }
+        }
     }
     GRID_LOOP(j, n - nv * V::N) {
         const u64 i = nv * V::N + j;
@@ -292,16 +310,50 @@ __device__ void argmax_final(const T* pv, const int* pi, u64 outer, u64 nchunks,
     }
 }
 
-// Over `len` of [outer, len, inner] with inner > 1: one thread per output, so that
-// neighbouring threads read neighbouring elements; each scans its column in order.
-template <typename T> __device__ void argmax_cols(const T* x, u64 outer, u64 len, u64 inner, T* vals, int* idx) {
-    GRID_LOOP(o, outer * inner) {
-        const T* p = x + (o / inner) * len * inner + o % inner;
-        T bv = p[0];
-        int bi = 0;
-        for (u64 j = 1; j < len; j++) consider(p[j * inner], (int)j, bv, bi);
-        if (vals) vals[o] = bv;
-        idx[o] = bi;
+// Over `len` of [outer, len, inner] with inner > 1. A block of 32 x 8 threads takes a
+// tile of 32 neighbouring columns of one outer slice and one segment of `len` (`chunk`
+// rows; the last one shorter): lane tx reads column tx, warp ty rows ty, ty + 8, ..., four
+// rows loaded before any is compared, so each warp reads 32 neighbouring elements per
+// row. The 8 candidates of a column meet in shared memory. Candidate of column c of slice
+// o and segment s: at (o * inner + c) * nchunks + s of vals (when not null) and idx, the
+// results when nchunks is 1, else partials for argmax_final (one "row" per output).
+#define TILE_ROWS 8
+
+template <typename T>
+__device__ void argmax_tile(const T* x, u64 outer, u64 len, u64 inner, u64 chunk, u64 nchunks, T* vals, int* idx) {
+    __shared__ T sv[TILE_ROWS][32];
+    __shared__ int si[TILE_ROWS][32];
+    const u64 tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+    const u64 tiles = (inner + 31) / 32;
+    for (u64 b = blockIdx.x; b < outer * tiles * nchunks; b += gridDim.x) {
+        const u64 seg = b % nchunks, tile = b / nchunks % tiles, o = b / nchunks / tiles;
+        const u64 col = tile * 32 + tx, start = seg * chunk;
+        const u64 end = len - start < chunk ? len : start + chunk;
+        T bv = T();
+        int bi = ARGMAX_NONE;
+        if (col < inner) {
+            const T* p = x + o * len * inner + col;
+            u64 j = start + ty;
+            for (; j + 3 * TILE_ROWS < end; j += 4 * TILE_ROWS) {
+                T a[4];
+#pragma unroll
+                for (int u = 0; u < 4; u++) a[u] = p[(j + u * TILE_ROWS) * inner];
+#pragma unroll
+                for (int u = 0; u < 4; u++) consider(a[u], (int)(j + u * TILE_ROWS), bv, bi);
+            }
+            for (; j < end; j += TILE_ROWS) consider(p[j * inner], (int)j, bv, bi);
+        }
+        sv[ty][tx] = bv;
+        si[ty][tx] = bi;
+        __syncthreads();
+        if (ty == 0 && col < inner) {
+#pragma unroll
+            for (int k = 1; k < TILE_ROWS; k++) consider(sv[k][tx], si[k][tx], bv, bi);
+            const u64 at = (o * inner + col) * nchunks + seg;
+            if (vals) vals[at] = bv;
+            idx[at] = bi;
+        }
+        __syncthreads();
     }
 }
 
@@ -317,8 +369,9 @@ template <typename T> __device__ void argmax_cols(const T* x, u64 outer, u64 len
                                                 int* idx) {                                                    \
         argmax_final<T>(pv, pi, outer, nchunks, vals, idx);                                                    \
     }                                                                                                          \
-    extern "C" __global__ void argmax_cols_##T(const T* x, u64 outer, u64 len, u64 inner, T* vals, int* idx) {  \
-        argmax_cols<T>(x, outer, len, inner, vals, idx);                                                       \
+    extern "C" __global__ void argmax_tile_##T(const T* x, u64 outer, u64 len, u64 inner, u64 chunk, u64 nchunks,  \
+                                               T* vals, int* idx) {                                            \
+        argmax_tile<T>(x, outer, len, inner, chunk, nchunks, vals, idx);                                       \
     }
 
 #define ALL_SELECT(T) ALL_COMPARE(T) WHERE(T) ARGMAX(T)

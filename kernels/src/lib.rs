@@ -22,7 +22,7 @@ pub enum Source {
     /// `fill_{T}`, `arange_{T}`, `rand_{f32,f64}`.
     Init,
     /// Comparisons `{eq,ne,lt,le,gt,ge}_{same,scalar,bcast}_{T}` (u8 results),
-    /// `where_{same,bcast}_{T}`, and `argmax_{block,warp,final,cols}_{T}`.
+    /// `where_{same,bcast}_{T}`, and `argmax_{block,warp,final,tile}_{T}`.
     Select,
 }
 

@@ -3,7 +3,8 @@
 //! walks per-operand strides ([`Bcast3`]). `argmax` over the last dim gives each row to a
 //! warp (rows of up to [`WARP_ROW`] elements) or a block, with 16-byte loads; a few long
 //! rows are cut into segments, one block each, whose candidates a second launch combines.
-//! Over any other dim each output is one thread's sequential scan.
+//! Over any other dim a block takes a tile of 32 columns (and, when tiles are few, a
+//! segment of the dim), reading whole rows of the tile per warp.
 
 use locus_kernels::Source;
 
@@ -223,15 +224,40 @@ pub(super) fn argmax(
     // In every launch below `x` holds `outer * len * inner` elements of `dtype`, `idx`
     // `outer * inner` i32 and `vals`, when there, `outer * inner` elements of `dtype`
     // (allocated above on `s`, to which `alloc` made `x` ready and tied its lifetime).
+    let blocks_to_fill = dev.sm_count.max(1) as u64 * 8;
     if inner > 1 {
-        let args = KernelArgs::new().ptr(xb).u64(outer).u64(len).u64(inner).ptr_or_null(v).ptr(&idx);
-        // `argmax_cols_{T}(const T* x, u64 outer, u64 len, u64 inner, T* vals, int* idx)`:
-        // SAFETY: one thread per output of `outer * inner`, each reading its column of `len`; `vals` may be null (the
-        // kernel then writes indices only).
-        unsafe { dev.launch(k("cols")?, (dev.grid(outer * inner, BLOCK), 1, 1), (BLOCK, 1, 1), &s, args)? };
+        // Tiles of 32 columns; when they are too few to fill the device, `len` is cut into
+        // segments of at least 256 rows, and a second launch combines each output's.
+        let tiles = outer * inner.div_ceil(32);
+        let nchunks = blocks_to_fill.div_ceil(tiles).min(len.div_ceil(256)).max(1);
+        let chunk = len.div_ceil(nchunks);
+        let nchunks = len.div_ceil(chunk);
+        let grid = dev.grid(tiles * nchunks * BLOCK as u64, BLOCK);
+        if nchunks == 1 {
+            let args = KernelArgs::new().ptr(xb).u64(outer).u64(len).u64(inner).u64(chunk).u64(1);
+            // `argmax_tile_{T}(const T* x, u64 outer, u64 len, u64 inner, u64 chunk, u64 nchunks, T* vals, int* idx)`:
+            // SAFETY: each block reads a tile of columns (below `inner`) of rows below `len` of one of the `outer`
+            // slices, and writes output `o * inner + c` of `idx` (and of `vals` unless null), `outer * inner` of each.
+            unsafe { dev.launch(k("tile")?, (grid, 1, 1), (BLOCK, 1, 1), &s, args.ptr_or_null(v).ptr(&idx))? };
+            return finish(idx, vals);
+        }
+        let parts = (outer * inner * nchunks) as usize;
+        let pv = CudaBuffer::alloc(dev, &s, parts * dtype.size())?;
+        let pi = CudaBuffer::alloc(dev, &s, parts * 4)?;
+        let args = KernelArgs::new().ptr(xb).u64(outer).u64(len).u64(inner).u64(chunk).u64(nchunks);
+        // `argmax_tile_{T}(...)` as above, with `nchunks` segments of `chunk` rows:
+        // SAFETY: as above; candidate `(o * inner + c) * nchunks + seg` goes to `pv` and `pi`, which hold `outer *
+        // inner * nchunks` each, allocated on `s` and freed there after the launch below.
+        unsafe { dev.launch(k("tile")?, (grid, 1, 1), (BLOCK, 1, 1), &s, args.ptr(&pv).ptr(&pi))? };
+        let outputs = outer * inner;
+        let args = KernelArgs::new().ptr(&pv).ptr(&pi).u64(outputs).u64(nchunks).ptr_or_null(v).ptr(&idx);
+        // `argmax_final_{T}(const T* pv, const int* pi, u64 outer, u64 nchunks, T* vals, int* idx)`, one "row" per
+        // output:
+        // SAFETY: one warp per output reads its `nchunks` candidates written just before on `s` and writes that
+        // output of `idx` (and of `vals` unless null), `outer * inner` of each.
+        unsafe { dev.launch(k("final")?, (dev.grid(outputs * 32, BLOCK), 1, 1), (BLOCK, 1, 1), &s, args)? };
         return finish(idx, vals);
     }
-    let blocks_to_fill = dev.sm_count.max(1) as u64 * 8;
     if len > WARP_ROW && outer < blocks_to_fill && len >= 2 * SEGMENT {
         // Few long rows: segments of at least SEGMENT elements (a multiple of 64, so
         // that segments of an aligned row stay aligned), about `blocks_to_fill` in all.
