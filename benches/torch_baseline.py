@@ -230,6 +230,20 @@ def large_ops():
     row("large_mul_1GiB", gbs(3 * by, gpu_time(lambda: a * b)), "GB/s", "a * b")
     row("large_relu_1GiB", gbs(2 * by, gpu_time(lambda: torch.relu(a))), "GB/s", "torch.relu(a)")
     row("sum_1GiB", gbs(by, gpu_time(lambda: a.sum())), "GB/s", "a.sum()")
+    del a, b
+    a = torch.rand(GIB // 2, device=dev, dtype=torch.bfloat16)
+    b = torch.rand(GIB // 2, device=dev, dtype=torch.bfloat16)
+    row("large_add_1GiB_bf16", gbs(3 * by, gpu_time(lambda: a + b)), "GB/s", "a + b, bfloat16")
+
+
+def softmax():
+    n = 8192
+    x = torch.rand(n, n, device=dev)
+    t = gpu_time(lambda: torch.softmax(x, dim=-1))
+    row("softmax_8192x8192_f32", gbs(2 * n * n * 4, t), "GB/s", "torch.softmax(x, dim=-1)")
+    x = torch.rand(n, n, device=dev, dtype=torch.bfloat16)
+    t = gpu_time(lambda: torch.softmax(x, dim=-1))
+    row("softmax_8192x8192_bf16", gbs(2 * n * n * 2, t), "GB/s", "torch.softmax(x, dim=-1), bfloat16")
 
 
 def matmul():
@@ -390,6 +404,7 @@ if __name__ == "__main__":
     small_ops()
     graph_chain20()
     large_ops()
+    softmax()
     matmul()
     guard()
     data_parallel()

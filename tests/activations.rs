@@ -1,4 +1,5 @@
-//! The float activations (`log`, `tanh`, `sigmoid`, `gelu`, `gelu_tanh`) on cuda:0 of
+//! The float activations (`log`, `tanh`, `sigmoid`, `gelu`, `gelu_tanh`), for f32, f64,
+//! bf16 and f16, on cuda:0 of
 //! the selected backend and on `Cpu` (the host kernels), each against the other and
 //! against a plain-Rust f64 reference, on random tensors of rank 1 to 4 and on the
 //! special values (NaN, infinities, -0.0, 0, negatives, ±100).
@@ -9,6 +10,8 @@
 //!   2 ulp, the host rounds an f64 result once); `atol = 2e-6 * max(1, |x|)` for the two
 //!   GELUs, whose `1 + erf` / `1 + tanh` cancels for negative `x`, else `1e-7` (sigmoid's
 //!   subnormal tail, log near 1).
+//! - bf16 and f16 (computed in f32 on the GPU and rounded once, in f64 on the host):
+//!   `rtol` of two of their ulps, `8e-3` and `2e-3`, and f32's `atol`.
 //! - f64: `rtol = 1e-12`; `atol = 2e-9 * max(1, |x|)` for `gelu`, the reference's error
 //!   (its erf is a Maclaurin series below 4.5, whose cancellation costs up to 3e-10, and
 //!   an asymptotic series above), `1e-13 * max(1, |x|)` for `gelu_tanh`, else `1e-15`.
@@ -16,7 +19,7 @@
 //! On the host backend cuda:0 and `Cpu` run the same kernels, so they must agree exactly
 //! there; on a GPU they agree within the tolerance above.
 
-use locus::{Cpu, Cuda, Float, Tensor};
+use locus::{bf16, f16, Cpu, Cuda, DType, Float, Tensor};
 use proptest::prelude::*;
 
 type G = Cuda<0>;
@@ -88,12 +91,20 @@ fn reference(act: Act, x: f64) -> f64 {
 /// `(rtol, atol)` for `act` at input `x` in `T` (see the module doc).
 fn tolerance<T: Float>(act: Act, x: f64) -> (f64, f64) {
     let scale = x.abs().max(1.0);
+    // The 16-bit types are computed in f32 on the GPU, rounded once: two of their ulps
+    // (2^-8 for bf16, 2^-10 for f16, relative), plus f32's absolute error where it counts.
+    let rtol = match T::DTYPE {
+        DType::BF16 => 8e-3,
+        DType::F16 => 2e-3,
+        DType::F32 => 4e-6,
+        _ => 1e-12,
+    };
     match (T::DTYPE, act) {
-        (locus::DType::F32, Act::Gelu | Act::GeluTanh) => (4e-6, 2e-6 * scale),
-        (locus::DType::F32, _) => (4e-6, 1e-7),
-        (_, Act::Gelu) => (1e-12, 2e-9 * scale),
-        (_, Act::GeluTanh) => (1e-12, 1e-13 * scale),
-        _ => (1e-12, 1e-15),
+        (DType::F64, Act::Gelu) => (rtol, 2e-9 * scale),
+        (DType::F64, Act::GeluTanh) => (rtol, 1e-13 * scale),
+        (DType::F64, _) => (rtol, 1e-15),
+        (_, Act::Gelu | Act::GeluTanh) => (rtol, 2e-6 * scale),
+        _ => (rtol, 1e-7),
     }
 }
 
@@ -197,6 +208,24 @@ proptest! {
             }
         }
     }
+
+    #[test]
+    fn activations_of_bf16_agree_with_the_reference((shape, xs) in tensor_of(value_f64().prop_map(bf16::from_f64))) {
+        for act in ALL {
+            if let Err(e) = check::<bf16>(act, &xs, &shape) {
+                prop_assert!(false, "{}", e);
+            }
+        }
+    }
+
+    #[test]
+    fn activations_of_f16_agree_with_the_reference((shape, xs) in tensor_of(value_f64().prop_map(f16::from_f64))) {
+        for act in ALL {
+            if let Err(e) = check::<f16>(act, &xs, &shape) {
+                prop_assert!(false, "{}", e);
+            }
+        }
+    }
 }
 
 /// Long enough for the GPU kernels' vector loop and their tail to both run.
@@ -204,9 +233,13 @@ proptest! {
 fn activations_over_a_long_ramp() {
     let xs32: Vec<f32> = (0..10_007).map(|i| (i as f32 - 5000.0) * 0.0023).collect();
     let xs64: Vec<f64> = (0..4_099).map(|i| (i as f64 - 2000.0) * 0.0061).collect();
+    let b: Vec<bf16> = xs32.iter().map(|&x| bf16::from_f32(x)).collect();
+    let h: Vec<f16> = xs32.iter().map(|&x| f16::from_f32(x)).collect();
     for act in ALL {
         check::<f32>(act, &xs32, &[xs32.len()]).unwrap();
         check::<f64>(act, &xs64, &[xs64.len()]).unwrap();
+        check::<bf16>(act, &b, &[b.len()]).unwrap();
+        check::<f16>(act, &h, &[h.len()]).unwrap();
     }
 }
 

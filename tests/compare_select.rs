@@ -1,12 +1,12 @@
 //! Comparisons (`eq`, `ne`, `lt`, `le`, `gt`, `ge` and their `_scalar` forms) and
 //! `Tensor::where_` on cuda:0 of the selected backend and on `Cpu`, against plain loops
-//! over `Vec`s, for every element type: random shapes of rank 1 to 4 under NumPy
-//! broadcasting, values drawn from a few so that ties are common, with NaN, ±0.0 and the
-//! infinities among the floats. Results are exact (`u8` masks, selected elements compared
+//! over `Vec`s, for every element type (f32, f64, i32, u8, bf16, f16): random shapes of
+//! rank 1 to 4 under NumPy broadcasting, values drawn from a few so that ties are common,
+//! with NaN, ±0.0 and the infinities among the floats. Results are exact (`u8` masks, selected elements compared
 //! by their bits). Then the errors: shapes that do not broadcast, `Dyn` operands on two
 //! devices.
 
-use locus::{Cpu, Cuda, Device, DeviceId, Dyn, Element, Error, Tensor};
+use locus::{bf16, f16, Cpu, Cuda, Device, DeviceId, Dyn, Element, Error, Tensor};
 use proptest::prelude::*;
 
 type G = Cuda<0>;
@@ -104,10 +104,7 @@ fn shapes(k: usize) -> impl Strategy<Value = Vec<Vec<usize>>> {
 }
 
 /// `n` values from `pick`, one per element.
-fn values<T: std::fmt::Debug>(
-    pick: impl Strategy<Value = T> + Clone,
-    n: usize,
-) -> impl Strategy<Value = Vec<T>> {
+fn values<T: std::fmt::Debug>(pick: impl Strategy<Value = T> + Clone, n: usize) -> impl Strategy<Value = Vec<T>> {
     proptest::collection::vec(pick, n)
 }
 
@@ -241,6 +238,26 @@ proptest! {
     }
 
     #[test]
+    fn comparisons_of_bf16((sa, a, sb, b) in operands(f64s().prop_map(bf16::from_f64))) {
+        check_compare::<bf16>(&sa, &a, &sb, &b)?;
+    }
+
+    #[test]
+    fn comparisons_of_f16((sa, a, sb, b) in operands(f64s().prop_map(f16::from_f64))) {
+        check_compare::<f16>(&sa, &a, &sb, &b)?;
+    }
+
+    #[test]
+    fn where_of_bf16((s, m, a, b) in where_operands(f64s().prop_map(bf16::from_f64))) {
+        check_where::<bf16>(&s, &m, &a, &b)?;
+    }
+
+    #[test]
+    fn where_of_f16((s, m, a, b) in where_operands(f64s().prop_map(f16::from_f64))) {
+        check_where::<f16>(&s, &m, &a, &b)?;
+    }
+
+    #[test]
     fn where_of_f32((s, m, a, b) in where_operands(f64s().prop_map(|v| v as f32))) {
         check_where::<f32>(&s, &m, &a, &b)?;
     }
@@ -272,6 +289,10 @@ fn long_comparisons_and_selects() {
     check_compare::<f32>(&[n], &a, &[1], &b[..1]).unwrap();
     let u: Vec<u8> = (0..n).map(|i| (i % 5) as u8).collect();
     check_compare::<u8>(&[n], &u, &[n], &u.iter().rev().copied().collect::<Vec<_>>()).unwrap();
+    let h: Vec<bf16> = a.iter().map(|&x| bf16::from_f32(x)).collect();
+    check_compare::<bf16>(&[n], &h, &[1], &[bf16::from_f32(0.0)]).unwrap();
+    check_where::<bf16>(&[vec![n], vec![n], vec![n]], &(0..n).map(|i| (i % 2) as u8).collect::<Vec<_>>(), &h, &h)
+        .unwrap();
     let d: Vec<f64> = a.iter().map(|&x| f64::from(x)).collect();
     check_compare::<f64>(&[1, n], &d, &[3, 1], &[0.0, 1.0, f64::NAN]).unwrap();
     let m: Vec<u8> = (0..n).map(|i| u8::from(i % 3 == 0)).collect();

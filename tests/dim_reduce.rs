@@ -1,7 +1,8 @@
 //! Reductions over one dim with `keepdim`: `sum_dim`, `mean_dim`, `max_dim` (values and
 //! indices) and `argmax`, on cuda:0 of the selected backend and on `Cpu`, against plain
-//! loops over `Vec`s, for every element type: random shapes of rank 1 to 4 and every dim,
-//! values drawn from a few so that ties are common, NaN among the floats. Then the shapes
+//! loops over `Vec`s, for every element type (f32, f64, i32, u8, bf16, f16): random
+//! shapes of rank 1 to 4 and every dim, values drawn from a few so that ties are common,
+//! NaN among the floats. Then the shapes
 //! each GPU kernel path takes (short rows, long rows, long rows cut into segments, rows
 //! that start unaligned, inner dims), and the errors.
 //!
@@ -9,9 +10,10 @@
 //! NaN), and the element at that index, bit for bit. Integer sums wrap and are exact.
 //! Float sums and means accumulate in f64 on both backends: an f32 result is within
 //! `1e-6 * Σ|x|` of the f64 reference (rounding the f64 sum to f32 is the bulk of it), an
-//! f64 result within `1e-12 * Σ|x|`.
+//! f64 result within `1e-12 * Σ|x|`, bf16 and f16 results within two of their ulps
+//! (`8e-3` and `2e-3` times `Σ|x|`).
 
-use locus::{Cpu, Cuda, Device, Element, Error, Float, Tensor};
+use locus::{bf16, f16, Cpu, Cuda, DType, Device, Element, Error, Float, Tensor};
 use proptest::prelude::*;
 
 type G = Cuda<0>;
@@ -111,7 +113,14 @@ fn check_sums<T: Element>(x: &[T], shape: &[usize], dim: usize) -> Result<(), Te
                 if T::DTYPE.is_float() {
                     let want: f64 = l.iter().map(|v| v.to_f64()).sum();
                     let tol = float_tol::<T>(l.iter().map(|v| v.to_f64().abs()).sum());
-                    prop_assert!((v.to_f64() - want).abs() <= tol, "sum_dim on {} of {:?}: {:?} vs {}", name, l, v, want);
+                    prop_assert!(
+                        (v.to_f64() - want).abs() <= tol,
+                        "sum_dim on {} of {:?}: {:?} vs {}",
+                        name,
+                        l,
+                        v,
+                        want
+                    );
                 } else {
                     let want = l.iter().fold(T::ZERO, |s, &v| Element::add(s, v));
                     prop_assert_eq!(*v, want, "sum_dim on {} wraps", name);
@@ -124,11 +133,13 @@ fn check_sums<T: Element>(x: &[T], shape: &[usize], dim: usize) -> Result<(), Te
 
 /// The sum's tolerance for `T`, given `Σ|x|` (see the module doc).
 fn float_tol<T: Element>(scale: f64) -> f64 {
-    if T::DTYPE == locus::DType::F32 {
-        1e-6 * scale
-    } else {
-        1e-12 * scale
-    }
+    scale
+        * match T::DTYPE {
+            DType::F32 => 1e-6,
+            DType::BF16 => 8e-3,
+            DType::F16 => 2e-3,
+            _ => 1e-12,
+        }
 }
 
 /// `mean_dim` over `dim` on cuda:0 and on `Cpu` against the loop; NaN for an empty dim.
@@ -212,6 +223,22 @@ proptest! {
     }
 
     #[test]
+    fn reductions_of_bf16((shape, dim, x) in reduction(f64s().prop_map(bf16::from_f64))) {
+        check_max_or_error::<bf16>(&x, &shape, dim)?;
+        let finite: Vec<bf16> = x.iter().map(|v| if v.is_finite() { *v } else { bf16::from_f32(0.75) }).collect();
+        check_sums::<bf16>(&finite, &shape, dim)?;
+        check_means::<bf16>(&finite, &shape, dim)?;
+    }
+
+    #[test]
+    fn reductions_of_f16((shape, dim, x) in reduction(f64s().prop_map(f16::from_f64))) {
+        check_max_or_error::<f16>(&x, &shape, dim)?;
+        let finite: Vec<f16> = x.iter().map(|v| if v.is_finite() { *v } else { f16::from_f32(-1.25) }).collect();
+        check_sums::<f16>(&finite, &shape, dim)?;
+        check_means::<f16>(&finite, &shape, dim)?;
+    }
+
+    #[test]
     fn reductions_of_i32((shape, dim, x) in reduction(prop_oneof![6 => -3i32..=3, 1 => Just(i32::MIN), 1 => Just(i32::MAX)])) {
         check_max_or_error::<i32>(&x, &shape, dim)?;
         check_sums::<i32>(&x, &shape, dim)?;
@@ -252,6 +279,11 @@ fn argmax_over_every_kernel_path() {
     let u = with_max_at(1 << 20, |i| (i % 200) as u8, 255, &[(1 << 20) - 1, 777_777]);
     check_max(&u, &[1, 1 << 20], 1).unwrap();
     check_max(&u, &[1 << 20], 0).unwrap();
+    let h = with_max_at(3 * 5000, |i| bf16::from_f32((i % 300) as f32), bf16::INFINITY, &[4999, 5000 + 17]);
+    check_max(&h, &[3, 5000], 1).unwrap();
+    check_max(&h, &[15, 1000], 0).unwrap();
+    let f = with_max_at(2 * 40_001, |i| f16::from_f32((i % 999) as f32), f16::MAX, &[40_000, 40_001 + 3]);
+    check_max(&f, &[2, 40_001], 1).unwrap();
     let i = with_max_at(3 * 40_000, |i| (i % 1000) as i32 - 500, i32::MAX, &[39_999, 40_000 + 12_345]);
     check_max(&i, &[3, 40_000], 1).unwrap();
     // Inner dims: [6, 50, 7] over dims 0 and 1, [1000, 3] over dim 0.

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use locus::{AnyTensor, Checkpoint, Cpu, Cuda, DType, DeviceId, Dyn, Error, Pinned, Tensor};
+use locus::{bf16, f16, AnyTensor, Checkpoint, Cpu, Cuda, DType, DeviceId, Dyn, Error, Pinned, Tensor};
 
 /// A file in the temp dir, removed when dropped.
 struct TempFile(PathBuf);
@@ -34,6 +34,8 @@ fn every_dtype() -> locus::Result<Vec<(&'static str, AnyTensor<Dyn>)>> {
         ("n.i32", (Tensor::<Cuda<0>, i32>::arange(-4, 5, 1)? * 1000)?.into_dyn().into()),
         ("mask.u8", Tensor::<Cpu, u8>::from_slice(&[0, 1, 255], [3, 1])?.into_dyn().into()),
         ("scalar", Tensor::<Pinned>::full([], 0.25)?.into_dyn().into()),
+        ("h.bf16", Tensor::<Cuda<0>>::rand([5, 3], 3)?.to_dtype::<bf16>()?.into_dyn().into()),
+        ("h.f16", (Tensor::<Cpu>::rand([9], 4)? - 0.5)?.to_dtype::<f16>()?.into_dyn().into()),
         ("empty", Tensor::<Dyn, i32>::zeros_on(Dyn::new(last_device()?), [0, 4])?.into()),
     ])
 }
@@ -46,6 +48,8 @@ fn same_contents<A: locus::Device, B: locus::Device>(a: &AnyTensor<A>, b: &AnyTe
             (AnyTensor::F64(x), AnyTensor::F64(y)) => x.to_vec()? == y.to_vec()?,
             (AnyTensor::I32(x), AnyTensor::I32(y)) => x.to_vec()? == y.to_vec()?,
             (AnyTensor::U8(x), AnyTensor::U8(y)) => x.to_vec()? == y.to_vec()?,
+            (AnyTensor::BF16(x), AnyTensor::BF16(y)) => x.to_vec()? == y.to_vec()?,
+            (AnyTensor::F16(x), AnyTensor::F16(y)) => x.to_vec()? == y.to_vec()?,
             _ => false,
         })
 }
@@ -188,10 +192,10 @@ fn a_bad_header_is_an_error_naming_the_file() {
 
 #[test]
 fn a_dtype_locus_does_not_have_is_named_with_its_tensor() {
-    let header = r#"{"ok": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "half": {"dtype": "BF16", "shape": [2], "data_offsets": [4, 8]}}"#;
-    let f = raw_file("bf16", header, &[0; 8]);
+    let header = r#"{"ok": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "wide": {"dtype": "I64", "shape": [2], "data_offsets": [4, 20]}}"#;
+    let f = raw_file("i64", header, &[0; 20]);
     let err = load_err(&f);
-    assert_tensor_err(&err, "half", "has dtype BF16, which locus does not have");
+    assert_tensor_err(&err, "wide", "has dtype I64, which locus does not have");
 }
 
 #[test]

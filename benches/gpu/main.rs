@@ -230,6 +230,29 @@ fn large_ops() {
     row("large_relu_1GiB", &gbs(2.0 * bytes, &relu), "GB/s", "f32 relu, 1 read + 1 write");
     let sum = gpu_time(|| drop(a.sum().unwrap()));
     row("sum_1GiB", &gbs(bytes, &sum), "GB/s", "f32 sum of 256 Mi elements, 1 read");
+    drop((a, b));
+    let (a, b) = (a_bf16(1), a_bf16(2));
+    let add = gpu_time(|| drop((&a + &b).unwrap()));
+    row("large_add_1GiB_bf16", &gbs(3.0 * bytes, &add), "GB/s", "bf16 add of 512 Mi elements, 2 reads + 1 write");
+}
+
+/// 1 GiB of bf16 (512 Mi elements), uniform in [0, 1).
+fn a_bf16(seed: u64) -> Tensor<G, locus::bf16> {
+    Tensor::<G, locus::bf16>::rand([GIB / 2], seed).unwrap()
+}
+
+/// Softmax over the last dim of `[8192, 8192]` f32 and bf16 (a row per block, kept in registers): GB/s
+/// of the one read and one write, as the memory-bound op it is.
+fn softmax() {
+    let n = 8192;
+    let x = Tensor::<G>::rand([n, n], 3).unwrap();
+    let bytes = 2.0 * (n * n * 4) as f64;
+    let t = gpu_time(|| drop(x.softmax(1).unwrap()));
+    row("softmax_8192x8192_f32", &gbs(bytes, &t), "GB/s", "f32 softmax over the last dim, 1 read + 1 write");
+    drop(x);
+    let x = Tensor::<G, locus::bf16>::rand([n, n], 4).unwrap();
+    let t = gpu_time(|| drop(x.softmax(1).unwrap()));
+    row("softmax_8192x8192_bf16", &gbs(bytes / 2.0, &t), "GB/s", "bf16 softmax over the last dim (f32 inside)");
 }
 
 fn matmul() {
@@ -428,6 +451,7 @@ fn main() {
     small_ops();
     graph::chain20();
     large_ops();
+    softmax();
     matmul();
     guard();
     pool_steady_state();

@@ -6,6 +6,51 @@ typedef int i32;
 typedef unsigned char u8;
 typedef unsigned long long u64;
 
+// The 16-bit float types: the bits of a bfloat16 or IEEE half, computed in f32. Each
+// converts to f32 exactly and from f32 by rounding to nearest, ties to even (NaN stays
+// a quiet NaN of the same sign), as the `half` crate does on the host, so that an op
+// computed in f32 and rounded once gives the same bits on both backends.
+__device__ __forceinline__ float bf16_bits_to_f32(unsigned short b) { return __uint_as_float((unsigned)b << 16); }
+__device__ __forceinline__ unsigned short f32_to_bf16_bits(float f) {
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+__device__ __forceinline__ float f16_bits_to_f32(unsigned short b) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(b));
+    return f;
+}
+__device__ __forceinline__ unsigned short f32_to_f16_bits(float f) {
+    unsigned short b;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(b) : "f"(f));
+    return b;
+}
+
+// A float from a double, rounded toward zero with a sticky low bit ("round to odd"):
+// rounding that float once more to 16 bits gives the double correctly rounded, with no
+// double-rounding error (f32 keeps more than two extra bits).
+__device__ __forceinline__ float f64_to_f32_odd(double d) {
+    float f = __double2float_rz(d);
+    if (d == d && (double)f != d) f = __uint_as_float(__float_as_uint(f) | 1u);
+    return f;
+}
+
+#define HALF_TYPE(NAME, TO_F32, FROM_F32)                                               \
+    struct NAME {                                                                        \
+        unsigned short bits;                                                             \
+        NAME() = default;                                                                \
+        __device__ NAME(float f) : bits(FROM_F32(f)) {}                                  \
+        __device__ explicit NAME(double d) : bits(FROM_F32(f64_to_f32_odd(d))) {}        \
+        __device__ explicit NAME(int i) : bits(FROM_F32(f64_to_f32_odd((double)i))) {}   \
+        __device__ explicit NAME(unsigned u) : bits(FROM_F32(f64_to_f32_odd((double)u))) {} \
+        __device__ explicit NAME(unsigned long long u) : bits(FROM_F32(f64_to_f32_odd((double)u))) {} \
+        __device__ explicit NAME(unsigned char u) : bits(FROM_F32((float)u)) {}          \
+        __device__ operator float() const { return TO_F32(bits); }                      \
+    };
+HALF_TYPE(bf16, bf16_bits_to_f32, f32_to_bf16_bits)
+HALF_TYPE(f16, f16_bits_to_f32, f32_to_f16_bits)
+
 // Grid-stride loop over [0, n).
 #define GRID_LOOP(i, n) \
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (u64)gridDim.x * blockDim.x)
@@ -35,6 +80,15 @@ __device__ __forceinline__ f64 op_neg(f64 a) { return -a; }
 __device__ __forceinline__ i32 op_neg(i32 a) { return (i32)(0u - (unsigned)a); }
 __device__ __forceinline__ u8 op_neg(u8 a) { return (u8)(0u - a); }
 
+#define HALF_ARITH(T)                                                                          \
+    __device__ __forceinline__ T op_add(T a, T b) { return T((float)a + (float)b); }           \
+    __device__ __forceinline__ T op_sub(T a, T b) { return T((float)a - (float)b); }           \
+    __device__ __forceinline__ T op_mul(T a, T b) { return T((float)a * (float)b); }           \
+    __device__ __forceinline__ T op_neg(T a) { T r; r.bits = a.bits ^ 0x8000u; return r; }    \
+    __device__ __forceinline__ T op_div(T a, T b, int*) { return T((float)a / (float)b); }
+HALF_ARITH(bf16)
+HALF_ARITH(f16)
+
 // Division: IEEE for floats; for integers a zero divisor sets *err (checked by the
 // host after the launch) and i32::MIN / -1 wraps.
 __device__ __forceinline__ f32 op_div(f32 a, f32 b, int*) { return a / b; }
@@ -52,6 +106,8 @@ __device__ __forceinline__ u8 op_div(u8 a, u8 b, int* err) {
 template <typename T> __device__ __forceinline__ bool is_nan(T) { return false; }
 template <> __device__ __forceinline__ bool is_nan<f32>(f32 v) { return v != v; }
 template <> __device__ __forceinline__ bool is_nan<f64>(f64 v) { return v != v; }
+template <> __device__ __forceinline__ bool is_nan<bf16>(bf16 v) { return (v.bits & 0x7fffu) > 0x7f80u; }
+template <> __device__ __forceinline__ bool is_nan<f16>(f16 v) { return (v.bits & 0x7fffu) > 0x7c00u; }
 
 // The larger value; NaN wins, as in torch.max.
 template <typename T> __device__ __forceinline__ T op_max(T a, T b) { return (is_nan(a) || a >= b) ? a : b; }
@@ -60,5 +116,17 @@ template <typename T> __device__ __forceinline__ T op_max(T a, T b) { return (is
 // which are stored as 16 bits and computed in f32), `double` for f64. Kernels of float
 // ops read with `to_acc`, compute in `Acc<T>::type`, and write with `from_acc<T>`.
 template <typename T> struct Acc { typedef T type; };
+template <> struct Acc<bf16> { typedef float type; };
+template <> struct Acc<f16> { typedef float type; };
 template <typename T> __device__ __forceinline__ typename Acc<T>::type to_acc(T v) { return (typename Acc<T>::type)v; }
 template <typename T> __device__ __forceinline__ T from_acc(typename Acc<T>::type v) { return (T)v; }
+
+// Records index `value`, found at position `at` of an index list, as out of range in
+// `err`, an all-ones word before the launch that the host reads after it: the lowest
+// position wins, so the host reports the first bad index, as the host backend does. The
+// position goes in the high half (positions past 2^32 - 2 share the top value), the
+// index's bits in the low half.
+__device__ __forceinline__ void report_index(u64* err, u64 at, i32 value) {
+    const u64 pos = at < 0xffffffffull ? at : 0xfffffffeull;
+    atomicMin(err, (pos << 32) | (u64)(unsigned)value);
+}

@@ -12,13 +12,18 @@ struct ReluOp {
     template <typename T> __device__ T operator()(T a) const { return a < (T)0 ? (T)0 : a; }
     __device__ u8 operator()(u8 a) const { return a; }  // unsigned: already >= 0
 };
+// The 16-bit types compute in f32 and round once.
 struct ExpOp {
     __device__ f32 operator()(f32 a) const { return expf(a); }
     __device__ f64 operator()(f64 a) const { return exp(a); }
+    __device__ bf16 operator()(bf16 a) const { return bf16(expf(a)); }
+    __device__ f16 operator()(f16 a) const { return f16(expf(a)); }
 };
 struct SqrtOp {
     __device__ f32 operator()(f32 a) const { return sqrtf(a); }
     __device__ f64 operator()(f64 a) const { return sqrt(a); }
+    __device__ bf16 operator()(bf16 a) const { return bf16(sqrtf(a)); }
+    __device__ f16 operator()(f16 a) const { return f16(sqrtf(a)); }
 };
 // Integers wrap: abs(i32::MIN) is i32::MIN, as in torch.abs.
 struct AbsOp {
@@ -26,6 +31,8 @@ struct AbsOp {
     __device__ f64 operator()(f64 a) const { return fabs(a); }
     __device__ i32 operator()(i32 a) const { return a < 0 ? op_neg(a) : a; }
     __device__ u8 operator()(u8 a) const { return a; }  // unsigned: already >= 0
+    __device__ bf16 operator()(bf16 a) const { return bf16(fabsf(a)); }
+    __device__ f16 operator()(f16 a) const { return f16(fabsf(a)); }
 };
 struct SquareOp { template <typename T> __device__ T operator()(T a) const { return op_mul(a, a); } };
 
@@ -33,6 +40,8 @@ struct SquareOp { template <typename T> __device__ T operator()(T a) const { ret
 template <typename T> struct PowOp;
 template <> struct PowOp<f32> { f32 e; __device__ f32 operator()(f32 a) const { return powf(a, e); } };
 template <> struct PowOp<f64> { f64 e; __device__ f64 operator()(f64 a) const { return pow(a, e); } };
+template <> struct PowOp<bf16> { bf16 e; __device__ bf16 operator()(bf16 a) const { return bf16(powf(a, e)); } };
+template <> struct PowOp<f16> { f16 e; __device__ f16 operator()(f16 a) const { return f16(powf(a, e)); } };
 // NaN stays NaN (both comparisons are false), as in torch.clamp.
 template <typename T> struct ClampOp {
     T lo, hi;
@@ -229,6 +238,8 @@ ALL_BINARY(f32)
 ALL_BINARY(f64)
 ALL_BINARY(i32)
 ALL_BINARY(u8)
+ALL_BINARY(bf16)
+ALL_BINARY(f16)
 
 UNARY(neg, NegOp, f32) UNARY(neg, NegOp, f64) UNARY(neg, NegOp, i32) UNARY(neg, NegOp, u8)
 UNARY(relu, ReluOp, f32) UNARY(relu, ReluOp, f64) UNARY(relu, ReluOp, i32) UNARY(relu, ReluOp, u8)
@@ -238,6 +249,71 @@ UNARY(abs, AbsOp, f32) UNARY(abs, AbsOp, f64) UNARY(abs, AbsOp, i32) UNARY(abs, 
 UNARY(square, SquareOp, f32) UNARY(square, SquareOp, f64) UNARY(square, SquareOp, i32) UNARY(square, SquareOp, u8)
 POW(f32) POW(f64)
 CLAMP(f32) CLAMP(f64) CLAMP(i32) CLAMP(u8)
+#define HALF_UNARY(T) UNARY(neg, NegOp, T) UNARY(relu, ReluOp, T) UNARY(exp, ExpOp, T) UNARY(sqrt, SqrtOp, T) \
+    UNARY(abs, AbsOp, T) UNARY(square, SquareOp, T) POW(T) CLAMP(T)
+HALF_UNARY(bf16)
+HALF_UNARY(f16)
+
+// Conversions between element types, `cast_{from}_{to}`, as Rust's `as` and the `half`
+// crate do them on the host: float to integer truncates toward zero and saturates, NaN
+// becomes 0; integer to integer wraps; to a float type rounds to nearest, ties to even,
+// once (f64 and i32 to the 16-bit types through `f64_to_f32_odd`).
+__device__ __forceinline__ i32 sat_i32(f64 v) {
+    return v != v ? 0 : v <= -2147483648.0 ? (i32)0x80000000 : v >= 2147483647.0 ? 2147483647 : (i32)v;
+}
+__device__ __forceinline__ u8 sat_u8(f64 v) { return v != v ? 0 : v <= 0.0 ? 0 : v >= 255.0 ? 255 : (u8)v; }
+
+template <typename To> struct Conv;
+template <> struct Conv<f32> { template <typename F> static __device__ f32 from(F v) { return (f32)v; } };
+template <> struct Conv<f64> {
+    static __device__ f64 from(f32 v) { return v; }
+    static __device__ f64 from(f64 v) { return v; }
+    static __device__ f64 from(bf16 v) { return (f32)v; }
+    static __device__ f64 from(f16 v) { return (f32)v; }
+    static __device__ f64 from(i32 v) { return v; }
+    static __device__ f64 from(u8 v) { return v; }
+};
+template <> struct Conv<i32> {
+    static __device__ i32 from(f32 v) { return sat_i32(v); }
+    static __device__ i32 from(f64 v) { return sat_i32(v); }
+    static __device__ i32 from(bf16 v) { return sat_i32((f32)v); }
+    static __device__ i32 from(f16 v) { return sat_i32((f32)v); }
+    static __device__ i32 from(i32 v) { return v; }
+    static __device__ i32 from(u8 v) { return v; }
+};
+template <> struct Conv<u8> {
+    static __device__ u8 from(f32 v) { return sat_u8(v); }
+    static __device__ u8 from(f64 v) { return sat_u8(v); }
+    static __device__ u8 from(bf16 v) { return sat_u8((f32)v); }
+    static __device__ u8 from(f16 v) { return sat_u8((f32)v); }
+    static __device__ u8 from(i32 v) { return (u8)v; }
+    static __device__ u8 from(u8 v) { return v; }
+};
+#define CONV_HALF(T, OTHER)                                                  \
+    template <> struct Conv<T> {                                             \
+        static __device__ T from(f32 v) { return T(v); }                     \
+        static __device__ T from(f64 v) { return T(v); }                     \
+        static __device__ T from(i32 v) { return T(v); }                     \
+        static __device__ T from(u8 v) { return T(v); }                      \
+        static __device__ T from(T v) { return v; }                          \
+        static __device__ T from(OTHER v) { return T((f32)v); }              \
+    };
+CONV_HALF(bf16, f16)
+CONV_HALF(f16, bf16)
+
+template <typename F, typename T> __device__ void cast(const F* __restrict__ x, T* __restrict__ out, u64 n) {
+    GRID_LOOP(i, n) out[i] = Conv<T>::from(x[i]);
+}
+
+#define CAST(F, T) \
+    extern "C" __global__ void cast_##F##_##T(const F* x, T* out, u64 n) { cast<F, T>(x, out, n); }
+#define CAST_FROM(F) CAST(F, f32) CAST(F, f64) CAST(F, i32) CAST(F, u8) CAST(F, bf16) CAST(F, f16)
+CAST_FROM(f32)
+CAST_FROM(f64)
+CAST_FROM(i32)
+CAST_FROM(u8)
+CAST_FROM(bf16)
+CAST_FROM(f16)
 
 // Activations (float types): read with `to_acc`, computed in `Acc<T>::type` with the
 // functions of that type (logf, tanhf, expf, erff for float; log, tanh, exp, erf for
@@ -293,3 +369,5 @@ struct GeluTanhOp {
 
 ACTIVATIONS(f32)
 ACTIVATIONS(f64)
+ACTIVATIONS(bf16)
+ACTIVATIONS(f16)

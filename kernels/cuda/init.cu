@@ -33,3 +33,13 @@ INIT(f32)
 INIT(f64)
 INIT(i32)
 INIT(u8)
+INIT(bf16)
+INIT(f16)
+
+// The top 8 (bf16) or 11 (f16) random bits, scaled into [0, 1): exact, as on the host.
+extern "C" __global__ void rand_bf16(bf16* out, u64 n, u64 seed) {
+    GRID_LOOP(i, n) out[i] = bf16((f32)(rand_bits(seed, i) >> 56) * (1.0f / 256.0f));
+}
+extern "C" __global__ void rand_f16(f16* out, u64 n, u64 seed) {
+    GRID_LOOP(i, n) out[i] = f16((f32)(rand_bits(seed, i) >> 53) * (1.0f / 2048.0f));
+}

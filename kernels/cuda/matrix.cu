@@ -58,3 +58,11 @@ MATRIX(f32)
 MATRIX(f64)
 MATRIX(i32)
 MATRIX(u8)
+// The 16-bit types: transposes and block copies (their matmul is cuBLAS's).
+#define MOVES(T)                                                                                          \
+    extern "C" __global__ void transpose_##T(const T* x, T* out, u64 rows, u64 cols) { transpose<T>(x, out, rows, cols); } \
+    extern "C" __global__ void copy_blocks_##T(const T* src, T* out, u64 count, u64 block, u64 src_stride, u64 dst_stride) { \
+        copy_blocks<T>(src, out, count, block, src_stride, dst_stride);                                  \
+    }
+MOVES(bf16)
+MOVES(f16)

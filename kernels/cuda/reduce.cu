@@ -29,7 +29,12 @@ template <> struct MaxInit<f32> { static __device__ f32 v() { return -__int_as_f
 template <> struct MaxInit<f64> { static __device__ f64 v() { return -__longlong_as_double(0x7ff0000000000000ll); } };
 template <> struct MaxInit<i32> { static __device__ i32 v() { return (i32)0x80000000; } };
 
+template <> struct MaxInit<bf16> { static __device__ bf16 v() { return bf16(-__int_as_float(0x7f800000)); } };
+template <> struct MaxInit<f16> { static __device__ f16 v() { return f16(-__int_as_float(0x7f800000)); } };
+
 template <typename T> struct MaxAcc { typedef T A; };
+template <> struct MaxAcc<bf16> { typedef f32 A; };  // exact, and a shuffle-able type
+template <> struct MaxAcc<f16> { typedef f32 A; };
 template <> struct MaxAcc<u8> { typedef unsigned A; };  // shuffles need 32-bit values
 
 template <typename T> struct Max {
@@ -139,3 +144,9 @@ REDUCE(max, Max, f32)
 REDUCE(max, Max, f64)
 REDUCE(max, Max, i32)
 REDUCE(max, Max, u8)
+REDUCE(sum, Sum, bf16)
+REDUCE(sum, Sum, f16)
+REDUCE(mean, Mean, bf16)
+REDUCE(mean, Mean, f16)
+REDUCE(max, Max, bf16)
+REDUCE(max, Max, f16)

@@ -184,7 +184,8 @@ template <typename T> __device__ __forceinline__ void consider(T v, int i, T& bv
     }
 }
 
-// Shuffles move 32 or 64-bit values: u8 goes as unsigned, the 16-bit float types as float.
+// Shuffles move 32 or 64-bit values: u8 goes as unsigned, the 16-bit float types as float
+// (exactly, both ways).
 template <typename T> struct ShflOf { typedef typename Acc<T>::type type; };
 template <> struct ShflOf<u8> { typedef unsigned type; };
 
@@ -380,3 +381,5 @@ ALL_SELECT(f32)
 ALL_SELECT(f64)
 ALL_SELECT(i32)
 ALL_SELECT(u8)
+ALL_SELECT(bf16)
+ALL_SELECT(f16)

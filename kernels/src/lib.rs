@@ -3,7 +3,8 @@
 //! once per device for that device's architecture.
 //!
 //! Kernel names follow `{op}_{variant}_{dtype}` (`add_same_f32`, `sum_partial_i32`) or
-//! `{op}_{dtype}` (`relu_f64`, `fill_u8`), with dtype one of `f32`, `f64`, `i32`, `u8`.
+//! `{op}_{dtype}` (`relu_f64`, `fill_u8`), with dtype one of `f32`, `f64`, `i32`, `u8`;
+//! copies that move bytes whatever the type are named by width (`index_select_rows_w16`).
 
 /// Definitions every source uses; prepended to each source before compiling.
 pub const COMMON: &str = include_str!("../cuda/common.cuh");
@@ -12,8 +13,9 @@ pub const COMMON: &str = include_str!("../cuda/common.cuh");
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Source {
     /// Unary and binary elementwise ops: `{neg,relu,abs,square,clamp}_{T}`,
-    /// `{exp,sqrt,pow,log,tanh,sigmoid,gelu,gelu_tanh}_{f32,f64}`, `{add,sub,mul,div}_{same,scalar,bcast}_{T}`, and
-    /// `{sub,div}_rscalar_{T}` (the scalar on the left).
+    /// `{exp,sqrt,pow,log,tanh,sigmoid,gelu,gelu_tanh}_{f32,f64,bf16,f16}`,
+    /// `{add,sub,mul,div}_{same,scalar,bcast}_{T}`, and `{sub,div}_rscalar_{T}` (the scalar
+    /// on the left).
     Elementwise,
     /// `{sum,mean,max}_{partial,final,single,cols,rows}_{T}`.
     Reduce,
@@ -21,6 +23,12 @@ pub enum Source {
     Matrix,
     /// `fill_{T}`, `arange_{T}`, `rand_{f32,f64}`.
     Init,
+    /// `{softmax,log_softmax}_{warp4,warp32,vec,block,loop,cols}_{T}` and
+    /// `nll_{warp,block}_{T}` (cross-entropy's per-row loss), float `T`.
+    Softmax,
+    /// `index_select_{rows,flat}_w{1,2,4,8,16}` (per width in bytes, not per type) and
+    /// `index_check`.
+    Gather,
     /// Comparisons `{eq,ne,lt,le,gt,ge}_{same,scalar,bcast}_{T}` (u8 results),
     /// `where_{same,bcast}_{T}`, and `argmax_{block,warp,final,tile}_{T}`.
     Select,
@@ -28,7 +36,15 @@ pub enum Source {
 
 impl Source {
     /// Every source.
-    pub const ALL: [Source; 5] = [Source::Elementwise, Source::Reduce, Source::Matrix, Source::Init, Source::Select];
+    pub const ALL: [Source; 7] = [
+        Source::Elementwise,
+        Source::Reduce,
+        Source::Matrix,
+        Source::Init,
+        Source::Softmax,
+        Source::Gather,
+        Source::Select,
+    ];
 
     /// The file name under `kernels/cuda/`.
     pub const fn file(self) -> &'static str {
@@ -37,6 +53,8 @@ impl Source {
             Source::Reduce => "reduce.cu",
             Source::Matrix => "matrix.cu",
             Source::Init => "init.cu",
+            Source::Softmax => "softmax.cu",
+            Source::Gather => "gather.cu",
             Source::Select => "select.cu",
         }
     }
@@ -48,6 +66,8 @@ impl Source {
             Source::Reduce => include_str!("../cuda/reduce.cu"),
             Source::Matrix => include_str!("../cuda/matrix.cu"),
             Source::Init => include_str!("../cuda/init.cu"),
+            Source::Softmax => include_str!("../cuda/softmax.cu"),
+            Source::Gather => include_str!("../cuda/gather.cu"),
             Source::Select => include_str!("../cuda/select.cu"),
         }
     }

@@ -13,6 +13,12 @@ pub enum DType {
     I32,
     /// `u8`, CUDA `unsigned char`.
     U8,
+    /// [`bf16`](half::bf16), bfloat16: 8 exponent and 7 mantissa bits, stored as 16 bits
+    /// and computed in f32 on both backends (the kernels' `bf16`).
+    BF16,
+    /// [`f16`](half::f16), IEEE half precision, stored as 16 bits and computed in f32 on
+    /// both backends (the kernels' `f16`).
+    F16,
 }
 
 impl DType {
@@ -22,6 +28,7 @@ impl DType {
             DType::F32 | DType::I32 => 4,
             DType::F64 => 8,
             DType::U8 => 1,
+            DType::BF16 | DType::F16 => 2,
         }
     }
 
@@ -32,23 +39,39 @@ impl DType {
             DType::F64 => "double",
             DType::I32 => "int",
             DType::U8 => "unsigned char",
+            DType::BF16 => "bf16",
+            DType::F16 => "f16",
         }
     }
 
-    /// True for `f32` and `f64`.
+    /// True for `f32`, `f64`, `bf16` and `f16`.
     pub const fn is_float(self) -> bool {
-        matches!(self, DType::F32 | DType::F64)
+        matches!(self, DType::F32 | DType::F64 | DType::BF16 | DType::F16)
+    }
+
+    /// True for `bf16` and `f16`, the types stored in 16 bits and computed in f32.
+    pub const fn is_half(self) -> bool {
+        matches!(self, DType::BF16 | DType::F16)
+    }
+}
+
+impl DType {
+    /// The Rust name of this type (`"f32"`, `"bf16"`), as the kernels' names spell it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+            DType::I32 => "i32",
+            DType::U8 => "u8",
+            DType::BF16 => "bf16",
+            DType::F16 => "f16",
+        }
     }
 }
 
 impl fmt::Display for DType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            DType::F32 => "f32",
-            DType::F64 => "f64",
-            DType::I32 => "i32",
-            DType::U8 => "u8",
-        })
+        f.write_str(self.name())
     }
 }
 
@@ -63,18 +86,34 @@ pub enum Scalar {
     I32(i32),
     /// A `u8` value.
     U8(u8),
+    /// A `bf16` value.
+    BF16(half::bf16),
+    /// An `f16` value.
+    F16(half::f16),
 }
 
 mod sealed {
     pub trait Sealed {}
 }
 
-/// An element type: `f32`, `f64`, `i32` or `u8`.
+/// An element type: `f32`, `f64`, `i32`, `u8`, [`bf16`](half::bf16) or [`f16`](half::f16).
 ///
 /// Integer arithmetic wraps on overflow (as in PyTorch and CUDA); integer division by
-/// zero is an error.
+/// zero is an error. `bf16` and `f16` arithmetic is done in f32 and rounded to the
+/// nearest 16-bit value (ties to even) after every op, on both backends, as PyTorch's
+/// CUDA kernels do.
 pub trait Element:
-    Copy + Send + Sync + Default + PartialEq + PartialOrd + fmt::Debug + bytemuck::Pod + sealed::Sealed + 'static
+    Copy
+    + Send
+    + Sync
+    + Default
+    + PartialEq
+    + PartialOrd
+    + fmt::Debug
+    + bytemuck::Pod
+    + sealed::Sealed
+    + SameElement<Self>
+    + 'static
 {
     /// The run-time tag of this type.
     const DTYPE: DType;
@@ -106,7 +145,7 @@ pub trait Element:
     fn max_of(self, o: Self) -> Self;
 }
 
-/// A floating-point element type: `f32` or `f64`.
+/// A floating-point element type: `f32`, `f64`, `bf16` or `f16`.
 pub trait Float: Element {
     #[doc(hidden)]
     fn exp(self) -> Self;
@@ -215,6 +254,87 @@ macro_rules! int_element {
     };
 }
 
+/// `d` as an f32 rounded toward zero, with the lowest bit set when that lost anything
+/// ("round to odd"). Rounding the result once more, to nearest, into a type of at most 22
+/// bits of precision gives `d` correctly rounded: no double-rounding error. (`half`'s own
+/// `from_f64` drops the low 32 bits of the f64 first, so `1 + 2^-8 + 2^-40` would become
+/// the bf16 tie `1 + 2^-8` and round to 1.0.) The kernels do the same.
+pub(crate) fn f64_to_f32_odd(d: f64) -> f32 {
+    let f = d as f32;
+    if d.is_nan() || f as f64 == d {
+        return f;
+    }
+    // Rounded away from zero: one step back (|f| > |d| >= 0, so f is not zero).
+    let f = if (f as f64).abs() > d.abs() { f32::from_bits(f.to_bits() - 1) } else { f };
+    f32::from_bits(f.to_bits() | 1)
+}
+
+/// `bf16` and `f16`: each op converts to f32 (exact), computes there, and rounds back
+/// once (to nearest, ties to even), as the kernels do.
+macro_rules! half_element {
+    ($t:ident, $d:ident, $mant:expr) => {
+        impl sealed::Sealed for half::$t {}
+        impl Element for half::$t {
+            const DTYPE: DType = DType::$d;
+            const ZERO: Self = half::$t::ZERO;
+            const ONE: Self = half::$t::ONE;
+            fn to_scalar(self) -> Scalar {
+                Scalar::$d(self)
+            }
+            fn from_scalar(s: Scalar) -> Self {
+                match s {
+                    Scalar::F32(v) => half::$t::from_f32(v),
+                    Scalar::F64(v) => half::$t::from_f32(f64_to_f32_odd(v)),
+                    Scalar::I32(v) => half::$t::from_f32(f64_to_f32_odd(v as f64)),
+                    Scalar::U8(v) => half::$t::from_f32(v as f32),
+                    Scalar::BF16(v) => half::$t::from_f32(v.to_f32()),
+                    Scalar::F16(v) => half::$t::from_f32(v.to_f32()),
+                }
+            }
+            fn to_f64(self) -> f64 {
+                half::$t::to_f64(self)
+            }
+            fn from_f64(v: f64) -> Self {
+                half::$t::from_f32(f64_to_f32_odd(v))
+            }
+            fn add(self, o: Self) -> Self {
+                half::$t::from_f32(self.to_f32() + o.to_f32())
+            }
+            fn sub(self, o: Self) -> Self {
+                half::$t::from_f32(self.to_f32() - o.to_f32())
+            }
+            fn mul(self, o: Self) -> Self {
+                half::$t::from_f32(self.to_f32() * o.to_f32())
+            }
+            fn div(self, o: Self) -> Option<Self> {
+                Some(half::$t::from_f32(self.to_f32() / o.to_f32()))
+            }
+            fn neg(self) -> Self {
+                -self
+            }
+            fn max_of(self, o: Self) -> Self {
+                if self.is_nan() || self >= o {
+                    self
+                } else {
+                    o
+                }
+            }
+        }
+        impl Float for half::$t {
+            fn exp(self) -> Self {
+                half::$t::from_f32(self.to_f32().exp())
+            }
+            fn sqrt(self) -> Self {
+                half::$t::from_f32(self.to_f32().sqrt())
+            }
+            fn from_bits_uniform(bits: u64) -> Self {
+                // The top mantissa-width bits, scaled into [0, 1): exact and never 1.0.
+                half::$t::from_f32((bits >> (64 - $mant)) as f32 * (1.0 / (1u64 << $mant) as f32))
+            }
+        }
+    };
+}
+
 macro_rules! scalar_as {
     ($s:expr, $t:ty) => {
         match $s {
@@ -222,6 +342,8 @@ macro_rules! scalar_as {
             Scalar::F64(v) => v as $t,
             Scalar::I32(v) => v as $t,
             Scalar::U8(v) => v as $t,
+            Scalar::BF16(v) => v.to_f32() as $t,
+            Scalar::F16(v) => v.to_f32() as $t,
         }
     };
 }
@@ -230,6 +352,42 @@ float_element!(f32, F32, 24);
 float_element!(f64, F64, 53);
 int_element!(i32, I32);
 int_element!(u8, U8);
+half_element!(bf16, BF16, 8);
+half_element!(f16, F16, 11);
+
+/// `Self` and `Rhs` may be the element types of the two operands of one op: they are the
+/// same type. locus has no implicit type promotion (PyTorch promotes `f32 + bf16` to
+/// f32): a mixed op does not compile, and the message says how to convert one side.
+///
+/// ```compile_fail
+/// # extern crate locus_runtime as locus;
+/// use locus::{bf16, Cpu, Tensor};
+/// let a = Tensor::<Cpu>::zeros([2]).unwrap();
+/// let b = Tensor::<Cpu, bf16>::zeros([2]).unwrap();
+/// let _ = &a + &b; // tensors of `f32` and `bf16` cannot be used in one op
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "tensors of `{Self}` and `{Rhs}` cannot be used in one op",
+    label = "this operand holds `{Rhs}`, the other `{Self}`",
+    note = "locus never converts element types implicitly: convert one side first, e.g. `.to_dtype::<{Self}>()` (or `.to_dtype::<{Rhs}>()` on the other)"
+)]
+pub trait SameElement<Rhs> {}
+
+/// Never a real element type: a second impl of [`SameElement`] for each type, so that
+/// rustc cannot infer the other operand's type from a single impl (which would turn the
+/// error into a bare type mismatch and lose the message).
+#[doc(hidden)]
+pub enum Untyped {}
+
+macro_rules! same_element {
+    ($($t:ty),*) => {$(
+        #[diagnostic::do_not_recommend]
+        impl SameElement<$t> for $t {}
+        #[diagnostic::do_not_recommend]
+        impl SameElement<Untyped> for $t {}
+    )*};
+}
+same_element!(f32, f64, i32, u8, half::bf16, half::f16);
 
 /// Runs `$body` with `$t` bound to the Rust type of `$dtype`.
 macro_rules! with_dtype {
@@ -249,6 +407,14 @@ macro_rules! with_dtype {
             }
             $crate::element::DType::U8 => {
                 type $t = u8;
+                $body
+            }
+            $crate::element::DType::BF16 => {
+                type $t = half::bf16;
+                $body
+            }
+            $crate::element::DType::F16 => {
+                type $t = half::f16;
                 $body
             }
         }

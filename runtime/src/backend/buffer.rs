@@ -6,7 +6,9 @@
 use super::capture;
 use super::cuda::CudaBuffer;
 use super::traits::BackendStorage;
-use super::{BinaryOp, Blocks, CompareOp, Gemm, HostBuffer, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp};
+use super::{
+    BinaryOp, Blocks, CompareOp, Gather, Gemm, HostBuffer, ParamOp, RawEvent, RawStream, ReduceOp, SoftmaxOp, UnaryOp,
+};
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
@@ -30,6 +32,10 @@ enum Many<'a> {
     Host(&'a HostBuffer, Vec<&'a HostBuffer>),
     Cuda(&'a CudaBuffer, Vec<&'a CudaBuffer>),
 }
+
+/// Why an op that checks its indices on the device cannot be captured.
+const INDEX_CHECK: &str = "it reads back whether an index was out of range, which waits on the host; \
+     run it outside the capture";
 
 /// Why a host read cannot be captured.
 const HOST_READ: &str = "nothing runs while a graph is captured, so there is nothing to read yet; \
@@ -153,6 +159,14 @@ impl BackendStorage for Buffer {
         }
     }
 
+    fn cast(&self, from: DType, to: DType, len: usize) -> Result<Self> {
+        capture::on_device("to_dtype", self.device_id())?;
+        match self {
+            Buffer::Host(h) => h.cast(from, to, len).map(Buffer::Host),
+            Buffer::Cuda(c) => c.cast(from, to, len).map(Buffer::Cuda),
+        }
+    }
+
     fn unary_param(&self, op: ParamOp, dtype: DType, len: usize) -> Result<Self> {
         capture::on_device(op.name(), self.device_id())?;
         match self {
@@ -254,6 +268,32 @@ impl BackendStorage for Buffer {
         }
     }
 
+    fn softmax(&self, op: SoftmaxOp, dtype: DType, r: Reduction) -> Result<Self> {
+        capture::on_device(op.name(), self.device_id())?;
+        match self {
+            Buffer::Host(h) => h.softmax(op, dtype, r).map(Buffer::Host),
+            Buffer::Cuda(c) => c.softmax(op, dtype, r).map(Buffer::Cuda),
+        }
+    }
+
+    fn index_select(&self, index: &Self, dtype: DType, g: Gather) -> Result<Self> {
+        capture::on_device("index_select", self.device_id())?;
+        capture::refuse("index_select", INDEX_CHECK)?;
+        match self.pair("index_select", index)? {
+            Pair::Host(a, b) => a.index_select(b, dtype, g).map(Buffer::Host),
+            Pair::Cuda(a, b) => a.index_select(b, dtype, g).map(Buffer::Cuda),
+        }
+    }
+
+    fn cross_entropy_rows(&self, targets: &Self, dtype: DType, rows: usize, classes: usize) -> Result<Self> {
+        capture::on_device("cross_entropy", self.device_id())?;
+        capture::refuse("cross_entropy", INDEX_CHECK)?;
+        match self.pair("cross_entropy", targets)? {
+            Pair::Host(a, b) => a.cross_entropy_rows(b, dtype, rows, classes).map(Buffer::Host),
+            Pair::Cuda(a, b) => a.cross_entropy_rows(b, dtype, rows, classes).map(Buffer::Cuda),
+        }
+    }
+
     fn compare(&self, rhs: &Self, op: CompareOp, dtype: DType, out_shape: &[usize], layout: &Layout) -> Result<Self> {
         capture::on_device(op.name(), self.device_id())?;
         match self.pair(op.name(), rhs)? {
@@ -270,7 +310,14 @@ impl BackendStorage for Buffer {
         }
     }
 
-    fn select_where(&self, a: &Self, b: &Self, dtype: DType, out_shape: &[usize], strides: [&[usize]; 3]) -> Result<Self> {
+    fn select_where(
+        &self,
+        a: &Self,
+        b: &Self,
+        dtype: DType,
+        out_shape: &[usize],
+        strides: [&[usize]; 3],
+    ) -> Result<Self> {
         capture::on_device("where", self.device_id())?;
         match (self.pair("where", a)?, self.pair("where", b)?) {
             (Pair::Host(m, a), Pair::Host(_, b)) => m.select_where(a, b, dtype, out_shape, strides).map(Buffer::Host),

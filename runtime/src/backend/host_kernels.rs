@@ -30,7 +30,7 @@ pub(super) const GRAIN: usize = 1 << 15;
 pub(super) const COPY_GRAIN: usize = 1 << 18;
 
 /// `f(x_part, out_part)` over matching parts of `x` and `out`, split over the pool.
-fn map<T: Element>(x: &[T], out: &mut [T], f: impl Fn(&[T], &mut [T]) + Sync) -> Result<()> {
+fn map<T: Element, U: Element>(x: &[T], out: &mut [U], f: impl Fn(&[T], &mut [U]) + Sync) -> Result<()> {
     split_mut(out, 1, GRAIN, &|start, o| {
         let end = (start + o.len()).min(x.len());
         f(&x[start.min(end)..end], o);
@@ -98,6 +98,12 @@ pub(super) fn unary_float<T: Float>(op: UnaryOp, x: &[T], out: &mut [T]) -> Resu
         }
     };
     map(x, out, |x, out| out.iter_mut().zip(x).for_each(|(o, &v)| *o = f(v)))
+}
+
+/// Each element of `x` as a `U`, as [`Element::from_scalar`] converts (Rust's `as`; the
+/// 16-bit float types rounded once).
+pub(super) fn cast<F: Element, U: Element>(x: &[F], out: &mut [U]) -> Result<()> {
+    map(x, out, |x, out| out.iter_mut().zip(x).for_each(|(o, &v)| *o = U::from_scalar(v.to_scalar())))
 }
 
 /// `x` limited to `[lo, hi]`; NaN stays NaN (both comparisons are false), as in torch.clamp.

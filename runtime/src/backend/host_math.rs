@@ -8,7 +8,7 @@
 //! exactly. Against CPython's `math.erf` (the C library's) it is within 16 ulp on
 //! `[0, 6.5]`; every f64 at or above 6 has `erf = 1` (`erfc(6) < 2⁻⁵⁴`).
 
-use std::f64::consts::{FRAC_2_SQRT_PI, FRAC_1_SQRT_2, PI};
+use std::f64::consts::{FRAC_1_SQRT_2, FRAC_2_SQRT_PI, PI};
 
 /// `e^{-a²}` with `a²` taken as an exact sum `hi + lo` (Dekker's split), so that the
 /// rounding of `a²` (relative 2⁻⁵³, which `e^{-a²}` would multiply by `a²`) is not lost.

@@ -18,6 +18,7 @@ pub(crate) mod host_cache;
 mod host_collective;
 mod host_kernels;
 mod host_math;
+mod host_rows;
 mod host_select;
 mod huge_pages;
 mod op;
@@ -35,6 +36,7 @@ use crate::error::{Error, Result};
 pub(crate) use buffer::Buffer;
 pub(crate) use cuda::{set_upload_stage_min, UPLOAD_STAGE_MIN};
 pub(crate) use host::HostBuffer;
+pub(crate) use op::{bad_target, Gather, SoftmaxOp};
 pub(crate) use op::{
     float_only, same_length, BinaryOp, Blocks, Collective, CommOp, CommReduce, CompareOp, Gemm, ParamOp, ReduceOp,
     UnaryOp,

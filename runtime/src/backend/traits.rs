@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use super::user_kernel::{Grid, KernelArg, KernelSource};
 use super::{
-    BinaryOp, Blocks, Buffer, Collective, CommOp, CompareOp, Gemm, HostBuffer, ParamOp, RawComm, RawEvent, RawGraph, RawStream,
-    ReduceOp, Release, UnaryOp,
+    BinaryOp, Blocks, Buffer, Collective, CommOp, CompareOp, Gather, Gemm, HostBuffer, ParamOp, RawComm, RawEvent,
+    RawGraph, RawStream, ReduceOp, Release, SoftmaxOp, UnaryOp,
 };
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
@@ -211,6 +211,9 @@ pub(crate) trait BackendStorage: Sized {
 
     /// `op` of each of the `len` elements.
     fn unary(&self, op: UnaryOp, dtype: DType, len: usize) -> Result<Self>;
+    /// Each of the `len` elements of `from` converted to `to` (as Rust's `as` does; to a
+    /// 16-bit float type rounded once to nearest, ties to even).
+    fn cast(&self, from: DType, to: DType, len: usize) -> Result<Self>;
     /// `op` of each of the `len` elements; the parameters have type `dtype`.
     fn unary_param(&self, op: ParamOp, dtype: DType, len: usize) -> Result<Self>;
     /// `self op rhs` into an `out_shape` result, the operands lined up by `layout`.
@@ -234,6 +237,20 @@ pub(crate) trait BackendStorage: Sized {
     /// block in range, and together covering all `len` elements; no parts for none).
     fn copy_blocks(&self, dtype: DType, len: usize, parts: &[Blocks<'_, Self>]) -> Result<Self>;
 
+    /// `op` (softmax or log-softmax, float types only) over the dim `r` describes; the
+    /// result has this buffer's length.
+    fn softmax(&self, op: SoftmaxOp, dtype: DType, r: Reduction) -> Result<Self>;
+    /// The elements `index` (`g.count` i32 of this buffer's device) picks along the
+    /// middle dim of `g`, as `g` lays them out (`g.out_len()` elements, which the caller
+    /// has checked). An index out of `[0, g.size)` is an error (the first one, in order);
+    /// the indices are checked even when the result is empty. Waits for the check.
+    fn index_select(&self, index: &Self, dtype: DType, g: Gather) -> Result<Self>;
+    /// Cross-entropy's loss of each row of `[rows, classes]` logits (float types only):
+    /// `log(sum(exp(row))) - row[target]`, with `targets` `rows` i32 of this buffer's
+    /// device. A target out of `[0, classes)` is an error (the first one, in order).
+    /// Waits for the check.
+    fn cross_entropy_rows(&self, targets: &Self, dtype: DType, rows: usize, classes: usize) -> Result<Self>;
+
     /// `self op rhs` (operands of `dtype`) as `u8` 1 or 0 into an `out_shape` result, the
     /// operands lined up by `layout`.
     fn compare(&self, rhs: &Self, op: CompareOp, dtype: DType, out_shape: &[usize], layout: &Layout) -> Result<Self>;
@@ -242,8 +259,14 @@ pub(crate) trait BackendStorage: Sized {
     /// With this buffer a `u8` mask: `a` where the mask is not 0, else `b`, into an
     /// `out_shape` result of `dtype`. `strides` are the mask's, `a`'s and `b`'s over
     /// `out_shape`, 0 where one is broadcast.
-    fn select_where(&self, a: &Self, b: &Self, dtype: DType, out_shape: &[usize], strides: [&[usize]; 3])
-        -> Result<Self>;
+    fn select_where(
+        &self,
+        a: &Self,
+        b: &Self,
+        dtype: DType,
+        out_shape: &[usize],
+        strides: [&[usize]; 3],
+    ) -> Result<Self>;
     /// Over the dim `r` describes (`r.len` from 1 to `i32::MAX`): the `i32` index of the
     /// first maximum (NaN wins: the first NaN), and with `values` the element there.
     fn argmax(&self, dtype: DType, r: Reduction, values: bool) -> Result<(Self, Option<Self>)>;

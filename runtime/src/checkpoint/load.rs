@@ -156,6 +156,8 @@ fn tensor<D: Device>(placement: D, e: &Entry, buf: Buffer) -> AnyTensor<D> {
         DType::F64 => AnyTensor::F64(Tensor::from_buffer(placement, buf, shape)),
         DType::I32 => AnyTensor::I32(Tensor::from_buffer(placement, buf, shape)),
         DType::U8 => AnyTensor::U8(Tensor::from_buffer(placement, buf, shape)),
+        DType::BF16 => AnyTensor::BF16(Tensor::from_buffer(placement, buf, shape)),
+        DType::F16 => AnyTensor::F16(Tensor::from_buffer(placement, buf, shape)),
     }
 }
 
@@ -166,6 +168,8 @@ pub(super) fn dtype_of(d: Dtype) -> Option<DType> {
         Dtype::F64 => Some(DType::F64),
         Dtype::I32 => Some(DType::I32),
         Dtype::U8 => Some(DType::U8),
+        Dtype::BF16 => Some(DType::BF16),
+        Dtype::F16 => Some(DType::F16),
         _ => None,
     }
 }
@@ -177,6 +181,8 @@ pub(super) fn safetensors_dtype(d: DType) -> Dtype {
         DType::F64 => Dtype::F64,
         DType::I32 => Dtype::I32,
         DType::U8 => Dtype::U8,
+        DType::BF16 => Dtype::BF16,
+        DType::F16 => Dtype::F16,
     }
 }
 
@@ -195,8 +201,8 @@ fn entries(path: &str, meta: &Metadata) -> Result<Vec<Entry>> {
         };
         let dtype = dtype_of(info.dtype).ok_or_else(|| {
             bad(format!(
-                "has dtype {}, which locus does not have (it has f32, f64, i32, u8); convert the tensor to one of \
-                 those when saving (in PyTorch, `.float()` for {})",
+                "has dtype {}, which locus does not have (it has f32, f64, i32, u8, bf16, f16); convert the tensor \
+                 to one of those when saving (in PyTorch, `.float()` for {})",
                 info.dtype, info.dtype
             ))
         })?;

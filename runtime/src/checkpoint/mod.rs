@@ -47,6 +47,10 @@ pub enum AnyTensor<D: Device> {
     I32(Tensor<D, i32>),
     /// `u8` elements.
     U8(Tensor<D, u8>),
+    /// `bf16` elements.
+    BF16(Tensor<D, half::bf16>),
+    /// `f16` elements.
+    F16(Tensor<D, half::f16>),
 }
 
 macro_rules! each {
@@ -56,6 +60,8 @@ macro_rules! each {
             AnyTensor::F64($t) => $e,
             AnyTensor::I32($t) => $e,
             AnyTensor::U8($t) => $e,
+            AnyTensor::BF16($t) => $e,
+            AnyTensor::F16($t) => $e,
         }
     };
 }
@@ -69,6 +75,8 @@ impl<D: Device> AnyTensor<D> {
             AnyTensor::F64(_) => DType::F64,
             AnyTensor::I32(_) => DType::I32,
             AnyTensor::U8(_) => DType::U8,
+            AnyTensor::BF16(_) => DType::BF16,
+            AnyTensor::F16(_) => DType::F16,
         }
     }
 
@@ -94,6 +102,8 @@ impl<D: Device> AnyTensor<D> {
             AnyTensor::F64(t) => t.retyped().map_err(AnyTensor::F64),
             AnyTensor::I32(t) => t.retyped().map_err(AnyTensor::I32),
             AnyTensor::U8(t) => t.retyped().map_err(AnyTensor::U8),
+            AnyTensor::BF16(t) => t.retyped().map_err(AnyTensor::BF16),
+            AnyTensor::F16(t) => t.retyped().map_err(AnyTensor::F16),
         }
     }
 
@@ -104,6 +114,8 @@ impl<D: Device> AnyTensor<D> {
             AnyTensor::F64(t) => AnyTensor::F64(t.into_dyn()),
             AnyTensor::I32(t) => AnyTensor::I32(t.into_dyn()),
             AnyTensor::U8(t) => AnyTensor::U8(t.into_dyn()),
+            AnyTensor::BF16(t) => AnyTensor::BF16(t.into_dyn()),
+            AnyTensor::F16(t) => AnyTensor::F16(t.into_dyn()),
         }
     }
 }
@@ -117,6 +129,8 @@ impl<D: Device, T: Element> From<Tensor<D, T>> for AnyTensor<D> {
             DType::F64 => AnyTensor::F64(t.relabeled()),
             DType::I32 => AnyTensor::I32(t.relabeled()),
             DType::U8 => AnyTensor::U8(t.relabeled()),
+            DType::BF16 => AnyTensor::BF16(t.relabeled()),
+            DType::F16 => AnyTensor::F16(t.relabeled()),
         }
     }
 }

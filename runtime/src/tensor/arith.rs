@@ -7,8 +7,8 @@ use std::ops::{Add, Div, Mul, Neg, Sub};
 use super::Tensor;
 use crate::backend::{BackendStorage, BinaryOp, UnaryOp};
 use crate::device::Device;
-use crate::element::Element;
-use crate::error::Result;
+use crate::element::{Element, SameElement};
+use crate::error::{Error, Result};
 use crate::placement::SamePlacement;
 use crate::shape;
 
@@ -34,52 +34,36 @@ impl<D: Device, T: Element> Tensor<D, T> {
 
 macro_rules! tensor_op {
     ($Trait:ident, $method:ident, $op:expr) => {
-        impl<D, E, T> $Trait<&Tensor<E, T>> for &Tensor<D, T>
-        where
-            D: Device + SamePlacement<E>,
-            E: Device,
-            T: Element,
-        {
-            type Output = Result<Tensor<D, T>>;
-            fn $method(self, rhs: &Tensor<E, T>) -> Self::Output {
-                self.binary($op, rhs)
-            }
-        }
-        impl<D, E, T> $Trait<Tensor<E, T>> for &Tensor<D, T>
-        where
-            D: Device + SamePlacement<E>,
-            E: Device,
-            T: Element,
-        {
-            type Output = Result<Tensor<D, T>>;
-            fn $method(self, rhs: Tensor<E, T>) -> Self::Output {
-                self.binary($op, &rhs)
-            }
-        }
-        impl<D, E, T> $Trait<&Tensor<E, T>> for Tensor<D, T>
-        where
-            D: Device + SamePlacement<E>,
-            E: Device,
-            T: Element,
-        {
-            type Output = Result<Tensor<D, T>>;
-            fn $method(self, rhs: &Tensor<E, T>) -> Self::Output {
-                self.binary($op, rhs)
-            }
-        }
-        impl<D, E, T> $Trait<Tensor<E, T>> for Tensor<D, T>
-        where
-            D: Device + SamePlacement<E>,
-            E: Device,
-            T: Element,
-        {
-            type Output = Result<Tensor<D, T>>;
-            fn $method(self, rhs: Tensor<E, T>) -> Self::Output {
-                self.binary($op, &rhs)
-            }
-        }
-        scalar_op!($Trait, $method, $op, f32, f64, i32, u8);
+        tensor_op!(@impl $Trait, $method, $op, &Tensor<E, U>, &Tensor<D, T>, |rhs| rhs);
+        tensor_op!(@impl $Trait, $method, $op, Tensor<E, U>, &Tensor<D, T>, |rhs| &rhs);
+        tensor_op!(@impl $Trait, $method, $op, &Tensor<E, U>, Tensor<D, T>, |rhs| rhs);
+        tensor_op!(@impl $Trait, $method, $op, Tensor<E, U>, Tensor<D, T>, |rhs| &rhs);
+        scalar_op!($Trait, $method, $op, f32, f64, i32, u8, half::bf16, half::f16);
     };
+    (@impl $Trait:ident, $method:ident, $op:expr, $Rhs:ty, $Lhs:ty, |$rhs:ident| $borrow:expr) => {
+        // `T: SameElement<U>` holds for `U = T` only; it is a bound (not one `T` on both
+        // sides) so that a mixed op fails with its own message.
+        impl<D, E, T, U> $Trait<$Rhs> for $Lhs
+        where
+            D: Device + SamePlacement<E>,
+            E: Device,
+            T: Element + SameElement<U>,
+            U: Element,
+        {
+            type Output = Result<Tensor<D, T>>;
+            fn $method(self, $rhs: $Rhs) -> Self::Output {
+                self.binary($op, &same_element::<E, U, T>($op.name(), $borrow)?)
+            }
+        }
+    };
+}
+
+/// `t` typed with `T`, its own element type by the operator's `SameElement` bound (a
+/// handle to the same memory).
+fn same_element<E: Device, U: Element, T: Element>(op: &'static str, t: &Tensor<E, U>) -> Result<Tensor<E, T>> {
+    t.clone()
+        .retyped()
+        .map_err(|_| Error::InvalidArgument { op, reason: format!("operands of {} and {}", T::DTYPE, U::DTYPE) })
 }
 
 macro_rules! scalar_op {

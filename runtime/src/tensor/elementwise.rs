@@ -136,7 +136,9 @@ assert_eq!((1 + &x)?.to_vec()?, vec![2, 0]); // integers wrap
     f32,
     f64,
     i32,
-    u8
+    u8,
+    half::bf16,
+    half::f16
 );
 scalar_lhs_op!(
     Sub,
@@ -154,7 +156,9 @@ assert_eq!((1.0 - &x)?.to_vec()?, vec![0.75, -1.0]);
     f32,
     f64,
     i32,
-    u8
+    u8,
+    half::bf16,
+    half::f16
 );
 scalar_lhs_op!(
     Mul,
@@ -172,7 +176,9 @@ assert_eq!((2.0 * x)?.to_vec()?, vec![2.0, -4.0]);
     f32,
     f64,
     i32,
-    u8
+    u8,
+    half::bf16,
+    half::f16
 );
 scalar_lhs_op!(
     Div,
@@ -192,5 +198,7 @@ assert!((1 / &z).is_err());
     f32,
     f64,
     i32,
-    u8
+    u8,
+    half::bf16,
+    half::f16
 );

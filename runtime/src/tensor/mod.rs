@@ -7,11 +7,13 @@ mod convert;
 mod current;
 mod elementwise;
 mod factory;
+mod index_select;
 mod layout;
 #[cfg(feature = "ndarray")]
 mod ndarray;
 mod ops;
 mod reduce_dim;
+mod softmax;
 
 use std::fmt;
 use std::marker::PhantomData;

@@ -24,6 +24,31 @@ impl<D: Device, T: Element> Tensor<D, T> {
         self.unary(UnaryOp::Relu)
     }
 
+    /// The elements converted to `U`, on the same device (PyTorch's `.to(dtype)`). Float
+    /// to integer truncates toward zero and saturates, NaN becomes 0; integer to integer
+    /// wraps (as Rust's `as`); to a float type rounds to nearest, ties to even, once. The
+    /// same type gives a tensor sharing this one's memory (copy-on-write), as PyTorch
+    /// returns `self`.
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{bf16, Cpu, Tensor};
+    /// let t = Tensor::<Cpu>::from_vec(vec![1.0, 2.5, -3.7, 1e9], [4])?;
+    /// assert_eq!(t.to_dtype::<i32>()?.to_vec()?, vec![1, 2, -3, 1_000_000_000]);
+    /// let h = t.to_dtype::<bf16>()?;
+    /// assert_eq!(h.to_vec()?[1], bf16::from_f32(2.5));
+    /// assert_eq!(h.to_dtype::<f32>()?.to_vec()?[3], 998_244_352.0); // 8 bits of mantissa
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn to_dtype<U: Element>(&self) -> Result<Tensor<D, U>> {
+        if let Ok(same) = self.clone().retyped::<U>() {
+            return Ok(same);
+        }
+        let buf = self.buffer().cast(T::DTYPE, U::DTYPE, self.numel())?;
+        let shape = Shape::new("to_dtype", self.shape.to_vec(), U::DTYPE)?;
+        Ok(Tensor::from_buffer(self.placement(), buf, shape))
+    }
+
     pub(super) fn reduce(&self, op: ReduceOp, r: Reduction, shape: Shape) -> Result<Self> {
         let buf = self.buffer().reduce(op, T::DTYPE, r)?;
         Ok(self.with_buffer(buf, shape))

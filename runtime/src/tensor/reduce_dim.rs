@@ -25,7 +25,13 @@ impl<D: Device, T: Element> Tensor<D, T> {
 
     /// The indices of the first maxima over `dim` (see [`Tensor::max_dim`]), and with
     /// `values` the maxima.
-    fn arg_reduce(&self, op: &'static str, dim: usize, keepdim: bool, values: bool) -> Result<(Tensor<D, i32>, Option<Self>)> {
+    fn arg_reduce(
+        &self,
+        op: &'static str,
+        dim: usize,
+        keepdim: bool,
+        values: bool,
+    ) -> Result<(Tensor<D, i32>, Option<Self>)> {
         let idx_shape = self.reduced_shape(op, dim, keepdim, DType::I32)?;
         let len = self.shape[dim];
         if len == 0 || i32::try_from(len).is_err() {

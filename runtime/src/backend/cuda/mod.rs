@@ -11,8 +11,10 @@
 //! - `memory`: an op's output on the current stream, write marks, device copies, pinned
 //!   host blocks;
 //! - `stream` and `event`: streams (with their block caches and cuBLAS handles), events;
-//! - `init`, `elementwise`, `reduce`, `matrix`, `select`: the compute ops, one kernel
-//!   source each;
+//! - `init`, `elementwise`, `reduce`, `matrix`, `softmax` (with cross-entropy), `gather`
+//!   (`index_select`), `select` (comparisons, `where`, `argmax`): the compute ops, one
+//!   kernel source each;
+//! - `flag`: checks made on the device (a word a kernel writes, read back after it);
 //! - `transfer` and `staged`: copies between host and device and between devices;
 //! - `peer` and `nccl`: several devices;
 //! - `graph`: captures, their private memory, replays;
@@ -23,6 +25,8 @@ mod comm;
 mod device;
 mod elementwise;
 mod event;
+mod flag;
+mod gather;
 mod graph;
 mod init;
 mod launch;
@@ -32,6 +36,7 @@ mod nccl;
 mod peer;
 mod reduce;
 mod select;
+mod softmax;
 mod staged;
 mod storage;
 mod stream;

@@ -47,6 +47,8 @@ pub(super) fn nccl_type(dtype: DType) -> nsys::ncclDataType_t {
         DType::F64 => nsys::ncclDataType_t::ncclFloat64,
         DType::I32 => nsys::ncclDataType_t::ncclInt32,
         DType::U8 => nsys::ncclDataType_t::ncclUint8,
+        DType::BF16 => nsys::ncclDataType_t::ncclBfloat16,
+        DType::F16 => nsys::ncclDataType_t::ncclFloat16,
     }
 }
 

@@ -9,6 +9,7 @@
 use locus_kernels::Source;
 
 use super::buffer::CudaBuffer;
+use super::elementwise::scalar_dtype;
 use super::launch::{KernelArg, KernelArgs};
 use super::memory::{alloc, done};
 use crate::backend::CompareOp;
@@ -61,16 +62,6 @@ fn bcast3(op: &'static str, shape: &[usize], strides: &[&[usize]]) -> Result<Bca
         }
     }
     Ok(b)
-}
-
-/// The element type a scalar holds.
-fn scalar_dtype(s: Scalar) -> DType {
-    match s {
-        Scalar::F32(_) => DType::F32,
-        Scalar::F64(_) => DType::F64,
-        Scalar::I32(_) => DType::I32,
-        Scalar::U8(_) => DType::U8,
-    }
 }
 
 /// Threads per block of every kernel here (a multiple of 32: the warp-level ones rely on

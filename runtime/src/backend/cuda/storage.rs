@@ -1,12 +1,13 @@
 //! [`BackendStorage`] for [`CudaBuffer`]: a buffer knows its device (its
 //! `DeviceState`), so each op runs there, delegating to the module of its kernel source
-//! (`elementwise`, `reduce`, `matrix`) or to `transfer`.
+//! (`elementwise`, `reduce`, `matrix`, `softmax`, `gather`) or to `transfer`.
 
 use super::buffer::CudaBuffer;
 use super::device::DeviceState;
-use super::{elementwise, matrix, raw_stream, reduce, select, transfer};
+use super::{elementwise, gather, matrix, raw_stream, reduce, select, softmax, transfer};
 use crate::backend::{
-    BackendStorage, BinaryOp, Blocks, CompareOp, Gemm, HostBuffer, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp,
+    BackendStorage, BinaryOp, Blocks, CompareOp, Gather, Gemm, HostBuffer, ParamOp, RawEvent, RawStream, ReduceOp,
+    SoftmaxOp, UnaryOp,
 };
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
@@ -82,6 +83,10 @@ impl BackendStorage for CudaBuffer {
         elementwise::unary(self, op, dtype, len)
     }
 
+    fn cast(&self, from: DType, to: DType, len: usize) -> Result<Self> {
+        elementwise::cast(self, from, to, len)
+    }
+
     fn unary_param(&self, op: ParamOp, dtype: DType, len: usize) -> Result<Self> {
         elementwise::unary_param(self, op, dtype, len)
     }
@@ -123,6 +128,18 @@ impl BackendStorage for CudaBuffer {
         matrix::copy_blocks(self.device(), dtype, len, parts)
     }
 
+    fn softmax(&self, op: SoftmaxOp, dtype: DType, r: Reduction) -> Result<Self> {
+        softmax::softmax(self, op, dtype, r)
+    }
+
+    fn index_select(&self, index: &Self, dtype: DType, g: Gather) -> Result<Self> {
+        gather::index_select(self, index, dtype, g)
+    }
+
+    fn cross_entropy_rows(&self, targets: &Self, dtype: DType, rows: usize, classes: usize) -> Result<Self> {
+        softmax::cross_entropy_rows(self, targets, dtype, rows, classes)
+    }
+
     fn compare(&self, rhs: &Self, op: CompareOp, dtype: DType, out_shape: &[usize], layout: &Layout) -> Result<Self> {
         select::compare(self, rhs, op, dtype, out_shape, layout)
     }
@@ -131,7 +148,14 @@ impl BackendStorage for CudaBuffer {
         select::compare_scalar(self, op, dtype, len, rhs)
     }
 
-    fn select_where(&self, a: &Self, b: &Self, dtype: DType, out_shape: &[usize], strides: [&[usize]; 3]) -> Result<Self> {
+    fn select_where(
+        &self,
+        a: &Self,
+        b: &Self,
+        dtype: DType,
+        out_shape: &[usize],
+        strides: [&[usize]; 3],
+    ) -> Result<Self> {
         select::select_where(self, a, b, dtype, out_shape, strides)
     }
 

@@ -135,6 +135,8 @@ pub(super) fn rand(account: &'static MemoryAccount, dtype: DType, len: usize, se
         &[],
         Box::new(move |_, out| match dtype {
             DType::F64 => k::rand(typed_mut::<f64>(out), seed),
+            DType::BF16 => k::rand(typed_mut::<half::bf16>(out), seed),
+            DType::F16 => k::rand(typed_mut::<half::f16>(out), seed),
             _ => k::rand(typed_mut::<f32>(out), seed),
         }),
     )

@@ -24,9 +24,9 @@ pub(super) fn compare(
     launch(
         Launch::new(op.name(), lhs.account, DType::U8, len),
         &[lhs, rhs],
-        Box::new(move |ins, out| {
-            with_dtype!(dtype, T => k::compare::<T>(op, typed(ins[0]), typed(ins[1]), out, &shape, &layout))
-        }),
+        Box::new(
+            move |ins, out| with_dtype!(dtype, T => k::compare::<T>(op, typed(ins[0]), typed(ins[1]), out, &shape, &layout)),
+        ),
     )
 }
 
@@ -84,7 +84,12 @@ pub(super) fn select_where(
 
 /// The index of the first maximum over the dim `r` describes, and with `values` the
 /// element there.
-pub(super) fn argmax(x: &HostBuffer, dtype: DType, r: Reduction, values: bool) -> Result<(HostBuffer, Option<HostBuffer>)> {
+pub(super) fn argmax(
+    x: &HostBuffer,
+    dtype: DType,
+    r: Reduction,
+    values: bool,
+) -> Result<(HostBuffer, Option<HostBuffer>)> {
     let idx = launch(
         Launch::new("argmax", x.account, DType::I32, r.out_len()),
         &[x],
@@ -96,9 +101,9 @@ pub(super) fn argmax(x: &HostBuffer, dtype: DType, r: Reduction, values: bool) -
     let vals = launch(
         Launch::new("max_dim", x.account, dtype, r.out_len()),
         &[x, &idx],
-        Box::new(move |ins, out| {
-            with_dtype!(dtype, T => k::gather_along::<T>(typed(ins[0]), typed(ins[1]), typed_mut(out), r))
-        }),
+        Box::new(
+            move |ins, out| with_dtype!(dtype, T => k::gather_along::<T>(typed(ins[0]), typed(ins[1]), typed_mut(out), r)),
+        ),
     )?;
     Ok((idx, Some(vals)))
 }

@@ -53,6 +53,8 @@ fn dtype_code(d: DType) -> u8 {
         DType::F64 => 1,
         DType::I32 => 2,
         DType::U8 => 3,
+        DType::BF16 => 4,
+        DType::F16 => 5,
     }
 }
 
@@ -62,6 +64,8 @@ pub(super) fn dtype_name(code: u8) -> String {
         1 => "f64".into(),
         2 => "i32".into(),
         3 => "u8".into(),
+        4 => "bf16".into(),
+        5 => "f16".into(),
         c => format!("unknown type {c}"),
     }
 }
