@@ -290,7 +290,7 @@ fn argmax_over_every_kernel_path() {
     let x: Vec<f32> = (0..6 * 50 * 7).map(|i| ((i * 13) % 17) as f32).collect();
     check_max(&x, &[6, 50, 7], 1).unwrap();
     check_max(&x, &[6, 50, 7], 0).unwrap();
-    let x: Vec<i32> = (0..3000).map(|i| (i % 1001) as i32).collect();
+    let x: Vec<i32> = (0..3000).map(|i| i % 1001).collect();
     check_max(&x, &[1000, 3], 0).unwrap();
     // Inner dims cut into segments: the maximum of a column in two segments (rows 10 and
     // 650 of [2, 700, 40] over dim 1; rows 5 and 2900 of [3000, 5] over dim 0), a partial
@@ -345,7 +345,7 @@ fn argmax_finds_the_first_nan_in_every_path() {
 fn keepdim_shapes_and_a_0_d_result() -> locus::Result<()> {
     let x = Tensor::<G>::from_vec((0..24).map(|v| v as f32).collect(), [2, 3, 4])?;
     for dim in 0..3 {
-        let mut kept = vec![2, 3, 4];
+        let mut kept = [2, 3, 4];
         kept[dim] = 1;
         let mut dropped = vec![2, 3, 4];
         dropped.remove(dim);

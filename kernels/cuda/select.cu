@@ -100,42 +100,61 @@ __device__ void compare_bcast(const T* __restrict__ a, const T* __restrict__ b, 
 #define ALL_COMPARE(T) COMPARE(eq, EqOp, T) COMPARE(ne, NeOp, T) COMPARE(lt, LtOp, T) COMPARE(le, LeOp, T) \
     COMPARE(gt, GtOp, T) COMPARE(ge, GeOp, T)
 
-// `where`: a[i] where m[i] != 0, else b[i]; all three of one shape. Each thread takes
-// WHERE_UNROLL vectors per step, all loads first, so that many requests are in flight.
+// `where`: a[i] where m[i] != 0, else b[i]; all three of one shape. The choice is made on
+// the bits of whole 16-byte vectors, `(a & mask) | (b & ~mask)`, so that both vectors are
+// loaded whole: as an element-wise `?:` the compiler may turn them into narrow loads of
+// the chosen elements only. Each thread takes WHERE_UNROLL vectors per step, all loads
+// first (the grid, `vector_work` in launch.rs, counts UNROLL = 4 vectors a thread).
 #define WHERE_UNROLL 4
+
+// The 16-byte mask of one vector of T: each byte 0xff where its element's mask byte is
+// set.
+template <typename T> __device__ __forceinline__ uint4 byte_mask(const Bytes<Vec16<T>::N>& c) {
+    unsigned w[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        w[k] = 0;
+#pragma unroll
+        for (int byte = 0; byte < 4; byte++) {
+            w[k] |= (c.v[(k * 4 + byte) / (int)sizeof(T)] ? 0xffu : 0u) << (8 * byte);
+        }
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
 
 template <typename T>
 __device__ void where_same(const u8* __restrict__ m, const T* __restrict__ a, const T* __restrict__ b,
                            T* __restrict__ out, u64 n) {
-    typedef Vec16<T> V;
-    typedef Bytes<V::N> B;
-    const u64 nv = n / V::N;
+    typedef Bytes<Vec16<T>::N> B;
+    const u64 nv = n / Vec16<T>::N;
+    const uint4* av = reinterpret_cast<const uint4*>(a);
+    const uint4* bv = reinterpret_cast<const uint4*>(b);
     const u64 step = (u64)gridDim.x * blockDim.x * WHERE_UNROLL;
     for (u64 base = (u64)blockIdx.x * blockDim.x * WHERE_UNROLL + threadIdx.x; base < nv; base += step) {
         B c[WHERE_UNROLL];
-        V x[WHERE_UNROLL], y[WHERE_UNROLL];
+        uint4 x[WHERE_UNROLL], y[WHERE_UNROLL];
 #pragma unroll
         for (int u = 0; u < WHERE_UNROLL; u++) {
             const u64 i = base + (u64)u * blockDim.x;
             if (i < nv) {
                 c[u] = reinterpret_cast<const B*>(m)[i];
-                x[u] = reinterpret_cast<const V*>(a)[i];
-                y[u] = reinterpret_cast<const V*>(b)[i];
+                x[u] = av[i];
+                y[u] = bv[i];
             }
         }
 #pragma unroll
         for (int u = 0; u < WHERE_UNROLL; u++) {
             const u64 i = base + (u64)u * blockDim.x;
             if (i < nv) {
-                V r;
-#pragma unroll
-                for (int k = 0; k < V::N; k++) r.v[k] = c[u].v[k] ? x[u].v[k] : y[u].v[k];
-                reinterpret_cast<V*>(out)[i] = r;
+                const uint4 k = byte_mask<T>(c[u]);
+                const uint4 p = x[u], q = y[u];
+                reinterpret_cast<uint4*>(out)[i] = make_uint4((p.x & k.x) | (q.x & ~k.x), (p.y & k.y) | (q.y & ~k.y),
+                                                              (p.z & k.z) | (q.z & ~k.z), (p.w & k.w) | (q.w & ~k.w));
             }
         }
     }
-    GRID_LOOP(j, n - nv * V::N) {
-        const u64 i = nv * V::N + j;
+    GRID_LOOP(j, n - nv * Vec16<T>::N) {
+        const u64 i = nv * Vec16<T>::N + j;
         out[i] = m[i] ? a[i] : b[i];
     }
 }
@@ -184,14 +203,22 @@ template <typename T> __device__ __forceinline__ void consider(T v, int i, T& bv
     }
 }
 
-// Shuffles move 32 or 64-bit values: u8 goes as unsigned, the 16-bit float types as float
-// (exactly, both ways).
-template <typename T> struct ShflOf { typedef typename Acc<T>::type type; };
-template <> struct ShflOf<u8> { typedef unsigned type; };
-
+// A value from the lane `o` above, moved as its bits (32 or 64 of them), so that every
+// value arrives bit for bit, NaN payloads included (a 16-bit float through `float` would
+// come back as the canonical NaN).
 template <typename T> __device__ __forceinline__ T shfl_down(T v, int o) {
-    typedef typename ShflOf<T>::type S;
-    return from_acc<T>((typename Acc<T>::type)__shfl_down_sync(0xffffffffu, (S)to_acc(v), o));
+    if constexpr (sizeof(T) == 8) {
+        union { T t; unsigned long long u; } x;
+        x.t = v;
+        x.u = __shfl_down_sync(0xffffffffu, x.u, o);
+        return x.t;
+    } else {
+        union { T t; unsigned u; } x;
+        x.u = 0;
+        x.t = v;
+        x.u = __shfl_down_sync(0xffffffffu, x.u, o);
+        return x.t;
+    }
 }
 
 // The best candidate of the warp, in lane 0. Every lane of the warp calls it.

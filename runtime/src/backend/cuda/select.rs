@@ -10,7 +10,7 @@ use locus_kernels::Source;
 
 use super::buffer::CudaBuffer;
 use super::elementwise::scalar_dtype;
-use super::launch::{KernelArg, KernelArgs};
+use super::launch::{flat_grid, vector_work, KernelArg, KernelArgs};
 use super::memory::{alloc, done};
 use crate::backend::CompareOp;
 use crate::element::{DType, Scalar};
@@ -57,8 +57,8 @@ fn bcast3(op: &'static str, shape: &[usize], strides: &[&[usize]]) -> Result<Bca
     let mut b = Bcast3 { rank: dims.len() as i32, shape: [1; 8], s: [[0; 8]; 3] };
     for (d, (n, s)) in dims.into_iter().enumerate() {
         b.shape[d] = n;
-        for k in 0..3 {
-            b.s[k][d] = s[k];
+        for (dst, &st) in b.s.iter_mut().zip(&s) {
+            dst[d] = st;
         }
     }
     Ok(b)
@@ -161,7 +161,10 @@ pub(super) fn select_where(
     let same = bc.rank == 0 || (bc.rank == 1 && bc.s.iter().all(|st| st[0] == 1));
     if same {
         let f = dev.kernel(Source::Select, "where", "same", dtype)?;
-        let grid = dev.grid(n.div_ceil(16 / dtype.size() as u64), BLOCK);
+        // Enough threads for each to take WHERE_UNROLL vectors once, as the elementwise
+        // kernels do: on the H200 a grid that only fills the device and loops ran at
+        // two-thirds of the bandwidth.
+        let grid = flat_grid(vector_work(n, dtype), BLOCK);
         // `where_same_{T}(const u8* m, const T* a, const T* b, T* out, u64 n)`:
         // SAFETY: the mask (`n` bytes), `a`, `b` and `out` (`n` elements of `dtype` each) have the output's shape
         // (all strides 1 over one merged dim), ready and kept alive on `s` (see `alloc`); accesses are bounded by `n`.
