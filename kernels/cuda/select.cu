@@ -101,10 +101,10 @@ __device__ void compare_bcast(const T* __restrict__ a, const T* __restrict__ b, 
     COMPARE(gt, GtOp, T) COMPARE(ge, GeOp, T)
 
 // `where`: a[i] where m[i] != 0, else b[i]; all three of one shape. The choice is made on
-// the bits of whole 16-byte vectors, `(a & mask) | (b & ~mask)`, so that both vectors are
-// loaded whole: as an element-wise `?:` the compiler may turn them into narrow loads of
-// the chosen elements only. Each thread takes WHERE_UNROLL vectors per step, all loads
-// first (the grid, `vector_work` in launch.rs, counts UNROLL = 4 vectors a thread).
+// the bits of whole 16-byte vectors, `(a & mask) | (b & ~mask)`: branch-free, the same for
+// every element type, and exact (a NaN's payload, -0.0). Each thread takes WHERE_UNROLL
+// vectors per step, all loads first (the grid, `vector_work` in launch.rs, counts
+// UNROLL = 4 vectors a thread).
 #define WHERE_UNROLL 4
 
 // The 16-byte mask of one vector of T: each byte 0xff where its element's mask byte is

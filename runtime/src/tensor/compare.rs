@@ -225,6 +225,17 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// assert_eq!(Tensor::where_(&rows, &x, &y)?.to_vec()?, vec![-1.0, 2.0, 9.0, 9.0]);
     /// # Ok::<(), locus::Error>(())
     /// ```
+    ///
+    /// Operands on two static placements do not compile:
+    ///
+    /// ```compile_fail,E0277
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Cuda, Tensor};
+    /// let m = Tensor::<Cuda<0>, u8>::ones([2]).unwrap();
+    /// let a = Tensor::<Cuda<0>>::zeros([2]).unwrap();
+    /// let b = Tensor::<Cpu>::zeros([2]).unwrap();
+    /// let _ = Tensor::where_(&m, &a, &b); // tensors on `Cuda<0>` and `Cpu` cannot be used in one op
+    /// ```
     pub fn where_<E: Device, F: Device>(mask: &Tensor<D, u8>, a: &Tensor<E, T>, b: &Tensor<F, T>) -> Result<Self>
     where
         D: SamePlacement<E> + SamePlacement<F>,

@@ -161,9 +161,8 @@ pub(super) fn select_where(
     let same = bc.rank == 0 || (bc.rank == 1 && bc.s.iter().all(|st| st[0] == 1));
     if same {
         let f = dev.kernel(Source::Select, "where", "same", dtype)?;
-        // Enough threads for each to take WHERE_UNROLL vectors once, as the elementwise
-        // kernels do: on the H200 a grid that only fills the device and loops ran at
-        // two-thirds of the bandwidth.
+        // Enough threads for each to take WHERE_UNROLL vectors once, as the grids of the
+        // elementwise kernels are.
         let grid = flat_grid(vector_work(n, dtype), BLOCK);
         // `where_same_{T}(const u8* m, const T* a, const T* b, T* out, u64 n)`:
         // SAFETY: the mask (`n` bytes), `a`, `b` and `out` (`n` elements of `dtype` each) have the output's shape
