@@ -92,7 +92,7 @@ fn train(
             let (x, y) = data.rows(&rows, device)?;
             let residual = ((x.matmul(&model.w)? + &model.b)? - &y)?;
             let mut grad_w = (x.t()?.matmul(&residual)? * scale)?;
-            let mut grad_b = (residual.sum_dim(0)? * scale)?;
+            let mut grad_b = (residual.sum_dim(0, false)? * scale)?;
             let mut local_loss = residual.square()?.sum()?.reshape([1])?;
             if let Some(g) = group {
                 all_reduce_avg_bucketed(g, &mut [&mut grad_w, &mut grad_b], BUCKET_BYTES)?;

@@ -113,7 +113,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             // dloss/dw = xᵀ·err · 2/n and dloss/db = the column sums of err · 2/n.
             let scale = 2.0 / err.numel() as f32;
             let grad_w = (x.t()?.matmul(&err)? * scale)?;
-            let grad_b = (err.sum_dim(0)? * scale)?;
+            let grad_b = (err.sum_dim(0, false)? * scale)?;
 
             // The step; the next forward copies the new weights to every replica.
             let model = dp.module_mut();

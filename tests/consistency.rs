@@ -85,14 +85,14 @@ fn reductions_match_the_host_one_block_and_two_pass() -> locus::Result<()> {
         let n = shape.iter().product();
         let (g, c) = both(&rand_vec(n, 99), &shape);
         for dim in 0..3 {
-            let (gs, cs) = (g.sum_dim(dim)?, c.sum_dim(dim)?);
+            let (gs, cs) = (g.sum_dim(dim, false)?, c.sum_dim(dim, false)?);
             assert_eq!(gs.shape(), cs.shape());
             close(&gs.to_vec()?, &cs.to_vec()?, 1e-5);
         }
     }
     let (g, c) = both(&(0..6000).map(|i: i32| (i % 251) - 125).collect::<Vec<_>>(), &[60, 100]);
-    assert_eq!(g.sum_dim(1)?.to_vec()?, c.sum_dim(1)?.to_vec()?);
-    assert_eq!(g.sum_dim(0)?.to_vec()?, c.sum_dim(0)?.to_vec()?);
+    assert_eq!(g.sum_dim(1, false)?.to_vec()?, c.sum_dim(1, false)?.to_vec()?);
+    assert_eq!(g.sum_dim(0, false)?.to_vec()?, c.sum_dim(0, false)?.to_vec()?);
     Ok(())
 }
 

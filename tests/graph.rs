@@ -347,7 +347,7 @@ fn matmul_and_reductions_replay_like_eager_ops() -> locus::Result<()> {
     let mut w = Tensor::<G>::rand([16, 4], 2)?;
     let mut g = Graph::capture(&s, (&mut x, &mut w), |(x, w)| {
         let h = x.matmul(w)?.relu()?;
-        Ok((h.sum_dim(0)?, h.sum()?))
+        Ok((h.sum_dim(0, false)?, h.sum()?))
     })?;
     for seed in 3..6 {
         let (nx, nw) = (Tensor::<G>::rand([8, 16], seed)?, Tensor::<G>::rand([16, 4], seed + 10)?);
@@ -356,7 +356,7 @@ fn matmul_and_reductions_replay_like_eager_ops() -> locus::Result<()> {
         iw.copy_from(&nw)?;
         let (cols, total) = g.replay()?;
         let h = nx.matmul(&nw)?.relu()?;
-        assert_eq!(cols.to_vec()?, h.sum_dim(0)?.to_vec()?);
+        assert_eq!(cols.to_vec()?, h.sum_dim(0, false)?.to_vec()?);
         assert_eq!(total.item()?, h.sum()?.item()?);
     }
     Ok(())

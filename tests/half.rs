@@ -141,9 +141,9 @@ fn check_reduce<T: Float>(name: &str) -> locus::Result<()> {
         let rows = t.reshape([30, 100])?;
         let want: Vec<T> =
             (0..30).map(|r| T::from_f64(a[r * 100..(r + 1) * 100].iter().map(|v| v.to_f64()).sum())).collect();
-        same(&rows.sum_dim(1)?.to_vec()?, &want, &format!("{name} sum_dim(1)"));
+        same(&rows.sum_dim(1, false)?.to_vec()?, &want, &format!("{name} sum_dim(1)"));
         let want: Vec<T> = (0..100).map(|c| T::from_f64((0..30).map(|r| a[r * 100 + c].to_f64()).sum())).collect();
-        same(&rows.sum_dim(0)?.to_vec()?, &want, &format!("{name} sum_dim(0)"));
+        same(&rows.sum_dim(0, false)?.to_vec()?, &want, &format!("{name} sum_dim(0)"));
     }
     let nan = Tensor::<G, T>::from_vec(vec![T::ONE, T::from_f64(f64::NAN), T::from_f64(5.0)], [3])?;
     assert!(nan.max()?.item()?.to_f64().is_nan(), "{name}: NaN wins max");

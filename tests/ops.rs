@@ -150,10 +150,10 @@ fn reductions() -> locus::Result<()> {
     assert_eq!(m.sum()?.shape(), &[] as &[usize]);
     assert_eq!(m.mean()?.item()?, 3.5);
     assert_eq!(m.max()?.item()?, 6.0);
-    assert_eq!(m.sum_dim(0)?.to_vec()?, vec![5.0, 7.0, 9.0]);
-    assert_eq!(m.sum_dim(1)?.to_vec()?, vec![6.0, 15.0]);
+    assert_eq!(m.sum_dim(0, false)?.to_vec()?, vec![5.0, 7.0, 9.0]);
+    assert_eq!(m.sum_dim(1, false)?.to_vec()?, vec![6.0, 15.0]);
     let c = Tensor::<G, i32>::arange(0, 24, 1)?.reshape([2, 3, 4])?;
-    let s1 = c.sum_dim(1)?;
+    let s1 = c.sum_dim(1, false)?;
     assert_eq!(s1.shape(), &[2, 4]);
     assert_eq!(s1.to_vec()?, vec![12, 15, 18, 21, 48, 51, 54, 57]);
     assert_eq!(c.max()?.item()?, 23);
@@ -161,8 +161,8 @@ fn reductions() -> locus::Result<()> {
     assert_eq!(Tensor::<G>::zeros([0])?.sum()?.item()?, 0.0);
     assert!(Tensor::<G>::zeros([0])?.mean()?.item()?.is_nan());
     assert!(matches!(Tensor::<G>::zeros([0])?.max(), Err(Error::InvalidArgument { op: "max", .. })));
-    assert!(matches!(m.sum_dim(2), Err(Error::InvalidArgument { op: "sum_dim", .. })));
-    assert!(matches!(m.sum()?.sum_dim(0), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(m.sum_dim(2, false), Err(Error::InvalidArgument { op: "sum_dim", .. })));
+    assert!(matches!(m.sum()?.sum_dim(0, false), Err(Error::InvalidArgument { .. })));
     let big = Tensor::<G, f64>::ones([100_000])?;
     assert_eq!(big.sum()?.item()?, 100_000.0);
     Ok(())

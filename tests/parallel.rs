@@ -501,7 +501,7 @@ fn mse(y: &Tensor<Cuda<0>>, target: &Tensor<Cuda<0>>) -> locus::Result<(f32, Ten
 fn sgd_step(model: &mut Linear<Cuda<0>>, x: &Tensor<Cuda<0>>, grad_y: &Tensor<Cuda<0>>) -> locus::Result<()> {
     const LR: f32 = 0.5;
     let grad_w = x.t()?.matmul(grad_y)?;
-    let grad_b = grad_y.sum_dim(0)?;
+    let grad_b = grad_y.sum_dim(0, false)?;
     model.w = (&model.w - (grad_w * LR)?)?;
     model.b = (&model.b - (grad_b * LR)?)?;
     Ok(())

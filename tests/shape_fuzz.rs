@@ -47,7 +47,7 @@ const ISSUE_SHAPE: &str = "[0, 18446744073709551615, 2]";
 
 #[test]
 fn sum_dim_of_an_empty_tensor_with_overflowing_dims_is_an_error() {
-    let msg = err_naming(issue_tensor().and_then(|t| t.sum_dim(0)), "reshape");
+    let msg = err_naming(issue_tensor().and_then(|t| t.sum_dim(0, false)), "reshape");
     assert!(msg.contains(ISSUE_SHAPE), "{msg}");
 }
 
@@ -79,8 +79,8 @@ fn dims_that_overflow_are_refused_wherever_the_zero_is() {
     // Their ops work or fail cleanly: the chunks of no rows, a sum of isize::MAX bytes.
     assert!(edge.chunk(2).unwrap().is_empty());
     assert_eq!((&edge + &Tensor::<Cpu, u8>::ones([1]).unwrap()).unwrap().shape(), edge.shape());
-    assert_eq!(edge.sum_dim(1).unwrap().shape(), &[0]);
-    assert!(matches!(edge.sum_dim(0), Err(Error::OutOfMemory { device: DeviceId::Cpu, .. })));
+    assert_eq!(edge.sum_dim(1, false).unwrap().shape(), &[0]);
+    assert!(matches!(edge.sum_dim(0, false), Err(Error::OutOfMemory { device: DeviceId::Cpu, .. })));
     assert_eq!(edge.t().unwrap().shape(), &[isize::MAX as usize, 0]);
     assert_eq!(edge.transpose(1, 0).unwrap().shape(), &[isize::MAX as usize, 0]);
 }
@@ -132,7 +132,7 @@ fn finishes<R: Send + 'static>(what: &str, f: impl FnOnce() -> R + Send + 'stati
 #[test]
 fn sum_dim_with_an_empty_result_returns_at_once() {
     let t = Tensor::<Cpu, u8>::zeros([1 << 40, 3, 0]).unwrap();
-    let r = finishes("sum_dim", move || t.sum_dim(1).map(|s| s.shape().to_vec()));
+    let r = finishes("sum_dim", move || t.sum_dim(1, false).map(|s| s.shape().to_vec()));
     assert_eq!(r.unwrap(), vec![1 << 40, 0]);
 }
 
@@ -467,7 +467,7 @@ fn drive<D: Device, T: Element>(
         s.remove(c.dim);
         s
     });
-    fz.call("sum_dim", summed, e, || a.sum_dim(c.dim))?;
+    fz.call("sum_dim", summed, e, || a.sum_dim(c.dim, false))?;
     fz.call("t", None, e, || a.t())?;
     // Dims in range, not yet in range (the dim just past the last), and far beyond.
     for (d0, d1) in [(0, c.dim), (c.dim, c.a.len().saturating_sub(1)), (c.a.len(), 0), (usize::MAX, 0)] {

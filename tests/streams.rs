@@ -18,7 +18,7 @@ fn single_stream_work_inserts_no_waits() -> locus::Result<()> {
     let before = cross_stream_waits();
     let x = Tensor::<G>::rand([1000, 64], 1)?;
     let w = Tensor::<G>::rand([64, 32], 2)?;
-    let y = (x.matmul(&w)? + 1.0)?.relu()?.sum_dim(0)?;
+    let y = (x.matmul(&w)? + 1.0)?.relu()?.sum_dim(0, false)?;
     assert_eq!(y.shape(), &[32]);
     let s = Stream::<G>::new()?;
     let z = on_stream(&s, || -> locus::Result<_> {

@@ -314,3 +314,60 @@ CAST_FROM(i32)
 CAST_FROM(u8)
 CAST_FROM(bf16)
 CAST_FROM(f16)
+
+// Activations (float types): read with `to_acc`, computed in `Acc<T>::type` with the
+// functions of that type (logf, tanhf, expf, erff for float; log, tanh, exp, erf for
+// double), written with `from_acc<T>`. NaN stays NaN in each.
+__device__ __forceinline__ float acc_log(float v) { return logf(v); }
+__device__ __forceinline__ double acc_log(double v) { return log(v); }
+__device__ __forceinline__ float acc_tanh(float v) { return tanhf(v); }
+__device__ __forceinline__ double acc_tanh(double v) { return tanh(v); }
+__device__ __forceinline__ float acc_exp(float v) { return expf(v); }
+__device__ __forceinline__ double acc_exp(double v) { return exp(v); }
+__device__ __forceinline__ float acc_erf(float v) { return erff(v); }
+__device__ __forceinline__ double acc_erf(double v) { return erf(v); }
+
+// log(0) = -inf, log(x < 0) = NaN.
+struct LogOp {
+    template <typename T> __device__ T operator()(T a) const { return from_acc<T>(acc_log(to_acc(a))); }
+};
+struct TanhOp {
+    template <typename T> __device__ T operator()(T a) const { return from_acc<T>(acc_tanh(to_acc(a))); }
+};
+// 1 / (1 + e^-x), never taking e^-x of a large positive number: for x < 0 it is
+// e^x / (1 + e^x). So sigmoid(-100) is e^-100, not 1 / inf.
+struct SigmoidOp {
+    template <typename T> __device__ T operator()(T a) const {
+        typedef typename Acc<T>::type A;
+        const A x = to_acc(a);
+        if (x >= (A)0) return from_acc<T>((A)1 / ((A)1 + acc_exp(-x)));
+        const A e = acc_exp(x);
+        return from_acc<T>(e / ((A)1 + e));
+    }
+};
+// 0.5 x (1 + erf(x / sqrt 2)), as torch.nn.functional.gelu.
+struct GeluOp {
+    template <typename T> __device__ T operator()(T a) const {
+        typedef typename Acc<T>::type A;
+        const A x = to_acc(a);
+        return from_acc<T>((A)0.5 * x * ((A)1 + acc_erf(x * (A)0.70710678118654752440)));
+    }
+};
+// 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), as gelu(approximate='tanh').
+struct GeluTanhOp {
+    template <typename T> __device__ T operator()(T a) const {
+        typedef typename Acc<T>::type A;
+        const A x = to_acc(a);
+        const A inner = (A)0.79788456080286535588 * (x + (A)0.044715 * (x * x * x));
+        return from_acc<T>((A)0.5 * x * ((A)1 + acc_tanh(inner)));
+    }
+};
+
+#define ACTIVATIONS(T) \
+    UNARY(log, LogOp, T) UNARY(tanh, TanhOp, T) UNARY(sigmoid, SigmoidOp, T) UNARY(gelu, GeluOp, T) \
+    UNARY(gelu_tanh, GeluTanhOp, T)
+
+ACTIVATIONS(f32)
+ACTIVATIONS(f64)
+ACTIVATIONS(bf16)
+ACTIVATIONS(f16)

@@ -13,8 +13,9 @@ pub const COMMON: &str = include_str!("../cuda/common.cuh");
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Source {
     /// Unary and binary elementwise ops: `{neg,relu,abs,square,clamp}_{T}`,
-    /// `{exp,sqrt,pow}_{f32,f64}`, `{add,sub,mul,div}_{same,scalar,bcast}_{T}`, and
-    /// `{sub,div}_rscalar_{T}` (the scalar on the left).
+    /// `{exp,sqrt,pow,log,tanh,sigmoid,gelu,gelu_tanh}_{f32,f64,bf16,f16}`,
+    /// `{add,sub,mul,div}_{same,scalar,bcast}_{T}`, and `{sub,div}_rscalar_{T}` (the scalar
+    /// on the left).
     Elementwise,
     /// `{sum,mean,max}_{partial,final,single,cols,rows}_{T}`.
     Reduce,
@@ -29,12 +30,22 @@ pub enum Source {
     /// `index_select_{rows,flat}_w{1,2,4,8,16}` (per width in bytes, not per type) and
     /// `index_check`.
     Gather,
+    /// Comparisons `{eq,ne,lt,le,gt,ge}_{same,scalar,bcast}_{T}` (u8 results),
+    /// `where_{same,bcast}_{T}`, and `argmax_{block,warp,final,tile}_{T}`.
+    Select,
 }
 
 impl Source {
     /// Every source.
-    pub const ALL: [Source; 6] =
-        [Source::Elementwise, Source::Reduce, Source::Matrix, Source::Init, Source::Softmax, Source::Gather];
+    pub const ALL: [Source; 7] = [
+        Source::Elementwise,
+        Source::Reduce,
+        Source::Matrix,
+        Source::Init,
+        Source::Softmax,
+        Source::Gather,
+        Source::Select,
+    ];
 
     /// The file name under `kernels/cuda/`.
     pub const fn file(self) -> &'static str {
@@ -45,6 +56,7 @@ impl Source {
             Source::Init => "init.cu",
             Source::Softmax => "softmax.cu",
             Source::Gather => "gather.cu",
+            Source::Select => "select.cu",
         }
     }
 
@@ -57,6 +69,7 @@ impl Source {
             Source::Init => include_str!("../cuda/init.cu"),
             Source::Softmax => include_str!("../cuda/softmax.cu"),
             Source::Gather => include_str!("../cuda/gather.cu"),
+            Source::Select => include_str!("../cuda/select.cu"),
         }
     }
 

@@ -169,6 +169,39 @@ pub(crate) fn broadcast(op: &'static str, lhs: &[usize], rhs: &[usize], dtype: D
     Ok((out, layout))
 }
 
+/// The output shape of an elementwise op of the operands `shapes` under NumPy
+/// broadcasting (every shape right-aligned, each dim equal or 1), for `dtype` elements,
+/// and each operand's strides over that output shape (0 where it is broadcast).
+pub(crate) fn broadcast_all(op: &'static str, shapes: &[&[usize]], dtype: DType) -> Result<(Shape, Vec<Vec<usize>>)> {
+    let rank = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
+    let padded: Vec<Vec<usize>> = shapes
+        .iter()
+        .map(|s| {
+            let mut v = vec![1; rank - s.len()];
+            v.extend_from_slice(s);
+            v
+        })
+        .collect();
+    let mut out = vec![1usize; rank];
+    for (i, p) in padded.iter().enumerate() {
+        for (j, &d) in p.iter().enumerate() {
+            if out[j] == 1 {
+                out[j] = d;
+            } else if d != 1 && d != out[j] {
+                // The error names this operand and the first one that set the dim.
+                let first = padded.iter().position(|q| q[j] != 1).unwrap_or(0);
+                return Err(Error::ShapeMismatch { op, lhs: shapes[first].to_vec(), rhs: shapes[i].to_vec() });
+            }
+        }
+    }
+    let out = Shape::result(op, out, dtype, shapes)?;
+    let strides = padded
+        .iter()
+        .map(|p| Ok(strides(op, p)?.into_iter().zip(p).map(|(st, &d)| if d == 1 { 0 } else { st }).collect()))
+        .collect::<Result<_>>()?;
+    Ok((out, strides))
+}
+
 /// A reduction over one dim, seen as `[outer, len, inner]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Reduction {
@@ -216,6 +249,17 @@ mod tests {
         assert_eq!(broadcast("add", &[4], &[], DType::F32).unwrap().1, Layout::RhsScalar);
         let (out, layout) = broadcast("add", &[1, 1], &[5], DType::F32).unwrap();
         assert_eq!((&*out, layout), (&[1, 5][..], Layout::LhsScalar));
+    }
+
+    #[test]
+    fn broadcast_all_lines_up_three_operands() {
+        let (out, st) = broadcast_all("where", &[&[2, 1, 3], &[4, 1], &[]], DType::F32).unwrap();
+        assert_eq!(&*out, &[2, 4, 3]);
+        assert_eq!(st, vec![vec![3, 0, 1], vec![0, 1, 0], vec![0, 0, 0]]);
+        let e = broadcast_all("where", &[&[1], &[2, 3], &[4, 1]], DType::U8).unwrap_err();
+        assert_eq!(e, Error::ShapeMismatch { op: "where", lhs: vec![2, 3], rhs: vec![4, 1] });
+        let (out, st) = broadcast_all("where", &[&[0, 2], &[2]], DType::F32).unwrap();
+        assert_eq!((&*out, st), (&[0, 2][..], vec![vec![2, 1], vec![0, 1]]));
     }
 
     #[test]

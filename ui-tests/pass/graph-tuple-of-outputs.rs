@@ -8,7 +8,7 @@ fn main() -> locus::Result<()> {
     let mut n = Tensor::<Cuda<0>, i32>::from_vec(vec![1, 2], [2])?;
     let mut g = Graph::capture(&s, (&mut x, &mut n), |(x, n)| {
         let r = x.relu()?;
-        Ok((r.sum_dim(0)?, r.sum()?, (n * 3)?))
+        Ok((r.sum_dim(0, false)?, r.sum()?, (n * 3)?))
     })?;
     let (cols, total, tripled) = g.replay()?;
     assert_eq!(cols.shape(), &[2]);

@@ -7,7 +7,8 @@ use super::capture;
 use super::cuda::CudaBuffer;
 use super::traits::BackendStorage;
 use super::{
-    BinaryOp, Blocks, Gather, Gemm, HostBuffer, ParamOp, Permute, RawEvent, RawStream, ReduceOp, SoftmaxOp, UnaryOp,
+    BinaryOp, Blocks, CompareOp, Gather, Gemm, HostBuffer, ParamOp, Permute, RawEvent, RawStream, ReduceOp, SoftmaxOp,
+    UnaryOp,
 };
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
@@ -299,6 +300,47 @@ impl BackendStorage for Buffer {
         match self.pair("cross_entropy", targets)? {
             Pair::Host(a, b) => a.cross_entropy_rows(b, dtype, rows, classes).map(Buffer::Host),
             Pair::Cuda(a, b) => a.cross_entropy_rows(b, dtype, rows, classes).map(Buffer::Cuda),
+        }
+    }
+
+    fn compare(&self, rhs: &Self, op: CompareOp, dtype: DType, out_shape: &[usize], layout: &Layout) -> Result<Self> {
+        capture::on_device(op.name(), self.device_id())?;
+        match self.pair(op.name(), rhs)? {
+            Pair::Host(a, b) => a.compare(b, op, dtype, out_shape, layout).map(Buffer::Host),
+            Pair::Cuda(a, b) => a.compare(b, op, dtype, out_shape, layout).map(Buffer::Cuda),
+        }
+    }
+
+    fn compare_scalar(&self, op: CompareOp, dtype: DType, len: usize, rhs: Scalar) -> Result<Self> {
+        capture::on_device(op.name(), self.device_id())?;
+        match self {
+            Buffer::Host(h) => h.compare_scalar(op, dtype, len, rhs).map(Buffer::Host),
+            Buffer::Cuda(c) => c.compare_scalar(op, dtype, len, rhs).map(Buffer::Cuda),
+        }
+    }
+
+    fn select_where(
+        &self,
+        a: &Self,
+        b: &Self,
+        dtype: DType,
+        out_shape: &[usize],
+        strides: [&[usize]; 3],
+    ) -> Result<Self> {
+        capture::on_device("where", self.device_id())?;
+        match (self.pair("where", a)?, self.pair("where", b)?) {
+            (Pair::Host(m, a), Pair::Host(_, b)) => m.select_where(a, b, dtype, out_shape, strides).map(Buffer::Host),
+            (Pair::Cuda(m, a), Pair::Cuda(_, b)) => m.select_where(a, b, dtype, out_shape, strides).map(Buffer::Cuda),
+            // Both pairs hold this buffer, so they are of one backend.
+            _ => Err(mismatch("where", a, b)),
+        }
+    }
+
+    fn argmax(&self, dtype: DType, r: Reduction, values: bool) -> Result<(Self, Option<Self>)> {
+        capture::on_device("argmax", self.device_id())?;
+        match self {
+            Buffer::Host(h) => h.argmax(dtype, r, values).map(|(i, v)| (Buffer::Host(i), v.map(Buffer::Host))),
+            Buffer::Cuda(c) => c.argmax(dtype, r, values).map(|(i, v)| (Buffer::Cuda(i), v.map(Buffer::Cuda))),
         }
     }
 }

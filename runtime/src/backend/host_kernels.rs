@@ -16,6 +16,7 @@
 //! (`[1 << 40, 0]`): a kernel with an empty result returns before walking any.
 
 use super::copy_threads::split_mut;
+use super::host_math;
 use super::{rand_bits, BinaryOp, Blocks, ReduceOp, UnaryOp};
 use crate::element::{Element, Float};
 use crate::error::{Error, Result};
@@ -75,6 +76,12 @@ pub(super) fn unary<T: Element>(op: UnaryOp, x: &[T], out: &mut [T]) -> Result<(
         // before any launch; through f64 all the same, so that every op has a kernel.
         UnaryOp::Exp => |v| T::from_f64(v.to_f64().exp()),
         UnaryOp::Sqrt => |v| T::from_f64(v.to_f64().sqrt()),
+        // Every float type computes these in f64 and rounds once (see `host_math`).
+        UnaryOp::Log => |v| T::from_f64(v.to_f64().ln()),
+        UnaryOp::Tanh => |v| T::from_f64(v.to_f64().tanh()),
+        UnaryOp::Sigmoid => |v| T::from_f64(host_math::sigmoid(v.to_f64())),
+        UnaryOp::Gelu => |v| T::from_f64(host_math::gelu(v.to_f64())),
+        UnaryOp::GeluTanh => |v| T::from_f64(host_math::gelu_tanh(v.to_f64())),
     };
     map(x, out, |x, out| out.iter_mut().zip(x).for_each(|(o, &v)| *o = f(v)))
 }
@@ -86,6 +93,9 @@ pub(super) fn unary_float<T: Float>(op: UnaryOp, x: &[T], out: &mut [T]) -> Resu
         // Through f64 (exact both ways) so that -0.0 becomes 0.0.
         UnaryOp::Abs => |v| T::from_f64(v.to_f64().abs()),
         UnaryOp::Neg | UnaryOp::Relu | UnaryOp::Square => return unary(op, x, out),
+        UnaryOp::Log | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Gelu | UnaryOp::GeluTanh => {
+            return unary(op, x, out)
+        }
     };
     map(x, out, |x, out| out.iter_mut().zip(x).for_each(|(o, &v)| *o = f(v)))
 }

@@ -17,9 +17,11 @@ pub(crate) mod host;
 pub(crate) mod host_cache;
 mod host_collective;
 mod host_kernels;
+mod host_math;
 mod host_matmul;
 mod host_permute;
 mod host_rows;
+mod host_select;
 mod huge_pages;
 mod op;
 pub(crate) mod ordering;
@@ -40,7 +42,8 @@ pub(crate) use cuda::{set_upload_stage_min, UPLOAD_STAGE_MIN};
 pub(crate) use host::HostBuffer;
 pub(crate) use op::{bad_target, Gather, SoftmaxOp};
 pub(crate) use op::{
-    float_only, same_length, BinaryOp, Blocks, Collective, CommOp, CommReduce, Gemm, ParamOp, ReduceOp, UnaryOp,
+    float_only, same_length, BinaryOp, Blocks, Collective, CommOp, CommReduce, CompareOp, Gemm, ParamOp, ReduceOp,
+    UnaryOp,
 };
 pub(crate) use permute::{Permute, MAX_DIMS as MAX_PERMUTE_DIMS};
 pub(crate) use precision::MatmulPrecision;

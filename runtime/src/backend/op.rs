@@ -15,6 +15,17 @@ pub(crate) enum UnaryOp {
     Sqrt,
     Abs,
     Square,
+    /// The natural logarithm (float types only).
+    Log,
+    /// The hyperbolic tangent (float types only).
+    Tanh,
+    /// `1 / (1 + e^-x)`, computed without overflow for large `|x|` (float types only).
+    Sigmoid,
+    /// `0.5 x (1 + erf(x / sqrt 2))` (float types only).
+    Gelu,
+    /// `0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))`, PyTorch's `approximate='tanh'`
+    /// (float types only).
+    GeluTanh,
 }
 
 impl UnaryOp {
@@ -26,6 +37,41 @@ impl UnaryOp {
             UnaryOp::Sqrt => "sqrt",
             UnaryOp::Abs => "abs",
             UnaryOp::Square => "square",
+            UnaryOp::Log => "log",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Sigmoid => "sigmoid",
+            UnaryOp::Gelu => "gelu",
+            UnaryOp::GeluTanh => "gelu_tanh",
+        }
+    }
+
+    /// Whether the op is defined on float types only.
+    pub(crate) fn is_float_only(self) -> bool {
+        !matches!(self, UnaryOp::Neg | UnaryOp::Relu | UnaryOp::Abs | UnaryOp::Square)
+    }
+}
+
+/// An elementwise comparison of two operands, giving `u8` 1 (true) or 0 (false); IEEE
+/// semantics, so NaN compares false except under `Ne`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CompareOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl CompareOp {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            CompareOp::Eq => "eq",
+            CompareOp::Ne => "ne",
+            CompareOp::Lt => "lt",
+            CompareOp::Le => "le",
+            CompareOp::Gt => "gt",
+            CompareOp::Ge => "ge",
         }
     }
 }

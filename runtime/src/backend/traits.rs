@@ -19,7 +19,8 @@ use std::time::Duration;
 
 use super::user_kernel::{Grid, KernelArg, KernelSource};
 use super::{
-    BinaryOp, Blocks, Buffer, Collective, CommOp, Gather, Gemm, HostBuffer, ParamOp, Permute, RawComm, RawEvent,
+    BinaryOp, Blocks, Buffer, Collective, CommOp, CompareOp, Gather, Gemm, HostBuffer, ParamOp, Permute, RawComm,
+    RawEvent,
     RawGraph, RawStream, ReduceOp, Release, SoftmaxOp, UnaryOp,
 };
 use crate::device_id::DeviceId;
@@ -252,4 +253,24 @@ pub(crate) trait BackendStorage: Sized {
     /// device. A target out of `[0, classes)` is an error (the first one, in order).
     /// Waits for the check.
     fn cross_entropy_rows(&self, targets: &Self, dtype: DType, rows: usize, classes: usize) -> Result<Self>;
+
+    /// `self op rhs` (operands of `dtype`) as `u8` 1 or 0 into an `out_shape` result, the
+    /// operands lined up by `layout`.
+    fn compare(&self, rhs: &Self, op: CompareOp, dtype: DType, out_shape: &[usize], layout: &Layout) -> Result<Self>;
+    /// `self[i] op rhs` as `u8` 1 or 0 for each of the `len` elements; `rhs` has type `dtype`.
+    fn compare_scalar(&self, op: CompareOp, dtype: DType, len: usize, rhs: Scalar) -> Result<Self>;
+    /// With this buffer a `u8` mask: `a` where the mask is not 0, else `b`, into an
+    /// `out_shape` result of `dtype`. `strides` are the mask's, `a`'s and `b`'s over
+    /// `out_shape`, 0 where one is broadcast.
+    fn select_where(
+        &self,
+        a: &Self,
+        b: &Self,
+        dtype: DType,
+        out_shape: &[usize],
+        strides: [&[usize]; 3],
+    ) -> Result<Self>;
+    /// Over the dim `r` describes (`r.len` from 1 to `i32::MAX`): the `i32` index of the
+    /// first maximum (NaN wins: the first NaN), and with `values` the element there.
+    fn argmax(&self, dtype: DType, r: Reduction, values: bool) -> Result<(Self, Option<Self>)>;
 }

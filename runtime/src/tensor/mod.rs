@@ -1,6 +1,8 @@
 //! `Tensor<D, T>`: a contiguous n-dimensional array of `T` on placement `D`.
 
+mod activation;
 mod arith;
+mod compare;
 mod convert;
 mod current;
 mod elementwise;
@@ -11,6 +13,7 @@ mod matrix;
 #[cfg(feature = "ndarray")]
 mod ndarray;
 mod ops;
+mod reduce_dim;
 mod softmax;
 
 use std::fmt;

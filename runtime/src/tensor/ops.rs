@@ -49,7 +49,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
         Ok(Tensor::from_buffer(self.placement(), buf, shape))
     }
 
-    fn reduce(&self, op: ReduceOp, r: Reduction, shape: Shape) -> Result<Self> {
+    pub(super) fn reduce(&self, op: ReduceOp, r: Reduction, shape: Shape) -> Result<Self> {
         let buf = self.buffer().reduce(op, T::DTYPE, r)?;
         Ok(self.with_buffer(buf, shape))
     }
@@ -67,22 +67,22 @@ impl<D: Device, T: Element> Tensor<D, T> {
         self.reduce(ReduceOp::Sum, Reduction::all(self.numel()), Shape::scalar())
     }
 
-    /// Sums over `dim`, which is removed from the shape.
+    /// Sums over `dim` (integers wrap), which is removed from the shape, or kept as a dim
+    /// of 1 with `keepdim` (PyTorch's `sum(dim, keepdim)`).
     ///
     /// ```
     /// # extern crate locus_runtime as locus;
     /// use locus::{Cpu, Tensor};
     /// let t = Tensor::<Cpu>::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [2, 3])?;
-    /// assert_eq!(t.sum_dim(0)?.to_vec()?, vec![5.0, 7.0, 9.0]);
-    /// assert_eq!(t.sum_dim(1)?.to_vec()?, vec![6.0, 15.0]);
-    /// assert!(t.sum_dim(2).is_err());
+    /// assert_eq!(t.sum_dim(0, false)?.to_vec()?, vec![5.0, 7.0, 9.0]);
+    /// assert_eq!(t.sum_dim(1, false)?.to_vec()?, vec![6.0, 15.0]);
+    /// let kept = t.sum_dim(1, true)?;
+    /// assert_eq!((kept.shape(), kept.to_vec()?), (&[2, 1][..], vec![6.0, 15.0]));
+    /// assert!(t.sum_dim(2, false).is_err());
     /// # Ok::<(), locus::Error>(())
     /// ```
-    pub fn sum_dim(&self, dim: usize) -> Result<Self> {
-        self.check_dim("sum_dim", dim)?;
-        let mut shape = self.shape.to_vec();
-        shape.remove(dim);
-        let shape = Shape::new("sum_dim", shape, T::DTYPE)?;
+    pub fn sum_dim(&self, dim: usize, keepdim: bool) -> Result<Self> {
+        let shape = self.reduced_shape("sum_dim", dim, keepdim, T::DTYPE)?;
         self.reduce(ReduceOp::Sum, Reduction::over("sum_dim", &self.shape, dim)?, shape)
     }
 

@@ -59,7 +59,7 @@ fn bcast(op: &'static str, shape: &[usize], lhs: &[usize], rhs: &[usize]) -> Res
 }
 
 /// The element type a scalar holds.
-fn scalar_dtype(s: Scalar) -> DType {
+pub(super) fn scalar_dtype(s: Scalar) -> DType {
     match s {
         Scalar::F32(_) => DType::F32,
         Scalar::F64(_) => DType::F64,
@@ -90,7 +90,7 @@ fn with_div_check(
 /// `op` of each of the `len` elements of `x`.
 pub(super) fn unary(x: &CudaBuffer, op: UnaryOp, dtype: DType, len: usize) -> Result<CudaBuffer> {
     let opname = op.name();
-    if matches!(op, UnaryOp::Exp | UnaryOp::Sqrt) {
+    if op.is_float_only() {
         float_only(opname, dtype)?;
     }
     let n = len as u64;

@@ -12,7 +12,8 @@
 //!   host blocks;
 //! - `stream` and `event`: streams (with their block caches and cuBLAS handles), events;
 //! - `init`, `elementwise`, `reduce`, `matrix`, `softmax` (with cross-entropy), `gather`
-//!   (`index_select`): the compute ops, one kernel source each;
+//!   (`index_select`), `select` (comparisons, `where`, `argmax`): the compute ops, one
+//!   kernel source each;
 //! - `gemm` and `permute`: matrix products (cuBLAS, the integer kernel of matrix.cu) and
 //!   permutations of dims (kernels of matrix.cu);
 //! - `flag`: checks made on the device (a word a kernel writes, read back after it);
@@ -38,6 +39,7 @@ mod nccl;
 mod peer;
 mod permute;
 mod reduce;
+mod select;
 mod softmax;
 mod staged;
 mod storage;

@@ -4,9 +4,10 @@
 
 use super::buffer::CudaBuffer;
 use super::device::DeviceState;
-use super::{elementwise, gather, gemm, matrix, permute, raw_stream, reduce, softmax, transfer};
+use super::{elementwise, gather, gemm, matrix, permute, raw_stream, reduce, select, softmax, transfer};
 use crate::backend::{
-    BackendStorage, BinaryOp, Blocks, Gather, Gemm, HostBuffer, ParamOp, Permute, RawEvent, RawStream, ReduceOp,
+    BackendStorage, BinaryOp, Blocks, CompareOp, Gather, Gemm, HostBuffer, ParamOp, Permute, RawEvent, RawStream,
+    ReduceOp,
     SoftmaxOp, UnaryOp,
 };
 use crate::device_id::DeviceId;
@@ -142,5 +143,28 @@ impl BackendStorage for CudaBuffer {
 
     fn cross_entropy_rows(&self, targets: &Self, dtype: DType, rows: usize, classes: usize) -> Result<Self> {
         softmax::cross_entropy_rows(self, targets, dtype, rows, classes)
+    }
+
+    fn compare(&self, rhs: &Self, op: CompareOp, dtype: DType, out_shape: &[usize], layout: &Layout) -> Result<Self> {
+        select::compare(self, rhs, op, dtype, out_shape, layout)
+    }
+
+    fn compare_scalar(&self, op: CompareOp, dtype: DType, len: usize, rhs: Scalar) -> Result<Self> {
+        select::compare_scalar(self, op, dtype, len, rhs)
+    }
+
+    fn select_where(
+        &self,
+        a: &Self,
+        b: &Self,
+        dtype: DType,
+        out_shape: &[usize],
+        strides: [&[usize]; 3],
+    ) -> Result<Self> {
+        select::select_where(self, a, b, dtype, out_shape, strides)
+    }
+
+    fn argmax(&self, dtype: DType, r: Reduction, values: bool) -> Result<(Self, Option<Self>)> {
+        select::argmax(self, dtype, r, values)
     }
 }

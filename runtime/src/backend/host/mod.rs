@@ -16,6 +16,7 @@ mod graph;
 mod hazard_tests;
 mod ops;
 mod queue;
+mod select;
 mod storage;
 mod streams;
 mod user_kernel;

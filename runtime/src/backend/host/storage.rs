@@ -7,12 +7,13 @@ use half::{bf16, f16};
 
 use super::buffer::HostBuffer;
 use super::ops::{launch, queue_copy, typed, typed_mut, Launch};
+use super::select;
 use super::streams::{self, current_stream, host_stream, use_on_stream};
 use crate::backend::host_kernels::{self as k, Geometry};
 use crate::backend::host_rows as rows;
 use crate::backend::{
-    float_only, same_length, BackendStorage, BinaryOp, Blocks, Gather, Gemm, ParamOp, RawEvent, RawStream, ReduceOp,
-    SoftmaxOp, UnaryOp,
+    float_only, same_length, BackendStorage, BinaryOp, Blocks, CompareOp, Gather, Gemm, ParamOp, RawEvent, RawStream,
+    ReduceOp, SoftmaxOp, UnaryOp,
 };
 use crate::backend::{host_matmul as mm, host_permute as hp, Permute};
 use crate::device_id::DeviceId;
@@ -367,6 +368,29 @@ impl BackendStorage for HostBuffer {
             &[self, targets],
             Box::new(move |ins, out| f(ins[0], ins[1], out, classes)),
         )
+    }
+
+    fn compare(&self, rhs: &Self, op: CompareOp, dtype: DType, out_shape: &[usize], layout: &Layout) -> Result<Self> {
+        select::compare(self, rhs, op, dtype, out_shape, layout)
+    }
+
+    fn compare_scalar(&self, op: CompareOp, dtype: DType, len: usize, rhs: Scalar) -> Result<Self> {
+        select::compare_scalar(self, op, dtype, len, rhs)
+    }
+
+    fn select_where(
+        &self,
+        a: &Self,
+        b: &Self,
+        dtype: DType,
+        out_shape: &[usize],
+        strides: [&[usize]; 3],
+    ) -> Result<Self> {
+        select::select_where(self, a, b, dtype, out_shape, strides)
+    }
+
+    fn argmax(&self, dtype: DType, r: Reduction, values: bool) -> Result<(Self, Option<Self>)> {
+        select::argmax(self, dtype, r, values)
     }
 }
 

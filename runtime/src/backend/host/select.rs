@@ -1,0 +1,109 @@
+//! The host backend's comparisons, `where` and `argmax`: each a job through [`launch`]
+//! running a loop of `host_select`. `argmax` with values is two jobs on the stream, the
+//! indices, then the elements at them.
+
+use super::buffer::HostBuffer;
+use super::ops::{launch, typed, typed_mut, Launch};
+use crate::backend::host_select as k;
+use crate::backend::CompareOp;
+use crate::element::{with_dtype, DType, Element, Scalar};
+use crate::error::Result;
+use crate::shape::{Layout, Reduction};
+
+/// `lhs op rhs` as `u8` 1 or 0 into an `out_shape` result.
+pub(super) fn compare(
+    lhs: &HostBuffer,
+    rhs: &HostBuffer,
+    op: CompareOp,
+    dtype: DType,
+    out_shape: &[usize],
+    layout: &Layout,
+) -> Result<HostBuffer> {
+    let len = out_shape.iter().product();
+    let (shape, layout) = (out_shape.to_vec(), layout.clone());
+    launch(
+        Launch::new(op.name(), lhs.account, DType::U8, len),
+        &[lhs, rhs],
+        Box::new(
+            move |ins, out| with_dtype!(dtype, T => k::compare::<T>(op, typed(ins[0]), typed(ins[1]), out, &shape, &layout)),
+        ),
+    )
+}
+
+/// `x[i] op value` as `u8` 1 or 0 for the `len` elements.
+pub(super) fn compare_scalar(
+    x: &HostBuffer,
+    op: CompareOp,
+    dtype: DType,
+    len: usize,
+    value: Scalar,
+) -> Result<HostBuffer> {
+    launch(
+        Launch::new(op.name(), x.account, DType::U8, len),
+        &[x],
+        Box::new(move |ins, out| {
+            with_dtype!(dtype, T => k::compare::<T>(
+                op,
+                typed(ins[0]),
+                &[T::from_scalar(value)],
+                out,
+                &[len],
+                &Layout::RhsScalar,
+            ))
+        }),
+    )
+}
+
+/// `a` where the `u8` `mask` is not 0, else `b`, into an `out_shape` result.
+pub(super) fn select_where(
+    mask: &HostBuffer,
+    a: &HostBuffer,
+    b: &HostBuffer,
+    dtype: DType,
+    out_shape: &[usize],
+    strides: [&[usize]; 3],
+) -> Result<HostBuffer> {
+    let len = out_shape.iter().product();
+    let shape = out_shape.to_vec();
+    let strides = strides.map(<[usize]>::to_vec);
+    launch(
+        Launch::new("where", mask.account, dtype, len),
+        &[mask, a, b],
+        Box::new(move |ins, out| {
+            with_dtype!(dtype, T => k::select_where::<T>(
+                ins[0],
+                typed(ins[1]),
+                typed(ins[2]),
+                typed_mut(out),
+                &shape,
+                &strides,
+            ))
+        }),
+    )
+}
+
+/// The index of the first maximum over the dim `r` describes, and with `values` the
+/// element there.
+pub(super) fn argmax(
+    x: &HostBuffer,
+    dtype: DType,
+    r: Reduction,
+    values: bool,
+) -> Result<(HostBuffer, Option<HostBuffer>)> {
+    let idx = launch(
+        Launch::new("argmax", x.account, DType::I32, r.out_len()),
+        &[x],
+        Box::new(move |ins, out| with_dtype!(dtype, T => k::argmax::<T>(typed(ins[0]), typed_mut(out), r))),
+    )?;
+    if !values {
+        return Ok((idx, None));
+    }
+    let vals = launch(
+        Launch::new("max_dim", x.account, dtype, r.out_len()),
+        &[x, &idx],
+        Box::new(
+            move |ins, out| with_dtype!(dtype, T => k::gather_along::<T>(typed(ins[0]), typed(ins[1]), typed_mut(out), r)),
+        ),
+    )?;
+    Ok((idx, Some(vals)))
+}
