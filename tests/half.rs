@@ -101,14 +101,27 @@ fn check_unary<T: Float>(name: &str, mantissa: i32) -> locus::Result<()> {
     let a = samples::<T>();
     let g = Tensor::<G, T>::from_slice(&a, [a.len()])?;
     let c = g.to::<Cpu>()?;
-    let map = |f: fn(f32) -> f32| -> Vec<T> { a.iter().map(|&x| T::from_f64(f64::from(f(x.to_f64() as f32)))).collect() };
+    let map =
+        |f: fn(f32) -> f32| -> Vec<T> { a.iter().map(|&x| T::from_f64(f64::from(f(x.to_f64() as f32)))).collect() };
     for t in [&g, &c.to::<G>()?] {
         same(&(-t)?.to_vec()?, &map(|x| -x), &format!("{name} neg"));
         same(&t.relu()?.to_vec()?, &map(|x| if x < 0.0 { 0.0 } else { x }), &format!("{name} relu"));
         same(&t.abs()?.to_vec()?, &map(f32::abs), &format!("{name} abs"));
         same(&t.square()?.to_vec()?, &map(|x| x * x), &format!("{name} square"));
         let (lo, hi) = (T::from_f64(-2.0), T::from_f64(3.5));
-        same(&t.clamp(lo, hi)?.to_vec()?, &map(|x| if x < -2.0 { -2.0 } else if x > 3.5 { 3.5 } else { x }), "clamp");
+        same(
+            &t.clamp(lo, hi)?.to_vec()?,
+            &map(|x| {
+                if x < -2.0 {
+                    -2.0
+                } else if x > 3.5 {
+                    3.5
+                } else {
+                    x
+                }
+            }),
+            "clamp",
+        );
         close(&t.exp()?.to_vec()?, &map(f32::exp), mantissa, 1.0, &format!("{name} exp"));
         close(&t.sqrt()?.to_vec()?, &map(f32::sqrt), mantissa, 1.0, &format!("{name} sqrt"));
         close(&t.pow(T::from_f64(1.5))?.to_vec()?, &map(|x| x.powf(1.5)), mantissa, 1.0, &format!("{name} pow"));
@@ -130,7 +143,8 @@ fn check_reduce<T: Float>(name: &str) -> locus::Result<()> {
     // so the one rounding at the end gives the same bits on every backend.
     let a: Vec<T> = (0..3000).map(|i| T::from_f64(((i * 37) % 1001) as f64 / 64.0 - 7.8125)).collect();
     let exact: f64 = a.iter().map(|v| v.to_f64()).sum();
-    for t in [Tensor::<G, T>::from_slice(&a, [3000])?.into_dyn(), Tensor::<Cpu, T>::from_slice(&a, [3000])?.into_dyn()] {
+    for t in [Tensor::<G, T>::from_slice(&a, [3000])?.into_dyn(), Tensor::<Cpu, T>::from_slice(&a, [3000])?.into_dyn()]
+    {
         same(&[t.sum()?.item()?], &[T::from_f64(exact)], &format!("{name} sum on {}", t.device()));
         same(&[t.mean()?.item()?], &[T::from_f64(exact / 3000.0)], &format!("{name} mean on {}", t.device()));
         let max = a.iter().fold(f64::NEG_INFINITY, |m, v| m.max(v.to_f64()));
@@ -209,8 +223,8 @@ fn sources<S: Element>() -> Vec<S> {
         256.0,
         257.0,
         -129.0,
-        1.00390625,               // a tie in bf16: to the even 1.0
-        1.01171875,               // a tie in bf16: to the even 1.015625
+        1.00390625,                           // a tie in bf16: to the even 1.0
+        1.01171875,                           // a tie in bf16: to the even 1.015625
         1.0 + 2f64.powi(-8) + 2f64.powi(-40), // above the tie: 1.0078125 once rounded, 1.0 if rounded twice
         16777217.0,
         2147483647.0,

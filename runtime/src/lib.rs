@@ -76,11 +76,11 @@ pub use checkpoint::{
 pub use copy::{AsyncSource, HostPlacement, Pending, Transfer};
 pub use device::{devices, Cpu, Cuda, Device, DeviceId, Dyn, Here, Pinned, StaticDevice};
 pub use element::{DType, Element, Float, SameElement, Scalar};
-/// The 16-bit float element types, from the `half` crate.
-pub use half::{bf16, f16};
 pub use error::{Error, Result};
 pub use graph::{Graph, GraphInputs, GraphOutputs, InputMut, Output};
 pub use guard::{current_device, DeviceGuard, IntoDeviceId, OnDevice};
+/// The 16-bit float element types, from the `half` crate.
+pub use half::{bf16, f16};
 pub use kernel::{Grid, KernelLaunch};
 pub use loader::{Batch, Dataset, Loader, LoaderBuilder};
 pub use memory::{max_memory_allocated, memory_allocated, memory_reserved, reset_peak_memory_stats, stream_count};

@@ -9,6 +9,7 @@
 mod account;
 mod buffer;
 pub(crate) mod capture;
+pub(crate) mod copy_paths;
 pub(crate) mod copy_threads;
 mod cuda;
 pub(crate) mod current_stream;
@@ -31,7 +32,6 @@ use crate::device_id::DeviceId;
 use crate::error::{Error, Result};
 
 pub(crate) use buffer::Buffer;
-pub(crate) use cuda::{set_upload_stage_min, UPLOAD_STAGE_MIN};
 pub(crate) use host::HostBuffer;
 pub(crate) use op::{
     float_only, same_length, BinaryOp, Blocks, Collective, CommOp, CommReduce, Gemm, ParamOp, ReduceOp, UnaryOp,

@@ -12,7 +12,8 @@
 //!   host blocks;
 //! - `stream` and `event`: streams (with their block caches and cuBLAS handles), events;
 //! - `init`, `elementwise`, `reduce`, `matrix`: the compute ops, one kernel source each;
-//! - `transfer` and `staged`: copies between host and device and between devices;
+//! - `transfer` and `staged`: copies between host and device and between devices (the
+//!   path a pageable copy takes is `copy_paths`'s choice);
 //! - `peer` and `nccl`: several devices;
 //! - `graph`: captures, their private memory, replays;
 //! - `user_kernel`: kernels of `#[locus::kernel]`, compiled per architecture and launched.
@@ -47,7 +48,6 @@ pub(crate) use comm::ProcessComm;
 use device::{driver, DeviceState};
 pub(crate) use event::EventObj;
 pub(crate) use graph::GraphObj;
-pub(crate) use staged::{set_upload_stage_min, UPLOAD_STAGE_MIN};
 pub(crate) use stream::StreamObj;
 
 use super::user_kernel::{Grid, KernelArg, KernelSource};

@@ -153,9 +153,9 @@ impl BackendStorage for HostBuffer {
         launch(
             self.op("to_dtype", to, len),
             &[self],
-            Box::new(move |ins, out| {
-                with_dtype!(from, F => with_dtype!(to, U => k::cast::<F, U>(typed(ins[0]), typed_mut(out))))
-            }),
+            Box::new(
+                move |ins, out| with_dtype!(from, F => with_dtype!(to, U => k::cast::<F, U>(typed(ins[0]), typed_mut(out)))),
+            ),
         )
     }
 
