@@ -410,11 +410,22 @@ mod tests {
     use crate::error::Error;
 
     // The knobs are process-wide: the tests that set them run one at a time (other tests
-    // of this binary may upload meanwhile; they only take another path).
+    // of this binary may upload meanwhile; they only take another path), and each puts
+    // the defaults back when it ends, by panic too.
     static KNOBS: Mutex<()> = Mutex::new(());
 
-    fn knobs() -> std::sync::MutexGuard<'static, ()> {
-        KNOBS.lock().unwrap_or_else(|p| p.into_inner())
+    struct Knobs(#[allow(dead_code)] std::sync::MutexGuard<'static, ()>);
+
+    fn knobs() -> Knobs {
+        Knobs(KNOBS.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    impl Drop for Knobs {
+        fn drop(&mut self) {
+            set_upload_paths(INLINE_MIN, UPLOAD_STAGED_MIN);
+            set_download_staged_min(DOWNLOAD_STAGED_MIN);
+            set_inline_upload(INLINE);
+        }
     }
 
     #[test]
