@@ -1,6 +1,7 @@
-//! Pageable copies by every path (issue 21): uploads direct, inline (one pinned block in
-//! pieces, each piece's DMA queued on the op's stream right after its copy) and staged
-//! through the copy threads; downloads direct and staged. Each path is forced through
+//! Pageable copies by every path (issue 21): direct, inline (one pinned block in pieces
+//! on the op's stream: an upload queues each piece's DMA right after copying it in, a
+//! download copies each piece out once its DMA has landed) and staged through the copy
+//! threads, both ways. Each path is forced through
 //! the knobs the GPU bench uses, at sizes around the thresholds and the piece edges, and
 //! must give the same bytes. The inline path's block must not be reused before its DMAs
 //! are done: uploads queued behind long work are followed at once by other uploads and
@@ -11,8 +12,8 @@ mod common;
 
 use common::keep_busy;
 use locus::__private::{
-    default_download_staged_min, default_inline_upload, default_upload_paths, set_download_staged_min,
-    set_inline_upload, set_upload_paths, InlineUpload,
+    default_download_paths, default_inline_download_piece, default_inline_upload, default_upload_paths,
+    set_download_paths, set_inline_download_piece, set_inline_upload, set_upload_paths, InlineUpload,
 };
 use locus::{on_stream, Cpu, Cuda, Pinned, Stream, Tensor};
 
@@ -32,14 +33,16 @@ impl Drop for Knobs {
     fn drop(&mut self) {
         let (inline_min, staged_min) = default_upload_paths();
         set_upload_paths(inline_min, staged_min);
-        set_download_staged_min(default_download_staged_min());
+        let (inline_min, staged_min) = default_download_paths();
+        set_download_paths(inline_min, staged_min);
         set_inline_upload(default_inline_upload());
+        set_inline_download_piece(default_inline_download_piece());
     }
 }
 
-const UPLOADS: [(&str, (usize, usize)); 3] =
+/// Each path, as the `(inline_min, staged_min)` that forces it at every size.
+const PATHS: [(&str, (usize, usize)); 3] =
     [("direct", (usize::MAX, usize::MAX)), ("inline", (0, usize::MAX)), ("staged", (0, 0))];
-const DOWNLOADS: [(&str, usize); 2] = [("direct", usize::MAX), ("staged", 0)];
 
 fn pattern(len: usize, seed: usize) -> Vec<u8> {
     (0..len).map(|i| ((i * 7 + seed * 13) % 251) as u8).collect()
@@ -52,17 +55,16 @@ fn every_upload_and_download_path_gives_the_same_bytes_at_every_size() -> locus:
     for (seed, len) in sizes.into_iter().enumerate() {
         let data = pattern(len, seed);
         let host = Tensor::<Cpu, u8>::from_vec(data.clone(), [len])?;
-        for (up, (inline_min, staged_min)) in UPLOADS {
+        for (up, (inline_min, staged_min)) in PATHS {
             set_upload_paths(inline_min, staged_min);
             let dev = host.to::<G>()?;
             let from_slice = Tensor::<G, u8>::from_slice(&data, [len])?;
-            for (down, min) in DOWNLOADS {
-                set_download_staged_min(min);
+            for (down, (inline_min, staged_min)) in PATHS {
+                set_download_paths(inline_min, staged_min);
                 assert!(dev.to_vec()? == data, "{len} bytes up {up}, to_vec {down}: the bytes differ");
                 assert!(dev.to::<Cpu>()?.as_slice() == &data[..], "{len} bytes up {up}, to::<Cpu> {down}");
                 assert!(from_slice.to_vec()? == data, "{len} bytes from_slice {up}, down {down}");
             }
-            set_download_staged_min(default_download_staged_min());
         }
     }
     Ok(())
@@ -85,6 +87,29 @@ fn the_inline_path_gives_the_same_bytes_with_every_piece_size_and_helper_count()
             }
         }
     }
+    Ok(())
+}
+
+#[test]
+fn the_inline_download_gives_the_same_bytes_with_every_piece_size_behind_long_work() -> locus::Result<()> {
+    let _k = knobs();
+    set_download_paths(0, usize::MAX);
+    for (seed, len) in [(256 << 10) + 1, (1 << 20) + 77, (3 << 20) + 5].into_iter().enumerate() {
+        let data = pattern(len, seed);
+        let dev = Tensor::<G, u8>::from_slice(&data, [len])?;
+        for piece in [1, 4096, 64 << 10, 256 << 10, 1 << 20] {
+            set_inline_download_piece(piece);
+            // The DMAs wait behind the busy work: each piece is copied out only once it landed.
+            keep_busy()?;
+            let doubled = (&dev + &dev)?;
+            let want: Vec<u8> = data.iter().map(|v| v.wrapping_add(*v)).collect();
+            assert!(doubled.to_vec()? == want, "{len} bytes in pieces of {piece}: to_vec differs");
+            assert!(dev.to::<Cpu>()?.as_slice() == &data[..], "{len} bytes in pieces of {piece}: to::<Cpu> differs");
+        }
+    }
+    let x = Tensor::<G>::full([1], 2.5)?.sum()?;
+    set_download_paths(0, usize::MAX);
+    assert_eq!(x.item()?, 2.5, "item() by the inline path");
     Ok(())
 }
 
@@ -166,9 +191,13 @@ fn the_knobs_give_back_their_old_values_and_the_defaults_put_them_back() {
     assert!(defaults.0 < defaults.1, "inline below staged: {defaults:?}");
     assert_eq!(set_upload_paths(0, usize::MAX), defaults);
     assert_eq!(set_upload_paths(defaults.0, defaults.1), (0, usize::MAX));
-    let d = default_download_staged_min();
-    assert_eq!(set_download_staged_min(0), d);
-    assert_eq!(set_download_staged_min(d), 0);
+    let d = default_download_paths();
+    assert!(d.1 <= 4 << 20, "large downloads are staged: {d:?}");
+    assert_eq!(set_download_paths(0, 0), d);
+    assert_eq!(set_download_paths(d.0, d.1), (0, 0));
+    let p = default_inline_download_piece();
+    assert_eq!(set_inline_download_piece(4096), p);
+    assert_eq!(set_inline_download_piece(p), 4096);
     let k = InlineUpload { piece: 8192, helpers: 2, nontemporal: false };
     assert_eq!(set_inline_upload(k), default_inline_upload());
     assert_eq!(set_inline_upload(default_inline_upload()), k);

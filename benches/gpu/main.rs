@@ -103,22 +103,21 @@ fn small_copies() {
 }
 
 /// Every way a pageable copy can go, forced at each size around the thresholds (issue
-/// 21): uploads direct (the driver stages), inline (one pinned block in pieces, on the
-/// calling thread) and staged (the copy threads); downloads direct and staged. The
-/// default thresholds in `copy_paths.rs` are chosen from these rows. Then the inline
-/// path's knobs (piece size, helper threads, plain stores) at 1 and 4 MiB.
+/// 21), both ways: direct (the driver stages), inline (one pinned block in pieces, on the
+/// calling thread and the op's stream) and staged (the copy threads). The default
+/// thresholds in `copy_paths.rs` are chosen from these rows. Then the inline path's knobs
+/// at 1 and 4 MiB: piece size, helper threads and plain stores up, piece size down.
 fn forced_paths() {
     use locus::__private::{
-        default_download_staged_min, default_inline_upload, default_upload_paths, set_download_staged_min,
-        set_inline_upload, set_upload_paths, InlineUpload,
+        default_download_paths, default_inline_download_piece, default_inline_upload, default_upload_paths,
+        set_download_paths, set_inline_download_piece, set_inline_upload, set_upload_paths, InlineUpload,
     };
+    let paths = [("direct", (usize::MAX, usize::MAX)), ("inline", (0, usize::MAX)), ("staged", (0, 0))];
     let h2d_note = |path: &str| format!("Tensor<Cpu>::to::<Cuda<0>>() + synchronize, {path} path forced, wall time");
     for size in [256 << 10, 512 << 10, MIB, 2 * MIB, 4 * MIB, 16 * MIB] {
         let name = size_name(size);
         let host = Tensor::<Cpu, u8>::full([size], 1).unwrap();
-        for (path, (inline_min, staged_min)) in
-            [("direct", (usize::MAX, usize::MAX)), ("inline", (0, usize::MAX)), ("staged", (0, 0))]
-        {
+        for (path, (inline_min, staged_min)) in paths {
             set_upload_paths(inline_min, staged_min);
             let h2d = wall_time(|| {
                 let d = host.to::<G>().unwrap();
@@ -131,13 +130,21 @@ fn forced_paths() {
         set_upload_paths(inline_min, staged_min);
         let dev = host.to::<G>().unwrap();
         sync();
-        for (path, min) in [("direct", usize::MAX), ("staged", 0)] {
-            set_download_staged_min(min);
+        for (path, (inline_min, staged_min)) in paths {
+            set_download_paths(inline_min, staged_min);
             let d2h = wall_time(|| drop(dev.to::<Cpu>().unwrap()));
             let note = format!("Tensor<Cuda<0>>::to::<Cpu>(), {path} path forced, wall time");
             row(&format!("d2h_pageable_{path}_{name}"), &gbs(size as f64, &d2h), "GB/s", &note);
+            if size == MIB || size == 16 * MIB {
+                // Into a new `Vec` (fresh pages where the allocator has none to reuse)
+                // rather than a host tensor from the host cache.
+                let d2h = wall_time(|| drop(dev.to_vec().unwrap()));
+                let note = format!("Tensor<Cuda<0>>::to_vec(), {path} path forced, wall time");
+                row(&format!("d2h_to_vec_{path}_{name}"), &gbs(size as f64, &d2h), "GB/s", &note);
+            }
         }
-        set_download_staged_min(default_download_staged_min());
+        let (inline_min, staged_min) = default_download_paths();
+        set_download_paths(inline_min, staged_min);
     }
     let default = default_inline_upload();
     for size in [MIB, 4 * MIB] {
@@ -168,9 +175,22 @@ fn forced_paths() {
             row(&format!("h2d_pageable_inline_{label}_{name}"), &gbs(size as f64, &h2d), "GB/s", &note);
         }
         set_inline_upload(default);
+        let (inline_min, staged_min) = default_upload_paths();
+        set_upload_paths(inline_min, staged_min);
+        let dev = host.to::<G>().unwrap();
+        sync();
+        set_download_paths(0, usize::MAX);
+        for piece in [64 << 10, 128 << 10, 256 << 10, 512 << 10] {
+            set_inline_download_piece(piece);
+            let d2h = wall_time(|| drop(dev.to::<Cpu>().unwrap()));
+            let note = format!("Tensor<Cuda<0>>::to::<Cpu>(), inline path forced, pieces of {piece} B, wall time");
+            let label = format!("p{}", size_name(piece));
+            row(&format!("d2h_pageable_inline_{label}_{name}"), &gbs(size as f64, &d2h), "GB/s", &note);
+        }
+        set_inline_download_piece(default_inline_download_piece());
+        let (inline_min, staged_min) = default_download_paths();
+        set_download_paths(inline_min, staged_min);
     }
-    let (inline_min, staged_min) = default_upload_paths();
-    set_upload_paths(inline_min, staged_min);
 }
 
 fn copies() {

@@ -19,6 +19,7 @@ pub(crate) mod host_cache;
 mod host_collective;
 mod host_kernels;
 mod huge_pages;
+pub(crate) mod inline_copy;
 mod op;
 pub(crate) mod ordering;
 pub(crate) mod pinned_pool;

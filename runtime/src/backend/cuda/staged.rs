@@ -17,8 +17,9 @@ use cudarc::driver::result;
 use super::device::{driver, DeviceState};
 use super::event::EventObj;
 use super::stream::StreamObj;
-use crate::backend::copy_paths::{self, stream_copy, DownloadPath, PieceCopies, UploadPath};
+use crate::backend::copy_paths::{self, CopyPath};
 use crate::backend::copy_threads::{copy_threads, on_copiers};
+use crate::backend::inline_copy::{self, stream_copy, PieceDownloads, PieceUploads};
 use crate::backend::pinned_pool::{self as pinned, PinnedBlock};
 use crate::backend::RawEvent;
 use crate::error::Result;
@@ -44,15 +45,15 @@ pub(super) unsafe fn upload(dev: &DeviceState, stream: &StreamObj, dst: u64, dat
     }
     match copy_paths::upload_path(data.len()) {
         // SAFETY: the caller's contract, passed on.
-        UploadPath::Direct => unsafe { upload_direct(dev, stream, dst, data) },
-        UploadPath::Inline => {
+        CopyPath::Direct => unsafe { upload_direct(dev, stream, dst, data) },
+        CopyPath::Inline => {
             // SAFETY: the caller's contract is `InlineDma`'s: `dst` has `data.len()` bytes
             // ordered on `stream`, and `dev`'s context is current.
             let mut dma = unsafe { InlineDma::new(dev, stream, dst, data.len()) };
-            copy_paths::upload_inline(data, &mut dma)
+            inline_copy::upload_inline(data, &mut dma)
         }
         // SAFETY: the caller's contract, passed on.
-        UploadPath::Staged => unsafe { upload_staged(dev, stream, dst, data) },
+        CopyPath::Staged => unsafe { upload_staged(dev, stream, dst, data) },
     }
 }
 
@@ -93,7 +94,7 @@ impl<'a> InlineDma<'a> {
     }
 }
 
-impl PieceCopies for InlineDma<'_> {
+impl PieceUploads for InlineDma<'_> {
     unsafe fn queue(&mut self, stage: &PinnedBlock, at: usize, len: usize) -> Result<()> {
         debug_assert!(at + len <= self.len);
         // SAFETY: the trait's contract: bytes `at .. at + len` of the pinned block hold the
@@ -155,7 +156,7 @@ unsafe fn upload_staged(dev: &DeviceState, stream: &StreamObj, dst: u64, data: &
 /// allocation of `dev` as that contract says, and the pieces' ranges do not overlap.
 pub(super) unsafe fn upload_pieces(dev: &DeviceState, stream: &StreamObj, pieces: &[(u64, &[u8])]) -> Result<()> {
     let total = pieces.iter().map(|(_, d)| d.len()).sum::<usize>();
-    if copy_paths::upload_path(total) != UploadPath::Staged {
+    if copy_paths::upload_path(total) != CopyPath::Staged {
         for (dst, data) in pieces {
             // SAFETY: the caller's contract, piece by piece.
             unsafe { upload(dev, stream, *dst, data)? };
@@ -213,14 +214,80 @@ pub(super) unsafe fn upload_pieces(dev: &DeviceState, stream: &StreamObj, pieces
 /// now is done (a buffer ready on `stream` and freed after it). `dev`'s context is
 /// current on this thread.
 pub(super) unsafe fn download(dev: &DeviceState, stream: &StreamObj, src: u64, out: &mut [u8]) -> Result<()> {
-    if copy_paths::download_path(out.len()) == DownloadPath::Direct {
-        // SAFETY: `src` holds `out.len()` bytes ready on `stream` (the caller's contract);
-        // `out` is borrowed mutably for this call, which waits for the copy (synchronize
-        // below) before returning, so the DMA never outlives the borrow.
-        unsafe { result::memcpy_dtoh_async(&mut out[..], src, stream.raw.0) }
-            .map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"))?;
-        return stream.synchronize();
+    match copy_paths::download_path(out.len()) {
+        CopyPath::Direct => {
+            // SAFETY: `src` holds `out.len()` bytes ready on `stream` (the caller's contract);
+            // `out` is borrowed mutably for this call, which waits for the copy (synchronize
+            // below) before returning, so the DMA never outlives the borrow.
+            unsafe { result::memcpy_dtoh_async(&mut out[..], src, stream.raw.0) }
+                .map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"))?;
+            stream.synchronize()
+        }
+        CopyPath::Inline => {
+            // SAFETY: the caller's contract is `InlineDownload`'s: `src` has `out.len()`
+            // bytes ready on `stream` and allocated until its work is done.
+            let mut dma = unsafe { InlineDownload::new(dev, stream, src, out.len()) };
+            inline_copy::download_inline(out, &mut dma)
+        }
+        // SAFETY: the caller's contract, passed on.
+        CopyPath::Staged => unsafe { download_staged(dev, stream, src, out) },
     }
+}
+
+/// The inline path's DMAs of a download on the cuda backend: each piece of `src` into the
+/// same bytes of the pinned block, on the op's own stream, each with its event.
+struct InlineDownload<'a> {
+    dev: &'a DeviceState,
+    stream: &'a StreamObj,
+    src: u64,
+    len: usize,
+}
+
+impl<'a> InlineDownload<'a> {
+    /// # Safety
+    /// As [`download`] for `src` and `len` bytes: `src .. src + len` lies within a live
+    /// allocation of `dev`, written before this point of `stream`'s order and allocated
+    /// until `stream`'s work queued now is done; `dev`'s context is current.
+    unsafe fn new(dev: &'a DeviceState, stream: &'a StreamObj, src: u64, len: usize) -> Self {
+        InlineDownload { dev, stream, src, len }
+    }
+}
+
+impl PieceDownloads for InlineDownload<'_> {
+    unsafe fn queue(&mut self, stage: &PinnedBlock, at: usize, len: usize) -> Result<RawEvent> {
+        debug_assert!(at + len <= self.len);
+        // SAFETY: the trait's contract: bytes `at .. at + len` of the pinned block are this
+        // download's alone, unread and allocated until the event below has completed.
+        let landing = unsafe { std::slice::from_raw_parts_mut(stage.ptr().add(at), len) };
+        // `at + len` is at most the download's length (the trait's contract), so `src + at` has `len` bytes within the
+        // allocation `new`'s contract names, ready on `stream` and allocated until its work is done.
+        // SAFETY: the destination is page-locked pool memory that nothing else touches until this DMA's event
+        // completes (see above), so the DMA may write it after this call returns.
+        unsafe { result::memcpy_dtoh_async(landing, self.src + at as u64, self.stream.raw.0) }
+            .map_err(driver(self.dev.ordinal, "cuMemcpyDtoHAsync"))?;
+        let landed = EventObj::create(self.dev.ordinal, self.dev.ctx.cu_ctx(), false)?;
+        landed.record(self.stream)?;
+        Ok(RawEvent::Cuda(Arc::new(landed)))
+    }
+
+    fn sync(&mut self, event: &RawEvent) -> Result<()> {
+        match event {
+            RawEvent::Cuda(e) => e.synchronize(),
+            // Not one of `queue`'s events: wait for all of them.
+            RawEvent::Host(_) => self.stream.synchronize(),
+        }
+    }
+
+    fn wait(&mut self) -> Result<()> {
+        self.stream.synchronize()
+    }
+}
+
+/// [`download`] through the copy threads' pinned stages.
+///
+/// # Safety
+/// As [`download`].
+unsafe fn download_staged(dev: &DeviceState, stream: &StreamObj, src: u64, out: &mut [u8]) -> Result<()> {
     // The threads write disjoint chunks of `out`, so they share it as an address.
     let base = out.as_mut_ptr() as usize;
     staged(dev, stream, out.len(), &|lane: &mut Lane| {

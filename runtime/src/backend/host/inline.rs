@@ -1,5 +1,5 @@
 //! The inline staged upload as the host backend models it: the same pipeline as on the
-//! GPU (`copy_paths::upload_inline`: one block of the pinned pool, filled piece by piece
+//! GPU (`inline_copy::upload_inline`: one block of the pinned pool, filled piece by piece
 //! on the calling thread), with each piece's DMA a job on the simulated device's current
 //! stream that copies that piece of the block into the new buffer. The jobs run behind
 //! the host, as DMAs do, so the pool's rule (no reuse of a block before its event) is
@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use super::buffer::{HostBuffer, Span};
 use super::host;
-use super::streams::{current_stream, HostEvent, HostStream};
-use crate::backend::copy_paths::{self, PieceCopies};
+use super::streams::{current_stream, use_on_stream, HostEvent, HostStream};
 use crate::backend::hazard::{self, Kind, Region};
+use crate::backend::inline_copy::{self, PieceDownloads, PieceUploads};
 use crate::backend::pinned_pool::{InFlight, PinnedBlock};
 use crate::backend::{Buffer, RawEvent};
 use crate::device_id::DeviceId;
@@ -23,8 +23,17 @@ pub(super) fn upload(device: DeviceId, data: &[u8]) -> Result<Buffer> {
     let s = current_stream(device);
     let out = HostBuffer::alloc(host().account(device)?, data.len(), Some(Arc::clone(&s)))?;
     let mut dma = Pieces { s: &s, out: &out, booked: false };
-    copy_paths::upload_inline(data, &mut dma)?;
+    inline_copy::upload_inline(data, &mut dma)?;
     Ok(Buffer::Host(out))
+}
+
+/// `out.len()` bytes of the simulated device's buffer `src`, after its writer, into
+/// `out`, through the inline path.
+pub(super) fn download(src: &HostBuffer, out: &mut [u8]) -> Result<()> {
+    let s = current_stream(src.account.device);
+    use_on_stream(src, &s)?;
+    let mut dma = DownloadPieces { s: &s, src };
+    inline_copy::download_inline(out, &mut dma)
 }
 
 /// The DMAs of one inline upload: jobs on `s` that write pieces of `out`.
@@ -43,7 +52,7 @@ struct StagePiece {
     _keep: InFlight,
 }
 
-impl PieceCopies for Pieces<'_> {
+impl PieceUploads for Pieces<'_> {
     unsafe fn queue(&mut self, stage: &PinnedBlock, at: usize, len: usize) -> Result<()> {
         let region = || Region { track: stage.track(), device: DeviceId::Pinned, bytes: len, dtype: None };
         if !self.booked && hazard::enabled() {
@@ -81,5 +90,60 @@ impl PieceCopies for Pieces<'_> {
 
     fn wait(&mut self) -> Result<()> {
         self.s.synchronize()
+    }
+}
+
+/// The DMAs of one inline download: jobs on `s` that copy pieces of `src` into the block,
+/// each followed by an event.
+struct DownloadPieces<'a> {
+    s: &'a Arc<HostStream>,
+    src: &'a HostBuffer,
+}
+
+impl PieceDownloads for DownloadPieces<'_> {
+    unsafe fn queue(&mut self, stage: &PinnedBlock, at: usize, len: usize) -> Result<RawEvent> {
+        let region = Region { track: stage.track(), device: DeviceId::Pinned, bytes: len, dtype: None };
+        let to = StagePiece { addr: stage.ptr() as usize + at, len, _keep: stage.in_flight() };
+        let from: Span = self.src.span();
+        let uses = [(self.src.region(None), Kind::Read), (region, Kind::Write)];
+        self.s.launch(
+            "download",
+            &uses,
+            Box::new(move || {
+                // SAFETY: `to` is `len` bytes of the pinned block at offset `at`, which only this
+                // job touches until the event recorded after it has completed (the trait's
+                // contract), and stays allocated while `_keep` lives.
+                let landing = unsafe { std::slice::from_raw_parts_mut(to.addr as *mut u8, to.len) };
+                // SAFETY: `from` is the device buffer, written before this point of the
+                // stream (the download waited for its writer) and not written while the
+                // download's jobs run; `at + len` is at most its length (the contract).
+                let src = unsafe { from.bytes() };
+                landing.copy_from_slice(&src[at..at + len]);
+            }),
+        )?;
+        let landed = Arc::new(HostEvent::default());
+        landed.record(self.s)?;
+        Ok(RawEvent::Host(landed))
+    }
+
+    fn sync(&mut self, event: &RawEvent) -> Result<()> {
+        match event {
+            RawEvent::Host(e) => e.synchronize(),
+            // Not one of `queue`'s events: wait for all of them.
+            RawEvent::Cuda(_) => self.s.synchronize(),
+        }
+    }
+
+    fn wait(&mut self) -> Result<()> {
+        self.s.synchronize()
+    }
+
+    fn landed(&mut self, stage: &PinnedBlock) {
+        if hazard::enabled() {
+            // The host read every piece once its event completed (the checker does not
+            // tell the pieces apart: one booking, after the last event, stands for all).
+            let region = Region { track: stage.track(), device: DeviceId::Pinned, bytes: 1, dtype: None };
+            hazard::host_use(region, Kind::Read, "an inline download");
+        }
     }
 }

@@ -1,0 +1,650 @@
+//! The inline path of a copy between pageable host memory and a device: ONE block of
+//! the pinned pool, cut into pieces, on the calling thread and the op's stream (which
+//! copies take it: `copy_paths`). Both backends build on it: the cuda backend queues
+//! real DMAs (`cuda/staged.rs`), the host backend jobs on a simulated stream
+//! (`host/inline.rs`).
+//!
+//! An upload copies the source into the block piece by piece and queues each piece's
+//! DMA right after its copy, so the DMA of a piece overlaps the copy of the next; one
+//! event after the last DMA holds the block. A download queues every piece's DMA into the
+//! block at once, each with its event, and copies each piece out as soon as its event has
+//! completed, while the later DMAs run.
+//!
+//! The rule is the pinned pool's: the block comes from [`pinned::acquire`], which hands
+//! out a block only once every copy that used it has completed. An upload's block goes
+//! back held until the event after its last DMA ([`PinnedBlock::hold_until`]); if that
+//! event cannot be recorded the host waits for the stream, and if even that fails the
+//! block is retired. A download returns only once every DMA into its block has
+//! completed, or waits for the stream, or retires the block. Nothing here depends on a
+//! `Drop` of anything the caller holds.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use crate::backend::copy_paths::{inline_download_piece, inline_upload, MIN_PIECE};
+use crate::backend::copy_threads::{copy_threads, on_copiers};
+use crate::backend::pinned_pool::{self as pinned, PinnedBlock};
+use crate::backend::RawEvent;
+use crate::error::Result;
+
+/// What the inline upload needs of a backend: the DMA of one piece of the pinned block
+/// to the same bytes of the destination, queued in stream order, and the event after them.
+pub(crate) trait PieceUploads {
+    /// Queues the copy of bytes `at .. at + len` of `stage` to bytes `at .. at + len` of
+    /// the destination, after everything queued before on the destination's stream.
+    ///
+    /// # Safety
+    /// `at + len` is at most the length of the upload; those bytes of `stage` hold the
+    /// data now, and neither they nor the rest of `stage` are written, reused or freed
+    /// until the event [`PieceUploads::mark`] records next has completed (or
+    /// [`PieceUploads::wait`] has returned `Ok`).
+    unsafe fn queue(&mut self, stage: &PinnedBlock, at: usize, len: usize) -> Result<()>;
+
+    /// Records an event after every copy queued so far, and returns it.
+    fn mark(&mut self) -> Result<RawEvent>;
+
+    /// Waits on the host until every copy queued so far has completed.
+    fn wait(&mut self) -> Result<()>;
+}
+
+/// Uploads `data` through one block of the pinned pool: the data is copied into the
+/// block piece by piece (by the calling thread, and by `helpers` pool threads when the
+/// knob says so), and each piece's copy is queued through `dma` as soon as the piece is
+/// in the block, in order, from the calling thread. `data` may be dropped or changed
+/// when this returns; the block goes back to the pool held until the copies' event.
+pub(crate) fn upload_inline<Q: PieceUploads + Send>(data: &[u8], dma: &mut Q) -> Result<()> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    let knobs = inline_upload();
+    let piece = knobs.piece.max(MIN_PIECE);
+    // `acquire` hands out a block only once every copy that used it has completed, and
+    // no one else holds it: the block is this call's alone until it is dropped below.
+    let stage = pinned::acquire(data.len())?;
+    let plan = Plan::new(data, &stage, piece, knobs.nontemporal);
+    let mut held = Held { stage: &stage, dma, queued: false, settled: false };
+    let helpers = knobs.helpers.min(copy_threads().saturating_sub(1)).min(plan.count.saturating_sub(1));
+    let copied = if helpers == 0 {
+        plan.lead(&mut held)
+    } else {
+        // The calling thread leads (copies and queues every DMA); the helpers only copy.
+        let lead = Mutex::new(&mut held);
+        let copied = on_copiers(1 + helpers, &|part| {
+            if part == 0 {
+                let mut h = lead.lock().unwrap_or_else(|p| p.into_inner());
+                plan.lead(&mut h)
+            } else {
+                while plan.copy_next() {}
+                Ok(())
+            }
+        });
+        drop(lead);
+        copied
+    };
+    // Every helper has returned (`on_copiers` waits for all parts): no one writes the
+    // block any more; it is handed back below, held until the DMAs that read it are done.
+    held.settle(copied)
+}
+
+/// One inline upload's pieces, which the calling thread and its helpers claim in order.
+struct Plan<'a> {
+    src: &'a [u8],
+    /// The block's address, shared with the helper threads.
+    stage: usize,
+    piece: usize,
+    count: usize,
+    nontemporal: bool,
+    /// The next piece to claim.
+    next: AtomicUsize,
+    /// Which pieces are in the block.
+    ready: Vec<AtomicBool>,
+    /// Set when the lead failed: the helpers stop claiming.
+    stop: AtomicBool,
+}
+
+impl<'a> Plan<'a> {
+    fn new(src: &'a [u8], stage: &PinnedBlock, piece: usize, nontemporal: bool) -> Self {
+        let count = src.len().div_ceil(piece);
+        Plan {
+            src,
+            stage: stage.ptr() as usize,
+            piece,
+            count,
+            nontemporal,
+            next: AtomicUsize::new(0),
+            ready: (0..count).map(|_| AtomicBool::new(false)).collect(),
+            stop: AtomicBool::new(false),
+        }
+    }
+
+    /// Bytes `at .. at + len` of piece `i`.
+    fn range(&self, i: usize) -> (usize, usize) {
+        let at = i * self.piece;
+        (at, self.piece.min(self.src.len() - at))
+    }
+
+    /// Claims the next piece and copies it into the block; `false` when none is left.
+    fn copy_next(&self) -> bool {
+        if self.stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        if i >= self.count {
+            return false;
+        }
+        let (at, len) = self.range(i);
+        let (dst, src) = ((self.stage + at) as *mut u8, self.src[at..at + len].as_ptr());
+        if self.nontemporal {
+            // SAFETY: the block holds at least `src.len()` bytes (acquired for them), so
+            // `at .. at + len` lies within it and within the source; piece `i` is claimed
+            // by this thread alone, no DMA reads it before it is marked ready below, and
+            // the block is pool memory, not the source.
+            unsafe { stream_copy(dst, src, len) };
+        } else {
+            // SAFETY: as above.
+            unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
+        }
+        self.ready[i].store(true, Ordering::Release);
+        true
+    }
+
+    /// The calling thread's part: for each piece in order, once it is in the block
+    /// (copied here, or by a helper), queues its DMA. On an error the helpers stop.
+    fn lead<Q: PieceUploads>(&self, held: &mut Held<'_, Q>) -> Result<()> {
+        let done = self.lead_pieces(held);
+        if done.is_err() {
+            self.stop.store(true, Ordering::Relaxed);
+        }
+        done
+    }
+
+    fn lead_pieces<Q: PieceUploads>(&self, held: &mut Held<'_, Q>) -> Result<()> {
+        for i in 0..self.count {
+            let mut spins = 0u32;
+            while !self.ready[i].load(Ordering::Acquire) {
+                // A piece still unclaimed is copied here; otherwise a helper is copying
+                // piece `i` right now.
+                if !self.copy_next() {
+                    spins += 1;
+                    if spins < 64 {
+                        std::hint::spin_loop();
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+            }
+            let (at, len) = self.range(i);
+            held.queued = true;
+            // SAFETY: `at + len <= src.len()`; piece `i` is in the block (its ready flag,
+            // stored after the copy, was read with Acquire) and no thread writes it again
+            // (each piece is claimed once). The block is neither written, reused nor freed
+            // before the event `Held::settle` records after the last DMA: it goes back to
+            // the pool held until that event, or is retired.
+            unsafe { held.dma.queue(held.stage, at, len)? };
+        }
+        Ok(())
+    }
+}
+
+/// The block of an inline upload while its DMAs may be queued: settling it records the
+/// event that holds it, or waits, or retires it.
+struct Held<'a, Q: PieceUploads> {
+    stage: &'a PinnedBlock,
+    dma: &'a mut Q,
+    /// Whether a DMA may have been queued (set just before each queue call).
+    queued: bool,
+    settled: bool,
+}
+
+impl<Q: PieceUploads> Held<'_, Q> {
+    /// Holds the block until the DMAs queued so far are done; returns `copied`, or the
+    /// error that kept the end of the DMAs from being marked.
+    fn settle(mut self, copied: Result<()>) -> Result<()> {
+        self.settled = true;
+        if !self.queued {
+            return copied;
+        }
+        match self.dma.mark() {
+            Ok(event) => {
+                self.stage.hold_until(event);
+                copied
+            }
+            Err(e) => {
+                // The DMAs' end is unmarked: wait for them, or never reuse the block.
+                if self.dma.wait().is_err() {
+                    self.stage.retire();
+                }
+                copied.and(Err(e))
+            }
+        }
+    }
+}
+
+impl<Q: PieceUploads> Drop for Held<'_, Q> {
+    fn drop(&mut self) {
+        // Only reached unsettled by a panic between a queue and `settle`: the block must
+        // still not go back while a DMA may read it.
+        if !self.settled && self.queued && self.dma.wait().is_err() {
+            self.stage.retire();
+        }
+    }
+}
+
+/// What the inline download needs of a backend: the DMA of one piece of the source into
+/// the same bytes of the pinned block, with an event after it, and waits for them.
+pub(crate) trait PieceDownloads {
+    /// Queues the copy of bytes `at .. at + len` of the source to bytes `at .. at + len`
+    /// of `stage`, after everything queued before on the source's stream, and an event
+    /// after it; returns that event.
+    ///
+    /// # Safety
+    /// `at + len` is at most the length of the download, and those bytes of `stage` are
+    /// neither read nor written by anything else, nor is `stage` reused or freed, until
+    /// that event has completed (or [`PieceDownloads::wait`] has returned `Ok`).
+    unsafe fn queue(&mut self, stage: &PinnedBlock, at: usize, len: usize) -> Result<RawEvent>;
+
+    /// Waits on the host until `event`, returned by [`PieceDownloads::queue`], has
+    /// completed.
+    fn sync(&mut self, event: &RawEvent) -> Result<()>;
+
+    /// Waits on the host until every copy queued so far has completed.
+    fn wait(&mut self) -> Result<()>;
+
+    /// Called once every piece is in `out`: the host has read all of `stage`.
+    fn landed(&mut self, _stage: &PinnedBlock) {}
+}
+
+/// Downloads into `out` through one block of the pinned pool: every piece's DMA is
+/// queued at once, and each piece is copied out as soon as its event has completed.
+/// Returns once `out` holds the data and no DMA uses the block any more.
+pub(crate) fn download_inline<Q: PieceDownloads>(out: &mut [u8], dma: &mut Q) -> Result<()> {
+    if out.is_empty() {
+        return Ok(());
+    }
+    let piece = inline_download_piece().max(MIN_PIECE);
+    // `acquire` hands out a block only once every copy that used it has completed, and
+    // no one else holds it: the block is this call's alone until it is dropped below.
+    let stage = pinned::acquire(out.len())?;
+    let mut settle = Settle { stage: &stage, dma, done: false };
+    let landed = land(out, piece, &mut settle);
+    if landed.is_ok() {
+        // Every event has completed: no DMA uses the block, which goes back idle.
+        settle.done = true;
+        settle.dma.landed(&stage);
+    }
+    landed
+}
+
+/// Queues every piece's DMA, then copies each piece out once its event has completed.
+fn land<Q: PieceDownloads>(out: &mut [u8], piece: usize, settle: &mut Settle<'_, Q>) -> Result<()> {
+    let total = out.len();
+    let count = total.div_ceil(piece);
+    let range = |i: usize| (i * piece, piece.min(total - i * piece));
+    let mut events = Vec::with_capacity(count);
+    for i in 0..count {
+        let (at, len) = range(i);
+        // SAFETY: `at + len <= out.len()`, the length of the download. The block is this
+        // call's alone (from `acquire`), read only below after the piece's event has
+        // completed, and goes back only once every event has (or after `Settle` waited
+        // for the stream, or retired it).
+        events.push(unsafe { settle.dma.queue(settle.stage, at, len)? });
+    }
+    for (i, event) in events.iter().enumerate() {
+        settle.dma.sync(event)?;
+        let (at, len) = range(i);
+        // SAFETY: the piece's DMA has completed (its event, synced just above), so bytes
+        // `at .. at + len` of the block hold it and nothing writes them any more; they lie
+        // within the block (acquired for `out.len()` bytes) and within `out`, which is
+        // not pool memory.
+        let landed = unsafe { std::slice::from_raw_parts(settle.stage.ptr().add(at), len) };
+        out[at..at + len].copy_from_slice(landed);
+    }
+    Ok(())
+}
+
+/// The block of an inline download until its DMAs are known to be done: if the download
+/// stops early, the host waits for the stream, or the block is retired.
+struct Settle<'a, Q: PieceDownloads> {
+    stage: &'a PinnedBlock,
+    dma: &'a mut Q,
+    done: bool,
+}
+
+impl<Q: PieceDownloads> Drop for Settle<'_, Q> {
+    fn drop(&mut self) {
+        // A piece's DMA may still be queued (an error, or a panic, stopped the download).
+        if !self.done && self.dma.wait().is_err() {
+            self.stage.retire();
+        }
+    }
+}
+
+/// Copies `len` bytes with non-temporal stores where the CPU has them: the destination
+/// is not read first and not kept in cache, which saves a third of the memory traffic
+/// of a plain copy (these copies are bound by memory bandwidth, not by the CPU).
+///
+/// # Safety
+/// `src` and `dst` are valid for `len` bytes and do not overlap.
+pub(crate) unsafe fn stream_copy(dst: *mut u8, src: *const u8, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+        // Align the destination to 16 bytes with a plain copy of the head.
+        let head = dst.align_offset(16).min(len);
+        // SAFETY: `head <= len`, so both ranges are within the caller's valid,
+        // non-overlapping `len` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, head) };
+        let body = (len - head) / 16;
+        // SAFETY: `head <= len`: both offsets stay within (or one past) the `len` bytes.
+        let (s, d) = unsafe { (src.add(head), dst.add(head)) };
+        for i in 0..body {
+            // SAFETY: `head + i * 16 + 16 <= head + body * 16 <= len`, so the 16 bytes read and written lie within
+            // `src` and `dst`; `d + i * 16` is 16-byte aligned (`d` was aligned above), as `_mm_stream_si128` requires,
+            // and the load is unaligned-tolerant. SSE2 is part of x86_64, so these need no feature check.
+            unsafe {
+                let v = _mm_loadu_si128(s.add(i * 16) as *const __m128i);
+                _mm_stream_si128(d.add(i * 16) as *mut __m128i, v);
+            }
+        }
+        // SAFETY: a store fence has no memory operands; SSE is part of x86_64. It orders the
+        // non-temporal stores above before whatever the caller does next.
+        unsafe { _mm_sfence() };
+        let done = head + body * 16;
+        // SAFETY: `done <= len`: the remaining `len - done` bytes of both ranges.
+        unsafe { std::ptr::copy_nonoverlapping(src.add(done), dst.add(done), len - done) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: the caller's contract: both valid for `len` bytes, not overlapping.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src, dst, len)
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend;
+    use crate::backend::copy_paths::tests::knobs;
+    use crate::backend::copy_paths::{set_inline_download_piece, set_inline_upload, InlineUpload, INLINE_UPLOAD};
+    use crate::device_id::DeviceId;
+    use crate::error::Error;
+
+    /// Copies as a backend would queue them, checking each piece is in the block when
+    /// its copy is queued; it fails where told to.
+    struct Mock<'a> {
+        data: &'a [u8],
+        queued: Vec<(usize, usize)>,
+        fail_at: Option<usize>,
+        mark_fails: bool,
+        wait_fails: bool,
+        marks: usize,
+        waits: usize,
+        stage: usize,
+    }
+
+    impl<'a> Mock<'a> {
+        fn new(data: &'a [u8]) -> Self {
+            Mock {
+                data,
+                queued: Vec::new(),
+                fail_at: None,
+                mark_fails: false,
+                wait_fails: false,
+                marks: 0,
+                waits: 0,
+                stage: 0,
+            }
+        }
+    }
+
+    fn failed(what: &str) -> Error {
+        Error::InvalidArgument { op: "mock", reason: what.into() }
+    }
+
+    impl PieceUploads for Mock<'_> {
+        unsafe fn queue(&mut self, stage: &PinnedBlock, at: usize, len: usize) -> Result<()> {
+            assert_eq!(self.marks, 0, "a copy queued after the mark");
+            self.stage = stage.ptr() as usize;
+            if self.fail_at == Some(self.queued.len()) {
+                return Err(failed("queue"));
+            }
+            // SAFETY: the trait's contract: bytes `at .. at + len` of the block hold the
+            // piece now (what this checks) and no one writes them meanwhile.
+            let piece = unsafe { std::slice::from_raw_parts(stage.ptr().add(at), len) };
+            assert!(piece == &self.data[at..at + len], "piece at {at} ({len} bytes) queued before it was copied");
+            self.queued.push((at, len));
+            Ok(())
+        }
+
+        fn mark(&mut self) -> Result<RawEvent> {
+            self.marks += 1;
+            if self.mark_fails {
+                return Err(failed("mark"));
+            }
+            backend::selected()?.new_event(DeviceId::Cuda(0), false)
+        }
+
+        fn wait(&mut self) -> Result<()> {
+            self.waits += 1;
+            if self.wait_fails {
+                Err(failed("wait"))
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    fn pattern(len: usize, seed: usize) -> Vec<u8> {
+        (0..len).map(|i| ((i * 31 + seed) % 251) as u8).collect()
+    }
+
+    #[test]
+    fn every_piece_is_queued_in_order_right_after_it_is_in_the_block() -> Result<()> {
+        let _k = knobs();
+        let cases = [1, 4095, 4096, 4097, (64 << 10) + 3, (256 << 10) - 1, 256 << 10, (256 << 10) + 1, (1 << 20) + 77];
+        for (seed, &len) in cases.iter().enumerate() {
+            let data = pattern(len, seed);
+            for piece in [1, 4096, 64 << 10, 256 << 10] {
+                for helpers in [0, 1, 3] {
+                    for nontemporal in [true, false] {
+                        set_inline_upload(InlineUpload { piece, helpers, nontemporal });
+                        let mut dma = Mock::new(&data);
+                        let done = upload_inline(&data, &mut dma);
+                        set_inline_upload(INLINE_UPLOAD);
+                        done?;
+                        let piece = piece.max(MIN_PIECE);
+                        let want: Vec<(usize, usize)> =
+                            (0..len.div_ceil(piece)).map(|i| (i * piece, piece.min(len - i * piece))).collect();
+                        assert_eq!(dma.queued, want, "{len} bytes in pieces of {piece}, {helpers} helpers");
+                        assert_eq!((dma.marks, dma.waits), (1, 0), "one event after the last piece");
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn nothing_to_upload_takes_no_block_and_marks_nothing() -> Result<()> {
+        let mut dma = Mock::new(&[]);
+        upload_inline(&[], &mut dma)?;
+        assert_eq!((dma.queued.len(), dma.marks, dma.waits), (0, 0, 0));
+        Ok(())
+    }
+
+    #[test]
+    fn a_failed_copy_stops_the_pieces_and_still_marks_those_queued() {
+        let _k = knobs();
+        let data = pattern(1 << 20, 7);
+        for helpers in [0, 2] {
+            for fail_at in [0, 2] {
+                set_inline_upload(InlineUpload { helpers, ..INLINE_UPLOAD });
+                let mut dma = Mock::new(&data);
+                dma.fail_at = Some(fail_at);
+                let done = upload_inline(&data, &mut dma);
+                set_inline_upload(INLINE_UPLOAD);
+                assert!(matches!(done, Err(Error::InvalidArgument { op: "mock", .. })), "{done:?}");
+                assert_eq!(dma.queued.len(), fail_at, "no piece after the failed one");
+                // Even the failed call may have queued its DMA: the block is held.
+                assert_eq!((dma.marks, dma.waits), (1, 0));
+            }
+        }
+    }
+
+    #[test]
+    fn an_unmarked_copy_is_waited_for_and_its_block_retired_when_that_fails_too() -> Result<()> {
+        let _k = knobs();
+        // A bin nothing else in these tests uses (4 MiB).
+        let data = pattern((3 << 20) + 5, 3);
+        let mut dma = Mock::new(&data);
+        dma.mark_fails = true;
+        let done = upload_inline(&data, &mut dma);
+        assert!(matches!(done, Err(Error::InvalidArgument { reason, .. }) if reason == "mark"));
+        assert_eq!((dma.marks, dma.waits), (1, 1), "the host waited for the unmarked copies");
+
+        let mut dma = Mock::new(&data);
+        dma.mark_fails = true;
+        dma.wait_fails = true;
+        assert!(upload_inline(&data, &mut dma).is_err());
+        assert_eq!((dma.marks, dma.waits), (1, 1));
+        // Retired: the pool never hands that block out again.
+        let again: Vec<PinnedBlock> = (0..8).map(|_| pinned::acquire(data.len())).collect::<Result<_>>()?;
+        assert!(again.iter().all(|b| b.ptr() as usize != dma.stage), "a block whose copy may run was reused");
+        Ok(())
+    }
+
+    /// DMAs of a download as a backend would queue them: a piece lands in the block only
+    /// when its event is synced (the latest a real DMA may land), so copying a piece out
+    /// early reads the wrong bytes; it fails where told to.
+    struct Landing<'a> {
+        data: &'a [u8],
+        queued: Vec<(usize, usize)>,
+        synced: usize,
+        fail_queue_at: Option<usize>,
+        fail_sync_at: Option<usize>,
+        wait_fails: bool,
+        waits: usize,
+        landed: usize,
+        stage: usize,
+    }
+
+    impl<'a> Landing<'a> {
+        fn new(data: &'a [u8]) -> Self {
+            Landing {
+                data,
+                queued: Vec::new(),
+                synced: 0,
+                fail_queue_at: None,
+                fail_sync_at: None,
+                wait_fails: false,
+                waits: 0,
+                landed: 0,
+                stage: 0,
+            }
+        }
+    }
+
+    impl PieceDownloads for Landing<'_> {
+        unsafe fn queue(&mut self, stage: &PinnedBlock, at: usize, len: usize) -> Result<RawEvent> {
+            self.stage = stage.ptr() as usize;
+            if self.fail_queue_at == Some(self.queued.len()) {
+                return Err(failed("queue"));
+            }
+            assert_eq!(self.synced, 0, "a DMA queued after the host began waiting");
+            self.queued.push((at, len));
+            backend::selected()?.new_event(DeviceId::Cuda(0), false)
+        }
+
+        fn sync(&mut self, _event: &RawEvent) -> Result<()> {
+            if self.fail_sync_at == Some(self.synced) {
+                return Err(failed("sync"));
+            }
+            let (at, len) = self.queued[self.synced];
+            // SAFETY: `at .. at + len` lies within the block (the trait's contract) and the
+            // host reads it only once this returns: the DMA's write.
+            let landing = unsafe { std::slice::from_raw_parts_mut((self.stage + at) as *mut u8, len) };
+            landing.copy_from_slice(&self.data[at..at + len]);
+            self.synced += 1;
+            Ok(())
+        }
+
+        fn wait(&mut self) -> Result<()> {
+            self.waits += 1;
+            if self.wait_fails {
+                Err(failed("wait"))
+            } else {
+                Ok(())
+            }
+        }
+
+        fn landed(&mut self, _stage: &PinnedBlock) {
+            self.landed += 1;
+        }
+    }
+
+    #[test]
+    fn every_piece_is_queued_at_once_and_copied_out_once_it_has_landed() -> Result<()> {
+        let _k = knobs();
+        for (seed, len) in [1, 4095, 4097, (256 << 10) + 1, (1 << 20) + 77].into_iter().enumerate() {
+            let data = pattern(len, seed);
+            for piece in [1, 4096, 64 << 10, 256 << 10] {
+                set_inline_download_piece(piece);
+                let mut dma = Landing::new(&data);
+                let mut out = vec![0u8; len];
+                download_inline(&mut out, &mut dma)?;
+                assert!(out == data, "{len} bytes in pieces of {piece}: the bytes differ");
+                let piece = piece.max(MIN_PIECE);
+                let want: Vec<(usize, usize)> =
+                    (0..len.div_ceil(piece)).map(|i| (i * piece, piece.min(len - i * piece))).collect();
+                assert_eq!(dma.queued, want);
+                assert_eq!((dma.synced, dma.waits, dma.landed), (want.len(), 0, 1));
+            }
+        }
+        let mut dma = Landing::new(&[]);
+        download_inline(&mut [], &mut dma)?;
+        assert_eq!((dma.queued.len(), dma.landed), (0, 0), "nothing to download takes no block");
+        Ok(())
+    }
+
+    #[test]
+    fn a_download_that_stops_early_waits_for_its_dmas_or_retires_the_block() -> Result<()> {
+        let _k = knobs();
+        let data = pattern((1 << 20) + 5, 9);
+        let mut out = vec![0u8; data.len()];
+        let mut dma = Landing::new(&data);
+        dma.fail_queue_at = Some(2);
+        assert!(download_inline(&mut out, &mut dma).is_err());
+        assert_eq!((dma.queued.len(), dma.waits, dma.landed), (2, 1, 0), "the queued DMAs are waited for");
+
+        let mut dma = Landing::new(&data);
+        dma.fail_sync_at = Some(1);
+        assert!(download_inline(&mut out, &mut dma).is_err());
+        assert_eq!((dma.synced, dma.waits, dma.landed), (1, 1, 0));
+        assert!(out[..256 << 10] == data[..256 << 10], "the piece that landed was copied out");
+
+        // A bin nothing else in these tests uses (8 MiB): retired, never handed out again.
+        let data = pattern((5 << 20) + 1, 4);
+        let mut out = vec![0u8; data.len()];
+        let mut dma = Landing::new(&data);
+        dma.fail_sync_at = Some(0);
+        dma.wait_fails = true;
+        assert!(download_inline(&mut out, &mut dma).is_err());
+        let again: Vec<PinnedBlock> = (0..8).map(|_| pinned::acquire(data.len())).collect::<Result<_>>()?;
+        assert!(again.iter().all(|b| b.ptr() as usize != dma.stage), "a block a DMA may still write was reused");
+        Ok(())
+    }
+
+    #[test]
+    fn stream_copy_is_exact_at_any_length_and_alignment() {
+        let src: Vec<u8> = (0..(1 << 20) + 77).map(|i| (i * 31 % 253) as u8).collect();
+        for (off, len) in [(0, 0), (1, 15), (3, 4099), (7, 1 << 19), (0, (1 << 20) + 77)] {
+            let len = len.min(src.len() - off);
+            let mut dst = vec![0u8; len + 16];
+            let at = off % 16;
+            // SAFETY: `dst[at..]` has `len + 16 - at >= len` bytes and `src[off..]` has at
+            // least `len` (clamped above); two distinct vectors.
+            unsafe { stream_copy(dst[at..].as_mut_ptr(), src[off..].as_ptr(), len) };
+            assert_eq!(&dst[at..at + len], &src[off..off + len], "offset {off}, length {len}");
+        }
+    }
+}
