@@ -69,7 +69,7 @@ pub(crate) fn upload_inline<Q: PieceUploads + Send>(data: &[u8], dma: &mut Q) ->
     } else {
         // The calling thread leads (copies and queues every DMA); the helpers only copy.
         let lead = Mutex::new(&mut held);
-        let copied = on_copiers(1 + helpers, &|part| {
+        on_copiers(1 + helpers, &|part| {
             if part == 0 {
                 let mut h = lead.lock().unwrap_or_else(|p| p.into_inner());
                 plan.lead(&mut h)
@@ -77,9 +77,7 @@ pub(crate) fn upload_inline<Q: PieceUploads + Send>(data: &[u8], dma: &mut Q) ->
                 while plan.copy_next() {}
                 Ok(())
             }
-        });
-        drop(lead);
-        copied
+        })
     };
     // Every helper has returned (`on_copiers` waits for all parts): no one writes the
     // block any more; it is handed back below, held until the DMAs that read it are done.

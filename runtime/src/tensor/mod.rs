@@ -129,12 +129,12 @@ impl<D: Device, T: Element> Tensor<D, T> {
 
     /// The elements in row-major order, copied to the host.
     ///
-    /// From a device this is a download into a new `Vec`, by the same path as
-    /// [`Tensor::to`]`::<Cpu>()` of the same size: below the download threshold (4 MiB
-    /// unless the GPU bench's `d2h_pageable_{direct,staged}_*` rows set it otherwise) one
-    /// copy that the driver stages, from it the copy threads through pinned stages. Going
-    /// through a cached host block first would not help: the `Vec`'s pages are written
-    /// once either way, and the detour adds a copy (docs/DESIGN.md, section 5).
+    /// From a device this is a download straight into a new `Vec`, by the same path as
+    /// [`Tensor::to`]`::<Cpu>()` and [`Tensor::item`] of the same size: below 4 MiB one
+    /// copy that the driver stages, from 4 MiB the copy threads through pinned stages
+    /// (thresholds chosen from the GPU bench's `d2h_pageable_*` rows; docs/DESIGN.md,
+    /// section 5). Going through a cached host block first would not help: the `Vec`'s
+    /// pages are written once either way, and the detour adds a copy.
     ///
     /// ```
     /// # extern crate locus_runtime as locus;
