@@ -236,6 +236,16 @@ def large_ops():
     row("large_add_1GiB_bf16", gbs(3 * by, gpu_time(lambda: a + b)), "GB/s", "a + b, bfloat16")
 
 
+def softmax():
+    n = 8192
+    x = torch.rand(n, n, device=dev)
+    t = gpu_time(lambda: torch.softmax(x, dim=-1))
+    row("softmax_8192x8192_f32", gbs(2 * n * n * 4, t), "GB/s", "torch.softmax(x, dim=-1)")
+    x = torch.rand(n, n, device=dev, dtype=torch.bfloat16)
+    t = gpu_time(lambda: torch.softmax(x, dim=-1))
+    row("softmax_8192x8192_bf16", gbs(2 * n * n * 2, t), "GB/s", "torch.softmax(x, dim=-1), bfloat16")
+
+
 def matmul():
     torch.backends.cuda.matmul.allow_tf32 = False
     n = 4096
@@ -394,6 +404,7 @@ if __name__ == "__main__":
     small_ops()
     graph_chain20()
     large_ops()
+    softmax()
     matmul()
     guard()
     data_parallel()

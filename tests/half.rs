@@ -58,7 +58,8 @@ fn check_binary<T: Element + Float>(name: &str) -> locus::Result<()> {
     let b: Vec<T> = a.iter().rev().copied().collect();
     let (ga, gb) = (Tensor::<G, T>::from_slice(&a, [a.len()])?, Tensor::<G, T>::from_slice(&b, [b.len()])?);
     let (ca, cb) = (ga.to::<Cpu>()?, gb.to::<Cpu>()?);
-    let ops: [(&str, fn(f32, f32) -> f32); 4] =
+    type F32Op = fn(f32, f32) -> f32;
+    let ops: [(&str, F32Op); 4] =
         [("add", |x, y| x + y), ("sub", |x, y| x - y), ("mul", |x, y| x * y), ("div", |x, y| x / y)];
     for (op, f) in ops {
         let want: Vec<T> = a.iter().zip(&b).map(|(&x, &y)| f32_op(x, y, f)).collect();
@@ -109,19 +110,7 @@ fn check_unary<T: Float>(name: &str, mantissa: i32) -> locus::Result<()> {
         same(&t.abs()?.to_vec()?, &map(f32::abs), &format!("{name} abs"));
         same(&t.square()?.to_vec()?, &map(|x| x * x), &format!("{name} square"));
         let (lo, hi) = (T::from_f64(-2.0), T::from_f64(3.5));
-        same(
-            &t.clamp(lo, hi)?.to_vec()?,
-            &map(|x| {
-                if x < -2.0 {
-                    -2.0
-                } else if x > 3.5 {
-                    3.5
-                } else {
-                    x
-                }
-            }),
-            "clamp",
-        );
+        same(&t.clamp(lo, hi)?.to_vec()?, &map(|x| x.clamp(-2.0, 3.5)), "clamp");
         close(&t.exp()?.to_vec()?, &map(f32::exp), mantissa, 1.0, &format!("{name} exp"));
         close(&t.sqrt()?.to_vec()?, &map(f32::sqrt), mantissa, 1.0, &format!("{name} sqrt"));
         close(&t.pow(T::from_f64(1.5))?.to_vec()?, &map(|x| x.powf(1.5)), mantissa, 1.0, &format!("{name} pow"));

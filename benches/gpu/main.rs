@@ -317,6 +317,20 @@ fn a_bf16(seed: u64) -> Tensor<G, locus::bf16> {
     Tensor::<G, locus::bf16>::rand([GIB / 2], seed).unwrap()
 }
 
+/// Softmax over the last dim of `[8192, 8192]` f32 and bf16 (a row per block, kept in registers): GB/s
+/// of the one read and one write, as the memory-bound op it is.
+fn softmax() {
+    let n = 8192;
+    let x = Tensor::<G>::rand([n, n], 3).unwrap();
+    let bytes = 2.0 * (n * n * 4) as f64;
+    let t = gpu_time(|| drop(x.softmax(1).unwrap()));
+    row("softmax_8192x8192_f32", &gbs(bytes, &t), "GB/s", "f32 softmax over the last dim, 1 read + 1 write");
+    drop(x);
+    let x = Tensor::<G, locus::bf16>::rand([n, n], 4).unwrap();
+    let t = gpu_time(|| drop(x.softmax(1).unwrap()));
+    row("softmax_8192x8192_bf16", &gbs(bytes / 2.0, &t), "GB/s", "bf16 softmax over the last dim (f32 inside)");
+}
+
 fn matmul() {
     let n = 4096;
     let a = Tensor::<G>::rand([n, n], 1).unwrap();
@@ -517,6 +531,7 @@ fn main() {
     small_ops();
     graph::chain20();
     large_ops();
+    softmax();
     matmul();
     guard();
     pool_steady_state();

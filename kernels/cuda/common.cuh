@@ -120,3 +120,13 @@ template <> struct Acc<bf16> { typedef float type; };
 template <> struct Acc<f16> { typedef float type; };
 template <typename T> __device__ __forceinline__ typename Acc<T>::type to_acc(T v) { return (typename Acc<T>::type)v; }
 template <typename T> __device__ __forceinline__ T from_acc(typename Acc<T>::type v) { return (T)v; }
+
+// Records index `value`, found at position `at` of an index list, as out of range in
+// `err`, an all-ones word before the launch that the host reads after it: the lowest
+// position wins, so the host reports the first bad index, as the host backend does. The
+// position goes in the high half (positions past 2^32 - 2 share the top value), the
+// index's bits in the low half.
+__device__ __forceinline__ void report_index(u64* err, u64 at, i32 value) {
+    const u64 pos = at < 0xffffffffull ? at : 0xfffffffeull;
+    atomicMin(err, (pos << 32) | (u64)(unsigned)value);
+}

@@ -3,7 +3,8 @@
 //! once per device for that device's architecture.
 //!
 //! Kernel names follow `{op}_{variant}_{dtype}` (`add_same_f32`, `sum_partial_i32`) or
-//! `{op}_{dtype}` (`relu_f64`, `fill_u8`), with dtype one of `f32`, `f64`, `i32`, `u8`.
+//! `{op}_{dtype}` (`relu_f64`, `fill_u8`), with dtype one of `f32`, `f64`, `i32`, `u8`;
+//! copies that move bytes whatever the type are named by width (`index_select_rows_w16`).
 
 /// Definitions every source uses; prepended to each source before compiling.
 pub const COMMON: &str = include_str!("../cuda/common.cuh");
@@ -21,11 +22,18 @@ pub enum Source {
     Matrix,
     /// `fill_{T}`, `arange_{T}`, `rand_{f32,f64}`.
     Init,
+    /// `{softmax,log_softmax}_{warp4,warp32,vec,block,loop,cols}_{T}` and
+    /// `nll_{warp,block}_{T}` (cross-entropy's per-row loss), float `T`.
+    Softmax,
+    /// `index_select_{rows,flat}_w{1,2,4,8,16}` (per width in bytes, not per type) and
+    /// `index_check`.
+    Gather,
 }
 
 impl Source {
     /// Every source.
-    pub const ALL: [Source; 4] = [Source::Elementwise, Source::Reduce, Source::Matrix, Source::Init];
+    pub const ALL: [Source; 6] =
+        [Source::Elementwise, Source::Reduce, Source::Matrix, Source::Init, Source::Softmax, Source::Gather];
 
     /// The file name under `kernels/cuda/`.
     pub const fn file(self) -> &'static str {
@@ -34,6 +42,8 @@ impl Source {
             Source::Reduce => "reduce.cu",
             Source::Matrix => "matrix.cu",
             Source::Init => "init.cu",
+            Source::Softmax => "softmax.cu",
+            Source::Gather => "gather.cu",
         }
     }
 
@@ -44,6 +54,8 @@ impl Source {
             Source::Reduce => include_str!("../cuda/reduce.cu"),
             Source::Matrix => include_str!("../cuda/matrix.cu"),
             Source::Init => include_str!("../cuda/init.cu"),
+            Source::Softmax => include_str!("../cuda/softmax.cu"),
+            Source::Gather => include_str!("../cuda/gather.cu"),
         }
     }
 

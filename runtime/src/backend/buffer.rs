@@ -6,7 +6,7 @@
 use super::capture;
 use super::cuda::CudaBuffer;
 use super::traits::BackendStorage;
-use super::{BinaryOp, Blocks, Gemm, HostBuffer, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp};
+use super::{BinaryOp, Blocks, Gather, Gemm, HostBuffer, ParamOp, RawEvent, RawStream, ReduceOp, SoftmaxOp, UnaryOp};
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
@@ -30,6 +30,10 @@ enum Many<'a> {
     Host(&'a HostBuffer, Vec<&'a HostBuffer>),
     Cuda(&'a CudaBuffer, Vec<&'a CudaBuffer>),
 }
+
+/// Why an op that checks its indices on the device cannot be captured.
+const INDEX_CHECK: &str = "it reads back whether an index was out of range, which waits on the host; \
+     run it outside the capture";
 
 /// Why a host read cannot be captured.
 const HOST_READ: &str = "nothing runs while a graph is captured, so there is nothing to read yet; \
@@ -259,6 +263,32 @@ impl BackendStorage for Buffer {
                 let parts: Vec<_> = parts.iter().zip(v).map(|(p, c)| p.with_src(c)).collect();
                 into.copy_blocks(dtype, len, &parts).map(Buffer::Cuda)
             }
+        }
+    }
+
+    fn softmax(&self, op: SoftmaxOp, dtype: DType, r: Reduction) -> Result<Self> {
+        capture::on_device(op.name(), self.device_id())?;
+        match self {
+            Buffer::Host(h) => h.softmax(op, dtype, r).map(Buffer::Host),
+            Buffer::Cuda(c) => c.softmax(op, dtype, r).map(Buffer::Cuda),
+        }
+    }
+
+    fn index_select(&self, index: &Self, dtype: DType, g: Gather) -> Result<Self> {
+        capture::on_device("index_select", self.device_id())?;
+        capture::refuse("index_select", INDEX_CHECK)?;
+        match self.pair("index_select", index)? {
+            Pair::Host(a, b) => a.index_select(b, dtype, g).map(Buffer::Host),
+            Pair::Cuda(a, b) => a.index_select(b, dtype, g).map(Buffer::Cuda),
+        }
+    }
+
+    fn cross_entropy_rows(&self, targets: &Self, dtype: DType, rows: usize, classes: usize) -> Result<Self> {
+        capture::on_device("cross_entropy", self.device_id())?;
+        capture::refuse("cross_entropy", INDEX_CHECK)?;
+        match self.pair("cross_entropy", targets)? {
+            Pair::Host(a, b) => a.cross_entropy_rows(b, dtype, rows, classes).map(Buffer::Host),
+            Pair::Cuda(a, b) => a.cross_entropy_rows(b, dtype, rows, classes).map(Buffer::Cuda),
         }
     }
 }

@@ -18,6 +18,7 @@ pub(crate) mod host;
 pub(crate) mod host_cache;
 mod host_collective;
 mod host_kernels;
+mod host_rows;
 mod huge_pages;
 pub(crate) mod inline_copy;
 mod op;
@@ -34,6 +35,7 @@ use crate::error::{Error, Result};
 
 pub(crate) use buffer::Buffer;
 pub(crate) use host::HostBuffer;
+pub(crate) use op::{bad_target, Gather, SoftmaxOp};
 pub(crate) use op::{
     float_only, same_length, BinaryOp, Blocks, Collective, CommOp, CommReduce, Gemm, ParamOp, ReduceOp, UnaryOp,
 };

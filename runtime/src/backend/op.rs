@@ -129,6 +129,61 @@ pub(crate) enum ReduceOp {
     Max,
 }
 
+/// Softmax or its logarithm over one dim (float types only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SoftmaxOp {
+    /// `exp(x - max) / sum(exp(x - max))`.
+    Softmax,
+    /// `x - max - log(sum(exp(x - max)))`.
+    LogSoftmax,
+}
+
+impl SoftmaxOp {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            SoftmaxOp::Softmax => "softmax",
+            SoftmaxOp::LogSoftmax => "log_softmax",
+        }
+    }
+}
+
+/// An `index_select` along dim `dim` of a row-major tensor seen as `[outer, size,
+/// inner]`: `count` indices (i32) pick along the middle dim, into `[outer, count,
+/// inner]`. Every index is checked against `size` by the backend, which reads them;
+/// the first one out of range is the error, named with `dim` and `size`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Gather {
+    pub dim: usize,
+    pub outer: usize,
+    pub size: usize,
+    pub inner: usize,
+    pub count: usize,
+}
+
+impl Gather {
+    /// Elements of the result.
+    pub(crate) fn out_len(&self) -> usize {
+        self.outer * self.count * self.inner
+    }
+
+    /// The error for `index`, found at position `at` of the index list.
+    pub(crate) fn out_of_range(&self, at: usize, index: i32) -> Error {
+        let (dim, size) = (self.dim, self.size);
+        Error::InvalidArgument {
+            op: "index_select",
+            reason: format!("index {index} (at position {at}) is out of range for dim {dim} of size {size}"),
+        }
+    }
+}
+
+/// The error of a cross-entropy target out of `[0, classes)`: `target`, of sample `row`.
+pub(crate) fn bad_target(row: usize, target: i32, classes: usize) -> Error {
+    Error::InvalidArgument {
+        op: "cross_entropy",
+        reason: format!("target {target} of sample {row} is out of range for {classes} classes"),
+    }
+}
+
 /// A collective over one buffer per device, as NCCL runs them. Inputs hold `len`
 /// elements each; input `i` lives on `devices[i]`.
 #[derive(Clone, Copy, Debug)]

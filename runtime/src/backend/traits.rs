@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use super::user_kernel::{Grid, KernelArg, KernelSource};
 use super::{
-    BinaryOp, Blocks, Buffer, Collective, CommOp, Gemm, HostBuffer, ParamOp, RawComm, RawEvent, RawGraph, RawStream,
-    ReduceOp, Release, UnaryOp,
+    BinaryOp, Blocks, Buffer, Collective, CommOp, Gather, Gemm, HostBuffer, ParamOp, RawComm, RawEvent, RawGraph,
+    RawStream, ReduceOp, Release, SoftmaxOp, UnaryOp,
 };
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
@@ -236,4 +236,18 @@ pub(crate) trait BackendStorage: Sized {
     /// A new buffer of `len` elements on this buffer's device, written by `parts` (every
     /// block in range, and together covering all `len` elements; no parts for none).
     fn copy_blocks(&self, dtype: DType, len: usize, parts: &[Blocks<'_, Self>]) -> Result<Self>;
+
+    /// `op` (softmax or log-softmax, float types only) over the dim `r` describes; the
+    /// result has this buffer's length.
+    fn softmax(&self, op: SoftmaxOp, dtype: DType, r: Reduction) -> Result<Self>;
+    /// The elements `index` (`g.count` i32 of this buffer's device) picks along the
+    /// middle dim of `g`, as `g` lays them out (`g.out_len()` elements, which the caller
+    /// has checked). An index out of `[0, g.size)` is an error (the first one, in order);
+    /// the indices are checked even when the result is empty. Waits for the check.
+    fn index_select(&self, index: &Self, dtype: DType, g: Gather) -> Result<Self>;
+    /// Cross-entropy's loss of each row of `[rows, classes]` logits (float types only):
+    /// `log(sum(exp(row))) - row[target]`, with `targets` `rows` i32 of this buffer's
+    /// device. A target out of `[0, classes)` is an error (the first one, in order).
+    /// Waits for the check.
+    fn cross_entropy_rows(&self, targets: &Self, dtype: DType, rows: usize, classes: usize) -> Result<Self>;
 }

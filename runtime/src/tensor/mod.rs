@@ -5,10 +5,12 @@ mod convert;
 mod current;
 mod elementwise;
 mod factory;
+mod index_select;
 mod layout;
 #[cfg(feature = "ndarray")]
 mod ndarray;
 mod ops;
+mod softmax;
 
 use std::fmt;
 use std::marker::PhantomData;

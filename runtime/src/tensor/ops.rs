@@ -37,7 +37,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// assert_eq!(t.to_dtype::<i32>()?.to_vec()?, vec![1, 2, -3, 1_000_000_000]);
     /// let h = t.to_dtype::<bf16>()?;
     /// assert_eq!(h.to_vec()?[1], bf16::from_f32(2.5));
-    /// assert_eq!(h.to_dtype::<f32>()?.to_vec()?[3], 999_817_216.0); // 8 bits of mantissa
+    /// assert_eq!(h.to_dtype::<f32>()?.to_vec()?[3], 998_244_352.0); // 8 bits of mantissa
     /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn to_dtype<U: Element>(&self) -> Result<Tensor<D, U>> {

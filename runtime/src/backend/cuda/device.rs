@@ -113,7 +113,7 @@ pub(crate) struct DeviceState {
     pub sm_count: u32,
     pub arch: (i32, i32),
     pub account: MemoryAccount,
-    modules: [OnceLock<std::result::Result<Arc<CudaModule>, Error>>; 4],
+    modules: [OnceLock<std::result::Result<Arc<CudaModule>, Error>>; Source::ALL.len()],
     functions: Mutex<HashMap<String, Handle<sys::CUfunction>>>,
     kernels: Mutex<FastMap<KernelKey, Handle<sys::CUfunction>>>,
     /// User kernels by [`KernelSource::id`], with the module that owns each; a failed

@@ -3,13 +3,15 @@
 //! through [`Bcast`]), of a tensor and a scalar, and of a scalar and a tensor. Integer
 //! division checks its divisor on the device, through an error flag the kernel sets.
 
-use cudarc::driver::result;
+use std::sync::Arc;
+
 use locus_kernels::Source;
 
 use super::buffer::CudaBuffer;
-use super::device::{driver, DeviceState};
+use super::device::DeviceState;
+use super::flag::with_flag;
 use super::launch::{flat_grid, produce, vector_work, KernelArg, KernelArgs};
-use super::memory::{alloc, current, done};
+use super::memory::{alloc, done};
 use super::stream::StreamObj;
 use crate::backend::{float_only, BinaryOp, ParamOp, UnaryOp};
 use crate::element::{DType, Scalar};
@@ -69,30 +71,17 @@ fn scalar_dtype(s: Scalar) -> DType {
 }
 
 /// Runs `launch` with an error flag for integer division (when `check`; else with none),
-/// and reports a zero divisor.
+/// and reports a zero divisor (the kernels set the flag's first 4 bytes to 1).
 fn with_div_check(
     dev: &'static DeviceState,
-    s: &StreamObj,
+    s: &Arc<StreamObj>,
     check: bool,
     launch: impl FnOnce(Option<&CudaBuffer>) -> Result<()>,
 ) -> Result<()> {
     if !check {
         return launch(None);
     }
-    let flag = CudaBuffer::alloc(dev, &current(dev), 4)?;
-    let d = |call| driver(s.ordinal, call);
-    // SAFETY: `flag` is a live 4-byte allocation of this device (held to the end of
-    // this function, and its free is ordered on its stream after `s` via the sync
-    // below); `s` is a live stream of the device, whose context `alloc` made current.
-    unsafe { result::memset_d8_async(flag.ptr(), 0, 4, s.raw.0) }.map_err(d("cuMemsetD8Async"))?;
-    launch(Some(&flag))?;
-    let mut hit = [0i32];
-    // SAFETY: 4 bytes from `flag` (4 bytes, zeroed above and written only by the
-    // launch, both on `s`) into `hit`, one `i32` that lives on this frame until the
-    // `synchronize` below has waited for the copy.
-    unsafe { result::memcpy_dtoh_async(&mut hit, flag.ptr(), s.raw.0) }.map_err(d("cuMemcpyDtoHAsync"))?;
-    s.synchronize()?;
-    if hit[0] != 0 {
+    if with_flag(dev, s, 0, |flag| launch(Some(flag)))? != 0 {
         return Err(Error::InvalidArgument { op: "div", reason: "integer division by zero".into() });
     }
     Ok(())

@@ -11,7 +11,9 @@
 //! - `memory`: an op's output on the current stream, write marks, device copies, pinned
 //!   host blocks;
 //! - `stream` and `event`: streams (with their block caches and cuBLAS handles), events;
-//! - `init`, `elementwise`, `reduce`, `matrix`: the compute ops, one kernel source each;
+//! - `init`, `elementwise`, `reduce`, `matrix`, `softmax` (with cross-entropy), `gather`
+//!   (`index_select`): the compute ops, one kernel source each;
+//! - `flag`: checks made on the device (a word a kernel writes, read back after it);
 //! - `transfer` and `staged`: copies between host and device and between devices (the
 //!   path a pageable copy takes is `copy_paths`'s choice);
 //! - `peer` and `nccl`: several devices;
@@ -23,6 +25,8 @@ mod comm;
 mod device;
 mod elementwise;
 mod event;
+mod flag;
+mod gather;
 mod graph;
 mod init;
 mod launch;
@@ -31,6 +35,7 @@ mod memory;
 mod nccl;
 mod peer;
 mod reduce;
+mod softmax;
 mod staged;
 mod storage;
 mod stream;

@@ -1,12 +1,13 @@
 //! [`BackendStorage`] for [`CudaBuffer`]: a buffer knows its device (its
 //! `DeviceState`), so each op runs there, delegating to the module of its kernel source
-//! (`elementwise`, `reduce`, `matrix`) or to `transfer`.
+//! (`elementwise`, `reduce`, `matrix`, `softmax`, `gather`) or to `transfer`.
 
 use super::buffer::CudaBuffer;
 use super::device::DeviceState;
-use super::{elementwise, matrix, raw_stream, reduce, transfer};
+use super::{elementwise, gather, matrix, raw_stream, reduce, softmax, transfer};
 use crate::backend::{
-    BackendStorage, BinaryOp, Blocks, Gemm, HostBuffer, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp,
+    BackendStorage, BinaryOp, Blocks, Gather, Gemm, HostBuffer, ParamOp, RawEvent, RawStream, ReduceOp, SoftmaxOp,
+    UnaryOp,
 };
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
@@ -125,5 +126,17 @@ impl BackendStorage for CudaBuffer {
 
     fn copy_blocks(&self, dtype: DType, len: usize, parts: &[Blocks<'_, Self>]) -> Result<Self> {
         matrix::copy_blocks(self.device(), dtype, len, parts)
+    }
+
+    fn softmax(&self, op: SoftmaxOp, dtype: DType, r: Reduction) -> Result<Self> {
+        softmax::softmax(self, op, dtype, r)
+    }
+
+    fn index_select(&self, index: &Self, dtype: DType, g: Gather) -> Result<Self> {
+        gather::index_select(self, index, dtype, g)
+    }
+
+    fn cross_entropy_rows(&self, targets: &Self, dtype: DType, rows: usize, classes: usize) -> Result<Self> {
+        softmax::cross_entropy_rows(self, targets, dtype, rows, classes)
     }
 }

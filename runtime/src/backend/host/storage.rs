@@ -3,16 +3,20 @@
 //! device through [`launch`] (a job on the current stream of a simulated device, a call
 //! on the calling thread for `cpu` and `pinned`).
 
+use half::{bf16, f16};
+
 use super::buffer::HostBuffer;
 use super::ops::{launch, queue_copy, typed, typed_mut, Launch};
 use super::streams::{self, current_stream, host_stream, use_on_stream};
 use crate::backend::copy_paths::{self, CopyPath};
 use crate::backend::host_kernels::{self as k, Geometry};
+use crate::backend::host_rows as rows;
 use crate::backend::{
-    float_only, same_length, BackendStorage, BinaryOp, Blocks, Gemm, ParamOp, RawEvent, RawStream, ReduceOp, UnaryOp,
+    float_only, same_length, BackendStorage, BinaryOp, Blocks, Gather, Gemm, ParamOp, RawEvent, RawStream, ReduceOp,
+    SoftmaxOp, UnaryOp,
 };
 use crate::device_id::DeviceId;
-use crate::element::{with_dtype, DType, Element, Scalar};
+use crate::element::{with_dtype, DType, Element, Float, Scalar};
 use crate::error::{Error, Result};
 use crate::shape::{Layout, Reduction};
 
@@ -41,6 +45,30 @@ impl HostBuffer {
             }),
         )
     }
+}
+
+/// A kernel of float types only, picked by `dtype` before anything is queued (a job that
+/// cannot fail must not meet a type it has no loop for): `kernels` holds the f32, f64,
+/// bf16 and f16 kernels, in that order.
+fn float_kernel<F: Copy>(op: &'static str, dtype: DType, kernels: [F; 4]) -> Result<F> {
+    float_only(op, dtype)?;
+    match dtype {
+        DType::F32 => Ok(kernels[0]),
+        DType::F64 => Ok(kernels[1]),
+        DType::BF16 => Ok(kernels[2]),
+        DType::F16 => Ok(kernels[3]),
+        _ => Err(Error::InvalidArgument { op, reason: format!("has no host kernel for {dtype}") }),
+    }
+}
+
+/// [`rows::softmax`] over buffers of `T`.
+fn softmax_of<T: Float>(op: SoftmaxOp, x: &[u8], out: &mut [u8], r: Reduction) -> Result<()> {
+    rows::softmax::<T>(op, typed(x), typed_mut(out), r)
+}
+
+/// [`rows::cross_entropy_rows`] over buffers of `T` (and i32 targets).
+fn cross_entropy_of<T: Float>(x: &[u8], targets: &[u8], out: &mut [u8], classes: usize) -> Result<()> {
+    rows::cross_entropy_rows::<T>(typed(x), typed(targets), typed_mut(out), classes)
 }
 
 /// The first part's buffer: where a concatenation of `parts` goes.
@@ -296,6 +324,38 @@ impl BackendStorage for HostBuffer {
                 }
                 Ok(())
             }),
+        )
+    }
+
+    fn softmax(&self, op: SoftmaxOp, dtype: DType, r: Reduction) -> Result<Self> {
+        type Kernel = fn(SoftmaxOp, &[u8], &mut [u8], Reduction) -> Result<()>;
+        let kernels: [Kernel; 4] = [softmax_of::<f32>, softmax_of::<f64>, softmax_of::<bf16>, softmax_of::<f16>];
+        let f = float_kernel(op.name(), dtype, kernels)?;
+        launch(
+            self.op(op.name(), dtype, r.outer * r.len * r.inner),
+            &[self],
+            Box::new(move |ins, out| f(op, ins[0], out, r)),
+        )
+    }
+
+    fn index_select(&self, index: &Self, dtype: DType, g: Gather) -> Result<Self> {
+        let size = dtype.size();
+        launch(
+            Launch { check: true, ..self.op("index_select", dtype, g.out_len()) },
+            &[self, index],
+            Box::new(move |ins, out| rows::index_select(ins[0], typed(ins[1]), out, size, g)),
+        )
+    }
+
+    fn cross_entropy_rows(&self, targets: &Self, dtype: DType, n: usize, classes: usize) -> Result<Self> {
+        type Kernel = fn(&[u8], &[u8], &mut [u8], usize) -> Result<()>;
+        let kernels: [Kernel; 4] =
+            [cross_entropy_of::<f32>, cross_entropy_of::<f64>, cross_entropy_of::<bf16>, cross_entropy_of::<f16>];
+        let f = float_kernel("cross_entropy", dtype, kernels)?;
+        launch(
+            Launch { check: true, ..self.op("cross_entropy", dtype, n) },
+            &[self, targets],
+            Box::new(move |ins, out| f(ins[0], ins[1], out, classes)),
         )
     }
 }

@@ -1,0 +1,306 @@
+// Softmax and log-softmax over one dim of a [outer, len, inner] view, and the per-row
+// losses of cross-entropy (log-softmax at the target, negated).
+//
+// Every value is read with `to_acc`, computed in `Acc<T>::type` (float for f32 and the
+// 16-bit types, double for f64) and written with `from_acc`. Stable: the row's maximum
+// is subtracted before `exp`. The special values follow from that arithmetic, as on the
+// host: -inf entries give 0 (log-softmax -inf); a row of only -inf, or one with +inf or
+// NaN, gives NaN throughout, as in PyTorch.
+//
+// Over the last dim (inner == 1) a row belongs to a group of threads: a warp for short
+// rows (several rows per block), a block for long ones. The group loads the row once
+// into registers (16-byte vector loads where the rows are aligned), reduces the maximum
+// and the sum of exponentials with warp shuffles (then shared memory across the warps of
+// a block), and writes from registers. Rows longer than the registers hold are read
+// twice (an online maximum and sum, then the write; the second read comes from L2).
+// Over an inner dim each thread takes one output column.
+
+template <typename A> __device__ __forceinline__ A pos_inf();
+template <> __device__ __forceinline__ f32 pos_inf<f32>() { return __int_as_float(0x7f800000); }
+template <> __device__ __forceinline__ f64 pos_inf<f64>() { return __longlong_as_double(0x7ff0000000000000ll); }
+template <typename A> __device__ __forceinline__ A neg_inf() { return -pos_inf<A>(); }
+template <typename A> __device__ __forceinline__ A nan_of() { return pos_inf<A>() - pos_inf<A>(); }
+
+__device__ __forceinline__ f32 acc_exp(f32 v) { return expf(v); }
+__device__ __forceinline__ f64 acc_exp(f64 v) { return exp(v); }
+__device__ __forceinline__ f32 acc_log(f32 v) { return logf(v); }
+__device__ __forceinline__ f64 acc_log(f64 v) { return log(v); }
+
+struct MaxOp { template <typename A> __device__ A operator()(A a, A b) const { return op_max(a, b); } };
+struct SumOp { template <typename A> __device__ A operator()(A a, A b) const { return a + b; } };
+
+// The combination of `v` over the 32 lanes of a warp, in every lane.
+template <typename A, typename Op> __device__ __forceinline__ A warp_all(A v, Op op) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// A row's threads: one warp of a block of (32, rows per block) threads.
+struct WarpRow {
+    static __device__ __forceinline__ u64 first() { return (u64)blockIdx.x * blockDim.y + threadIdx.y; }
+    static __device__ __forceinline__ u64 step() { return (u64)gridDim.x * blockDim.y; }
+    static __device__ __forceinline__ u64 rank() { return threadIdx.x; }
+    static __device__ __forceinline__ u64 size() { return 32; }
+    template <typename A, typename Op> static __device__ __forceinline__ A all(A v, Op op) { return warp_all(v, op); }
+};
+
+// A row's threads: a whole block of (a multiple of 32, at most 1024) threads. `all` has
+// barriers: every thread of the block calls it, as the rows loop is the same for all.
+struct BlockRow {
+    static __device__ __forceinline__ u64 first() { return blockIdx.x; }
+    static __device__ __forceinline__ u64 step() { return gridDim.x; }
+    static __device__ __forceinline__ u64 rank() { return threadIdx.x; }
+    static __device__ __forceinline__ u64 size() { return blockDim.x; }
+    template <typename A, typename Op> static __device__ A all(A v, Op op) {
+        __shared__ A part[32];
+        v = warp_all(v, op);
+        if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+        __syncthreads();
+        A r = part[0];
+        for (unsigned w = 1; w < (blockDim.x >> 5); w++) r = op(r, part[w]);
+        // The next call writes `part` again only after every thread has read it.
+        __syncthreads();
+        return r;
+    }
+};
+
+// The maximum `m` and the sum `s` of exp(x - m) of the values seen so far, one value at a
+// time. A -inf value adds nothing (when every value is -inf, m stays -inf and s 0). When
+// the maximum grows, the old sum is rescaled and the new value adds exp(v - v): 1, or NaN
+// for +inf, as the two-pass form gives (exp(inf - inf)). NaN makes both NaN.
+template <typename A> struct Online {
+    A m, s;
+    __device__ __forceinline__ Online() : m(neg_inf<A>()), s((A)0) {}
+    __device__ __forceinline__ void add(A v) {
+        if (v == neg_inf<A>()) return;
+        if (v <= m) {
+            s += acc_exp(v - m);
+        } else if (v > m) {
+            s = s * acc_exp(m - v) + (v == pos_inf<A>() ? nan_of<A>() : (A)1);
+            m = v;
+        } else {  // NaN on either side
+            m = op_max(m, v);
+            s = m;
+        }
+    }
+};
+
+// The maximum and the sum of exp(x - max) over the row of group G, from each thread's
+// `Online`: in every thread of the group. A part that saw nothing but -inf adds 0.
+template <typename A, typename G> __device__ __forceinline__ Online<A> merge(Online<A> o) {
+    Online<A> r;
+    r.m = G::all(o.m, MaxOp());
+    const A part = o.s == (A)0 ? (A)0 : o.s * acc_exp(o.m - r.m);
+    r.s = G::all(part, SumOp());
+    return r;
+}
+
+// The row statistics of `len` elements at `p`, read by group G in strides.
+template <typename T, typename G> __device__ Online<typename Acc<T>::type> row_stats(const T* p, u64 len) {
+    typedef typename Acc<T>::type A;
+    Online<A> o;
+    const u64 rank = G::rank(), size = G::size();
+    u64 i = rank;
+    // Four loads in flight per thread before their values are used.
+    for (; i + 3 * size < len; i += 4 * size) {
+        A v[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) v[k] = to_acc(p[i + k * size]);
+#pragma unroll
+        for (int k = 0; k < 4; k++) o.add(v[k]);
+    }
+    for (; i < len; i += size) o.add(to_acc(p[i]));
+    return merge<A, G>(o);
+}
+
+// One output value from x (in the accumulator type), the row's maximum m and, for
+// softmax, 1 / sum; for log-softmax, log(sum).
+template <bool LOG, typename A> __device__ __forceinline__ A finish(A v, A m, A k) {
+    return LOG ? v - m - k : acc_exp(v - m) * k;
+}
+
+// Rows of `len` elements (inner == 1) held in registers: group G, E elements per
+// thread, in 16-byte vectors when VEC (the rows and both pointers are 16-byte aligned:
+// len is a multiple of the vector width), else one element at a time. The host picks
+// the group so that a row fits: len <= E * G::size() (so indices within a row fit 32
+// bits, which keeps the registers for the row's values).
+template <typename T, bool LOG, typename G, bool VEC, int E>
+__device__ void softmax_regs(const T* __restrict__ x, T* __restrict__ out, u64 rows, u64 len) {
+    typedef typename Acc<T>::type A;
+    typedef Vec16<T> V;
+    const int N = VEC ? V::N : 1;
+    const int K = E / N;  // loads per thread
+    const unsigned rank = (unsigned)G::rank(), size = (unsigned)G::size();
+    const unsigned units = (unsigned)(len / N);  // vectors (or elements) per row
+    // Loads this thread makes per row: units rank, rank + size, ... below `units`.
+    const int mine = units > rank ? (int)((units - rank + size - 1) / size) : 0;
+    for (u64 row = G::first(); row < rows; row += G::step()) {
+        const T* p = x + row * len;
+        T* q = out + row * len;
+        A v[E];
+        A m = neg_inf<A>();
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            if (k < mine) {
+                const unsigned u = rank + (unsigned)k * size;
+                if constexpr (VEC) {
+                    const V a = reinterpret_cast<const V*>(p)[u];
+#pragma unroll
+                    for (int j = 0; j < N; j++) v[k * N + j] = to_acc(a.v[j]);
+                } else {
+                    v[k] = to_acc(p[u]);
+                }
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            if (k < mine) {
+#pragma unroll
+                for (int j = 0; j < N; j++) m = op_max(m, v[k * N + j]);
+            }
+        }
+        m = G::all(m, MaxOp());
+        A s = (A)0;
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            if (k < mine) {
+#pragma unroll
+                for (int j = 0; j < N; j++) {
+                    const A e = acc_exp(v[k * N + j] - m);
+                    s += e;
+                    if (!LOG) v[k * N + j] = e;
+                }
+            }
+        }
+        s = G::all(s, SumOp());
+        // Softmax multiplies by 1 / sum, log-softmax subtracts max, then log(sum).
+        const A c = LOG ? acc_log(s) : (A)1 / s;
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            if (k < mine) {
+                const unsigned u = rank + (unsigned)k * size;
+                if constexpr (VEC) {
+                    V r;
+#pragma unroll
+                    for (int j = 0; j < N; j++) {
+                        const A w = v[k * N + j];
+                        r.v[j] = from_acc<T>(LOG ? w - m - c : w * c);
+                    }
+                    reinterpret_cast<V*>(q)[u] = r;
+                } else {
+                    q[u] = from_acc<T>(LOG ? v[k] - m - c : v[k] * c);
+                }
+            }
+        }
+    }
+}
+
+// Rows of any length (inner == 1), one block each: the statistics in one read, then a
+// second read to write.
+template <typename T, bool LOG>
+__device__ void softmax_loop(const T* __restrict__ x, T* __restrict__ out, u64 rows, u64 len) {
+    typedef typename Acc<T>::type A;
+    for (u64 row = BlockRow::first(); row < rows; row += BlockRow::step()) {
+        const T* p = x + row * len;
+        T* q = out + row * len;
+        const Online<A> o = row_stats<T, BlockRow>(p, len);
+        const A k = LOG ? acc_log(o.s) : (A)1 / o.s;
+        for (u64 i = BlockRow::rank(); i < len; i += BlockRow::size()) q[i] = from_acc<T>(finish<LOG>(to_acc(p[i]), o.m, k));
+    }
+}
+
+// Over `len` of [outer, len, inner] with inner > 1: one thread per output column, so that
+// neighbouring threads read neighbouring elements; two reads of the column.
+template <typename T, bool LOG>
+__device__ void softmax_cols(const T* __restrict__ x, T* __restrict__ out, u64 outer, u64 len, u64 inner) {
+    typedef typename Acc<T>::type A;
+    GRID_LOOP(c, outer * inner) {
+        const u64 a = c / inner, b = c % inner;
+        const T* p = x + a * len * inner + b;
+        T* q = out + a * len * inner + b;
+        Online<A> o;
+        for (u64 j = 0; j < len; j++) o.add(to_acc(p[j * inner]));
+        const A k = LOG ? acc_log(o.s) : (A)1 / o.s;
+        for (u64 j = 0; j < len; j++) q[j * inner] = from_acc<T>(finish<LOG>(to_acc(p[j * inner]), o.m, k));
+    }
+}
+
+// Cross-entropy's loss per row of [rows, c] logits: logsumexp(row) - row[target], one
+// read of the logits (the statistics in one pass, then the target's value). A target out
+// of [0, c) is reported through `err` and its loss is NaN.
+template <typename T, typename G>
+__device__ void nll_rows(const T* __restrict__ x, const i32* __restrict__ target, T* __restrict__ loss, u64 rows, u64 c,
+                         u64* err) {
+    typedef typename Acc<T>::type A;
+    for (u64 row = G::first(); row < rows; row += G::step()) {
+        const T* p = x + row * c;
+        const Online<A> o = row_stats<T, G>(p, c);
+        if (G::rank() == 0) {
+            const i32 t = target[row];
+            if (t < 0 || (u64)t >= c) {
+                report_index(err, row, t);
+                loss[row] = from_acc<T>(nan_of<A>());
+            } else {
+                loss[row] = from_acc<T>(o.m + acc_log(o.s) - to_acc(p[t]));
+            }
+        }
+    }
+}
+
+// Values a thread of a block kernel holds of its row: as many as fit with the rest of
+// the kernel in 64 registers (blocks of 1024 threads need that) without spilling, as
+// ptxas reports for sm_90: 32 (vectors) or 24 (single loads) in f32 (also for the
+// 16-bit types, which hold their values as f32), 12 in f64. The
+// cuda backend keeps the same numbers (`softmax.rs`, `per_thread`).
+#define VEC_REGS(T) (int)(sizeof(typename Acc<T>::type) == 4 ? 32 : 12)
+#define ONE_REGS(T) (int)(sizeof(typename Acc<T>::type) == 4 ? 24 : 12)
+
+// Kernels, per element type T (softmax and log_softmax alike):
+//   {op}_warp4_T, {op}_warp32_T   rows of at most 128 / 1024 elements, a warp each
+//                                 (blocks of (32, rows per block) threads);
+//   {op}_vec_T                    aligned rows of at most VEC_REGS(T) * blockDim.x
+//                                 elements, a block each, 16-byte vectors;
+//   {op}_block_T                  rows of at most ONE_REGS(T) * blockDim.x elements, a
+//                                 block each;
+//   {op}_loop_T                   rows of any length, a block each, two reads;
+//   {op}_cols_T                   over an inner dim, a thread per column;
+// each (const T* x, T* out, u64 rows, u64 len), the cols kernel (const T* x, T* out,
+// u64 outer, u64 len, u64 inner); and
+//   nll_warp_T, nll_block_T       (const T* x, const i32* target, T* loss, u64 rows, u64 c,
+//                                 u64* err): cross-entropy's per-row loss, a warp or a
+//                                 block per row.
+#define SOFTMAX_OP(NAME, LOG, T)                                                                             \
+    extern "C" __global__ void __launch_bounds__(128) NAME##_warp4_##T(const T* x, T* out, u64 rows, u64 len) { \
+        softmax_regs<T, LOG, WarpRow, false, 4>(x, out, rows, len);                                          \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(128) NAME##_warp32_##T(const T* x, T* out, u64 rows, u64 len) { \
+        softmax_regs<T, LOG, WarpRow, false, 32>(x, out, rows, len);                                         \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(1024) NAME##_vec_##T(const T* x, T* out, u64 rows, u64 len) { \
+        softmax_regs<T, LOG, BlockRow, true, VEC_REGS(T)>(x, out, rows, len);                                \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(1024) NAME##_block_##T(const T* x, T* out, u64 rows, u64 len) { \
+        softmax_regs<T, LOG, BlockRow, false, ONE_REGS(T)>(x, out, rows, len);                               \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(1024) NAME##_loop_##T(const T* x, T* out, u64 rows, u64 len) { \
+        softmax_loop<T, LOG>(x, out, rows, len);                                                             \
+    }                                                                                                        \
+    extern "C" __global__ void NAME##_cols_##T(const T* x, T* out, u64 outer, u64 len, u64 inner) {          \
+        softmax_cols<T, LOG>(x, out, outer, len, inner);                                                     \
+    }
+
+#define SOFTMAX(T)                                                                                           \
+    SOFTMAX_OP(softmax, false, T)                                                                            \
+    SOFTMAX_OP(log_softmax, true, T)                                                                         \
+    extern "C" __global__ void __launch_bounds__(128) nll_warp_##T(const T* x, const i32* target, T* loss, u64 rows, u64 c, u64* err) { \
+        nll_rows<T, WarpRow>(x, target, loss, rows, c, err);                                                 \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(1024) nll_block_##T(const T* x, const i32* target, T* loss, u64 rows, u64 c, u64* err) { \
+        nll_rows<T, BlockRow>(x, target, loss, rows, c, err);                                                \
+    }
+
+SOFTMAX(f32)
+SOFTMAX(f64)
+SOFTMAX(bf16)
+SOFTMAX(f16)

@@ -1,0 +1,78 @@
+//! `index_select`: the slices a list of indices picks along one dim (PyTorch's
+//! `index_select`, and the embedding lookup when the dim is 0 of a `[vocab, hidden]`
+//! table). The indices are read where they live, by the backend, which checks each.
+
+use super::Tensor;
+use crate::backend::{BackendStorage, Gather};
+use crate::device::Device;
+use crate::element::Element;
+use crate::error::{Error, Result};
+use crate::placement::SamePlacement;
+use crate::shape::{self, Shape};
+
+impl<D: Device, T: Element> Tensor<D, T> {
+    /// The slices along `dim` that `index` picks, in its order (repeats allowed):
+    /// the result has this tensor's shape with `dim` replaced by `index`'s length. `index`
+    /// is 1-d and lives where this tensor does (checked at compile time for static
+    /// placements, at run time for `Dyn`). An index outside `[0, size of dim)` is an
+    /// `InvalidArgument` naming the first such index and the size, even when the result
+    /// is empty; so is a `dim` out of range.
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
+    /// let table = Tensor::<Cpu>::from_vec(vec![0.0, 0.5, 1.0, 1.5, 2.0, 2.5], [3, 2])?;
+    /// let ids = Tensor::<Cpu, i32>::from_vec(vec![2, 0, 2], [3])?;
+    /// let rows = table.index_select(0, &ids)?;
+    /// assert_eq!(rows.shape(), &[3, 2]);
+    /// assert_eq!(rows.to_vec()?, vec![2.0, 2.5, 0.0, 0.5, 2.0, 2.5]);
+    /// let cols = table.index_select(1, &Tensor::<Cpu, i32>::from_vec(vec![1], [1])?)?;
+    /// assert_eq!(cols.to_vec()?, vec![0.5, 1.5, 2.5]);
+    /// let e = table.index_select(0, &Tensor::<Cpu, i32>::from_vec(vec![3], [1])?).unwrap_err();
+    /// assert!(e.to_string().contains("index 3 (at position 0) is out of range for dim 0 of size 3"));
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    ///
+    /// An index on another placement does not compile:
+    ///
+    /// ```compile_fail,E0277
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cuda, Tensor};
+    /// let table = Tensor::<Cuda<0>>::ones([4, 2])?;
+    /// let ids = Tensor::<Cuda<1>, i32>::zeros([3])?;
+    /// let _ = table.index_select(0, &ids)?; // tensors on `Cuda<0>` and `Cuda<1>` cannot be used in one op
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn index_select<E: Device>(&self, dim: usize, index: &Tensor<E, i32>) -> Result<Self>
+    where
+        D: SamePlacement<E>,
+    {
+        const OP: &str = "index_select";
+        self.same_device_as(OP, index.device())?;
+        if dim >= self.rank() {
+            return Err(Error::InvalidArgument {
+                op: OP,
+                reason: format!("dim {dim} is out of range for a tensor of shape {:?}", self.shape()),
+            });
+        }
+        if index.rank() != 1 {
+            return Err(Error::InvalidArgument {
+                op: OP,
+                reason: format!("needs a 1-d index, got shape {:?}", index.shape()),
+            });
+        }
+        let count = index.shape[0];
+        let mut dims = self.shape.to_vec();
+        dims[dim] = count;
+        let out = Shape::result(OP, dims, T::DTYPE, &[&self.shape, &index.shape])?;
+        let g = Gather {
+            dim,
+            outer: shape::product(OP, &self.shape[..dim])?,
+            size: self.shape[dim],
+            inner: shape::product(OP, &self.shape[dim + 1..])?,
+            count,
+        };
+        let buf = self.buffer().index_select(index.buffer(), T::DTYPE, g)?;
+        Ok(self.with_buffer(buf, out))
+    }
+}

@@ -1,0 +1,121 @@
+//! `softmax`, `log_softmax` over any dim and `cross_entropy` of logits and class targets:
+//! one backend call each over the `[outer, len, inner]` view of the dim
+//! (`shape::Reduction`), computed stably (the slice's maximum subtracted first).
+
+use super::Tensor;
+use crate::backend::{BackendStorage, SoftmaxOp};
+use crate::device::Device;
+use crate::element::Float;
+use crate::error::{Error, Result};
+use crate::placement::SamePlacement;
+use crate::shape::{Reduction, Shape};
+
+impl<D: Device, T: Float> Tensor<D, T> {
+    /// `exp(x - max) / sum(exp(x - max))` over `dim` (PyTorch's `softmax(x, dim)`): each
+    /// slice along `dim` sums to 1. `-inf` entries get 0; a slice of only `-inf`, or one
+    /// holding `+inf` or NaN, is NaN throughout, as in PyTorch. A 0-d tensor takes dim 0
+    /// and gives 1.
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
+    /// let x = Tensor::<Cpu>::from_vec(vec![1.0, 1.0, 2.0, 2.0, 1000.0, f32::NEG_INFINITY], [3, 2])?;
+    /// let rows = x.softmax(1)?.to_vec()?;
+    /// assert_eq!(rows, vec![0.5, 0.5, 0.5, 0.5, 1.0, 0.0]);
+    /// let cols = x.softmax(0)?;
+    /// assert_eq!(cols.shape(), &[3, 2]);
+    /// assert!(x.softmax(2).is_err());
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn softmax(&self, dim: usize) -> Result<Self> {
+        self.softmax_op(SoftmaxOp::Softmax, dim)
+    }
+
+    /// `x - max - log(sum(exp(x - max)))` over `dim` (PyTorch's `log_softmax(x, dim)`):
+    /// the logarithm of [`Tensor::softmax`], without its underflow (`-1000` stays finite
+    /// where `softmax` rounds to 0).
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
+    /// let x = Tensor::<Cpu, f64>::from_vec(vec![0.0, 0.0, -1000.0, 0.0], [2, 2])?;
+    /// let y = x.log_softmax(1)?.to_vec()?;
+    /// assert_eq!(y[0], -std::f64::consts::LN_2);
+    /// assert_eq!(y[2], -1000.0);
+    /// assert_eq!(y[3], 0.0);
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn log_softmax(&self, dim: usize) -> Result<Self> {
+        self.softmax_op(SoftmaxOp::LogSoftmax, dim)
+    }
+
+    fn softmax_op(&self, op: SoftmaxOp, dim: usize) -> Result<Self> {
+        let r = if self.rank() == 0 && dim == 0 {
+            // PyTorch's convention: a scalar is its own one-element slice.
+            Reduction::all(1)
+        } else {
+            // An error naming the shape for a dim it lacks.
+            Reduction::over(op.name(), &self.shape, dim)?
+        };
+        let buf = self.buffer().softmax(op, T::DTYPE, r)?;
+        Ok(self.with_buffer(buf, self.shape.clone()))
+    }
+
+    /// The cross-entropy of logits `[N, C]` (this tensor) against class indices
+    /// `targets` `[N]`, averaged over the N samples: the mean of
+    /// `-log_softmax(logits, 1)[i, targets[i]]`, as a 0-d tensor (PyTorch's
+    /// `cross_entropy(logits, targets)` with its default mean reduction; NaN for N = 0).
+    /// Each row of logits is read once. A target outside `[0, C)` is an
+    /// `InvalidArgument` naming the first such sample; a shape other than `[N, C]` and
+    /// `[N]` is an error too. The targets live where the logits do (checked at compile
+    /// time for static placements, at run time for `Dyn`).
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
+    /// let logits = Tensor::<Cpu>::from_vec(vec![0.0, 0.0, 0.0, 0.0, 10.0, -10.0], [2, 3])?;
+    /// let targets = Tensor::<Cpu, i32>::from_vec(vec![2, 1], [2])?;
+    /// let loss = logits.cross_entropy(&targets)?.item()?;
+    /// // Row 0: ln 3. Row 1: log(e^0 + e^10 + e^-10) - 10.
+    /// let want = (3.0f32.ln() + (1.0 + (-10.0f32).exp() + (-20.0f32).exp()).ln()) / 2.0;
+    /// assert!((loss - want).abs() < 1e-5);
+    /// let bad = Tensor::<Cpu, i32>::from_vec(vec![0, 3], [2])?;
+    /// assert!(logits.cross_entropy(&bad).is_err());
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    ///
+    /// Targets on another placement do not compile:
+    ///
+    /// ```compile_fail,E0277
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Cuda, Tensor};
+    /// let logits = Tensor::<Cuda<0>>::zeros([2, 3])?;
+    /// let targets = Tensor::<Cpu, i32>::zeros([2])?;
+    /// let _ = logits.cross_entropy(&targets)?; // tensors on `Cuda<0>` and `Cpu` cannot be used in one op
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn cross_entropy<E: Device>(&self, targets: &Tensor<E, i32>) -> Result<Self>
+    where
+        D: SamePlacement<E>,
+    {
+        const OP: &str = "cross_entropy";
+        self.same_device_as(OP, targets.device())?;
+        if self.rank() != 2 || targets.rank() != 1 {
+            return Err(Error::InvalidArgument {
+                op: OP,
+                reason: format!(
+                    "needs logits of shape [N, C] and targets of shape [N], got {:?} and {:?}",
+                    self.shape(),
+                    targets.shape()
+                ),
+            });
+        }
+        let (n, c) = (self.shape[0], self.shape[1]);
+        if targets.shape[0] != n {
+            return Err(Error::ShapeMismatch { op: OP, lhs: self.shape.to_vec(), rhs: targets.shape.to_vec() });
+        }
+        let losses = self.buffer().cross_entropy_rows(targets.buffer(), T::DTYPE, n, c)?;
+        let losses = self.with_buffer(losses, Shape::new(OP, [n], T::DTYPE)?);
+        losses.mean()
+    }
+}
