@@ -19,13 +19,13 @@
 //! `Drop` of anything the caller holds.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::Arc;
 
 use crate::backend::copy_paths::{inline_download_piece, inline_upload, MIN_PIECE};
-use crate::backend::copy_threads::{copy_threads, on_copiers};
+use crate::backend::copy_threads::{copy_threads, detach};
 use crate::backend::pinned_pool::{self as pinned, PinnedBlock};
 use crate::backend::RawEvent;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// What the inline upload needs of a backend: the DMA of one piece of the pinned block
 /// to the same bytes of the destination, queued in stream order, and the event after them.
@@ -48,11 +48,11 @@ pub(crate) trait PieceUploads {
 }
 
 /// Uploads `data` through one block of the pinned pool: the data is copied into the
-/// block piece by piece (by the calling thread, and by `helpers` pool threads when the
-/// knob says so), and each piece's copy is queued through `dma` as soon as the piece is
-/// in the block, in order, from the calling thread. `data` may be dropped or changed
+/// block piece by piece (by the calling thread, and by up to `helpers` copy threads when
+/// the knob says so), and each piece's copy is queued through `dma` as soon as the piece
+/// is in the block, in order, from the calling thread. `data` may be dropped or changed
 /// when this returns; the block goes back to the pool held until the copies' event.
-pub(crate) fn upload_inline<Q: PieceUploads + Send>(data: &[u8], dma: &mut Q) -> Result<()> {
+pub(crate) fn upload_inline<Q: PieceUploads>(data: &[u8], dma: &mut Q) -> Result<()> {
     if data.is_empty() {
         return Ok(());
     }
@@ -61,33 +61,32 @@ pub(crate) fn upload_inline<Q: PieceUploads + Send>(data: &[u8], dma: &mut Q) ->
     // `acquire` hands out a block only once every copy that used it has completed, and
     // no one else holds it: the block is this call's alone until it is dropped below.
     let stage = pinned::acquire(data.len())?;
-    let plan = Plan::new(data, &stage, piece, knobs.nontemporal);
-    let mut held = Held { stage: &stage, dma, queued: false, settled: false };
+    let plan = Arc::new(Plan::new(data, &stage, piece, knobs.nontemporal));
+    // Helpers take pieces when they wake up; the calling thread never waits for one to
+    // start (it copies every piece no helper has claimed), only for those copying when
+    // it is done (`Plan::close`).
     let helpers = knobs.helpers.min(copy_threads().saturating_sub(1)).min(plan.count.saturating_sub(1));
-    let copied = if helpers == 0 {
-        plan.lead(&mut held)
-    } else {
-        // The calling thread leads (copies and queues every DMA); the helpers only copy.
-        let lead = Mutex::new(&mut held);
-        on_copiers(1 + helpers, &|part| {
-            if part == 0 {
-                let mut h = lead.lock().unwrap_or_else(|p| p.into_inner());
-                plan.lead(&mut h)
-            } else {
-                while plan.copy_next() {}
-                Ok(())
-            }
-        })
-    };
-    // Every helper has returned (`on_copiers` waits for all parts): no one writes the
-    // block any more; it is handed back below, held until the DMAs that read it are done.
+    for _ in 0..helpers {
+        let plan = Arc::clone(&plan);
+        if !detach(Box::new(move || plan.help())) {
+            break;
+        }
+    }
+    let mut held = Held { stage: &stage, dma, queued: false, settled: false };
+    let copied = plan.lead(&mut held);
+    // `lead` closed the plan: no helper writes the block any more, and none will read
+    // `data` again. The block goes back held until the DMAs that read it are done.
     held.settle(copied)
 }
 
 /// One inline upload's pieces, which the calling thread and its helpers claim in order.
-struct Plan<'a> {
-    src: &'a [u8],
-    /// The block's address, shared with the helper threads.
+/// The helpers reach the source and the block through addresses: they copy a piece only
+/// while the plan is open, and the calling thread closes it, and waits for the helpers
+/// inside a copy, before it returns (while both are alive).
+struct Plan {
+    src: usize,
+    len: usize,
+    /// The block's address.
     stage: usize,
     piece: usize,
     count: usize,
@@ -96,47 +95,56 @@ struct Plan<'a> {
     next: AtomicUsize,
     /// Which pieces are in the block.
     ready: Vec<AtomicBool>,
-    /// Set when the lead failed: the helpers stop claiming.
-    stop: AtomicBool,
+    /// Set by the calling thread when it is done: helpers claim nothing more.
+    closed: AtomicBool,
+    /// Helpers between their check of `closed` and the end of their copy.
+    active: AtomicUsize,
+    /// Set when a helper panicked (its piece never becomes ready).
+    failed: AtomicBool,
 }
 
-impl<'a> Plan<'a> {
-    fn new(src: &'a [u8], stage: &PinnedBlock, piece: usize, nontemporal: bool) -> Self {
+impl Plan {
+    fn new(src: &[u8], stage: &PinnedBlock, piece: usize, nontemporal: bool) -> Self {
         let count = src.len().div_ceil(piece);
         Plan {
-            src,
+            src: src.as_ptr() as usize,
+            len: src.len(),
             stage: stage.ptr() as usize,
             piece,
             count,
             nontemporal,
             next: AtomicUsize::new(0),
             ready: (0..count).map(|_| AtomicBool::new(false)).collect(),
-            stop: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            active: AtomicUsize::new(0),
+            failed: AtomicBool::new(false),
         }
     }
 
     /// Bytes `at .. at + len` of piece `i`.
     fn range(&self, i: usize) -> (usize, usize) {
         let at = i * self.piece;
-        (at, self.piece.min(self.src.len() - at))
+        (at, self.piece.min(self.len - at))
     }
 
     /// Claims the next piece and copies it into the block; `false` when none is left.
-    fn copy_next(&self) -> bool {
-        if self.stop.load(Ordering::Relaxed) {
-            return false;
-        }
+    ///
+    /// # Safety
+    /// The source and the block are alive: called by the calling thread inside
+    /// [`upload_inline`], or by a helper counted in `active` that saw the plan open
+    /// after counting itself (the calling thread waits for it before returning).
+    unsafe fn copy_next(&self) -> bool {
         let i = self.next.fetch_add(1, Ordering::Relaxed);
         if i >= self.count {
             return false;
         }
         let (at, len) = self.range(i);
-        let (dst, src) = ((self.stage + at) as *mut u8, self.src[at..at + len].as_ptr());
+        let (dst, src) = ((self.stage + at) as *mut u8, (self.src + at) as *const u8);
         if self.nontemporal {
-            // SAFETY: the block holds at least `src.len()` bytes (acquired for them), so
-            // `at .. at + len` lies within it and within the source; piece `i` is claimed
-            // by this thread alone, no DMA reads it before it is marked ready below, and
-            // the block is pool memory, not the source.
+            // SAFETY: both are alive (this fn's contract); the block holds at least
+            // `self.len` bytes (acquired for them), so `at .. at + len` lies within it and
+            // within the source; piece `i` is claimed by this thread alone, no DMA reads it
+            // before it is marked ready below, and the block is pool memory, not the source.
             unsafe { stream_copy(dst, src, len) };
         } else {
             // SAFETY: as above.
@@ -146,13 +154,26 @@ impl<'a> Plan<'a> {
         true
     }
 
+    /// A helper's part: copies pieces until none is left or the plan is closed.
+    fn help(&self) {
+        loop {
+            let _counted = Active::enter(self);
+            if self.closed.load(Ordering::SeqCst) {
+                return;
+            }
+            // SAFETY: counted in `active`, then saw the plan open: the calling thread
+            // waits for this copy before it returns (`close`).
+            if !unsafe { self.copy_next() } {
+                return;
+            }
+        }
+    }
+
     /// The calling thread's part: for each piece in order, once it is in the block
-    /// (copied here, or by a helper), queues its DMA. On an error the helpers stop.
+    /// (copied here, or by a helper), queues its DMA. Closes the plan when done.
     fn lead<Q: PieceUploads>(&self, held: &mut Held<'_, Q>) -> Result<()> {
         let done = self.lead_pieces(held);
-        if done.is_err() {
-            self.stop.store(true, Ordering::Relaxed);
-        }
+        self.close();
         done
     }
 
@@ -160,9 +181,13 @@ impl<'a> Plan<'a> {
         for i in 0..self.count {
             let mut spins = 0u32;
             while !self.ready[i].load(Ordering::Acquire) {
+                if self.failed.load(Ordering::Acquire) {
+                    return Err(Error::Panicked { message: "a helper of an inline upload panicked".into() });
+                }
                 // A piece still unclaimed is copied here; otherwise a helper is copying
                 // piece `i` right now.
-                if !self.copy_next() {
+                // SAFETY: this is the calling thread, inside `upload_inline`.
+                if !unsafe { self.copy_next() } {
                     spins += 1;
                     if spins < 64 {
                         std::hint::spin_loop();
@@ -173,7 +198,7 @@ impl<'a> Plan<'a> {
             }
             let (at, len) = self.range(i);
             held.queued = true;
-            // SAFETY: `at + len <= src.len()`; piece `i` is in the block (its ready flag,
+            // SAFETY: `at + len <= self.len`; piece `i` is in the block (its ready flag,
             // stored after the copy, was read with Acquire) and no thread writes it again
             // (each piece is claimed once). The block is neither written, reused nor freed
             // before the event `Held::settle` records after the last DMA: it goes back to
@@ -181,6 +206,42 @@ impl<'a> Plan<'a> {
             unsafe { held.dma.queue(held.stage, at, len)? };
         }
         Ok(())
+    }
+
+    /// Ends the helpers' part: none claims a piece after this, and those inside a copy
+    /// have finished it when this returns.
+    fn close(&self) {
+        // With `Active::enter`'s SeqCst increment and load, either a helper sees the plan
+        // closed, or this sees it counted and waits for it.
+        self.closed.store(true, Ordering::SeqCst);
+        let mut spins = 0u32;
+        while self.active.load(Ordering::SeqCst) > 0 {
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+/// A helper counted in [`Plan::active`] while it lives; a panic marks the plan failed.
+struct Active<'a>(&'a Plan);
+
+impl<'a> Active<'a> {
+    fn enter(plan: &'a Plan) -> Self {
+        plan.active.fetch_add(1, Ordering::SeqCst);
+        Active(plan)
+    }
+}
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.failed.store(true, Ordering::Release);
+        }
+        self.0.active.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
