@@ -21,6 +21,7 @@ mod host_kernels;
 mod host_rows;
 mod huge_pages;
 pub(crate) mod inline_copy;
+pub(crate) mod inline_download;
 mod op;
 pub(crate) mod ordering;
 pub(crate) mod pinned_pool;

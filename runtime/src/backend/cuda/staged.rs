@@ -19,7 +19,8 @@ use super::event::EventObj;
 use super::stream::StreamObj;
 use crate::backend::copy_paths::{self, CopyPath};
 use crate::backend::copy_threads::{copy_threads, on_copiers};
-use crate::backend::inline_copy::{self, stream_copy, PieceDownloads, PieceUploads};
+use crate::backend::inline_copy::{self, stream_copy, PieceUploads};
+use crate::backend::inline_download::{self, PieceDownloads};
 use crate::backend::pinned_pool::{self as pinned, PinnedBlock};
 use crate::backend::RawEvent;
 use crate::error::Result;
@@ -227,7 +228,7 @@ pub(super) unsafe fn download(dev: &DeviceState, stream: &StreamObj, src: u64, o
             // SAFETY: the caller's contract is `InlineDownload`'s: `src` has `out.len()`
             // bytes ready on `stream` and allocated until its work is done.
             let mut dma = unsafe { InlineDownload::new(dev, stream, src, out.len()) };
-            inline_copy::download_inline(out, &mut dma)
+            inline_download::download_inline(out, &mut dma)
         }
         // SAFETY: the caller's contract, passed on.
         CopyPath::Staged => unsafe { download_staged(dev, stream, src, out) },

@@ -12,7 +12,8 @@ use super::buffer::{HostBuffer, Span};
 use super::host;
 use super::streams::{current_stream, use_on_stream, HostEvent, HostStream};
 use crate::backend::hazard::{self, Kind, Region};
-use crate::backend::inline_copy::{self, PieceDownloads, PieceUploads};
+use crate::backend::inline_copy::{self, PieceUploads};
+use crate::backend::inline_download::{self, PieceDownloads};
 use crate::backend::pinned_pool::{InFlight, PinnedBlock};
 use crate::backend::{Buffer, RawEvent};
 use crate::device_id::DeviceId;
@@ -33,7 +34,7 @@ pub(super) fn download(src: &HostBuffer, out: &mut [u8]) -> Result<()> {
     let s = current_stream(src.account.device);
     use_on_stream(src, &s)?;
     let mut dma = DownloadPieces { s: &s, src };
-    inline_copy::download_inline(out, &mut dma)
+    inline_download::download_inline(out, &mut dma)
 }
 
 /// The DMAs of one inline upload: jobs on `s` that write pieces of `out`.
