@@ -7,6 +7,7 @@
 //!     LOCUS_BACKEND=cuda cargo bench --bench gpu [-- --quick]     (or the bundled binary)
 //!     gpu pipeline                                                  (the pipeline rows alone)
 //!     gpu checkpoint                                                (the checkpoint row alone)
+//!     gpu copies                                                    (the copy rows alone)
 //!
 //! Without the cuda backend it measures nothing and exits with status 1.
 
@@ -91,23 +92,7 @@ fn small_copies() {
             "Tensor<Cuda<0>>::to::<Cpu>(), wall time",
         );
     }
-    // Where staging pageable uploads through the copy threads starts to win over the
-    // driver's own staging: both paths at each size.
-    for size in [256 << 10, 512 << 10, MIB, 2 * MIB, 4 * MIB] {
-        let name = size_name(size);
-        let host = Tensor::<Cpu, u8>::full([size], 1).unwrap();
-        for (path, min) in [("direct", usize::MAX), ("staged", 0)] {
-            locus::__private::set_upload_stage_min(min);
-            let h2d = wall_time(|| {
-                let d = host.to::<G>().unwrap();
-                sync();
-                drop(d);
-            });
-            let note = format!("Tensor<Cpu>::to::<Cuda<0>>() + synchronize, {path} path forced, wall time");
-            row(&format!("h2d_pageable_{path}_{name}"), &gbs(size as f64, &h2d), "GB/s", &note);
-        }
-    }
-    locus::__private::set_upload_stage_min(locus::__private::default_upload_stage_min());
+    forced_paths();
     // A 0-d result already on the device, read back: 100 calls a sample.
     let x = Tensor::<G>::ones([]).unwrap();
     sync();
@@ -118,6 +103,97 @@ fn small_copies() {
     });
     let us: Vec<f64> = t.iter().map(|s| s * 1e6 / 100.0).collect();
     row("item_roundtrip", &us, "us", "item() of a 0-d f32 on cuda:0 (ready), wall time per call");
+}
+
+/// Every way a pageable copy can go, forced at each size around the thresholds (issue
+/// 21), both ways: direct (the driver stages), inline (one pinned block in pieces, on the
+/// calling thread and the op's stream) and staged (the copy threads). The default
+/// thresholds in `copy_paths.rs` are chosen from these rows. Then the inline path's knobs
+/// at 1 and 4 MiB: piece size, helper threads and plain stores up, piece size down.
+fn forced_paths() {
+    use locus::__private::{
+        default_download_paths, default_inline_download_piece, default_inline_upload, default_upload_paths,
+        set_download_paths, set_inline_download_piece, set_inline_upload, set_upload_paths, InlineUpload,
+    };
+    let paths = [("direct", (usize::MAX, usize::MAX)), ("inline", (0, usize::MAX)), ("staged", (0, 0))];
+    let h2d_note = |path: &str| format!("Tensor<Cpu>::to::<Cuda<0>>() + synchronize, {path} path forced, wall time");
+    for size in [256 << 10, 512 << 10, MIB, 2 * MIB, 4 * MIB, 16 * MIB] {
+        let name = size_name(size);
+        let host = Tensor::<Cpu, u8>::full([size], 1).unwrap();
+        for (path, (inline_min, staged_min)) in paths {
+            set_upload_paths(inline_min, staged_min);
+            let h2d = wall_time(|| {
+                let d = host.to::<G>().unwrap();
+                sync();
+                drop(d);
+            });
+            row(&format!("h2d_pageable_{path}_{name}"), &gbs(size as f64, &h2d), "GB/s", &h2d_note(path));
+        }
+        let (inline_min, staged_min) = default_upload_paths();
+        set_upload_paths(inline_min, staged_min);
+        let dev = host.to::<G>().unwrap();
+        sync();
+        for (path, (inline_min, staged_min)) in paths {
+            set_download_paths(inline_min, staged_min);
+            let d2h = wall_time(|| drop(dev.to::<Cpu>().unwrap()));
+            let note = format!("Tensor<Cuda<0>>::to::<Cpu>(), {path} path forced, wall time");
+            row(&format!("d2h_pageable_{path}_{name}"), &gbs(size as f64, &d2h), "GB/s", &note);
+            if size == MIB || size == 16 * MIB {
+                // Into a new `Vec` (fresh pages where the allocator has none to reuse)
+                // rather than a host tensor from the host cache.
+                let d2h = wall_time(|| drop(dev.to_vec().unwrap()));
+                let note = format!("Tensor<Cuda<0>>::to_vec(), {path} path forced, wall time");
+                row(&format!("d2h_to_vec_{path}_{name}"), &gbs(size as f64, &d2h), "GB/s", &note);
+            }
+        }
+        let (inline_min, staged_min) = default_download_paths();
+        set_download_paths(inline_min, staged_min);
+    }
+    let default = default_inline_upload();
+    for size in [MIB, 4 * MIB] {
+        let name = size_name(size);
+        let host = Tensor::<Cpu, u8>::full([size], 1).unwrap();
+        set_upload_paths(0, usize::MAX);
+        let mut knobs: Vec<(String, InlineUpload)> = Vec::new();
+        for piece in [128 << 10, 256 << 10, 512 << 10] {
+            for helpers in [0, 1, 2] {
+                let label = format!("p{}_h{helpers}", size_name(piece));
+                knobs.push((label, InlineUpload { piece, helpers, nontemporal: true }));
+            }
+        }
+        knobs.push(("plain".into(), InlineUpload { nontemporal: false, ..default }));
+        for (label, k) in knobs {
+            set_inline_upload(k);
+            let h2d = wall_time(|| {
+                let d = host.to::<G>().unwrap();
+                sync();
+                drop(d);
+            });
+            let note = format!(
+                "inline path forced, pieces of {} B, {} helper thread(s), {} stores, + synchronize, wall time",
+                k.piece,
+                k.helpers,
+                if k.nontemporal { "non-temporal" } else { "plain" }
+            );
+            row(&format!("h2d_pageable_inline_{label}_{name}"), &gbs(size as f64, &h2d), "GB/s", &note);
+        }
+        set_inline_upload(default);
+        let (inline_min, staged_min) = default_upload_paths();
+        set_upload_paths(inline_min, staged_min);
+        let dev = host.to::<G>().unwrap();
+        sync();
+        set_download_paths(0, usize::MAX);
+        for piece in [64 << 10, 128 << 10, 256 << 10, 512 << 10] {
+            set_inline_download_piece(piece);
+            let d2h = wall_time(|| drop(dev.to::<Cpu>().unwrap()));
+            let note = format!("Tensor<Cuda<0>>::to::<Cpu>(), inline path forced, pieces of {piece} B, wall time");
+            let label = format!("p{}", size_name(piece));
+            row(&format!("d2h_pageable_inline_{label}_{name}"), &gbs(size as f64, &d2h), "GB/s", &note);
+        }
+        set_inline_download_piece(default_inline_download_piece());
+        let (inline_min, staged_min) = default_download_paths();
+        set_download_paths(inline_min, staged_min);
+    }
 }
 
 fn copies() {
@@ -459,6 +535,10 @@ fn main() {
     println!("# method: {} untimed then {} timed samples per row; median, min, max", method::warm(), method::reps());
     if std::env::args().any(|a| a == "pipeline") {
         pipeline(); // the pipeline rows alone: `gpu pipeline`
+        return;
+    }
+    if std::env::args().any(|a| a == "copies") {
+        copies(); // the copy rows alone: `gpu copies`
         return;
     }
     if std::env::args().any(|a| a == "checkpoint") {

@@ -80,6 +80,21 @@ pub(crate) fn on_copiers(n: usize, f: &(dyn Fn(usize) -> Result<()> + Sync)) -> 
     here.and(latch.wait())
 }
 
+/// Queues `job` on a copy thread and returns at once, without waiting for it to start
+/// or end: for help the caller can do without (the inline upload's helpers, which must
+/// not make the caller wait for a thread to wake). `false` when no copy thread can take
+/// it. A panic in the job is caught there, and the thread lives on.
+pub(crate) fn detach(job: Box<dyn FnOnce() + Send>) -> bool {
+    if copy_threads() < 2 {
+        return false;
+    }
+    COPIERS
+        .send(Box::new(move || {
+            let _ = catch_unwind(AssertUnwindSafe(job));
+        }))
+        .is_ok()
+}
+
 fn caught(f: impl FnOnce() -> Result<()>) -> Result<()> {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| Err(Error::Panicked { message: panic_message(&*p) }))
 }
@@ -193,6 +208,18 @@ mod tests {
         assert_eq!(panicked, Err(Error::Panicked { message: "part 2".into() }));
         // The copy threads survive a panic in a job.
         on_copiers(4, &|_| Ok(())).unwrap();
+    }
+
+    #[test]
+    fn a_detached_job_runs_later_and_a_panic_in_one_leaves_the_thread_alive() {
+        if copy_threads() < 2 {
+            assert!(!detach(Box::new(|| {})), "no copy thread to take it");
+            return;
+        }
+        let (tx, rx) = channel();
+        assert!(detach(Box::new(|| panic!("a detached job"))));
+        assert!(detach(Box::new(move || tx.send(7).expect("the test waits"))));
+        assert_eq!(rx.recv_timeout(std::time::Duration::from_secs(30)), Ok(7));
     }
 
     #[test]

@@ -9,6 +9,7 @@
 mod account;
 mod buffer;
 pub(crate) mod capture;
+pub(crate) mod copy_paths;
 pub(crate) mod copy_threads;
 mod cuda;
 pub(crate) mod current_stream;
@@ -23,6 +24,8 @@ mod host_permute;
 mod host_rows;
 mod host_select;
 mod huge_pages;
+pub(crate) mod inline_copy;
+pub(crate) mod inline_download;
 mod op;
 pub(crate) mod ordering;
 mod permute;
@@ -38,7 +41,6 @@ use crate::device_id::DeviceId;
 use crate::error::{Error, Result};
 
 pub(crate) use buffer::Buffer;
-pub(crate) use cuda::{set_upload_stage_min, UPLOAD_STAGE_MIN};
 pub(crate) use host::HostBuffer;
 pub(crate) use op::{bad_target, Gather, SoftmaxOp};
 pub(crate) use op::{

@@ -135,6 +135,13 @@ impl<D: Device, T: Element> Tensor<D, T> {
 
     /// The elements in row-major order, copied to the host.
     ///
+    /// From a device this is a download straight into a new `Vec`, by the same path as
+    /// [`Tensor::to`]`::<Cpu>()` and [`Tensor::item`] of the same size: below 4 MiB one
+    /// copy that the driver stages, from 4 MiB the copy threads through pinned stages
+    /// (thresholds chosen from the GPU bench's `d2h_pageable_*` rows; docs/DESIGN.md,
+    /// section 5). Going through a cached host block first would not help: the `Vec`'s
+    /// pages are written once either way, and the detour adds a copy.
+    ///
     /// ```
     /// # extern crate locus_runtime as locus;
     /// use locus::{Cpu, Tensor};
@@ -164,7 +171,10 @@ impl<D: Device, T: Element> Tensor<D, T> {
                 reason: format!("a tensor of shape {:?} has {} elements, not one", self.shape(), self.numel()),
             });
         }
-        Ok(self.to_vec()?[0])
+        // Straight into a value on the stack: no heap allocation for one element.
+        let mut one = [T::ZERO];
+        self.storage.read_into(bytemuck::cast_slice_mut(&mut one))?;
+        Ok(one[0])
     }
 
     /// The same elements under another shape with the same element count (no copy).

@@ -17,7 +17,8 @@
 //! - `gemm` and `permute`: matrix products (cuBLAS, the integer kernel of matrix.cu) and
 //!   permutations of dims (kernels of matrix.cu);
 //! - `flag`: checks made on the device (a word a kernel writes, read back after it);
-//! - `transfer` and `staged`: copies between host and device and between devices;
+//! - `transfer` and `staged`: copies between host and device and between devices (the
+//!   path a pageable copy takes is `copy_paths`'s choice);
 //! - `peer` and `nccl`: several devices;
 //! - `graph`: captures, their private memory, replays;
 //! - `user_kernel`: kernels of `#[locus::kernel]`, compiled per architecture and launched.
@@ -58,7 +59,6 @@ pub(crate) use comm::ProcessComm;
 use device::{driver, DeviceState};
 pub(crate) use event::EventObj;
 pub(crate) use graph::GraphObj;
-pub(crate) use staged::{set_upload_stage_min, UPLOAD_STAGE_MIN};
 pub(crate) use stream::StreamObj;
 
 use super::user_kernel::{Grid, KernelArg, KernelSource};

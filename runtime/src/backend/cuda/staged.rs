@@ -1,10 +1,12 @@
 //! Copies between pageable host memory and a device, staged through the pinned pool.
 //!
 //! A direct copy from pageable memory makes the driver stage it itself, through small
-//! buffers on one thread: about 9 GB/s on the H200's host. Here a large copy is cut into
-//! chunks that the copy threads take in turn. Each thread moves its chunks through two
-//! pinned stages of its own and queues their DMAs itself on the device's copy stream, so
-//! no thread waits for another: while one chunk's DMA runs, the other threads copy.
+//! buffers on one thread: about 9 GB/s on the H200's host. Which copy takes which way is
+//! decided by size in `copy_paths`: a middle-sized upload goes inline (one pinned block,
+//! piece by piece, on the op's stream: [`InlineDma`]); a large copy is cut into chunks
+//! that the copy threads take in turn. Each thread moves its chunks through two pinned
+//! stages of its own and queues their DMAs itself on the device's copy stream, so no
+//! thread waits for another: while one chunk's DMA runs, the other threads copy.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -15,28 +17,18 @@ use cudarc::driver::result;
 use super::device::{driver, DeviceState};
 use super::event::EventObj;
 use super::stream::StreamObj;
+use crate::backend::copy_paths::{self, CopyPath};
 use crate::backend::copy_threads::{copy_threads, on_copiers};
+use crate::backend::inline_copy::{self, stream_copy, PieceUploads};
+use crate::backend::inline_download::{self, PieceDownloads};
 use crate::backend::pinned_pool::{self as pinned, PinnedBlock};
 use crate::backend::RawEvent;
 use crate::error::Result;
 
-/// Downloads at least this large are staged; smaller ones go direct.
-const STAGE_MIN: usize = 4 << 20;
-/// Uploads at least this large are staged by default: below it the driver's own
-/// staging wins (the `h2d_pageable_direct_*` and `_staged_*` rows of the GPU bench,
-/// docs/BENCHMARKS.md, measure both at 256 KiB to 4 MiB; they tie at 4 MiB).
-pub(crate) const UPLOAD_STAGE_MIN: usize = 4 << 20;
-static UPLOAD_STAGE: AtomicUsize = AtomicUsize::new(UPLOAD_STAGE_MIN);
 /// Chunks are powers of two in this range: small enough that every thread gets a few,
 /// large enough that the driver calls per chunk cost little.
 const CHUNK_MIN: usize = 1 << 20;
 const CHUNK_MAX: usize = 2 << 20;
-
-/// Sets the size from which uploads are staged (the bench compares both paths);
-/// returns the previous one.
-pub(crate) fn set_upload_stage_min(bytes: usize) -> usize {
-    UPLOAD_STAGE.swap(bytes, Ordering::Relaxed)
-}
 
 /// Host-to-device: `data` into device memory at `dst`, ordered after `stream`'s work
 /// and before what `stream` queues next. `data` may be dropped when this returns.
@@ -49,22 +41,91 @@ pub(crate) fn set_upload_stage_min(bytes: usize) -> usize {
 /// stream-ordered on `stream`), and nothing else writes or reads it until then unless
 /// ordered after `stream`. `dev`'s context is current on this thread.
 pub(super) unsafe fn upload(dev: &DeviceState, stream: &StreamObj, dst: u64, data: &[u8]) -> Result<()> {
-    if data.len() < UPLOAD_STAGE.load(Ordering::Relaxed) || data.is_empty() {
-        if !data.is_empty() {
-            // SAFETY: `dst` holds at least `data.len()` bytes of this device (the caller's contract) and is written on
-            // `stream`, whose work orders its later uses. `data` is valid for reads until this function returns: the
-            // driver stages pageable memory before returning, and page-locked memory is waited for just below.
-            unsafe { result::memcpy_htod_async(dst, data, stream.raw.0) }
-                .map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"))?;
-            // The driver stages a small pageable copy before it returns, but reads
-            // page-locked memory (a slice of a pinned tensor, say) by DMA later: then wait,
-            // since `data` is only borrowed for this call.
-            if is_page_locked(data.as_ptr()) {
-                stream.synchronize()?;
-            }
-        }
+    if data.is_empty() {
         return Ok(());
     }
+    match copy_paths::upload_path(data.len()) {
+        // SAFETY: the caller's contract, passed on.
+        CopyPath::Direct => unsafe { upload_direct(dev, stream, dst, data) },
+        CopyPath::Inline => {
+            // SAFETY: the caller's contract is `InlineDma`'s: `dst` has `data.len()` bytes
+            // ordered on `stream`, and `dev`'s context is current.
+            let mut dma = unsafe { InlineDma::new(dev, stream, dst, data.len()) };
+            inline_copy::upload_inline(data, &mut dma)
+        }
+        // SAFETY: the caller's contract, passed on.
+        CopyPath::Staged => unsafe { upload_staged(dev, stream, dst, data) },
+    }
+}
+
+/// [`upload`] as one direct copy from the source, which the driver stages itself.
+///
+/// # Safety
+/// As [`upload`].
+unsafe fn upload_direct(dev: &DeviceState, stream: &StreamObj, dst: u64, data: &[u8]) -> Result<()> {
+    // SAFETY: `dst` holds at least `data.len()` bytes of this device (the caller's contract) and is written on
+    // `stream`, whose work orders its later uses. `data` is valid for reads until this function returns: the
+    // driver stages pageable memory before returning, and page-locked memory is waited for just below.
+    unsafe { result::memcpy_htod_async(dst, data, stream.raw.0) }.map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"))?;
+    // The driver stages a small pageable copy before it returns, but reads page-locked
+    // memory (a slice of a pinned tensor, say) by DMA later: then wait, since `data` is
+    // only borrowed for this call.
+    if is_page_locked(data.as_ptr()) {
+        stream.synchronize()?;
+    }
+    Ok(())
+}
+
+/// The inline path's DMAs on the cuda backend: each piece of the pinned block straight
+/// to the same bytes at `dst`, on the op's own stream, and one event after the last.
+struct InlineDma<'a> {
+    dev: &'a DeviceState,
+    stream: &'a StreamObj,
+    dst: u64,
+    len: usize,
+}
+
+impl<'a> InlineDma<'a> {
+    /// # Safety
+    /// As [`upload`] for `dst` and `len` bytes: `dst .. dst + len` lies within a live
+    /// allocation of `dev` written only in `stream`'s order, and `dev`'s context is
+    /// current on this thread.
+    unsafe fn new(dev: &'a DeviceState, stream: &'a StreamObj, dst: u64, len: usize) -> Self {
+        InlineDma { dev, stream, dst, len }
+    }
+}
+
+impl PieceUploads for InlineDma<'_> {
+    unsafe fn queue(&mut self, stage: &PinnedBlock, at: usize, len: usize) -> Result<()> {
+        debug_assert!(at + len <= self.len);
+        // SAFETY: the trait's contract: bytes `at .. at + len` of the pinned block hold the
+        // piece, and the block stays unwritten and allocated until the event `mark` records
+        // after this copy completes.
+        let piece = unsafe { std::slice::from_raw_parts(stage.ptr().add(at), len) };
+        // `at + len` is at most the upload's length (the trait's contract), so `dst + at` has `len` bytes within the
+        // allocation `new`'s contract names, written in `stream`'s order like any op's output.
+        // SAFETY: the source is page-locked pool memory that is neither written nor reused before this DMA's event
+        // (see above), so the DMA may read it after this call returns.
+        unsafe { result::memcpy_htod_async(self.dst + at as u64, piece, self.stream.raw.0) }
+            .map_err(driver(self.dev.ordinal, "cuMemcpyHtoDAsync"))
+    }
+
+    fn mark(&mut self) -> Result<RawEvent> {
+        let done = EventObj::create(self.dev.ordinal, self.dev.ctx.cu_ctx(), false)?;
+        done.record(self.stream)?;
+        Ok(RawEvent::Cuda(Arc::new(done)))
+    }
+
+    fn wait(&mut self) -> Result<()> {
+        self.stream.synchronize()
+    }
+}
+
+/// [`upload`] through the copy threads' pinned stages.
+///
+/// # Safety
+/// As [`upload`].
+unsafe fn upload_staged(dev: &DeviceState, stream: &StreamObj, dst: u64, data: &[u8]) -> Result<()> {
     staged(dev, stream, data.len(), &|lane: &mut Lane| {
         while let Some(range) = lane.next_chunk() {
             let k = lane.turn();
@@ -96,7 +157,7 @@ pub(super) unsafe fn upload(dev: &DeviceState, stream: &StreamObj, dst: u64, dat
 /// allocation of `dev` as that contract says, and the pieces' ranges do not overlap.
 pub(super) unsafe fn upload_pieces(dev: &DeviceState, stream: &StreamObj, pieces: &[(u64, &[u8])]) -> Result<()> {
     let total = pieces.iter().map(|(_, d)| d.len()).sum::<usize>();
-    if total < STAGE_MIN {
+    if copy_paths::upload_path(total) != CopyPath::Staged {
         for (dst, data) in pieces {
             // SAFETY: the caller's contract, piece by piece.
             unsafe { upload(dev, stream, *dst, data)? };
@@ -154,14 +215,80 @@ pub(super) unsafe fn upload_pieces(dev: &DeviceState, stream: &StreamObj, pieces
 /// now is done (a buffer ready on `stream` and freed after it). `dev`'s context is
 /// current on this thread.
 pub(super) unsafe fn download(dev: &DeviceState, stream: &StreamObj, src: u64, out: &mut [u8]) -> Result<()> {
-    if out.len() < STAGE_MIN {
-        // SAFETY: `src` holds `out.len()` bytes ready on `stream` (the caller's contract);
-        // `out` is borrowed mutably for this call, which waits for the copy (synchronize
-        // below) before returning, so the DMA never outlives the borrow.
-        unsafe { result::memcpy_dtoh_async(&mut out[..], src, stream.raw.0) }
-            .map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"))?;
-        return stream.synchronize();
+    match copy_paths::download_path(out.len()) {
+        CopyPath::Direct => {
+            // SAFETY: `src` holds `out.len()` bytes ready on `stream` (the caller's contract);
+            // `out` is borrowed mutably for this call, which waits for the copy (synchronize
+            // below) before returning, so the DMA never outlives the borrow.
+            unsafe { result::memcpy_dtoh_async(&mut out[..], src, stream.raw.0) }
+                .map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"))?;
+            stream.synchronize()
+        }
+        CopyPath::Inline => {
+            // SAFETY: the caller's contract is `InlineDownload`'s: `src` has `out.len()`
+            // bytes ready on `stream` and allocated until its work is done.
+            let mut dma = unsafe { InlineDownload::new(dev, stream, src, out.len()) };
+            inline_download::download_inline(out, &mut dma)
+        }
+        // SAFETY: the caller's contract, passed on.
+        CopyPath::Staged => unsafe { download_staged(dev, stream, src, out) },
     }
+}
+
+/// The inline path's DMAs of a download on the cuda backend: each piece of `src` into the
+/// same bytes of the pinned block, on the op's own stream, each with its event.
+struct InlineDownload<'a> {
+    dev: &'a DeviceState,
+    stream: &'a StreamObj,
+    src: u64,
+    len: usize,
+}
+
+impl<'a> InlineDownload<'a> {
+    /// # Safety
+    /// As [`download`] for `src` and `len` bytes: `src .. src + len` lies within a live
+    /// allocation of `dev`, written before this point of `stream`'s order and allocated
+    /// until `stream`'s work queued now is done; `dev`'s context is current.
+    unsafe fn new(dev: &'a DeviceState, stream: &'a StreamObj, src: u64, len: usize) -> Self {
+        InlineDownload { dev, stream, src, len }
+    }
+}
+
+impl PieceDownloads for InlineDownload<'_> {
+    unsafe fn queue(&mut self, stage: &PinnedBlock, at: usize, len: usize) -> Result<RawEvent> {
+        debug_assert!(at + len <= self.len);
+        // SAFETY: the trait's contract: bytes `at .. at + len` of the pinned block are this
+        // download's alone, unread and allocated until the event below has completed.
+        let landing = unsafe { std::slice::from_raw_parts_mut(stage.ptr().add(at), len) };
+        // `at + len` is at most the download's length (the trait's contract), so `src + at` has `len` bytes within the
+        // allocation `new`'s contract names, ready on `stream` and allocated until its work is done.
+        // SAFETY: the destination is page-locked pool memory that nothing else touches until this DMA's event
+        // completes (see above), so the DMA may write it after this call returns.
+        unsafe { result::memcpy_dtoh_async(landing, self.src + at as u64, self.stream.raw.0) }
+            .map_err(driver(self.dev.ordinal, "cuMemcpyDtoHAsync"))?;
+        let landed = EventObj::create(self.dev.ordinal, self.dev.ctx.cu_ctx(), false)?;
+        landed.record(self.stream)?;
+        Ok(RawEvent::Cuda(Arc::new(landed)))
+    }
+
+    fn sync(&mut self, event: &RawEvent) -> Result<()> {
+        match event {
+            RawEvent::Cuda(e) => e.synchronize(),
+            // Not one of `queue`'s events: wait for all of them.
+            RawEvent::Host(_) => self.stream.synchronize(),
+        }
+    }
+
+    fn wait(&mut self) -> Result<()> {
+        self.stream.synchronize()
+    }
+}
+
+/// [`download`] through the copy threads' pinned stages.
+///
+/// # Safety
+/// As [`download`].
+unsafe fn download_staged(dev: &DeviceState, stream: &StreamObj, src: u64, out: &mut [u8]) -> Result<()> {
     // The threads write disjoint chunks of `out`, so they share it as an address.
     let base = out.as_mut_ptr() as usize;
     staged(dev, stream, out.len(), &|lane: &mut Lane| {
@@ -325,64 +452,4 @@ fn staged(
     });
     let ordered = stream.wait_for(side);
     copied.and(ordered)
-}
-
-/// Copies `len` bytes with non-temporal stores where the CPU has them: the destination
-/// is not read first and not kept in cache, which saves a third of the memory traffic
-/// of a plain copy (these copies are bound by memory bandwidth, not by the CPU).
-///
-/// # Safety
-/// `src` and `dst` are valid for `len` bytes and do not overlap.
-unsafe fn stream_copy(dst: *mut u8, src: *const u8, len: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
-        // Align the destination to 16 bytes with a plain copy of the head.
-        let head = dst.align_offset(16).min(len);
-        // SAFETY: `head <= len`, so both ranges are within the caller's valid,
-        // non-overlapping `len` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(src, dst, head) };
-        let body = (len - head) / 16;
-        // SAFETY: `head <= len`: both offsets stay within (or one past) the `len` bytes.
-        let (s, d) = unsafe { (src.add(head), dst.add(head)) };
-        for i in 0..body {
-            // SAFETY: `head + i * 16 + 16 <= head + body * 16 <= len`, so the 16 bytes read and written lie within
-            // `src` and `dst`; `d + i * 16` is 16-byte aligned (`d` was aligned above), as `_mm_stream_si128` requires,
-            // and the load is unaligned-tolerant. SSE2 is part of x86_64, so these need no feature check.
-            unsafe {
-                let v = _mm_loadu_si128(s.add(i * 16) as *const __m128i);
-                _mm_stream_si128(d.add(i * 16) as *mut __m128i, v);
-            }
-        }
-        // SAFETY: a store fence has no memory operands; SSE is part of x86_64. It orders the
-        // non-temporal stores above before whatever the caller does next.
-        unsafe { _mm_sfence() };
-        let done = head + body * 16;
-        // SAFETY: `done <= len`: the remaining `len - done` bytes of both ranges.
-        unsafe { std::ptr::copy_nonoverlapping(src.add(done), dst.add(done), len - done) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    // SAFETY: the caller's contract: both valid for `len` bytes, not overlapping.
-    unsafe {
-        std::ptr::copy_nonoverlapping(src, dst, len)
-    };
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stream_copy_is_exact_at_any_length_and_alignment() {
-        let src: Vec<u8> = (0..(1 << 20) + 77).map(|i| (i * 31 % 253) as u8).collect();
-        for (off, len) in [(0, 0), (1, 15), (3, 4099), (7, 1 << 19), (0, (1 << 20) + 77)] {
-            let len = len.min(src.len() - off);
-            let mut dst = vec![0u8; len + 16];
-            let at = off % 16;
-            // SAFETY: `dst[at..]` has `len + 16 - at >= len` bytes and `src[off..]` has at
-            // least `len` (clamped above); two distinct vectors.
-            unsafe { stream_copy(dst[at..].as_mut_ptr(), src[off..].as_ptr(), len) };
-            assert_eq!(&dst[at..at + len], &src[off..off + len], "offset {off}, length {len}");
-        }
-    }
 }

@@ -14,6 +14,7 @@ mod buffer;
 mod graph;
 #[cfg(test)]
 mod hazard_tests;
+mod inline;
 mod ops;
 mod queue;
 mod select;
@@ -27,6 +28,7 @@ use streams::{current_stream, default_stream, host_event, host_mem, host_stream,
 pub(crate) use streams::{HostEvent, HostStream};
 
 use crate::backend::account::MemoryAccount;
+use crate::backend::copy_paths::{self, CopyPath};
 use crate::backend::user_kernel::{Grid, KernelArg, KernelSource};
 use crate::backend::{copy_threads, host_cache, host_kernels};
 use crate::backend::{
@@ -264,6 +266,12 @@ impl BackendDevice for HostBackend {
     }
 
     fn upload(&self, device: DeviceId, data: &[u8]) -> Result<Buffer> {
+        // The sizes the cuda backend uploads inline go the same way here (pinned block,
+        // pieces as stream jobs behind the host); the driver's direct copy and the copy
+        // threads' staging are both a plain copy.
+        if !device.is_host() && copy_paths::upload_path(data.len()) == CopyPath::Inline {
+            return inline::upload(device, data);
+        }
         // Pageable memory is read before this returns, as cuMemcpyHtoD does.
         let mut out = host().alloc_for_overwrite(device, data.len())?;
         host_kernels::copy(out.bytes_mut(), data)?;

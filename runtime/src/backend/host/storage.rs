@@ -9,6 +9,7 @@ use super::buffer::HostBuffer;
 use super::ops::{launch, queue_copy, typed, typed_mut, Launch};
 use super::select;
 use super::streams::{self, current_stream, host_stream, use_on_stream};
+use crate::backend::copy_paths::{self, CopyPath};
 use crate::backend::host_kernels::{self as k, Geometry};
 use crate::backend::host_rows as rows;
 use crate::backend::{
@@ -85,6 +86,10 @@ impl BackendStorage for HostBuffer {
     fn download(&self, out: &mut [u8]) -> Result<()> {
         same_length("to_vec", out.len(), self.len())?;
         let device = self.device_id();
+        // The sizes the cuda backend downloads inline go the same way here.
+        if !device.is_host() && copy_paths::download_path(out.len()) == CopyPath::Inline {
+            return super::inline::download(self, out);
+        }
         if !device.is_host() {
             // As a device-to-host copy: queued on the current stream, which first waits
             // for the writer, then waited for.
