@@ -20,8 +20,7 @@ use std::time::Duration;
 use super::user_kernel::{Grid, KernelArg, KernelSource};
 use super::{
     BinaryOp, Blocks, Buffer, Collective, CommOp, CompareOp, Gather, Gemm, HostBuffer, ParamOp, Permute, RawComm,
-    RawEvent,
-    RawGraph, RawStream, ReduceOp, Release, SoftmaxOp, UnaryOp,
+    RawEvent, RawGraph, RawStream, ReduceOp, Release, SoftmaxOp, UnaryOp,
 };
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};

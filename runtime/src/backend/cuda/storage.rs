@@ -7,8 +7,7 @@ use super::device::DeviceState;
 use super::{elementwise, gather, gemm, matrix, permute, raw_stream, reduce, select, softmax, transfer};
 use crate::backend::{
     BackendStorage, BinaryOp, Blocks, CompareOp, Gather, Gemm, HostBuffer, ParamOp, Permute, RawEvent, RawStream,
-    ReduceOp,
-    SoftmaxOp, UnaryOp,
+    ReduceOp, SoftmaxOp, UnaryOp,
 };
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};

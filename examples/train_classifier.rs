@@ -1,0 +1,236 @@
+//! A classifier trained in bf16 with f32 master weights, data parallel over every device,
+//! with the gradients written out by hand: the step of a real training loop.
+//!
+//! The data is synthetic: inputs uniform in `[-1, 1)`, labelled by the largest output of
+//! a fixed random linear "teacher". The model is a 2-layer MLP. Each step:
+//! - a `Loader` brings a batch (f32 inputs, i32 labels) to cuda:0 and `scatter` splits it
+//!   over the devices, where a `DataParallel` keeps a replica of the f32 master weights;
+//! - on each device, in its own thread, the replica's weights are cast to bf16 and the
+//!   forward and backward passes run in bf16 (matmuls with f32 accumulation), with the
+//!   loss (`cross_entropy`) and its gradient (`softmax` minus the one-hot labels) in f32;
+//! - `reduce_add` sums the gradients on cuda:0, where SGD with momentum updates the f32
+//!   master weights through `module_mut()`, which refreshes the replicas.
+//!
+//! It prints the loss and the accuracy of every epoch, and fails unless the accuracy on
+//! held-out data ends above `ACCURACY`.
+//!
+//! Runs on the host backend (two simulated GPUs by default; `LOCUS_HOST_DEVICES=4` for
+//! four) and on a GPU machine:
+//!     cargo run --release --example train_classifier
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use locus::parallel::{reduce_add, scatter, DataParallel};
+use locus::{bf16, devices, Cpu, Cuda, Device, DeviceId, Dyn, Loader, Tensor, ToDevice};
+
+const SAMPLES: usize = 8192;
+const HELD_OUT: usize = 2048;
+const FEATURES: usize = 32;
+const HIDDEN: usize = 128;
+const CLASSES: usize = 8;
+const BATCH: usize = 256;
+const EPOCHS: u64 = 12;
+const LEARNING_RATE: f32 = 0.2;
+const MOMENTUM: f32 = 0.9;
+/// The held-out accuracy the model must reach.
+const ACCURACY: f32 = 0.9;
+
+/// The f32 master weights: `relu(x @ w1 + b1) @ w2 + b2`.
+#[derive(ToDevice)]
+struct Mlp<D: Device> {
+    w1: Tensor<D>,
+    b1: Tensor<D>,
+    w2: Tensor<D>,
+    b2: Tensor<D>,
+}
+
+impl Mlp<Cuda<0>> {
+    /// Uniform weights in `±1/sqrt(inputs)`, as PyTorch initialises `nn.Linear`.
+    fn new(seed: u64) -> locus::Result<Self> {
+        let uniform = |shape: &[usize], inputs: usize, seed| {
+            (Tensor::<Cuda<0>>::rand(shape, seed)? - 0.5)? * (2.0 / (inputs as f32).sqrt())
+        };
+        Ok(Mlp {
+            w1: uniform(&[FEATURES, HIDDEN], FEATURES, seed)?,
+            b1: uniform(&[HIDDEN], FEATURES, seed + 1)?,
+            w2: uniform(&[HIDDEN, CLASSES], HIDDEN, seed + 2)?,
+            b2: uniform(&[CLASSES], HIDDEN, seed + 3)?,
+        })
+    }
+
+    fn zeros_like(&self) -> locus::Result<Self> {
+        let z = |t: &Tensor<Cuda<0>>| Tensor::<Cuda<0>>::zeros(t.shape());
+        Ok(Mlp { w1: z(&self.w1)?, b1: z(&self.b1)?, w2: z(&self.w2)?, b2: z(&self.b2)? })
+    }
+}
+
+/// The model's weights in bf16, for one forward and backward pass.
+struct Bf16<D: Device> {
+    w1: Tensor<D, bf16>,
+    b1: Tensor<D, bf16>,
+    w2: Tensor<D, bf16>,
+    b2: Tensor<D, bf16>,
+}
+
+impl<D: Device> Mlp<D> {
+    fn bf16(&self) -> locus::Result<Bf16<D>> {
+        Ok(Bf16 { w1: self.w1.to_dtype()?, b1: self.b1.to_dtype()?, w2: self.w2.to_dtype()?, b2: self.b2.to_dtype()? })
+    }
+}
+
+/// The forward pass in bf16: the hidden layer before its relu, and the logits in f32.
+fn forward<D: Device>(m: &Bf16<D>, x: &Tensor<D, bf16>) -> locus::Result<(Tensor<D, bf16>, Tensor<D>)> {
+    let pre = (x.matmul(&m.w1)? + &m.b1)?;
+    let logits = (pre.relu()?.matmul(&m.w2)? + &m.b2)?;
+    Ok((pre, logits.to_dtype()?))
+}
+
+/// What one device sends back from its part of a batch: f32 gradients of the mean loss
+/// over the whole batch, the sum of its rows' losses, and how many it got right.
+struct Part {
+    grads: [Tensor<Dyn>; 4],
+    loss_sum: Tensor<Dyn>,
+    correct: Tensor<Dyn, i32>,
+}
+
+/// Forward and backward on one device's rows `x` (labels `y`) of a batch of `batch`.
+fn forward_backward(m: &Mlp<Dyn>, x: &Tensor<Dyn>, y: &Tensor<Dyn, i32>, batch: usize) -> locus::Result<Part> {
+    let rows = x.shape()[0];
+    let w = m.bf16()?;
+    let xb = x.to_dtype::<bf16>()?;
+    let (pre, logits) = forward(&w, &xb)?;
+    let hidden = pre.relu()?;
+
+    let loss_sum = (logits.cross_entropy(y)? * rows as f32)?;
+    let correct = logits.argmax(1, false)?.eq(y)?.to_dtype::<i32>()?.sum()?;
+
+    // d(mean loss)/d(logits) = (softmax(logits) - one_hot(y)) / batch.
+    let classes = Tensor::<Dyn, i32>::arange_on(x.placement(), 0, CLASSES as i32, 1)?.reshape([1, CLASSES])?;
+    let one_hot = y.reshape([rows, 1])?.eq(&classes)?.to_dtype::<f32>()?;
+    let d_logits = ((logits.softmax(1)? - &one_hot)? * (1.0 / batch as f32))?;
+    let d_logits_b = d_logits.to_dtype::<bf16>()?;
+
+    let g_w2 = hidden.t()?.matmul(&d_logits_b)?.to_dtype()?;
+    let g_b2 = d_logits.sum_dim(0, false)?;
+    // Back through the relu: the gradient flows where its input was positive.
+    let d_hidden = d_logits_b.matmul(&w.w2.t()?)?;
+    let d_pre = (d_hidden * pre.gt_scalar(bf16::ZERO)?.to_dtype::<bf16>()?)?;
+    let g_w1 = xb.t()?.matmul(&d_pre)?.to_dtype()?;
+    let g_b1 = d_pre.to_dtype::<f32>()?.sum_dim(0, false)?;
+    Ok(Part { grads: [g_w1, g_b1, g_w2, g_b2], loss_sum, correct })
+}
+
+/// `SAMPLES + HELD_OUT` inputs uniform in `[-1, 1)`, labelled by the argmax of a random
+/// linear map.
+fn synthetic_data() -> locus::Result<(Tensor<Cpu>, Tensor<Cpu, i32>)> {
+    let x = ((Tensor::<Cpu>::rand([SAMPLES + HELD_OUT, FEATURES], 1)? - 0.5)? * 2.0)?;
+    let teacher = (Tensor::<Cpu>::rand([FEATURES, CLASSES], 2)? - 0.5)?;
+    let labels = x.matmul(&teacher)?.argmax(1, false)?;
+    Ok((x, labels))
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("train_classifier: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let ids: Vec<DeviceId> = devices()?;
+    println!(
+        "backend: {}; a {FEATURES}-{HIDDEN}-{CLASSES} MLP in bf16 with f32 master weights, data parallel over {} \
+         device(s)",
+        locus::backend_name()?,
+        ids.len()
+    );
+
+    let (x, y) = synthetic_data()?;
+    let (train_x, test_x) = (Arc::new(x.narrow(0, 0, SAMPLES)?), x.narrow(0, SAMPLES, HELD_OUT)?);
+    let (train_y, test_y) = (Arc::new(y.narrow(0, 0, SAMPLES)?), y.narrow(0, SAMPLES, HELD_OUT)?);
+
+    let mut dp = DataParallel::new(Mlp::new(10)?, &ids, Cuda::<0>)?;
+    let mut velocity = dp.module().zeros_like()?;
+
+    let batches = SAMPLES.div_ceil(BATCH) as u64;
+    let bar = ProgressBar::new(EPOCHS * batches);
+    if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} batches  {msg}") {
+        bar.set_style(style);
+    }
+    let start = Instant::now();
+    for epoch in 0..EPOCHS {
+        let loader = Loader::from_pairs(Arc::clone(&train_x), Arc::clone(&train_y), BATCH, Some(7))?
+            .epoch(epoch)
+            .to::<Cuda<0>>()?;
+        // Loss and hits add up on cuda:0: one read back per epoch, not per batch.
+        let mut loss_sum = Tensor::<Cuda<0>>::zeros([])?;
+        let mut correct = Tensor::<Cuda<0>, i32>::zeros([])?;
+        for batch in loader {
+            let (x, y) = batch?;
+            let rows = x.shape()[0];
+            let replicas = dp.replicas()?;
+            let (xs, ys) = (scatter(&x, &ids)?, scatter(&y, &ids)?);
+            // One thread per device, each running its replica on its rows.
+            let parts = std::thread::scope(|s| {
+                let running: Vec<_> = replicas
+                    .iter()
+                    .zip(xs.iter().zip(&ys))
+                    .filter(|(_, (x, _))| x.shape()[0] > 0)
+                    .map(|((_, m), (x, y))| s.spawn(move || forward_backward(m, x, y, rows)))
+                    .collect();
+                running
+                    .into_iter()
+                    .map(|h| h.join().expect("a replica's thread panicked"))
+                    .collect::<Result<Vec<_>, _>>()
+            })?;
+            let sum =
+                |f: &dyn Fn(&Part) -> Tensor<Dyn>| reduce_add(&parts.iter().map(f).collect::<Vec<_>>(), Cuda::<0>);
+            let grads = [0, 1, 2, 3].map(|i| sum(&|p: &Part| p.grads[i].clone()));
+            loss_sum = (loss_sum + sum(&|p: &Part| p.loss_sum.clone())?)?;
+            let hits: Vec<Tensor<Dyn, i32>> = parts.iter().map(|p| p.correct.clone()).collect();
+            correct = (correct + reduce_add(&hits, Cuda::<0>)?)?;
+
+            // SGD with momentum on the f32 master weights; the next step's replicas are
+            // copies of the new weights.
+            let [g_w1, g_b1, g_w2, g_b2] = grads;
+            let v = &mut velocity;
+            v.w1 = ((&v.w1 * MOMENTUM)? + g_w1?)?;
+            v.b1 = ((&v.b1 * MOMENTUM)? + g_b1?)?;
+            v.w2 = ((&v.w2 * MOMENTUM)? + g_w2?)?;
+            v.b2 = ((&v.b2 * MOMENTUM)? + g_b2?)?;
+            let m = dp.module_mut();
+            m.w1 = (&m.w1 - (&v.w1 * LEARNING_RATE)?)?;
+            m.b1 = (&m.b1 - (&v.b1 * LEARNING_RATE)?)?;
+            m.w2 = (&m.w2 - (&v.w2 * LEARNING_RATE)?)?;
+            m.b2 = (&m.b2 - (&v.b2 * LEARNING_RATE)?)?;
+            bar.inc(1);
+        }
+        let loss = loss_sum.item()? / SAMPLES as f32;
+        let accuracy = correct.item()? as f32 / SAMPLES as f32;
+        bar.set_message(format!("epoch {} loss {loss:.4} accuracy {:.1}%", epoch + 1, accuracy * 100.0));
+        bar.suspend(|| println!("epoch {:>2}: loss {loss:.4}, accuracy {:.1}%", epoch + 1, accuracy * 100.0));
+    }
+    bar.finish();
+    println!("{EPOCHS} epochs of {SAMPLES} samples in {:.2} s", start.elapsed().as_secs_f64());
+
+    // Held-out accuracy, in bf16 on cuda:0 as in training.
+    let model = dp.into_inner();
+    let (_, logits) = forward(&model.bf16()?, &test_x.to::<Cuda<0>>()?.to_dtype()?)?;
+    let hits = logits.argmax(1, false)?.eq(&test_y.to::<Cuda<0>>()?)?.to_dtype::<i32>()?.sum()?.item()?;
+    let accuracy = hits as f32 / HELD_OUT as f32;
+    println!(
+        "held-out accuracy: {:.1}% ({hits} of {HELD_OUT}); required above {:.0}%",
+        accuracy * 100.0,
+        ACCURACY * 100.0
+    );
+    if accuracy <= ACCURACY {
+        return Err(format!("the held-out accuracy {accuracy} is not above {ACCURACY}").into());
+    }
+    Ok(())
+}
