@@ -32,23 +32,35 @@ pub(crate) enum CopyPath {
     Staged,
 }
 
-/// Uploads from this size take the inline path by default. Below it the fixed costs of
-/// the inline path (a pool block, one event) are a larger part of the copy than what the
-/// overlap of copies and DMAs saves.
-pub(crate) const UPLOAD_INLINE_MIN: usize = 256 << 10;
-/// Uploads from this size are staged through the copy threads by default (the
-/// `h2d_pageable_*` rows of the GPU bench, docs/BENCHMARKS.md: the copy threads tie the
-/// driver's own staging at 4 MiB and win above).
-pub(crate) const UPLOAD_STAGED_MIN: usize = 4 << 20;
-/// Downloads take the inline path from this size by default: never, until the GPU
-/// bench's `d2h_pageable_inline_*` rows show it beats the driver's own staging (every
-/// download size already beats PyTorch's `.cpu()` by the direct and staged paths).
-pub(crate) const DOWNLOAD_INLINE_MIN: usize = usize::MAX;
-/// Downloads from this size are staged through the copy threads by default.
-pub(crate) const DOWNLOAD_STAGED_MIN: usize = 4 << 20;
+// The defaults below come from the forced-path rows of the GPU bench on the H200
+// (compare.sh, 3 runs, 2026-12-03, docs/BENCHMARKS.md "Pageable copies by path"), medians in GB/s:
+//   upload    256K: direct 9.5, inline 8.0 | 512K: 11.3 / 11.4 | 1M: direct 12.5, inline
+//             10.3, inline with 2 helper threads 14.5 | 2M: 12.4 / 14.2 | 4M: direct 13.1,
+//             inline 2 helpers 23.3, staged 20.1 | 16M: direct 13.7, staged 32.8
+//   download  256K: direct 7.7, inline 9.7 | 512K: 7.9 / 11.5 | 1M: 8.8 / 10.5 | 2M:
+//             direct 11.9, inline 10.9, staged 11.2 | 4M: 12.9 / 11.0 / 12.2 | 16M:
+//             15.3 / 11.4 / 20.1
+
+/// Uploads from this size take the inline path by default: at 1 MiB it is 14.5 GB/s
+/// with two helper threads against 12.5 for the driver's own staging; below, the direct
+/// path wins or ties.
+pub(crate) const UPLOAD_INLINE_MIN: usize = 1 << 20;
+/// Uploads from this size are staged through the copy threads by default: at 4 MiB the
+/// inline path still wins (23.3 against 20.1 GB/s), at 16 MiB the copy threads do (32.8
+/// against 14.0); between the two the bench has no row, and the next power of two is
+/// the cut.
+pub(crate) const UPLOAD_STAGED_MIN: usize = 8 << 20;
+/// Downloads take the inline path from this size by default: 9.7 against 7.7 GB/s at
+/// 256 KiB, 10.5 against 8.8 at 1 MiB.
+pub(crate) const DOWNLOAD_INLINE_MIN: usize = 256 << 10;
+/// Downloads from this size are staged through the copy threads by default: from 2 MiB
+/// the inline path loses to both others; staged and direct are within 6% at 2 and 4 MiB
+/// and staging wins by a third at 16 MiB.
+pub(crate) const DOWNLOAD_STAGED_MIN: usize = 2 << 20;
 /// The inline upload's defaults: pieces of 256 KiB (four of a 1 MiB copy), copied by
-/// the calling thread alone with non-temporal stores.
-pub(crate) const INLINE_UPLOAD: InlineUpload = InlineUpload { piece: 256 << 10, helpers: 0, nontemporal: true };
+/// the calling thread and two pool threads, with non-temporal stores (the
+/// `h2d_pageable_inline_p*_h*` rows: two helpers are the fastest at 1 and 4 MiB).
+pub(crate) const INLINE_UPLOAD: InlineUpload = InlineUpload { piece: 256 << 10, helpers: 2, nontemporal: true };
 /// The inline download's default piece: 256 KiB.
 pub(crate) const INLINE_DOWNLOAD_PIECE: usize = 256 << 10;
 /// The smallest piece the inline path cuts (a page): smaller knobs are raised to it.
@@ -71,7 +83,7 @@ static DOWNLOAD_PIECE: AtomicUsize = AtomicUsize::new(INLINE_DOWNLOAD_PIECE);
 /// use locus::__private::{default_inline_upload, set_inline_upload, InlineUpload};
 /// let old = set_inline_upload(InlineUpload { piece: 128 << 10, helpers: 1, nontemporal: false });
 /// assert_eq!(set_inline_upload(old).piece, 128 << 10);
-/// assert_eq!(default_inline_upload().helpers, 0);
+/// assert_eq!(default_inline_upload().helpers, 2);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InlineUpload {
@@ -210,16 +222,17 @@ pub(crate) mod tests {
         assert_eq!(upload_path(4999), CopyPath::Inline);
         assert_eq!(upload_path(5000), CopyPath::Staged);
         assert_eq!(set_upload_paths(UPLOAD_INLINE_MIN, UPLOAD_STAGED_MIN), (1000, 5000));
-        // The defaults: direct below 256 KiB, inline to 4 MiB, staged from there.
+        // The defaults: direct below 1 MiB, inline to 8 MiB, staged from there.
         assert_eq!(upload_path(UPLOAD_INLINE_MIN - 1), CopyPath::Direct);
         assert_eq!(upload_path(UPLOAD_INLINE_MIN), CopyPath::Inline);
         assert_eq!(upload_path(1 << 20), CopyPath::Inline);
         assert_eq!(upload_path(UPLOAD_STAGED_MIN - 1), CopyPath::Inline);
         assert_eq!(upload_path(UPLOAD_STAGED_MIN), CopyPath::Staged);
 
-        // Downloads: direct below 4 MiB, staged from there; inline only when asked.
-        assert_eq!(download_path(1 << 20), CopyPath::Direct);
-        assert_eq!(download_path(DOWNLOAD_STAGED_MIN - 1), CopyPath::Direct);
+        // Downloads: direct below 256 KiB, inline to 2 MiB, staged from there.
+        assert_eq!(download_path(DOWNLOAD_INLINE_MIN - 1), CopyPath::Direct);
+        assert_eq!(download_path(1 << 20), CopyPath::Inline);
+        assert_eq!(download_path(DOWNLOAD_STAGED_MIN - 1), CopyPath::Inline);
         assert_eq!(download_path(DOWNLOAD_STAGED_MIN), CopyPath::Staged);
         assert_eq!(set_download_paths(2000, 0), (DOWNLOAD_INLINE_MIN, DOWNLOAD_STAGED_MIN));
         assert_eq!(download_path(1), CopyPath::Staged);

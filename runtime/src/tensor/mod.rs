@@ -136,9 +136,10 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// The elements in row-major order, copied to the host.
     ///
     /// From a device this is a download straight into a new `Vec`, by the same path as
-    /// [`Tensor::to`]`::<Cpu>()` and [`Tensor::item`] of the same size: below 4 MiB one
-    /// copy that the driver stages, from 4 MiB the copy threads through pinned stages
-    /// (thresholds chosen from the GPU bench's `d2h_pageable_*` rows; docs/DESIGN.md,
+    /// [`Tensor::to`]`::<Cpu>()` and [`Tensor::item`] of the same size: below 256 KiB one
+    /// copy that the driver stages, to 2 MiB pieces through one pinned block on this
+    /// thread (each piece's DMA overlapping the copy out of the one before), from 2 MiB
+    /// the copy threads through pinned stages (thresholds chosen from the GPU bench's `d2h_pageable_*` rows; docs/DESIGN.md,
     /// section 5). Going through a cached host block first would not help: the `Vec`'s
     /// pages are written once either way, and the detour adds a copy.
     ///
