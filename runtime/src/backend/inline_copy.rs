@@ -136,10 +136,11 @@ impl Plan {
         let (at, len) = self.range(i);
         let (dst, src) = ((self.stage + at) as *mut u8, (self.src + at) as *const u8);
         if self.nontemporal {
-            // SAFETY: both are alive (this fn's contract); the block holds at least
+            // both are alive (this fn's contract); the block holds at least
             // `self.len` bytes (acquired for them), so `at .. at + len` lies within it and
             // within the source; piece `i` is claimed by this thread alone, no DMA reads it
             // before it is marked ready below, and the block is pool memory, not the source.
+            // SAFETY: for the reasons in the comment just above.
             unsafe { stream_copy(dst, src, len) };
         } else {
             // SAFETY: as above.
@@ -193,11 +194,12 @@ impl Plan {
             }
             let (at, len) = self.range(i);
             held.queued = true;
-            // SAFETY: `at + len <= self.len`; piece `i` is in the block (its ready flag,
+            // `at + len <= self.len`; piece `i` is in the block (its ready flag,
             // stored after the copy, was read with Acquire) and no thread writes it again
             // (each piece is claimed once). The block is neither written, reused nor freed
             // before the event `Held::settle` records after the last DMA: it goes back to
             // the pool held until that event, or is retired.
+            // SAFETY: for the reasons in the comment just above.
             unsafe { held.dma.queue(held.stage, at, len)? };
         }
         Ok(())

@@ -69,19 +69,21 @@ fn land<Q: PieceDownloads>(out: &mut [u8], piece: usize, settle: &mut Settle<'_,
     let mut events = Vec::with_capacity(count);
     for i in 0..count {
         let (at, len) = range(i);
-        // SAFETY: `at + len <= out.len()`, the length of the download. The block is this
+        // `at + len <= out.len()`, the length of the download. The block is this
         // call's alone (from `acquire`), read only below after the piece's event has
         // completed, and goes back only once every event has (or after `Settle` waited
         // for the stream, or retired it).
+        // SAFETY: for the reasons in the comment just above.
         events.push(unsafe { settle.dma.queue(settle.stage, at, len)? });
     }
     for (i, event) in events.iter().enumerate() {
         settle.dma.sync(event)?;
         let (at, len) = range(i);
-        // SAFETY: the piece's DMA has completed (its event, synced just above), so bytes
+        // the piece's DMA has completed (its event, synced just above), so bytes
         // `at .. at + len` of the block hold it and nothing writes them any more; they lie
         // within the block (acquired for `out.len()` bytes) and within `out`, which is
         // not pool memory.
+        // SAFETY: for the reasons in the comment just above.
         let landed = unsafe { std::slice::from_raw_parts(settle.stage.ptr().add(at), len) };
         out[at..at + len].copy_from_slice(landed);
     }

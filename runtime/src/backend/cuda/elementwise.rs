@@ -111,10 +111,11 @@ pub(super) fn cast(x: &CudaBuffer, from: DType, to: DType, len: usize) -> Result
     if len > 0 {
         let f = dev.kernel(Source::Elementwise, "cast", from.name(), to)?;
         let args = KernelArgs::new().ptr(x).ptr(&out).u64(n);
-        // SAFETY: `f` is `cast_{from}_{to}(const F* x, T* out, u64 n)` of this device; `x`
+        // `f` is `cast_{from}_{to}(const F* x, T* out, u64 n)` of this device; `x`
         // holds `len` elements of `from` (the caller's contract), made ready on `s` and kept
         // alive past the kernel by `alloc`; `out` holds `len` elements of `to`, allocated
         // on `s`; the kernel bounds its accesses by `n` = `len`, whatever the grid.
+        // SAFETY: for the reasons in the comment just above.
         unsafe { dev.launch(f, (flat_grid(n, 256), 1, 1), (256, 1, 1), &s, args)? };
     }
     done(out)

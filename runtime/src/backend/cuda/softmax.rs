@@ -95,12 +95,13 @@ pub(super) fn softmax(x: &CudaBuffer, op: SoftmaxOp, dtype: DType, r: Reduction)
     let p = plan(dtype, outer, len, aligned, |n, t| dev.row_grid(n, t));
     let f = dev.kernel(Source::Softmax, op.name(), p.variant, dtype)?;
     let args = KernelArgs::new().ptr(x).ptr(&out).u64(outer).u64(len);
-    // SAFETY: `{op}_{variant}_{dtype}(const T* x, T* out, u64 rows, u64 len)`, `x` and
+    // `{op}_{variant}_{dtype}(const T* x, T* out, u64 rows, u64 len)`, `x` and
     // `out` as `outer` rows of `len` (above). `plan` keeps each kernel's contract: rows of
     // at most 128 (warp4) or 1024 (warp32) elements for a warp; for a block, at most
     // `per_thread` elements per thread (the kernel's own count), in whole warps, at most
     // 1024 threads (the kernels' launch bound); vectors only for 16-byte aligned buffers
     // and rows of whole vectors.
+    // SAFETY: for the reasons in the comment just above.
     unsafe { dev.launch(f, (p.grid, 1, 1), p.block, &s, args)? };
     done(out)
 }
@@ -131,13 +132,14 @@ pub(super) fn cross_entropy_rows(
     let f = dev.kernel(Source::Softmax, "nll", variant, dtype)?;
     let bad = first_bad_index(dev, &s, |err| {
         let args = KernelArgs::new().ptr(x).ptr(targets).ptr(&out).u64(n).u64(c).ptr(err);
-        // SAFETY: `nll_{warp,block}_{dtype}(const T* x, const i32* target, T* loss, u64
+        // `nll_{warp,block}_{dtype}(const T* x, const i32* target, T* loss, u64
         // rows, u64 c, u64* err)`: `x` holds `rows * classes` elements of `dtype`,
         // `targets` `rows` i32 and `out` `rows` elements (the caller's contract and
         // `alloc`), all ready and kept alive on `s`; `err` is `first_bad_index`'s 8-byte
         // word on `s`. The kernel reads `x[row * c + t]` only for a target `0 <= t < c`;
         // the warp kernel gets blocks of `(32, WARP_ROWS)`, the block kernel whole warps,
         // at most 1024 threads.
+        // SAFETY: for the reasons in the comment just above.
         unsafe { dev.launch(f, (grid, 1, 1), block, &s, args) }
     })?;
     if let Some((row, t)) = bad {
