@@ -136,7 +136,7 @@ impl Plan {
         let (at, len) = self.range(i);
         let (dst, src) = ((self.stage + at) as *mut u8, (self.src + at) as *const u8);
         if self.nontemporal {
-            // both are alive (this fn's contract); the block holds at least
+            // Both are alive (this fn's contract); the block holds at least
             // `self.len` bytes (acquired for them), so `at .. at + len` lies within it and
             // within the source; piece `i` is claimed by this thread alone, no DMA reads it
             // before it is marked ready below, and the block is pool memory, not the source.

@@ -79,7 +79,7 @@ fn land<Q: PieceDownloads>(out: &mut [u8], piece: usize, settle: &mut Settle<'_,
     for (i, event) in events.iter().enumerate() {
         settle.dma.sync(event)?;
         let (at, len) = range(i);
-        // the piece's DMA has completed (its event, synced just above), so bytes
+        // The piece's DMA has completed (its event, synced just above), so bytes
         // `at .. at + len` of the block hold it and nothing writes them any more; they lie
         // within the block (acquired for `out.len()` bytes) and within `out`, which is
         // not pool memory.

@@ -116,7 +116,7 @@ pub(super) fn matmul(a: &CudaBuffer, b: &CudaBuffer, dtype: DType, g: Gemm) -> R
     // stride 0) or `batch * k * n`, and `batch * m * n` elements of `dtype` (sized so by the
     // tensor layer; `len` is the output's), ready and kept alive on `stream` (see `alloc`);
     // product `i` reads at `i * sa` and `i * sb` and writes at `i * sc`, within them.
-    // as said above; `h` is `stream`'s own cuBLAS handle, bound to it, and this device's context is current.
+    // As said above; `h` is `stream`'s own cuBLAS handle, bound to it, and this device's context is current.
     // The leading dimensions (n, k, n) are those of the row-major operands read as column-major; all dims and the
     // batch fit an `i32` and the strides an `i64` (checked above). `alpha`/`beta` point at locals of the element
     // type the routine reads (f64 for D, f32 for S and for Ex, whose compute types are all 32F), alive for the call.
