@@ -112,9 +112,11 @@ fn small_copies() {
 /// at 1 and 4 MiB: piece size, helper threads and plain stores up, piece size down.
 fn forced_paths() {
     use locus::__private::{
-        default_download_paths, default_inline_download_piece, default_inline_upload, default_upload_paths,
-        set_download_paths, set_inline_download_piece, set_inline_upload, set_upload_paths, InlineUpload,
+        default_download_paths, default_inline_download_piece, default_inline_upload, default_pool_spin,
+        default_upload_paths, set_download_paths, set_inline_download_piece, set_inline_upload, set_pool_spin,
+        set_upload_paths, InlineUpload,
     };
+    use std::time::Duration;
     let paths = [("direct", (usize::MAX, usize::MAX)), ("inline", (0, usize::MAX)), ("staged", (0, 0))];
     let h2d_note = |path: &str| format!("Tensor<Cpu>::to::<Cuda<0>>() + synchronize, {path} path forced, wall time");
     for size in [256 << 10, 512 << 10, MIB, 2 * MIB, 4 * MIB, 16 * MIB] {
@@ -154,30 +156,38 @@ fn forced_paths() {
         let name = size_name(size);
         let host = Tensor::<Cpu, u8>::full([size], 1).unwrap();
         set_upload_paths(0, usize::MAX);
-        let mut knobs: Vec<(String, InlineUpload)> = Vec::new();
+        // Piece size by helper threads, with the pool threads' default watch; then the
+        // default knobs with the pool threads sleeping at once (no watch) and with plain
+        // stores.
+        let spin = default_pool_spin();
+        let mut knobs: Vec<(String, InlineUpload, Duration)> = Vec::new();
         for piece in [128 << 10, 256 << 10, 512 << 10] {
-            for helpers in [0, 1, 2] {
+            for helpers in [0, 1, 2, 3, 4] {
                 let label = format!("p{}_h{helpers}", size_name(piece));
-                knobs.push((label, InlineUpload { piece, helpers, nontemporal: true }));
+                knobs.push((label, InlineUpload { piece, helpers, nontemporal: true }, spin));
             }
         }
-        knobs.push(("plain".into(), InlineUpload { nontemporal: false, ..default }));
-        for (label, k) in knobs {
+        knobs.push(("nospin".into(), default, Duration::ZERO));
+        knobs.push(("plain".into(), InlineUpload { nontemporal: false, ..default }, spin));
+        for (label, k, spin) in knobs {
             set_inline_upload(k);
+            set_pool_spin(spin);
             let h2d = wall_time(|| {
                 let d = host.to::<G>().unwrap();
                 sync();
                 drop(d);
             });
             let note = format!(
-                "inline path forced, pieces of {} B, {} helper thread(s), {} stores, + synchronize, wall time",
+                "inline path forced, pieces of {} B, {} helper thread(s), {} stores, pool watch {} us, + synchronize, wall time",
                 k.piece,
                 k.helpers,
-                if k.nontemporal { "non-temporal" } else { "plain" }
+                if k.nontemporal { "non-temporal" } else { "plain" },
+                spin.as_micros()
             );
             row(&format!("h2d_pageable_inline_{label}_{name}"), &gbs(size as f64, &h2d), "GB/s", &note);
         }
         set_inline_upload(default);
+        set_pool_spin(spin);
         let (inline_min, staged_min) = default_upload_paths();
         set_upload_paths(inline_min, staged_min);
         let dev = host.to::<G>().unwrap();

@@ -116,7 +116,7 @@ pub fn set_download_paths(inline_min: usize, staged_min: usize) -> (usize, usize
 }
 
 /// The sizes from which downloads take the inline and the staged path, unless changed
-/// by [`set_download_paths`] (inline: never, until the bench shows it wins).
+/// by [`set_download_paths`].
 pub fn default_download_paths() -> (usize, usize) {
     (copy_paths::DOWNLOAD_INLINE_MIN, copy_paths::DOWNLOAD_STAGED_MIN)
 }
@@ -127,10 +127,32 @@ pub fn set_inline_upload(knobs: InlineUpload) -> InlineUpload {
     copy_paths::set_inline_upload(knobs)
 }
 
-/// How the inline upload path cuts and copies unless changed: 256 KiB pieces, the
-/// calling thread alone, non-temporal stores.
+/// How the inline upload path cuts and copies unless changed (see `copy_paths.rs`).
 pub fn default_inline_upload() -> InlineUpload {
     copy_paths::INLINE_UPLOAD
+}
+
+/// For the GPU bench: sets how long a pool thread (the copy threads, the inline upload's
+/// helpers, the host backend's workers) watches for the next job after one before it
+/// sleeps, and returns the previous watch. A job queued within the watch starts at
+/// once; a sleeping thread takes a wake-up first. [`default_pool_spin`] is what locus
+/// uses.
+///
+/// ```
+/// # extern crate locus_runtime as locus;
+/// use std::time::Duration;
+/// use locus::__private::set_pool_spin;
+/// let old = set_pool_spin(Duration::ZERO); // sleep at once
+/// assert_eq!(set_pool_spin(old), Duration::ZERO);
+/// ```
+pub fn set_pool_spin(spin: std::time::Duration) -> std::time::Duration {
+    crate::backend::copy_threads::set_pool_spin(spin)
+}
+
+/// The pool threads' watch unless changed: 200 µs, or none on a machine of 4 cores or
+/// fewer (where a watching thread takes a core the work needs).
+pub fn default_pool_spin() -> std::time::Duration {
+    crate::backend::copy_threads::default_pool_spin()
 }
 
 /// For the GPU bench and tests: sets the inline download's piece size in bytes (one DMA

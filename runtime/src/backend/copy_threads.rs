@@ -11,20 +11,22 @@
 //! parts on that thread, so no part can wait for a thread that waits for it.
 
 use std::cell::Cell;
+use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::mpsc::{channel, Sender};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, LazyLock, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::error::{panic_message, Error, Result};
 
 /// The threads a copy uses, counting the caller's.
 pub(crate) fn copy_threads() -> usize {
-    COPIERS.copy_threads
+    COPIERS.copy_threads.min(COPIERS.threads.load(Ordering::Relaxed) + 1)
 }
 
 /// The threads host kernels and copies split their work over, counting the caller's.
 pub(crate) fn host_threads() -> usize {
-    COPIERS.host_threads
+    COPIERS.host_threads.min(COPIERS.threads.load(Ordering::Relaxed) + 1)
 }
 
 thread_local! {
@@ -73,7 +75,7 @@ pub(crate) fn on_copiers(n: usize, f: &(dyn Fn(usize) -> Result<()> + Sync)) -> 
         let latch = Arc::clone(&latch);
         let job: Job = Box::new(move || latch.count_down(caught(|| shared(i))));
         if let Err(unsent) = COPIERS.send(job) {
-            (unsent.0)(); // no copy thread: run it here
+            unsent(); // no pool thread: run it here
         }
     }
     let here = if n > 0 { caught(|| f(0)) } else { Ok(()) };
@@ -130,17 +132,111 @@ type Job = Box<dyn FnOnce() + Send>;
 
 /// The pool: a queue of parts and the threads that take them.
 struct Copiers {
-    tx: Mutex<Sender<Job>>,
+    queue: Mutex<Queue>,
+    /// Signalled when a job is queued while a thread sleeps.
+    work: Condvar,
+    /// Jobs in the queue: what a spinning thread watches, without taking the lock.
+    pending: AtomicUsize,
+    /// The pool threads that started.
+    threads: AtomicUsize,
     /// The threads a copy uses, counting the caller's.
     copy_threads: usize,
     /// The threads host work is split over, counting the caller's.
     host_threads: usize,
 }
 
+/// The queue and how many threads sleep on it.
+struct Queue {
+    jobs: VecDeque<Job>,
+    sleepers: usize,
+}
+
 impl Copiers {
-    fn send(&self, job: Job) -> std::result::Result<(), std::sync::mpsc::SendError<Job>> {
-        self.tx.lock().unwrap_or_else(|p| p.into_inner()).send(job)
+    /// Queues `job`; `Err` with it when no pool thread exists to take it.
+    fn send(&self, job: Job) -> std::result::Result<(), Job> {
+        if self.threads.load(Ordering::Relaxed) == 0 {
+            return Err(job);
+        }
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        q.jobs.push_back(job);
+        self.pending.fetch_add(1, Ordering::Release);
+        if q.sleepers > 0 {
+            self.work.notify_one();
+        }
+        Ok(())
     }
+
+    /// The next job for a pool thread: it watches the queue for `spin` first (a job
+    /// queued meanwhile starts without a wake-up), then sleeps until one comes.
+    fn next(&self, spin: Duration) -> Job {
+        if !spin.is_zero() {
+            let start = Instant::now();
+            let mut turns = 0u32;
+            loop {
+                if self.pending.load(Ordering::Acquire) > 0 {
+                    if let Some(job) = self.pop(&mut self.queue.lock().unwrap_or_else(|p| p.into_inner())) {
+                        return job;
+                    }
+                }
+                turns = turns.wrapping_add(1);
+                if turns % 64 == 0 && start.elapsed() >= spin {
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+        }
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(job) = self.pop(&mut q) {
+                return job;
+            }
+            q.sleepers += 1;
+            q = self.work.wait(q).unwrap_or_else(|p| p.into_inner());
+            q.sleepers -= 1;
+        }
+    }
+
+    fn pop(&self, q: &mut Queue) -> Option<Job> {
+        let job = q.jobs.pop_front()?;
+        self.pending.fetch_sub(1, Ordering::Release);
+        Some(job)
+    }
+}
+
+/// How long a pool thread watches the queue after its last job before it sleeps, by
+/// default: [`DEFAULT_POOL_SPIN`], where there are more than [`SPIN_MIN_CORES`] cores.
+static POOL_SPIN_NS: LazyLock<AtomicU64> = LazyLock::new(|| AtomicU64::new(default_pool_spin().as_nanos() as u64));
+
+/// The watch locus uses on this machine (see [`POOL_SPIN_NS`]).
+pub(crate) fn default_pool_spin() -> Duration {
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    if cores > SPIN_MIN_CORES {
+        DEFAULT_POOL_SPIN
+    } else {
+        Duration::ZERO
+    }
+}
+
+/// A pool thread's watch after a job: a job that comes within it starts at once, where
+/// a sleeping thread takes a wake-up (tens of microseconds on a busy or virtual machine)
+/// first. Back-to-back copies of a MiB are that far apart; the GPU bench's
+/// `h2d_pageable_inline_*_spin*` rows measure the choice.
+pub(crate) const DEFAULT_POOL_SPIN: Duration = Duration::from_micros(200);
+
+/// With this many cores or fewer the pool threads never spin: a spinning thread there
+/// takes a core the work itself needs (CI's two-core machines).
+pub(crate) const SPIN_MIN_CORES: usize = 4;
+
+/// The pool threads' watch now (see [`DEFAULT_POOL_SPIN`]).
+pub(crate) fn pool_spin() -> Duration {
+    Duration::from_nanos(POOL_SPIN_NS.load(Ordering::Relaxed))
+}
+
+/// Sets the pool threads' watch after each job (zero: they sleep at once); returns the
+/// previous one. Threads watching now keep their old watch until it ends.
+pub(crate) fn set_pool_spin(spin: Duration) -> Duration {
+    let ns = u64::try_from(spin.as_nanos()).unwrap_or(u64::MAX);
+    Duration::from_nanos(POOL_SPIN_NS.swap(ns, Ordering::Relaxed))
 }
 
 /// The most threads either variable may ask for.
@@ -159,32 +255,38 @@ pub(crate) fn thread_count_var(name: &str) -> std::result::Result<Option<usize>,
     }
 }
 
-static COPIERS: LazyLock<Copiers> = LazyLock::new(|| {
+static COPIERS: LazyLock<Arc<Copiers>> = LazyLock::new(|| {
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let copy_threads = thread_count_var("LOCUS_COPY_THREADS").ok().flatten().unwrap_or(cores.min(8));
     let host_threads = thread_count_var("LOCUS_HOST_THREADS").ok().flatten().unwrap_or(cores.min(MAX_THREADS));
-    let (tx, rx) = channel::<Job>();
-    let rx = Arc::new(Mutex::new(rx));
+    let pool = Arc::new(Copiers {
+        queue: Mutex::new(Queue { jobs: VecDeque::new(), sleepers: 0 }),
+        work: Condvar::new(),
+        pending: AtomicUsize::new(0),
+        threads: AtomicUsize::new(0),
+        copy_threads,
+        host_threads,
+    });
+    let mut started = 0;
     for i in 1..copy_threads.max(host_threads) {
-        let rx = Arc::clone(&rx);
-        // A thread that does not start leaves its jobs to the others (or to the caller).
-        let _ = std::thread::Builder::new().name(format!("locus-pool-{i}")).spawn(move || {
+        let pool = Arc::clone(&pool);
+        // A thread that does not start leaves its jobs to the others.
+        let spawned = std::thread::Builder::new().name(format!("locus-pool-{i}")).spawn(move || {
             IN_POOL.with(|p| p.set(true));
             loop {
-                let job = match rx.lock().unwrap_or_else(|p| p.into_inner()).recv() {
-                    Ok(job) => job,
-                    Err(_) => return,
-                };
-                job();
+                pool.next(pool_spin())();
             }
         });
+        started += usize::from(spawned.is_ok());
     }
-    Copiers { tx: Mutex::new(tx), copy_threads, host_threads }
+    pool.threads.store(started, Ordering::Relaxed);
+    pool
 });
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::mpsc::channel;
 
     use super::*;
 
@@ -220,6 +322,73 @@ mod tests {
         assert!(detach(Box::new(|| panic!("a detached job"))));
         assert!(detach(Box::new(move || tx.send(7).expect("the test waits"))));
         assert_eq!(rx.recv_timeout(std::time::Duration::from_secs(30)), Ok(7));
+    }
+
+    /// A pool of its own with one thread, which takes `jobs` jobs watching `spin` after
+    /// each, and a count of the jobs run.
+    fn private_pool(spin: Duration, jobs: usize) -> (Arc<Copiers>, Arc<AtomicUsize>, std::thread::JoinHandle<()>) {
+        let pool = Arc::new(Copiers {
+            queue: Mutex::new(Queue { jobs: VecDeque::new(), sleepers: 0 }),
+            work: Condvar::new(),
+            pending: AtomicUsize::new(0),
+            threads: AtomicUsize::new(1),
+            copy_threads: 2,
+            host_threads: 2,
+        });
+        let p = Arc::clone(&pool);
+        let thread = std::thread::spawn(move || (0..jobs).for_each(|_| p.next(spin)()));
+        (pool, Arc::new(AtomicUsize::new(0)), thread)
+    }
+
+    fn sleepers(pool: &Copiers) -> usize {
+        pool.queue.lock().unwrap().sleepers
+    }
+
+    /// Waits (up to 30 s) until `cond` holds.
+    fn until(mut cond: impl FnMut() -> bool) -> bool {
+        let start = Instant::now();
+        while !cond() {
+            if start.elapsed() > Duration::from_secs(30) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
+    }
+
+    #[test]
+    fn a_pool_thread_watches_the_queue_after_a_job_and_sleeps_without_a_watch() {
+        // A watch far longer than the test: the thread never sleeps between two jobs.
+        let (pool, ran, thread) = private_pool(Duration::from_secs(60), 2);
+        let count = |ran: &Arc<AtomicUsize>| -> Job {
+            let ran = Arc::clone(ran);
+            Box::new(move || {
+                ran.fetch_add(1, Ordering::SeqCst);
+            })
+        };
+        assert!(pool.send(count(&ran)).is_ok());
+        assert!(until(|| ran.load(Ordering::SeqCst) == 1));
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(sleepers(&pool), 0, "the thread slept within its watch");
+        assert!(pool.send(count(&ran)).is_ok());
+        thread.join().unwrap();
+        assert_eq!(ran.load(Ordering::SeqCst), 2);
+
+        // No watch: the thread sleeps once the queue is empty, and a job wakes it.
+        let (pool, ran, thread) = private_pool(Duration::ZERO, 2);
+        assert!(until(|| sleepers(&pool) == 1), "the thread never slept");
+        assert!(pool.send(count(&ran)).is_ok());
+        assert!(until(|| ran.load(Ordering::SeqCst) == 1 && sleepers(&pool) == 1), "woken once, asleep again");
+        assert!(pool.send(count(&ran)).is_ok());
+        thread.join().unwrap();
+        assert_eq!((ran.load(Ordering::SeqCst), pool.pending.load(Ordering::SeqCst)), (2, 0));
+    }
+
+    #[test]
+    fn the_watch_knob_gives_back_the_old_one() {
+        let old = set_pool_spin(Duration::from_micros(7));
+        assert_eq!(pool_spin(), Duration::from_micros(7));
+        assert_eq!(set_pool_spin(old), Duration::from_micros(7));
     }
 
     #[test]
