@@ -119,7 +119,7 @@ fn forced_paths() {
     use std::time::Duration;
     let paths = [("direct", (usize::MAX, usize::MAX)), ("inline", (0, usize::MAX)), ("staged", (0, 0))];
     let h2d_note = |path: &str| format!("Tensor<Cpu>::to::<Cuda<0>>() + synchronize, {path} path forced, wall time");
-    for size in [256 << 10, 512 << 10, MIB, 2 * MIB, 4 * MIB, 16 * MIB] {
+    for size in [4 << 10, 16 << 10, 64 << 10, 128 << 10, 256 << 10, 512 << 10, MIB, 2 * MIB, 4 * MIB, 16 * MIB] {
         let name = size_name(size);
         let host = Tensor::<Cpu, u8>::full([size], 1).unwrap();
         for (path, (inline_min, staged_min)) in paths {

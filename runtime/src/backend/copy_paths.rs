@@ -33,33 +33,38 @@ pub(crate) enum CopyPath {
 }
 
 // The defaults below come from the forced-path rows of the GPU bench on the H200
-// (compare.sh, 3 runs, 2026-12-03, docs/BENCHMARKS.md "Pageable copies by path"), medians in GB/s:
-//   upload    256K: direct 9.5, inline 8.0 | 512K: 11.3 / 11.4 | 1M: direct 12.5, inline
-//             10.3, inline with 2 helper threads 14.5 | 2M: 12.4 / 14.2 | 4M: direct 13.1,
-//             inline 2 helpers 23.3, staged 20.1 | 16M: direct 13.7, staged 32.8
-//   download  256K: direct 7.7, inline 9.7 | 512K: 7.9 / 11.5 | 1M: 8.8 / 10.5 | 2M:
-//             direct 11.9, inline 10.9, staged 11.2 | 4M: 12.9 / 11.0 / 12.2 | 16M:
-//             15.3 / 11.4 / 20.1
+// (`gpu copies`, 3 runs, 2026-12-04, docs/BENCHMARKS.md "Pageable copies by path,
+// session 30"), medians across runs in GB/s, direct / inline / staged:
+//   upload    4K: 0.52 / 0.44 / 0.40 | 16K: 1.54 / 1.08 / 1.02 | 64K: 2.68 / 4.86 / 4.47
+//             128K: 7.41 / 7.25 / 6.82 | 256K: 9.52 / 9.73 / 9.29 | 512K: 11.45 / 14.12 /
+//             10.70 | 1M: 12.99 / 15.79 / 12.58 | 2M: 14.11 / 22.96 / 17.60 | 4M: 13.84 /
+//             25.81 / 23.00 | 16M: 14.84 / 31.62 / 33.86
+//   download  4K: 0.51 / 0.55 / 0.40 | 16K: 1.78 / 1.97 / 1.44 | 64K: 3.86 / 5.22 / 3.85
+//             128K: 6.41 / 7.23 / 5.30 | 256K: 8.03 / 9.91 / 7.49 | 512K: 9.33 / 11.80 /
+//             9.06 | 1M: 10.02 / 13.14 / 9.53 | 2M: 11.83 / 10.54 / 10.57 | 4M: 13.54 /
+//             10.79 / 15.32 | 16M: 14.29 / 10.75 / 25.30
 
-/// Uploads from this size take the inline path by default: at 1 MiB it is 14.5 GB/s
-/// with two helper threads against 12.5 for the driver's own staging; below, the direct
-/// path wins or ties.
-pub(crate) const UPLOAD_INLINE_MIN: usize = 1 << 20;
+/// Uploads from this size take the inline path by default: at 64 KiB it is 4.9 GB/s
+/// against 2.7 for the driver's own staging, within 2% of it at 128 and 256 KiB, and
+/// faster from 512 KiB (15.8 against 13.0 at 1 MiB); below 64 KiB the direct path wins.
+pub(crate) const UPLOAD_INLINE_MIN: usize = 64 << 10;
 /// Uploads from this size are staged through the copy threads by default: at 4 MiB the
-/// inline path still wins (23.3 against 20.1 GB/s), at 16 MiB the copy threads do (32.8
-/// against 14.0); between the two the bench has no row, and the next power of two is
+/// inline path still wins (25.8 against 23.0 GB/s), at 16 MiB the copy threads do (33.9
+/// against 31.6); between the two the bench has no row, and the next power of two is
 /// the cut.
 pub(crate) const UPLOAD_STAGED_MIN: usize = 8 << 20;
-/// Downloads take the inline path from this size by default: 9.7 against 7.7 GB/s at
-/// 256 KiB, 10.5 against 8.8 at 1 MiB.
-pub(crate) const DOWNLOAD_INLINE_MIN: usize = 256 << 10;
+/// Downloads take the inline path from this size by default: it wins at every size the
+/// bench has from 4 KiB (0.55 against 0.51 GB/s) to 1 MiB (13.1 against 10.0); smaller
+/// copies (an `item()`) stay direct.
+pub(crate) const DOWNLOAD_INLINE_MIN: usize = 4 << 10;
 /// Downloads from this size are staged through the copy threads by default: from 2 MiB
-/// the inline path loses to both others; staged and direct are within 6% at 2 and 4 MiB
-/// and staging wins by a third at 16 MiB.
+/// the inline path loses to the direct one, and staging is within 11% of direct at
+/// 2 MiB and wins from 4 MiB (15.3 against 13.5, and 25.3 against 14.3 at 16 MiB).
 pub(crate) const DOWNLOAD_STAGED_MIN: usize = 2 << 20;
 /// The inline upload's defaults: pieces of 256 KiB (four of a 1 MiB copy), copied by
 /// the calling thread and two pool threads, with non-temporal stores (the
-/// `h2d_pageable_inline_p*_h*` rows: two helpers are the fastest at 1 and 4 MiB).
+/// `h2d_pageable_inline_p*_h*` rows: one to four helpers are within noise of each other
+/// at 1 MiB, 14.3 to 17.0 GB/s, and two or three the fastest at 4 MiB, 26.9 and 27.8).
 pub(crate) const INLINE_UPLOAD: InlineUpload = InlineUpload { piece: 256 << 10, helpers: 2, nontemporal: true };
 /// The inline download's default piece: 256 KiB.
 pub(crate) const INLINE_DOWNLOAD_PIECE: usize = 256 << 10;
@@ -222,14 +227,14 @@ pub(crate) mod tests {
         assert_eq!(upload_path(4999), CopyPath::Inline);
         assert_eq!(upload_path(5000), CopyPath::Staged);
         assert_eq!(set_upload_paths(UPLOAD_INLINE_MIN, UPLOAD_STAGED_MIN), (1000, 5000));
-        // The defaults: direct below 1 MiB, inline to 8 MiB, staged from there.
+        // The defaults: direct below 64 KiB, inline to 8 MiB, staged from there.
         assert_eq!(upload_path(UPLOAD_INLINE_MIN - 1), CopyPath::Direct);
         assert_eq!(upload_path(UPLOAD_INLINE_MIN), CopyPath::Inline);
         assert_eq!(upload_path(1 << 20), CopyPath::Inline);
         assert_eq!(upload_path(UPLOAD_STAGED_MIN - 1), CopyPath::Inline);
         assert_eq!(upload_path(UPLOAD_STAGED_MIN), CopyPath::Staged);
 
-        // Downloads: direct below 256 KiB, inline to 2 MiB, staged from there.
+        // Downloads: direct below 4 KiB, inline to 2 MiB, staged from there.
         assert_eq!(download_path(DOWNLOAD_INLINE_MIN - 1), CopyPath::Direct);
         assert_eq!(download_path(1 << 20), CopyPath::Inline);
         assert_eq!(download_path(DOWNLOAD_STAGED_MIN - 1), CopyPath::Inline);
