@@ -4,11 +4,12 @@
 operation, or the per-operation average over one batch. Prints
 `row<TAB>median<TAB>unit<TAB>note<TAB>min<TAB>max` lines.
 
-    python3 benches/torch_baseline.py [--quick] [--pageable-only | --checkpoint-only]
+    python3 benches/torch_baseline.py [--quick] [--pageable-only | --copies-only | --checkpoint-only]
 
 --pageable-only prints the pageable copy rows alone; run with THP_MEM_ALLOC_ENABLE=1 in
 the environment (read by PyTorch at startup: host tensors of 2 MiB and more then get
-transparent huge pages, as locus's do), their names end in `_thp`.
+transparent huge pages, as locus's do), their names end in `_thp`. --copies-only prints
+every copy row (pageable, pinned, `item_roundtrip`), the rows of `gpu copies`.
 """
 import os
 import sys
@@ -406,6 +407,9 @@ if __name__ == "__main__":
     torch.ones(1, device=dev).sum().item()
     if "--pageable-only" in sys.argv:
         copies(pageable_only=True)
+        sys.exit(0)
+    if "--copies-only" in sys.argv:
+        copies()
         sys.exit(0)
     if "--checkpoint-only" in sys.argv:
         checkpoint()

@@ -103,6 +103,21 @@ fn small_copies() {
     });
     let us: Vec<f64> = t.iter().map(|s| s * 1e6 / 100.0).collect();
     row("item_roundtrip", &us, "us", "item() of a 0-d f32 on cuda:0 (ready), wall time per call");
+    // The same with each download path forced (the default takes the direct one).
+    use locus::__private::{default_download_paths, set_download_paths};
+    for (path, (inline_min, staged_min)) in [("direct", (usize::MAX, usize::MAX)), ("inline", (0, usize::MAX))] {
+        set_download_paths(inline_min, staged_min);
+        let t = wall_time(|| {
+            for _ in 0..100 {
+                std::hint::black_box(x.item().unwrap());
+            }
+        });
+        let us: Vec<f64> = t.iter().map(|s| s * 1e6 / 100.0).collect();
+        let note = format!("item() of a 0-d f32 on cuda:0 (ready), {path} path forced, wall time per call");
+        row(&format!("item_roundtrip_{path}"), &us, "us", &note);
+    }
+    let (inline_min, staged_min) = default_download_paths();
+    set_download_paths(inline_min, staged_min);
 }
 
 /// Every way a pageable copy can go, forced at each size around the thresholds (issue
