@@ -109,7 +109,7 @@ pub fn default_upload_paths() -> (usize, usize) {
 /// use locus::__private::{default_download_paths, set_download_paths};
 /// let old = set_download_paths(usize::MAX, usize::MAX); // every download direct
 /// assert_eq!(set_download_paths(old.0, old.1), (usize::MAX, usize::MAX));
-/// assert_eq!(default_download_paths(), (4 << 10, 2 << 20));
+/// assert_eq!(default_download_paths(), (1, 2 << 20));
 /// ```
 pub fn set_download_paths(inline_min: usize, staged_min: usize) -> (usize, usize) {
     copy_paths::set_download_paths(inline_min, staged_min)
