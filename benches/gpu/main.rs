@@ -103,7 +103,7 @@ fn small_copies() {
     });
     let us: Vec<f64> = t.iter().map(|s| s * 1e6 / 100.0).collect();
     row("item_roundtrip", &us, "us", "item() of a 0-d f32 on cuda:0 (ready), wall time per call");
-    // The same with each download path forced (the default takes the direct one).
+    // The same with each download path forced (the default takes the inline one).
     use locus::__private::{default_download_paths, set_download_paths};
     for (path, (inline_min, staged_min)) in [("direct", (usize::MAX, usize::MAX)), ("inline", (0, usize::MAX))] {
         set_download_paths(inline_min, staged_min);
