@@ -5,7 +5,7 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use crate::backend::{self, host, BackendStorage, Buffer, HostBuffer, RawEvent, RawStream};
+use crate::backend::{self, host, AnyEvent, AnyStream, BackendStorage, Buffer, HostBuffer};
 use crate::device::{Cpu, Device, DeviceId, Pinned, StaticDevice};
 use crate::element::Element;
 use crate::error::{Error, Result};
@@ -32,7 +32,7 @@ impl AsyncSource for Pinned {}
 #[must_use = "a transfer borrows its source until waited; call .wait()"]
 pub struct Transfer<'src, D: Device, T: Element> {
     tensor: Option<Tensor<D, T>>,
-    done: RawEvent,
+    done: AnyEvent,
     _source: PhantomData<&'src Tensor<Pinned, T>>,
 }
 
@@ -74,7 +74,7 @@ impl<D: Device, T: Element> Drop for Transfer<'_, D, T> {
 pub struct Pending<V> {
     value: V,
     device: DeviceId,
-    done: RawEvent,
+    done: AnyEvent,
 }
 
 impl<V> Pending<V> {
@@ -171,8 +171,8 @@ impl<D: Device, T: Element> Tensor<D, T> {
 pub(crate) fn copy_pinned_async<D: Device, E: Device, T: Element>(
     src: &Tensor<D, T>,
     dst: E,
-    stream: &RawStream,
-) -> Result<(Tensor<E, T>, RawEvent)> {
+    stream: &AnyStream,
+) -> Result<(Tensor<E, T>, AnyEvent)> {
     let Some(host) = src.storage().buf.as_host() else {
         return Err(Error::InvalidArgument { op: "to_async", reason: "the source is not host memory".into() });
     };

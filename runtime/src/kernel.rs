@@ -13,10 +13,10 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use crate::backend::current_stream;
-use crate::backend::user_kernel::{no_host_kernel, KernelArg, ScalarArg};
-pub use crate::backend::user_kernel::{Grid, HostCall, HostKernel, KernelScalar, KernelSource};
-use crate::backend::{self, RawStream};
+use crate::backend::api::user_kernel::{no_host_kernel, KernelArg, ScalarArg};
+pub use crate::backend::api::user_kernel::{Grid, HostCall, HostKernel, KernelScalar, KernelSource};
+use crate::backend::sync::current_stream;
+use crate::backend::{self, AnyStream};
 use crate::device::{Device, DeviceId};
 use crate::element::Element;
 use crate::error::{Error, Result};
@@ -71,7 +71,7 @@ pub struct KernelLaunch<'a, D: Device> {
     kernel: &'static KernelSource,
     args: Vec<Arg<'a>>,
     grid: Option<Grid>,
-    stream: Option<(DeviceId, RawStream)>,
+    stream: Option<(DeviceId, AnyStream)>,
     placement: PhantomData<D>,
 }
 

@@ -68,11 +68,11 @@ mod tensor;
 mod to_device;
 mod unwaited;
 
-pub use backend::host_cache::{host_stats, release_cached_host, HostStats};
-pub use backend::pinned_pool::{pinned_stats, release_cached_pinned, PinnedStats};
-pub use backend::precision::{
+pub use backend::api::precision::{
     float32_matmul_precision, set_float32_matmul_precision, with_float32_matmul_precision, MatmulPrecision,
 };
+pub use backend::host::cache::{host_stats, release_cached_host, HostStats};
+pub use backend::pinned_pool::{pinned_stats, release_cached_pinned, PinnedStats};
 pub use backend::{backend_name, device_count};
 pub use checkpoint::{
     load_safetensors, load_safetensors_on, load_safetensors_with, save_safetensors, AnyTensor, Checkpoint,

@@ -5,8 +5,8 @@
 
 use std::future::Future;
 
-use crate::backend::copy_paths;
-pub use crate::backend::copy_paths::InlineUpload;
+use crate::backend::transfer::paths;
+pub use crate::backend::transfer::paths::InlineUpload;
 use crate::device::{Cuda, DeviceId, StaticDevice};
 use crate::error::Result;
 use crate::guard::{DeviceGuard, IntoDeviceId, OnDevice};
@@ -88,13 +88,13 @@ impl<const N: usize> SignatureOn<Unplaced> for Cuda<N> {}
 /// assert_eq!(default_upload_paths(), (64 << 10, 8 << 20));
 /// ```
 pub fn set_upload_paths(inline_min: usize, staged_min: usize) -> (usize, usize) {
-    copy_paths::set_upload_paths(inline_min, staged_min)
+    paths::set_upload_paths(inline_min, staged_min)
 }
 
 /// The sizes from which pageable uploads take the inline and the staged path, unless
 /// changed by [`set_upload_paths`].
 pub fn default_upload_paths() -> (usize, usize) {
-    (copy_paths::UPLOAD_INLINE_MIN, copy_paths::UPLOAD_STAGED_MIN)
+    (paths::UPLOAD_INLINE_MIN, paths::UPLOAD_STAGED_MIN)
 }
 
 /// For the GPU bench and tests: sets the sizes from which downloads into pageable memory
@@ -112,24 +112,24 @@ pub fn default_upload_paths() -> (usize, usize) {
 /// assert_eq!(default_download_paths(), (1, 2 << 20));
 /// ```
 pub fn set_download_paths(inline_min: usize, staged_min: usize) -> (usize, usize) {
-    copy_paths::set_download_paths(inline_min, staged_min)
+    paths::set_download_paths(inline_min, staged_min)
 }
 
 /// The sizes from which downloads take the inline and the staged path, unless changed
 /// by [`set_download_paths`].
 pub fn default_download_paths() -> (usize, usize) {
-    (copy_paths::DOWNLOAD_INLINE_MIN, copy_paths::DOWNLOAD_STAGED_MIN)
+    (paths::DOWNLOAD_INLINE_MIN, paths::DOWNLOAD_STAGED_MIN)
 }
 
 /// For the GPU bench and tests: sets how the inline upload path cuts and copies
 /// (see [`InlineUpload`]); returns the previous setting.
 pub fn set_inline_upload(knobs: InlineUpload) -> InlineUpload {
-    copy_paths::set_inline_upload(knobs)
+    paths::set_inline_upload(knobs)
 }
 
 /// How the inline upload path cuts and copies unless changed (see `copy_paths.rs`).
 pub fn default_inline_upload() -> InlineUpload {
-    copy_paths::INLINE_UPLOAD
+    paths::INLINE_UPLOAD
 }
 
 /// For the GPU bench: sets how long a pool thread (the copy threads, the inline upload's
@@ -146,13 +146,13 @@ pub fn default_inline_upload() -> InlineUpload {
 /// assert_eq!(set_pool_spin(old), Duration::ZERO);
 /// ```
 pub fn set_pool_spin(spin: std::time::Duration) -> std::time::Duration {
-    crate::backend::copy_threads::set_pool_spin(spin)
+    crate::backend::workers::set_pool_spin(spin)
 }
 
 /// The pool threads' watch unless changed: 200 µs, or none on a machine of 4 cores or
 /// fewer (where a watching thread takes a core the work needs).
 pub fn default_pool_spin() -> std::time::Duration {
-    crate::backend::copy_threads::default_pool_spin()
+    crate::backend::workers::default_pool_spin()
 }
 
 /// For the GPU bench and tests: sets the inline download's piece size in bytes (one DMA
@@ -166,10 +166,10 @@ pub fn default_pool_spin() -> std::time::Duration {
 /// assert_eq!(default_inline_download_piece(), 256 << 10);
 /// ```
 pub fn set_inline_download_piece(bytes: usize) -> usize {
-    copy_paths::set_inline_download_piece(bytes)
+    paths::set_inline_download_piece(bytes)
 }
 
 /// The inline download's piece size unless changed: 256 KiB.
 pub fn default_inline_download_piece() -> usize {
-    copy_paths::INLINE_DOWNLOAD_PIECE
+    paths::INLINE_DOWNLOAD_PIECE
 }

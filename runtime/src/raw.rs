@@ -20,7 +20,7 @@ use std::ffi::c_void;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use crate::backend::{self, capture, BackendStorage, Buffer, RawStream, Release};
+use crate::backend::{self, dispatch::capture, AnyStream, BackendStorage, Buffer, Release};
 use crate::device::{Device, DeviceId};
 use crate::element::Element;
 use crate::error::{Error, Result};
@@ -48,7 +48,7 @@ pub struct RawViewMut<'a, T: Element> {
     addr: u64,
     len: usize,
     device: DeviceId,
-    stream: RawStream,
+    stream: AnyStream,
     buf: &'a Buffer,
     finished: bool,
     _tensor: PhantomData<&'a mut [T]>,

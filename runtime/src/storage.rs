@@ -72,7 +72,7 @@ impl Storage {
             if h.is_pinned() {
                 // Page-locked memory: the DMA reads the source after this returns, so the
                 // copy holds the block from reuse and from host writes until it is done.
-                let stream = match crate::backend::current_stream::current(dst) {
+                let stream = match crate::backend::sync::current_stream::current(dst) {
                     Some(s) => s,
                     None => to.default_stream(dst)?,
                 };

@@ -6,10 +6,10 @@
 //! wait), and its memory is freed only after every stream that used it. A program that
 //! uses one stream records no events at all.
 
-use crate::backend::current_stream::{current, with_current};
+use crate::backend::sync::current_stream::{current, with_current};
 use std::time::Duration;
 
-use crate::backend::{self, BackendStorage, RawEvent, RawStream};
+use crate::backend::{self, AnyEvent, AnyStream, BackendStorage};
 use crate::device::{Device, DeviceId, StaticDevice};
 use crate::element::Element;
 use crate::error::{Error, Result};
@@ -29,7 +29,7 @@ use crate::tensor::Tensor;
 /// ```
 #[derive(Clone, Debug)]
 pub struct Stream<D: Device> {
-    pub(crate) raw: RawStream,
+    pub(crate) raw: AnyStream,
     device: D,
 }
 
@@ -151,7 +151,7 @@ pub fn synchronize(device: DeviceId) -> Result<()> {
 /// ```
 #[derive(Clone, Debug)]
 pub struct Event<D: Device> {
-    raw: RawEvent,
+    raw: AnyEvent,
     device: D,
 }
 

@@ -17,8 +17,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::backend::hazard::{self, Region, Track};
-use crate::backend::{self, RawEvent};
+use crate::backend::sync::hazard::{self, Region, Track};
+use crate::backend::{self, AnyEvent};
 use crate::device_id::DeviceId;
 use crate::error::Result;
 
@@ -51,7 +51,7 @@ pub struct PinnedStats {
 struct Cached {
     ptr: usize,
     /// Copies that used the block; it is reused once they have all completed.
-    events: Vec<RawEvent>,
+    events: Vec<AnyEvent>,
     life: Arc<Life>,
 }
 
@@ -91,7 +91,7 @@ static POOL: std::sync::LazyLock<Pool> = std::sync::LazyLock::new(Pool::default)
 pub(crate) struct PinnedBlock {
     ptr: usize,
     cap: usize,
-    events: Mutex<Vec<RawEvent>>,
+    events: Mutex<Vec<AnyEvent>>,
     /// Set when a copy's end could not be observed: the block is never reused.
     retired: AtomicBool,
     life: Arc<Life>,
@@ -123,7 +123,7 @@ impl PinnedBlock {
     }
 
     /// Keeps the block from reuse until `event` has completed.
-    pub(crate) fn hold_until(&self, event: RawEvent) {
+    pub(crate) fn hold_until(&self, event: AnyEvent) {
         let mut ev = self.events.lock().unwrap_or_else(|p| p.into_inner());
         // Drop events that already completed, so a long-lived block does not pile them up.
         if ev.len() >= 8 {
@@ -172,7 +172,7 @@ impl Drop for PinnedBlock {
     }
 }
 
-fn all_done(events: &[RawEvent]) -> bool {
+fn all_done(events: &[AnyEvent]) -> bool {
     match backend::selected() {
         Ok(b) => events.iter().all(|e| matches!(b.event_done(e), Ok(true))),
         Err(_) => events.is_empty(),

@@ -27,7 +27,9 @@
 mod lists;
 mod views;
 
-use crate::backend::{self, capture, current_stream::with_current, BackendStorage, Buffer, RawGraph, RawStream};
+use crate::backend::{
+    self, dispatch::capture, sync::current_stream::with_current, AnyGraph, AnyStream, BackendStorage, Buffer,
+};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::placement::SameGraphDevice;
@@ -65,10 +67,10 @@ pub use views::{InputMut, Output};
 pub struct Graph<D: Device, I, O> {
     inputs: I,
     outputs: O,
-    raw: RawGraph,
+    raw: AnyGraph,
     stream: Stream<D>,
     /// The stream of the last replay.
-    last: Option<RawStream>,
+    last: Option<AnyStream>,
     /// The outputs' storages made in the capture: each replay writes them.
     written: Vec<std::sync::Arc<crate::storage::Storage>>,
 }
@@ -83,12 +85,12 @@ impl<D: Device, I, O> std::fmt::Debug for Graph<D, I, O> {
 /// never left capturing.
 struct Ending<'s> {
     backend: &'static dyn backend::BackendDevice,
-    stream: &'s RawStream,
+    stream: &'s AnyStream,
     ended: bool,
 }
 
 impl Ending<'_> {
-    fn end(mut self) -> Result<RawGraph> {
+    fn end(mut self) -> Result<AnyGraph> {
         self.ended = true;
         self.backend.end_capture(self.stream)
     }
@@ -222,7 +224,7 @@ where
         Ok(self.outputs.view())
     }
 
-    fn launch(&mut self, stream: &RawStream) -> Result<()> {
+    fn launch(&mut self, stream: &AnyStream) -> Result<()> {
         let device = self.stream.device();
         let backend = backend::for_device(device)?;
         if let Some(last) = self.last.as_ref().filter(|l| !l.same(stream)) {

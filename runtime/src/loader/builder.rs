@@ -89,7 +89,7 @@ impl<T: Batch> LoaderBuilder<T> {
 
     /// Starts the loader, delivering batches on the CUDA device `device`.
     pub fn to_device<D: Device>(self, device: D) -> Result<Loader<D, T>> {
-        crate::backend::capture::refuse("Loader", LOADER_IN_CAPTURE)?;
+        crate::backend::dispatch::capture::refuse("Loader", LOADER_IN_CAPTURE)?;
         if device.id().ordinal().is_none() {
             return Err(Error::InvalidArgument {
                 op: "Loader",

@@ -199,7 +199,7 @@ impl<D: Device, T: Batch> Iterator for Loader<D, T> {
         if self.done {
             return None;
         }
-        if let Err(e) = crate::backend::capture::refuse("Loader", builder::LOADER_IN_CAPTURE) {
+        if let Err(e) = crate::backend::dispatch::capture::refuse("Loader", builder::LOADER_IN_CAPTURE) {
             return Some(Err(e));
         }
         let current = match self.ready.take() {

@@ -2,7 +2,7 @@
 //! the 2-d transpose `t`, and the transpose of any two dims.
 
 use super::Tensor;
-use crate::backend::precision::float32_matmul_precision;
+use crate::backend::api::precision::float32_matmul_precision;
 use crate::backend::{BackendStorage, Gemm, Permute};
 use crate::device::Device;
 use crate::element::Element;

@@ -23,47 +23,27 @@
 //! - `graph`: captures, their private memory, replays;
 //! - `user_kernel`: kernels of `#[locus::kernel]`, compiled per architecture and launched.
 
-mod buffer;
 mod comm;
-mod device;
-mod elementwise;
-mod event;
-mod flag;
-mod gather;
-mod gemm;
-mod graph;
-mod init;
-mod launch;
-mod matrix;
-mod memory;
-mod nccl;
-mod peer;
-mod permute;
-mod reduce;
-mod select;
-mod softmax;
-mod staged;
+mod driver;
+mod ops;
 mod storage;
-mod stream;
 mod transfer;
-mod user_kernel;
-mod watchdog;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use cudarc::driver::result;
 
-pub(crate) use buffer::CudaBuffer;
 pub(crate) use comm::ProcessComm;
-use device::{driver, DeviceState};
-pub(crate) use event::EventObj;
-pub(crate) use graph::GraphObj;
-pub(crate) use stream::StreamObj;
+pub(crate) use driver::buffer::CudaBuffer;
+use driver::device::{driver, DeviceState};
+pub(crate) use driver::event::CudaEvent;
+pub(crate) use driver::graph::CudaGraph;
+pub(crate) use driver::stream::CudaStream;
 
-use super::user_kernel::{Grid, KernelArg, KernelSource};
-use super::{
-    foreign, BackendDevice, Buffer, Collective, CommOp, HostBuffer, RawComm, RawEvent, RawGraph, RawStream, Release,
+use crate::backend::api::user_kernel::{Grid, KernelArg, KernelSource};
+use crate::backend::{
+    foreign, AnyComm, AnyEvent, AnyGraph, AnyStream, BackendDevice, Buffer, Collective, CommOp, HostBuffer, Release,
 };
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
@@ -75,7 +55,7 @@ pub(crate) struct CudaBackend {
 
 /// The cuda backend, if this machine can run it; else why not, as a sentence.
 pub(crate) fn open() -> std::result::Result<CudaBackend, String> {
-    let count = device::probe()?;
+    let count = driver::device::probe()?;
     Ok(CudaBackend { devices: (0..count).map(|_| OnceLock::new()).collect() })
 }
 
@@ -90,17 +70,17 @@ impl CudaBackend {
 }
 
 /// The driver stream of `stream`; a host stream here is a caller's bug, reported.
-fn raw_stream(stream: &RawStream) -> Result<Arc<StreamObj>> {
+fn raw_stream(stream: &AnyStream) -> Result<Arc<CudaStream>> {
     match stream {
-        RawStream::Cuda(s) => Ok(Arc::clone(s)),
-        RawStream::Host(_) => Err(foreign("cuda", "a stream")),
+        AnyStream::Cuda(s) => Ok(Arc::clone(s)),
+        AnyStream::Host(_) => Err(foreign("cuda", "a stream")),
     }
 }
 
-fn raw_event(ev: &RawEvent) -> Result<&EventObj> {
+fn raw_event(ev: &AnyEvent) -> Result<&CudaEvent> {
     match ev {
-        RawEvent::Cuda(e) => Ok(e),
-        RawEvent::Host(_) => Err(foreign("cuda", "an event")),
+        AnyEvent::Cuda(e) => Ok(e),
+        AnyEvent::Host(_) => Err(foreign("cuda", "an event")),
     }
 }
 
@@ -128,24 +108,24 @@ impl BackendDevice for CudaBackend {
     }
 
     fn cached_bytes(&self, device: DeviceId) -> Result<usize> {
-        Ok(stream::cached_bytes(self.dev(device)?.ordinal))
+        Ok(driver::stream::cached_bytes(self.dev(device)?.ordinal))
     }
 
     fn live_streams(&self) -> usize {
-        stream::live_streams()
+        driver::stream::live_streams()
     }
 
-    fn default_stream(&self, device: DeviceId) -> Result<RawStream> {
-        Ok(RawStream::Cuda(Arc::clone(&self.dev(device)?.stream)))
+    fn default_stream(&self, device: DeviceId) -> Result<AnyStream> {
+        Ok(AnyStream::Cuda(Arc::clone(&self.dev(device)?.stream)))
     }
 
-    fn new_stream(&self, device: DeviceId) -> Result<RawStream> {
+    fn new_stream(&self, device: DeviceId) -> Result<AnyStream> {
         let dev = self.dev(device)?;
         dev.bind()?;
-        Ok(RawStream::Cuda(Arc::new(StreamObj::create(dev.ordinal, dev.ctx.cu_ctx())?)))
+        Ok(AnyStream::Cuda(Arc::new(CudaStream::create(dev.ordinal, dev.ctx.cu_ctx())?)))
     }
 
-    fn sync_stream(&self, stream: &RawStream) -> Result<()> {
+    fn sync_stream(&self, stream: &AnyStream) -> Result<()> {
         let s = raw_stream(stream)?;
         self.dev(DeviceId::Cuda(s.ordinal))?.bind()?;
         s.synchronize()
@@ -157,39 +137,39 @@ impl BackendDevice for CudaBackend {
         result::ctx::synchronize().map_err(driver(dev.ordinal, "cuCtxSynchronize"))
     }
 
-    fn new_event(&self, device: DeviceId, timing: bool) -> Result<RawEvent> {
+    fn new_event(&self, device: DeviceId, timing: bool) -> Result<AnyEvent> {
         let dev = self.dev(device)?;
-        Ok(RawEvent::Cuda(Arc::new(EventObj::create(dev.ordinal, dev.ctx.cu_ctx(), timing)?)))
+        Ok(AnyEvent::Cuda(Arc::new(CudaEvent::create(dev.ordinal, dev.ctx.cu_ctx(), timing)?)))
     }
 
-    fn record_event(&self, event: &RawEvent, stream: &RawStream) -> Result<()> {
+    fn record_event(&self, event: &AnyEvent, stream: &AnyStream) -> Result<()> {
         let (e, s) = (raw_event(event)?, raw_stream(stream)?);
         self.dev(DeviceId::Cuda(s.ordinal))?.bind()?;
         e.record(&s)
     }
 
-    fn wait_event(&self, stream: &RawStream, event: &RawEvent) -> Result<()> {
+    fn wait_event(&self, stream: &AnyStream, event: &AnyEvent) -> Result<()> {
         let (e, s) = (raw_event(event)?, raw_stream(stream)?);
         self.dev(DeviceId::Cuda(s.ordinal))?.bind()?;
-        graph::joins(&s, e.capture())?;
+        driver::graph::joins(&s, e.capture())?;
         s.wait(e)
     }
 
-    fn sync_event(&self, event: &RawEvent) -> Result<()> {
+    fn sync_event(&self, event: &AnyEvent) -> Result<()> {
         let e = raw_event(event)?;
         e.outside_captures()?;
         self.dev(DeviceId::Cuda(e.ordinal))?.bind()?;
         e.synchronize()
     }
 
-    fn event_done(&self, event: &RawEvent) -> Result<bool> {
+    fn event_done(&self, event: &AnyEvent) -> Result<bool> {
         let e = raw_event(event)?;
         e.outside_captures()?;
         self.dev(DeviceId::Cuda(e.ordinal))?.bind()?;
         e.is_complete()
     }
 
-    fn elapsed_ms(&self, start: &RawEvent, end: &RawEvent) -> Result<f32> {
+    fn elapsed_ms(&self, start: &AnyEvent, end: &AnyEvent) -> Result<f32> {
         let (a, b) = (raw_event(start)?, raw_event(end)?);
         a.outside_captures()?;
         b.outside_captures()?;
@@ -220,7 +200,7 @@ impl BackendDevice for CudaBackend {
         device: DeviceId,
         addr: u64,
         bytes: usize,
-        stream: &RawStream,
+        stream: &AnyStream,
         release: Release,
     ) -> Result<Buffer> {
         // Until the buffer exists, when the owner's work ends cannot be known: on an
@@ -249,7 +229,7 @@ impl BackendDevice for CudaBackend {
         unsafe { CudaBuffer::foreign(dev, &s, addr, bytes, release) }.map(Buffer::Cuda)
     }
 
-    fn upload_async(&self, device: DeviceId, src: &HostBuffer, stream: &RawStream) -> Result<(Buffer, RawEvent)> {
+    fn upload_async(&self, device: DeviceId, src: &HostBuffer, stream: &AnyStream) -> Result<(Buffer, AnyEvent)> {
         transfer::upload_async(self, device, src, stream)
     }
 
@@ -258,23 +238,23 @@ impl BackendDevice for CudaBackend {
     }
 
     fn fill(&self, device: DeviceId, dtype: DType, len: usize, value: Scalar) -> Result<Buffer> {
-        init::fill(self.dev(device)?, dtype, len, value).map(Buffer::Cuda)
+        ops::init::fill(self.dev(device)?, dtype, len, value).map(Buffer::Cuda)
     }
 
     fn arange(&self, device: DeviceId, dtype: DType, len: usize, start: f64, step: f64) -> Result<Buffer> {
-        init::arange(self.dev(device)?, dtype, len, start, step).map(Buffer::Cuda)
+        ops::init::arange(self.dev(device)?, dtype, len, start, step).map(Buffer::Cuda)
     }
 
     fn rand(&self, device: DeviceId, dtype: DType, len: usize, seed: u64) -> Result<Buffer> {
-        init::rand(self.dev(device)?, dtype, len, seed).map(Buffer::Cuda)
+        ops::init::rand(self.dev(device)?, dtype, len, seed).map(Buffer::Cuda)
     }
 
     fn can_access_peer(&self, device: DeviceId, peer: DeviceId) -> Result<bool> {
-        peer::can_access_peer(self, device, peer)
+        transfer::peer::can_access_peer(self, device, peer)
     }
 
     fn enable_peer_access(&self, device: DeviceId, peer: DeviceId) -> Result<()> {
-        peer::enable_peer_access(self, device, peer)
+        transfer::peer::enable_peer_access(self, device, peer)
     }
 
     fn collective(
@@ -284,7 +264,7 @@ impl BackendDevice for CudaBackend {
         len: usize,
         op: Collective<'_>,
     ) -> Result<Option<Vec<Buffer>>> {
-        nccl::collective(self, devices, dtype, len, op)
+        comm::local::collective(self, devices, dtype, len, op)
     }
 
     fn has_process_comm(&self, device: DeviceId) -> bool {
@@ -295,37 +275,37 @@ impl BackendDevice for CudaBackend {
         self.comm_id()
     }
 
-    fn join_comm(&self, device: DeviceId, id: &[u8], rank: usize, world: usize, timeout: Duration) -> Result<RawComm> {
+    fn join_comm(&self, device: DeviceId, id: &[u8], rank: usize, world: usize, timeout: Duration) -> Result<AnyComm> {
         self.comm_join(device, id, rank, world, timeout)
     }
 
-    fn run_comm(&self, comm: &RawComm, dtype: DType, len: usize, op: CommOp<'_>) -> Result<Option<Buffer>> {
+    fn run_comm(&self, comm: &AnyComm, dtype: DType, len: usize, op: CommOp<'_>) -> Result<Option<Buffer>> {
         self.comm_run(comm, dtype, len, op)
     }
 
-    fn begin_capture(&self, stream: &RawStream, inputs: &[&Buffer]) -> Result<()> {
+    fn begin_capture(&self, stream: &AnyStream, inputs: &[&Buffer]) -> Result<()> {
         let s = raw_stream(stream)?;
         let dev = self.dev(DeviceId::Cuda(s.ordinal))?;
         let mut ptrs = Vec::with_capacity(inputs.len());
         for b in inputs {
-            let b = memory::cuda(b)?;
+            let b = driver::memory::cuda(b)?;
             // The stream waits for the inputs' writers now; each replay orders them again.
             b.use_on(&s)?;
             ptrs.push(b.ptr());
         }
-        graph::begin(dev, &s, ptrs)
+        driver::graph::begin(dev, &s, ptrs)
     }
 
-    fn end_capture(&self, stream: &RawStream) -> Result<RawGraph> {
+    fn end_capture(&self, stream: &AnyStream) -> Result<AnyGraph> {
         let s = raw_stream(stream)?;
-        Ok(RawGraph::Cuda(Arc::new(graph::end(&s)?)))
+        Ok(AnyGraph::Cuda(Arc::new(driver::graph::end(&s)?)))
     }
 
-    fn launch_graph(&self, graph: &RawGraph, stream: &RawStream, _: &[&Buffer], _: &[&Buffer]) -> Result<()> {
+    fn launch_graph(&self, graph: &AnyGraph, stream: &AnyStream, _: &[&Buffer], _: &[&Buffer]) -> Result<()> {
         let s = raw_stream(stream)?;
         match graph {
-            RawGraph::Cuda(g) => g.launch(&s),
-            RawGraph::Host(_) => Err(foreign("cuda", "a graph")),
+            AnyGraph::Cuda(g) => g.launch(&s),
+            AnyGraph::Host(_) => Err(foreign("cuda", "a graph")),
         }
     }
 
@@ -333,7 +313,7 @@ impl BackendDevice for CudaBackend {
         &self,
         device: DeviceId,
         kernel: &'static KernelSource,
-        stream: &RawStream,
+        stream: &AnyStream,
         grid: Grid,
         args: &[KernelArg<'_>],
     ) -> Result<()> {
@@ -342,6 +322,6 @@ impl BackendDevice for CudaBackend {
         if s.ordinal != dev.ordinal {
             return Err(Error::DeviceMismatch { op: kernel.name, lhs: device, rhs: DeviceId::Cuda(s.ordinal) });
         }
-        user_kernel::launch(dev, kernel, &s, grid, args)
+        driver::user_kernel::launch(dev, kernel, &s, grid, args)
     }
 }

@@ -2,11 +2,12 @@
 //! `DeviceState`), so each op runs there, delegating to the module of its kernel source
 //! (`elementwise`, `reduce`, `matrix`, `softmax`, `gather`) or to `transfer`.
 
-use super::buffer::CudaBuffer;
-use super::device::DeviceState;
-use super::{elementwise, gather, gemm, matrix, permute, raw_stream, reduce, select, softmax, transfer};
+use crate::backend::cuda::driver::buffer::CudaBuffer;
+use crate::backend::cuda::driver::device::DeviceState;
+use crate::backend::cuda::ops::{elementwise, gather, gemm, matrix, permute, reduce, select, softmax};
+use crate::backend::cuda::{raw_stream, transfer};
 use crate::backend::{
-    BackendStorage, BinaryOp, Blocks, CompareOp, Gather, Gemm, HostBuffer, ParamOp, Permute, RawEvent, RawStream,
+    AnyEvent, AnyStream, BackendStorage, BinaryOp, Blocks, CompareOp, Gather, Gemm, HostBuffer, ParamOp, Permute,
     ReduceOp, SoftmaxOp, UnaryOp,
 };
 use crate::device_id::DeviceId;
@@ -28,29 +29,29 @@ impl BackendStorage for CudaBuffer {
         transfer::download(self, out)
     }
 
-    fn download_async(&self, dst: &mut HostBuffer, stream: &RawStream) -> Result<RawEvent> {
+    fn download_async(&self, dst: &mut HostBuffer, stream: &AnyStream) -> Result<AnyEvent> {
         transfer::download_async(self, dst, stream)
     }
 
-    fn use_on_stream(&self, stream: &RawStream) -> Result<()> {
+    fn use_on_stream(&self, stream: &AnyStream) -> Result<()> {
         let s = raw_stream(stream)?;
         self.device().bind()?;
         self.use_on(&s)
     }
 
-    fn before_write(&self, stream: &RawStream) -> Result<()> {
+    fn before_write(&self, stream: &AnyStream) -> Result<()> {
         let s = raw_stream(stream)?;
         self.device().bind()?;
         CudaBuffer::before_write(self, &s)
     }
 
-    fn after_write(&self, stream: &RawStream) -> Result<()> {
+    fn after_write(&self, stream: &AnyStream) -> Result<()> {
         let s = raw_stream(stream)?;
         self.device().bind()?;
         CudaBuffer::after_write(self, &s)
     }
 
-    fn lend(&self, stream: &RawStream, write: bool) -> Result<u64> {
+    fn lend(&self, stream: &AnyStream, write: bool) -> Result<u64> {
         let s = raw_stream(stream)?;
         if s.ordinal != self.device().ordinal {
             return Err(Error::DeviceMismatch {

@@ -9,13 +9,13 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::graph::HostCapture;
-use super::streams::HostStream;
 use crate::backend::account::MemoryAccount;
-use crate::backend::hazard::{self, Kind, Region, Track};
-use crate::backend::host_cache::{HostBlock, CACHE};
+use crate::backend::host::cache::{HostBlock, CACHE};
+use crate::backend::host::graph::HostCapture;
+use crate::backend::host::streams::HostStream;
 use crate::backend::pinned_pool::{self as pinned, InFlight, PinnedBlock};
-use crate::backend::{RawEvent, Release};
+use crate::backend::sync::hazard::{self, Kind, Region, Track};
+use crate::backend::{AnyEvent, Release};
 use crate::device_id::DeviceId;
 use crate::element::{DType, Element};
 use crate::error::{Error, Result};
@@ -47,19 +47,19 @@ pub(crate) struct HostBuffer {
     keep: Keep,
     /// The checker's record of pageable memory (pinned blocks carry their own).
     track: Track,
-    pub(super) account: &'static MemoryAccount,
+    pub(in crate::backend::host) account: &'static MemoryAccount,
     /// The simulated stream this memory was made on, where its free is ordered; `None`
     /// for host placements, whose ops run on the calling thread.
-    pub(super) home: Option<Arc<HostStream>>,
+    pub(in crate::backend::host) home: Option<Arc<HostStream>>,
     /// Who wrote the memory last and who used it (simulated devices only).
-    pub(super) uses: Mutex<Uses>,
+    pub(in crate::backend::host) uses: Mutex<Uses>,
     /// The capture this memory was made in: it belongs to that graph.
-    pub(super) graph: Option<Arc<HostCapture>>,
+    pub(in crate::backend::host) graph: Option<Arc<HostCapture>>,
 }
 
 /// Who wrote a buffer of a simulated device last, and who used it.
 #[derive(Debug, Default)]
-pub(super) struct Uses {
+pub(in crate::backend::host) struct Uses {
     /// The stream of the last write; `None` for host placements.
     pub writer: Option<Arc<HostStream>>,
     /// The number of that write on its stream.
@@ -72,7 +72,7 @@ pub(super) struct Uses {
 }
 
 impl Uses {
-    pub(super) fn add_user(&mut self, home: Option<&Arc<HostStream>>, s: &Arc<HostStream>) {
+    pub(in crate::backend::host) fn add_user(&mut self, home: Option<&Arc<HostStream>>, s: &Arc<HostStream>) {
         if !home.is_some_and(|h| Arc::ptr_eq(h, s)) && !self.users.iter().any(|u| Arc::ptr_eq(u, s)) {
             self.users.push(Arc::clone(s));
         }
@@ -88,7 +88,7 @@ unsafe impl Send for HostBuffer {}
 unsafe impl Sync for HostBuffer {}
 
 /// A job's handle on a buffer's memory: the address, and what keeps it allocated.
-pub(super) struct Span {
+pub(in crate::backend::host) struct Span {
     ptr: *mut u8,
     len: usize,
     _keep: SpanKeep,
@@ -112,7 +112,7 @@ impl Span {
     /// # Safety
     /// The job runs after the memory's last write in stream order, and no write to it
     /// runs while the returned slice lives.
-    pub(super) unsafe fn bytes(&self) -> &[u8] {
+    pub(in crate::backend::host) unsafe fn bytes(&self) -> &[u8] {
         // SAFETY: `ptr..ptr+len` is allocated while the span lives; the caller rules out
         // concurrent writes.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
@@ -123,7 +123,7 @@ impl Span {
     /// # Safety
     /// No other access to the memory runs while the returned slice lives (the job is
     /// ordered after every earlier use, and every later use is ordered after it).
-    pub(super) unsafe fn bytes_mut(&mut self) -> &mut [u8] {
+    pub(in crate::backend::host) unsafe fn bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in `bytes`, and the caller rules out every other access.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
@@ -133,7 +133,11 @@ impl HostBuffer {
     /// `len` bytes on `account`'s device, written on `stream`, initialised but unspecified:
     /// a block of the host cache or of the pinned pool (a reused block keeps its old
     /// contents, a new one is zeroed). The caller writes every byte before any read.
-    pub(super) fn alloc(account: &'static MemoryAccount, len: usize, stream: Option<Arc<HostStream>>) -> Result<Self> {
+    pub(in crate::backend::host) fn alloc(
+        account: &'static MemoryAccount,
+        len: usize,
+        stream: Option<Arc<HostStream>>,
+    ) -> Result<Self> {
         account.reserve(len)?;
         let oom = || Error::OutOfMemory { device: account.device, requested: len, free: 0 };
         let made = if account.device == DeviceId::Pinned {
@@ -174,7 +178,7 @@ impl HostBuffer {
     /// # Safety
     /// `ptr .. ptr + len` is valid for reads and writes until `release` runs, and nothing
     /// else uses it meanwhile except work queued on `stream` before this call.
-    pub(super) unsafe fn foreign(
+    pub(in crate::backend::host) unsafe fn foreign(
         account: &'static MemoryAccount,
         ptr: *mut u8,
         len: usize,
@@ -202,13 +206,17 @@ impl HostBuffer {
 
     /// Records with the hazard checker that host code reads (or writes) this memory
     /// now, through its address rather than a slice.
-    pub(super) fn host_access(&self, write: bool) {
+    pub(in crate::backend::host) fn host_access(&self, write: bool) {
         self.host_use(if write { Kind::Write } else { Kind::Read }, "a raw view");
     }
 
+    #[cfg(feature = "ndarray")]
     /// The memory of `v` as pageable memory of the `cpu` placement, without a copy: the
     /// vector is dropped when the buffer and every job that uses it are gone.
-    pub(super) fn from_vec<T: Element>(account: &'static MemoryAccount, mut v: Vec<T>) -> Result<Self> {
+    pub(in crate::backend::host) fn from_vec<T: Element>(
+        account: &'static MemoryAccount,
+        mut v: Vec<T>,
+    ) -> Result<Self> {
         let (ptr, len) = (v.as_mut_ptr() as *mut u8, std::mem::size_of_val(&v[..]));
         // SAFETY: `v`'s heap block (a dangling, aligned pointer when empty) holds `len`
         // bytes and stays where it is while `v` lives, moved into `release`; nothing else
@@ -217,12 +225,12 @@ impl HostBuffer {
     }
 
     /// Who wrote this memory last and who used it.
-    pub(super) fn uses(&self) -> std::sync::MutexGuard<'_, Uses> {
+    pub(in crate::backend::host) fn uses(&self) -> std::sync::MutexGuard<'_, Uses> {
         self.uses.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The address, which names the memory while it lives (a graph's inputs).
-    pub(super) fn addr(&self) -> usize {
+    pub(in crate::backend::host) fn addr(&self) -> usize {
         self.ptr as usize
     }
 
@@ -232,7 +240,7 @@ impl HostBuffer {
     }
 
     /// This memory as the hazard checker names it.
-    pub(super) fn region(&self, dtype: Option<DType>) -> Region<'_> {
+    pub(in crate::backend::host) fn region(&self, dtype: Option<DType>) -> Region<'_> {
         let track = match &self.keep {
             Keep::Pinned(b) => b.track(),
             Keep::Owned(_) => &self.track,
@@ -241,7 +249,7 @@ impl HostBuffer {
     }
 
     /// A handle on the memory for a queued job.
-    pub(super) fn span(&self) -> Span {
+    pub(in crate::backend::host) fn span(&self) -> Span {
         let keep = match &self.keep {
             Keep::Owned(o) => SpanKeep::Owned(Arc::clone(o)),
             Keep::Pinned(b) => SpanKeep::Pinned(b.in_flight()),
@@ -288,7 +296,7 @@ impl HostBuffer {
 
     /// Keeps pinned memory from reuse by the pool, and from host writes through
     /// [`HostBuffer::writable`], until `event` has completed.
-    pub(crate) fn hold_until(&self, event: RawEvent) {
+    pub(crate) fn hold_until(&self, event: AnyEvent) {
         if let Keep::Pinned(b) = &self.keep {
             b.hold_until(event);
         }

@@ -12,12 +12,12 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use super::buffer::HostBuffer;
-use super::queue::Job;
-use super::streams::{use_on_stream, HostStream};
 use crate::backend::account::MemoryAccount;
-use crate::backend::capture;
-use crate::backend::hazard::{self, Kind};
+use crate::backend::dispatch::capture;
+use crate::backend::host::buffer::HostBuffer;
+use crate::backend::host::queue::Job;
+use crate::backend::host::streams::{use_on_stream, HostStream};
+use crate::backend::sync::hazard::{self, Kind};
 use crate::device_id::DeviceId;
 use crate::error::{Error, Result};
 
@@ -64,7 +64,7 @@ impl HostCapture {
     }
 
     /// Counts a buffer made in the capture coming (`true`) or going.
-    pub(super) fn count_buffer(&self, alive: bool) {
+    pub(in crate::backend::host) fn count_buffer(&self, alive: bool) {
         if alive {
             self.live.fetch_add(1, Ordering::SeqCst);
         } else {
@@ -73,17 +73,17 @@ impl HostCapture {
     }
 
     /// Keeps `bytes` of a buffer that went counted until the capture goes.
-    pub(super) fn hold(&self, bytes: usize) {
+    pub(in crate::backend::host) fn hold(&self, bytes: usize) {
         self.held.fetch_add(bytes, Ordering::SeqCst);
     }
 
     /// Records `job` instead of queueing it.
-    pub(super) fn record(&self, job: Job) {
+    pub(in crate::backend::host) fn record(&self, job: Job) {
         lock(&self.jobs).push(RecordedJob(job));
     }
 
     /// Captured work may read `h` if it was made in this capture or is an input.
-    pub(super) fn may_read(self: &Arc<Self>, h: &HostBuffer) -> Result<bool> {
+    pub(in crate::backend::host) fn may_read(self: &Arc<Self>, h: &HostBuffer) -> Result<bool> {
         if h.graph.as_ref().is_some_and(|g| Arc::ptr_eq(g, self)) {
             return Ok(true);
         }
@@ -96,7 +96,7 @@ impl HostCapture {
 
 /// `on` waits for work of capture `c` (an event recorded in it, or a stream in it): a
 /// stream outside any capture joins it; an ended capture, or another one, is an error.
-pub(super) fn joins(on: &Arc<HostStream>, c: Option<Weak<HostCapture>>) -> Result<()> {
+pub(in crate::backend::host) fn joins(on: &Arc<HostStream>, c: Option<Weak<HostCapture>>) -> Result<()> {
     if let Some(c) = capture::joining(c, on.capture(), HostCapture::ended)? {
         lock(&c.joined).push((Arc::clone(on), on.order.writes()));
         on.set_capture(Some(c));
@@ -105,7 +105,7 @@ pub(super) fn joins(on: &Arc<HostStream>, c: Option<Weak<HostCapture>>) -> Resul
 }
 
 /// Starts capturing `s`; captured work may read `inputs` and memory made in the capture.
-pub(super) fn begin(s: &Arc<HostStream>, inputs: &[&HostBuffer]) -> Result<()> {
+pub(in crate::backend::host) fn begin(s: &Arc<HostStream>, inputs: &[&HostBuffer]) -> Result<()> {
     if s.capture().is_some() {
         return Err(Error::NotCapturable {
             op: "Graph::capture",
@@ -124,7 +124,7 @@ pub(super) fn begin(s: &Arc<HostStream>, inputs: &[&HostBuffer]) -> Result<()> {
         ended: AtomicBool::new(false),
         live: AtomicUsize::new(0),
         held: AtomicUsize::new(0),
-        account: super::host().account(s.device)?,
+        account: crate::backend::host::host().account(s.device)?,
     };
     s.set_capture(Some(Arc::new(c)));
     Ok(())
@@ -140,7 +140,7 @@ pub(crate) struct HostGraph {
 
 /// Ends the capture of `s`: an error, and no graph, when a stream that joined was not
 /// joined back.
-pub(super) fn end(s: &Arc<HostStream>) -> Result<HostGraph> {
+pub(in crate::backend::host) fn end(s: &Arc<HostStream>) -> Result<HostGraph> {
     let c = s.capture().ok_or_else(|| Error::InvalidArgument {
         op: "Graph::capture",
         reason: "the stream is not being captured".into(),
@@ -174,7 +174,12 @@ impl HostGraph {
 
     /// Queues one replay on `s`: one job running the recorded ones in order. It reads
     /// `reads` and writes `writes`, as the hazard checker books it.
-    pub(super) fn launch(&self, s: &Arc<HostStream>, reads: &[&HostBuffer], writes: &[&HostBuffer]) -> Result<()> {
+    pub(in crate::backend::host) fn launch(
+        &self,
+        s: &Arc<HostStream>,
+        reads: &[&HostBuffer],
+        writes: &[&HostBuffer],
+    ) -> Result<()> {
         if s.device != self.device {
             return Err(Error::InvalidArgument {
                 op: "Graph::replay_on",

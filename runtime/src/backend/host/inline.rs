@@ -1,5 +1,5 @@
 //! The inline staged upload as the host backend models it: the same pipeline as on the
-//! GPU (`inline_copy::upload_inline`: one block of the pinned pool, filled piece by piece
+//! GPU (`upload::upload_inline`: one block of the pinned pool, filled piece by piece
 //! on the calling thread), with each piece's DMA a job on the simulated device's current
 //! stream that copies that piece of the block into the new buffer. The jobs run behind
 //! the host, as DMAs do, so the pool's rule (no reuse of a block before its event) is
@@ -8,33 +8,33 @@
 
 use std::sync::Arc;
 
-use super::buffer::{HostBuffer, Span};
-use super::host;
-use super::streams::{current_stream, use_on_stream, HostEvent, HostStream};
-use crate::backend::hazard::{self, Kind, Region};
-use crate::backend::inline_copy::{self, PieceUploads};
-use crate::backend::inline_download::{self, PieceDownloads};
+use crate::backend::host::buffer::{HostBuffer, Span};
+use crate::backend::host::host;
+use crate::backend::host::streams::{current_stream, use_on_stream, HostEvent, HostStream};
 use crate::backend::pinned_pool::{InFlight, PinnedBlock};
-use crate::backend::{Buffer, RawEvent};
+use crate::backend::sync::hazard::{self, Kind, Region};
+use crate::backend::transfer::download::{self, PieceDownloads};
+use crate::backend::transfer::upload::{self, PieceUploads};
+use crate::backend::{AnyEvent, Buffer};
 use crate::device_id::DeviceId;
 use crate::error::Result;
 
 /// `data` as a new buffer of the simulated device `device`, through the inline path.
-pub(super) fn upload(device: DeviceId, data: &[u8]) -> Result<Buffer> {
+pub(in crate::backend::host) fn upload(device: DeviceId, data: &[u8]) -> Result<Buffer> {
     let s = current_stream(device);
     let out = HostBuffer::alloc(host().account(device)?, data.len(), Some(Arc::clone(&s)))?;
     let mut dma = Pieces { s: &s, out: &out, booked: false };
-    inline_copy::upload_inline(data, &mut dma)?;
+    upload::upload_inline(data, &mut dma)?;
     Ok(Buffer::Host(out))
 }
 
 /// `out.len()` bytes of the simulated device's buffer `src`, after its writer, into
 /// `out`, through the inline path.
-pub(super) fn download(src: &HostBuffer, out: &mut [u8]) -> Result<()> {
+pub(in crate::backend::host) fn download(src: &HostBuffer, out: &mut [u8]) -> Result<()> {
     let s = current_stream(src.account.device);
     use_on_stream(src, &s)?;
     let mut dma = DownloadPieces { s: &s, src };
-    inline_download::download_inline(out, &mut dma)
+    download::download_inline(out, &mut dma)
 }
 
 /// The DMAs of one inline upload: jobs on `s` that write pieces of `out`.
@@ -83,10 +83,10 @@ impl PieceUploads for Pieces<'_> {
         Ok(())
     }
 
-    fn mark(&mut self) -> Result<RawEvent> {
+    fn mark(&mut self) -> Result<AnyEvent> {
         let done = Arc::new(HostEvent::default());
         done.record(self.s)?;
-        Ok(RawEvent::Host(done))
+        Ok(AnyEvent::Host(done))
     }
 
     fn wait(&mut self) -> Result<()> {
@@ -102,7 +102,7 @@ struct DownloadPieces<'a> {
 }
 
 impl PieceDownloads for DownloadPieces<'_> {
-    unsafe fn queue(&mut self, stage: &PinnedBlock, at: usize, len: usize) -> Result<RawEvent> {
+    unsafe fn queue(&mut self, stage: &PinnedBlock, at: usize, len: usize) -> Result<AnyEvent> {
         let region = Region { track: stage.track(), device: DeviceId::Pinned, bytes: len, dtype: None };
         let to = StagePiece { addr: stage.ptr() as usize + at, len, _keep: stage.in_flight() };
         let from: Span = self.src.span();
@@ -124,14 +124,14 @@ impl PieceDownloads for DownloadPieces<'_> {
         )?;
         let landed = Arc::new(HostEvent::default());
         landed.record(self.s)?;
-        Ok(RawEvent::Host(landed))
+        Ok(AnyEvent::Host(landed))
     }
 
-    fn sync(&mut self, event: &RawEvent) -> Result<()> {
+    fn sync(&mut self, event: &AnyEvent) -> Result<()> {
         match event {
-            RawEvent::Host(e) => e.synchronize(),
+            AnyEvent::Host(e) => e.synchronize(),
             // Not one of `queue`'s events: wait for all of them.
-            RawEvent::Cuda(_) => self.s.synchronize(),
+            AnyEvent::Cuda(_) => self.s.synchronize(),
         }
     }
 

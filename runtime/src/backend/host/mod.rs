@@ -11,11 +11,15 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 mod buffer;
+pub(crate) mod cache;
+mod collective;
 mod graph;
 #[cfg(test)]
 mod hazard_tests;
+mod huge_pages;
 mod inline;
-mod ops;
+pub(in crate::backend) mod kernels;
+mod launch;
 mod queue;
 mod select;
 mod storage;
@@ -28,14 +32,14 @@ use streams::{current_stream, default_stream, host_event, host_mem, host_stream,
 pub(crate) use streams::{HostEvent, HostStream};
 
 use crate::backend::account::MemoryAccount;
-use crate::backend::copy_paths::{self, CopyPath};
-use crate::backend::user_kernel::{Grid, KernelArg, KernelSource};
-use crate::backend::{copy_threads, host_cache, host_kernels};
+use crate::backend::api::user_kernel::{Grid, KernelArg, KernelSource};
+use crate::backend::transfer::paths::{self, CopyPath};
+use crate::backend::workers;
 use crate::backend::{
-    BackendDevice, BackendStorage, Buffer, Collective, CommOp, RawComm, RawEvent, RawGraph, RawStream, Release,
+    AnyComm, AnyEvent, AnyGraph, AnyStream, BackendDevice, BackendStorage, Buffer, Collective, CommOp, Release,
 };
 use crate::device_id::DeviceId;
-use crate::element::{DType, Element, Scalar};
+use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
 
 const DEFAULT_DEVICES: usize = 2;
@@ -97,7 +101,7 @@ impl HostBackend {
         });
         // The worker pool and the host cache read their own variables (and fall back to
         // their defaults); a bad value is this backend's configuration error.
-        let pool = [copy_threads::thread_count_var("LOCUS_HOST_THREADS"), host_cache::cap_var().map(|_| None)]
+        let pool = [workers::thread_count_var("LOCUS_HOST_THREADS"), cache::cap_var().map(|_| None)]
             .into_iter()
             .find_map(|r| r.err())
             .map_or(Ok(()), |reason| {
@@ -136,8 +140,9 @@ impl HostBackend {
         HostBuffer::alloc(self.account(device)?, bytes, stream)
     }
 
+    #[cfg(feature = "ndarray")]
     /// The elements of `v` as memory of the `cpu` placement, without a copy.
-    pub(crate) fn adopt_vec<T: Element>(&'static self, v: Vec<T>) -> Result<HostBuffer> {
+    pub(crate) fn adopt_vec<T: crate::element::Element>(&'static self, v: Vec<T>) -> Result<HostBuffer> {
         HostBuffer::from_vec(self.account(DeviceId::Cpu)?, v)
     }
 
@@ -193,17 +198,17 @@ impl BackendDevice for HostBackend {
         streams::live_streams()
     }
 
-    fn default_stream(&self, device: DeviceId) -> Result<RawStream> {
+    fn default_stream(&self, device: DeviceId) -> Result<AnyStream> {
         host().account(device)?;
-        Ok(RawStream::Host(default_stream(device)))
+        Ok(AnyStream::Host(default_stream(device)))
     }
 
-    fn new_stream(&self, device: DeviceId) -> Result<RawStream> {
+    fn new_stream(&self, device: DeviceId) -> Result<AnyStream> {
         host().account(device)?;
-        Ok(RawStream::Host(HostStream::new_side(device)))
+        Ok(AnyStream::Host(HostStream::new_side(device)))
     }
 
-    fn sync_stream(&self, stream: &RawStream) -> Result<()> {
+    fn sync_stream(&self, stream: &AnyStream) -> Result<()> {
         host_stream(stream)?.synchronize()
     }
 
@@ -212,32 +217,32 @@ impl BackendDevice for HostBackend {
         streams_of(device).iter().try_for_each(|s| s.synchronize())
     }
 
-    fn new_event(&self, device: DeviceId, _timing: bool) -> Result<RawEvent> {
+    fn new_event(&self, device: DeviceId, _timing: bool) -> Result<AnyEvent> {
         host().account(device)?;
-        Ok(RawEvent::Host(Arc::new(HostEvent::default())))
+        Ok(AnyEvent::Host(Arc::new(HostEvent::default())))
     }
 
-    fn record_event(&self, event: &RawEvent, stream: &RawStream) -> Result<()> {
+    fn record_event(&self, event: &AnyEvent, stream: &AnyStream) -> Result<()> {
         host_event(event)?.record(host_stream(stream)?)
     }
 
-    fn wait_event(&self, stream: &RawStream, event: &RawEvent) -> Result<()> {
+    fn wait_event(&self, stream: &AnyStream, event: &AnyEvent) -> Result<()> {
         host_event(event)?.wait_on(host_stream(stream)?)
     }
 
-    fn sync_event(&self, event: &RawEvent) -> Result<()> {
+    fn sync_event(&self, event: &AnyEvent) -> Result<()> {
         let e = host_event(event)?;
         e.outside_captures()?;
         e.synchronize()
     }
 
-    fn event_done(&self, event: &RawEvent) -> Result<bool> {
+    fn event_done(&self, event: &AnyEvent) -> Result<bool> {
         let e = host_event(event)?;
         e.outside_captures()?;
         Ok(e.is_done())
     }
 
-    fn elapsed_ms(&self, start: &RawEvent, end: &RawEvent) -> Result<f32> {
+    fn elapsed_ms(&self, start: &AnyEvent, end: &AnyEvent) -> Result<f32> {
         let (a, b) = (host_event(start)?, host_event(end)?);
         a.outside_captures()?;
         b.outside_captures()?;
@@ -269,12 +274,12 @@ impl BackendDevice for HostBackend {
         // The sizes the cuda backend uploads inline go the same way here (pinned block,
         // pieces as stream jobs behind the host); the driver's direct copy and the copy
         // threads' staging are both a plain copy.
-        if !device.is_host() && copy_paths::upload_path(data.len()) == CopyPath::Inline {
+        if !device.is_host() && paths::upload_path(data.len()) == CopyPath::Inline {
             return inline::upload(device, data);
         }
         // Pageable memory is read before this returns, as cuMemcpyHtoD does.
         let mut out = host().alloc_for_overwrite(device, data.len())?;
-        host_kernels::copy(out.bytes_mut(), data)?;
+        kernels::copy(out.bytes_mut(), data)?;
         Ok(Buffer::Host(out))
     }
 
@@ -283,7 +288,7 @@ impl BackendDevice for HostBackend {
         device: DeviceId,
         addr: u64,
         bytes: usize,
-        stream: &RawStream,
+        stream: &AnyStream,
         release: Release,
     ) -> Result<Buffer> {
         let s = host_stream(stream)?;
@@ -300,11 +305,11 @@ impl BackendDevice for HostBackend {
             .map(Buffer::Host)
     }
 
-    fn upload_async(&self, device: DeviceId, src: &HostBuffer, stream: &RawStream) -> Result<(Buffer, RawEvent)> {
+    fn upload_async(&self, device: DeviceId, src: &HostBuffer, stream: &AnyStream) -> Result<(Buffer, AnyEvent)> {
         let s = host_stream(stream)?;
         // `out` is fresh memory of this stream; `src` is held below.
         let out = HostBuffer::alloc(host().account(device)?, src.len(), Some(Arc::clone(s)))?;
-        let done = ops::queue_copy(s, "upload_async", src, &out)?;
+        let done = launch::queue_copy(s, "upload_async", src, &out)?;
         // The DMA reads `src` after this returns: the block is neither reused nor
         // written by the host before the copy is done.
         src.hold_until(done.clone());
@@ -315,7 +320,7 @@ impl BackendDevice for HostBackend {
         let h = host_mem(src)?;
         match (h.device_id().is_host(), device.is_host()) {
             (true, false) if h.is_pinned() => {
-                Ok(self.upload_async(device, h, &RawStream::Host(current_stream(device)))?.0)
+                Ok(self.upload_async(device, h, &AnyStream::Host(current_stream(device)))?.0)
             }
             (true, _) => self.upload(device, h.bytes()),
             (false, true) => {
@@ -323,35 +328,35 @@ impl BackendDevice for HostBackend {
                 h.download(out.bytes_mut())?;
                 Ok(Buffer::Host(out))
             }
-            (false, false) => ops::launch(
-                ops::Launch::new("copy", host().account(device)?, DType::U8, h.len()),
+            (false, false) => launch::launch(
+                launch::Launch::new("copy", host().account(device)?, DType::U8, h.len()),
                 &[h],
-                Box::new(|ins, out| host_kernels::copy(out, ins[0])),
+                Box::new(|ins, out| kernels::copy(out, ins[0])),
             )
             .map(Buffer::Host),
         }
     }
 
     fn fill(&self, device: DeviceId, dtype: DType, len: usize, value: Scalar) -> Result<Buffer> {
-        ops::fill(host().account(device)?, dtype, len, value).map(Buffer::Host)
+        launch::fill(host().account(device)?, dtype, len, value).map(Buffer::Host)
     }
 
     fn arange(&self, device: DeviceId, dtype: DType, len: usize, start: f64, step: f64) -> Result<Buffer> {
-        ops::arange(host().account(device)?, dtype, len, start, step).map(Buffer::Host)
+        launch::arange(host().account(device)?, dtype, len, start, step).map(Buffer::Host)
     }
 
     fn rand(&self, device: DeviceId, dtype: DType, len: usize, seed: u64) -> Result<Buffer> {
-        ops::rand(host().account(device)?, dtype, len, seed).map(Buffer::Host)
+        launch::rand(host().account(device)?, dtype, len, seed).map(Buffer::Host)
     }
 
     // Multi-device work: see host_collective.rs.
 
     fn can_access_peer(&self, device: DeviceId, peer: DeviceId) -> Result<bool> {
-        super::host_collective::can_access_peer(device, peer)
+        crate::backend::host::collective::can_access_peer(device, peer)
     }
 
     fn enable_peer_access(&self, device: DeviceId, peer: DeviceId) -> Result<()> {
-        super::host_collective::enable_peer_access(device, peer)
+        crate::backend::host::collective::enable_peer_access(device, peer)
     }
 
     fn collective(
@@ -361,7 +366,7 @@ impl BackendDevice for HostBackend {
         len: usize,
         op: Collective<'_>,
     ) -> Result<Option<Vec<Buffer>>> {
-        super::host_collective::collective(devices, dtype, len, op)
+        crate::backend::host::collective::collective(devices, dtype, len, op)
     }
 
     // Process collectives move through host memory (`dist`'s TCP path): no communicator.
@@ -373,25 +378,25 @@ impl BackendDevice for HostBackend {
         Err(no_comm())
     }
 
-    fn join_comm(&self, _: DeviceId, _: &[u8], _: usize, _: usize, _: Duration) -> Result<RawComm> {
+    fn join_comm(&self, _: DeviceId, _: &[u8], _: usize, _: usize, _: Duration) -> Result<AnyComm> {
         Err(no_comm())
     }
 
-    fn run_comm(&self, _comm: &RawComm, _dtype: DType, _len: usize, _op: CommOp<'_>) -> Result<Option<Buffer>> {
+    fn run_comm(&self, _comm: &AnyComm, _dtype: DType, _len: usize, _op: CommOp<'_>) -> Result<Option<Buffer>> {
         Err(no_comm())
     }
 
-    fn begin_capture(&self, stream: &RawStream, inputs: &[&Buffer]) -> Result<()> {
+    fn begin_capture(&self, stream: &AnyStream, inputs: &[&Buffer]) -> Result<()> {
         let inputs = inputs.iter().map(|b| host_mem(b)).collect::<Result<Vec<_>>>()?;
         graph::begin(host_stream(stream)?, &inputs)
     }
 
-    fn end_capture(&self, stream: &RawStream) -> Result<RawGraph> {
-        Ok(RawGraph::Host(Arc::new(graph::end(host_stream(stream)?)?)))
+    fn end_capture(&self, stream: &AnyStream) -> Result<AnyGraph> {
+        Ok(AnyGraph::Host(Arc::new(graph::end(host_stream(stream)?)?)))
     }
 
-    fn launch_graph(&self, graph: &RawGraph, stream: &RawStream, reads: &[&Buffer], writes: &[&Buffer]) -> Result<()> {
-        let RawGraph::Host(g) = graph else { return Err(crate::backend::foreign("host", "a graph")) };
+    fn launch_graph(&self, graph: &AnyGraph, stream: &AnyStream, reads: &[&Buffer], writes: &[&Buffer]) -> Result<()> {
+        let AnyGraph::Host(g) = graph else { return Err(crate::backend::foreign("host", "a graph")) };
         let reads = reads.iter().map(|b| host_mem(b)).collect::<Result<Vec<_>>>()?;
         let writes = writes.iter().map(|b| host_mem(b)).collect::<Result<Vec<_>>>()?;
         g.launch(host_stream(stream)?, &reads, &writes)
@@ -401,7 +406,7 @@ impl BackendDevice for HostBackend {
         &self,
         device: DeviceId,
         kernel: &'static KernelSource,
-        stream: &RawStream,
+        stream: &AnyStream,
         _grid: Grid,
         args: &[KernelArg<'_>],
     ) -> Result<()> {

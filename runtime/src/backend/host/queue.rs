@@ -14,7 +14,7 @@ use crate::device_id::DeviceId;
 use crate::error::{Error, Result};
 
 /// A unit of queued work; a graph's replays run a recorded job again.
-pub(super) type Job = Box<dyn FnMut() + Send + 'static>;
+pub(in crate::backend::host) type Job = Box<dyn FnMut() + Send + 'static>;
 
 /// The queue one stream and its worker share.
 #[derive(Debug)]
@@ -44,7 +44,7 @@ struct State {
 }
 
 /// When a stream reached an event; set once it has.
-pub(super) type Stamp = Arc<Mutex<Option<Instant>>>;
+pub(in crate::backend::host) type Stamp = Arc<Mutex<Option<Instant>>>;
 
 impl std::fmt::Debug for State {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -53,7 +53,7 @@ impl std::fmt::Debug for State {
 }
 
 impl Queue {
-    pub(super) fn new(device: DeviceId, name: String) -> Arc<Queue> {
+    pub(in crate::backend::host) fn new(device: DeviceId, name: String) -> Arc<Queue> {
         Arc::new(Queue { state: Mutex::default(), work: Condvar::new(), finished: Condvar::new(), device, name })
     }
 
@@ -62,7 +62,7 @@ impl Queue {
     }
 
     /// Queues `job` and returns its number.
-    pub(super) fn push(self: &Arc<Self>, job: Job) -> Result<u64> {
+    pub(in crate::backend::host) fn push(self: &Arc<Self>, job: Job) -> Result<u64> {
         let mut s = self.lock();
         if !s.worker {
             let queue = Arc::clone(self);
@@ -79,13 +79,13 @@ impl Queue {
     }
 
     /// The number of the last job queued.
-    pub(super) fn pushed(&self) -> u64 {
+    pub(in crate::backend::host) fn pushed(&self) -> u64 {
         self.lock().pushed
     }
 
     /// A point after every job queued so far (an event's record): its number, and the
     /// stamp set when the worker gets there.
-    pub(super) fn mark(&self) -> (u64, Stamp) {
+    pub(in crate::backend::host) fn mark(&self) -> (u64, Stamp) {
         let mut s = self.lock();
         let (seq, stamp) = (s.pushed, Stamp::default());
         if s.done >= seq {
@@ -97,13 +97,13 @@ impl Queue {
     }
 
     /// Whether job `seq` has finished.
-    pub(super) fn is_done(&self, seq: u64) -> bool {
+    pub(in crate::backend::host) fn is_done(&self, seq: u64) -> bool {
         self.lock().done >= seq
     }
 
     /// Waits on the host until job `seq` has finished; an error when a job of this stream
     /// failed.
-    pub(super) fn wait_for(&self, seq: u64) -> Result<()> {
+    pub(in crate::backend::host) fn wait_for(&self, seq: u64) -> Result<()> {
         let mut s = self.lock();
         while s.done < seq {
             s = self.finished.wait(s).unwrap_or_else(|p| p.into_inner());
@@ -115,7 +115,7 @@ impl Queue {
     }
 
     /// No more jobs will come: the worker ends once the queue has drained.
-    pub(super) fn close(&self) {
+    pub(in crate::backend::host) fn close(&self) {
         self.lock().closed = true;
         self.work.notify_all();
     }
@@ -157,7 +157,7 @@ impl Queue {
 
 /// The delay before each job, from `LOCUS_HOST_STREAM_DELAY`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Delay {
+pub(in crate::backend::host) enum Delay {
     None,
     Fixed(Duration),
     /// Up to `max_us` microseconds, drawn from `seed`.
@@ -170,7 +170,7 @@ pub(super) enum Delay {
 static DELAY: OnceLock<Delay> = OnceLock::new();
 
 /// Reads `LOCUS_HOST_STREAM_DELAY`; the error says what is wrong with it.
-pub(super) fn configure() -> std::result::Result<(), String> {
+pub(in crate::backend::host) fn configure() -> std::result::Result<(), String> {
     let d = match std::env::var("LOCUS_HOST_STREAM_DELAY") {
         Err(_) => Delay::None,
         Ok(v) => parse_delay(&v)?,
@@ -179,7 +179,7 @@ pub(super) fn configure() -> std::result::Result<(), String> {
     Ok(())
 }
 
-pub(super) fn parse_delay(v: &str) -> std::result::Result<Delay, String> {
+pub(in crate::backend::host) fn parse_delay(v: &str) -> std::result::Result<Delay, String> {
     let v = v.trim();
     let bad = || {
         format!(
@@ -214,7 +214,7 @@ fn delay() {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::backend::host::queue::*;
 
     #[test]
     fn jobs_run_in_order_behind_the_host_and_waits_see_them_done() {

@@ -2,16 +2,16 @@
 //! running a loop of `host_select`. `argmax` with values is two jobs on the stream, the
 //! indices, then the elements at them.
 
-use super::buffer::HostBuffer;
-use super::ops::{launch, typed, typed_mut, Launch};
-use crate::backend::host_select as k;
+use crate::backend::host::buffer::HostBuffer;
+use crate::backend::host::kernels::select as k;
+use crate::backend::host::launch::{launch, typed, typed_mut, Launch};
 use crate::backend::CompareOp;
 use crate::element::{with_dtype, DType, Element, Scalar};
 use crate::error::Result;
 use crate::shape::{Layout, Reduction};
 
 /// `lhs op rhs` as `u8` 1 or 0 into an `out_shape` result.
-pub(super) fn compare(
+pub(in crate::backend::host) fn compare(
     lhs: &HostBuffer,
     rhs: &HostBuffer,
     op: CompareOp,
@@ -31,7 +31,7 @@ pub(super) fn compare(
 }
 
 /// `x[i] op value` as `u8` 1 or 0 for the `len` elements.
-pub(super) fn compare_scalar(
+pub(in crate::backend::host) fn compare_scalar(
     x: &HostBuffer,
     op: CompareOp,
     dtype: DType,
@@ -55,7 +55,7 @@ pub(super) fn compare_scalar(
 }
 
 /// `a` where the `u8` `mask` is not 0, else `b`, into an `out_shape` result.
-pub(super) fn select_where(
+pub(in crate::backend::host) fn select_where(
     mask: &HostBuffer,
     a: &HostBuffer,
     b: &HostBuffer,
@@ -84,7 +84,7 @@ pub(super) fn select_where(
 
 /// The index of the first maximum over the dim `r` describes, and with `values` the
 /// element there.
-pub(super) fn argmax(
+pub(in crate::backend::host) fn argmax(
     x: &HostBuffer,
     dtype: DType,
     r: Reduction,

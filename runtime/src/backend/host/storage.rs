@@ -5,18 +5,18 @@
 
 use half::{bf16, f16};
 
-use super::buffer::HostBuffer;
-use super::ops::{launch, queue_copy, typed, typed_mut, Launch};
-use super::select;
-use super::streams::{self, current_stream, host_stream, use_on_stream};
-use crate::backend::copy_paths::{self, CopyPath};
-use crate::backend::host_kernels::{self as k, Geometry};
-use crate::backend::host_rows as rows;
+use crate::backend::host::buffer::HostBuffer;
+use crate::backend::host::kernels::softmax as rows;
+use crate::backend::host::kernels::{self as k, Geometry};
+use crate::backend::host::launch::{launch, queue_copy, typed, typed_mut, Launch};
+use crate::backend::host::select;
+use crate::backend::host::streams::{self, current_stream, host_stream, use_on_stream};
+use crate::backend::transfer::paths::{self, CopyPath};
 use crate::backend::{
-    float_only, same_length, BackendStorage, BinaryOp, Blocks, CompareOp, Gather, Gemm, ParamOp, RawEvent, RawStream,
+    float_only, same_length, AnyEvent, AnyStream, BackendStorage, BinaryOp, Blocks, CompareOp, Gather, Gemm, ParamOp,
     ReduceOp, SoftmaxOp, UnaryOp,
 };
-use crate::backend::{host_matmul as mm, host_permute as hp, Permute};
+use crate::backend::{host::kernels::gemm as mm, host::kernels::permute as hp, Permute};
 use crate::device_id::DeviceId;
 use crate::element::{with_dtype, DType, Element, Float, Scalar};
 use crate::error::{Error, Result};
@@ -87,8 +87,8 @@ impl BackendStorage for HostBuffer {
         same_length("to_vec", out.len(), self.len())?;
         let device = self.device_id();
         // The sizes the cuda backend downloads inline go the same way here.
-        if !device.is_host() && copy_paths::download_path(out.len()) == CopyPath::Inline {
-            return super::inline::download(self, out);
+        if !device.is_host() && paths::download_path(out.len()) == CopyPath::Inline {
+            return crate::backend::host::inline::download(self, out);
         }
         if !device.is_host() {
             // As a device-to-host copy: queued on the current stream, which first waits
@@ -100,7 +100,7 @@ impl BackendStorage for HostBuffer {
         k::copy(out, self.bytes())
     }
 
-    fn download_async(&self, dst: &mut HostBuffer, stream: &RawStream) -> Result<RawEvent> {
+    fn download_async(&self, dst: &mut HostBuffer, stream: &AnyStream) -> Result<AnyEvent> {
         same_length("to_pinned_async", dst.len(), self.len())?;
         let s = host_stream(stream)?;
         // The source's writer comes first on `s`; `dst` is held until the copy is done.
@@ -110,15 +110,15 @@ impl BackendStorage for HostBuffer {
         Ok(done)
     }
 
-    fn use_on_stream(&self, stream: &RawStream) -> Result<()> {
+    fn use_on_stream(&self, stream: &AnyStream) -> Result<()> {
         use_on_stream(self, host_stream(stream)?)
     }
 
-    fn before_write(&self, stream: &RawStream) -> Result<()> {
+    fn before_write(&self, stream: &AnyStream) -> Result<()> {
         streams::before_write(self, host_stream(stream)?)
     }
 
-    fn after_write(&self, stream: &RawStream) -> Result<()> {
+    fn after_write(&self, stream: &AnyStream) -> Result<()> {
         streams::after_write(self, host_stream(stream)?);
         Ok(())
     }
@@ -143,7 +143,7 @@ impl BackendStorage for HostBuffer {
         Ok(())
     }
 
-    fn lend(&self, stream: &RawStream, write: bool) -> Result<u64> {
+    fn lend(&self, stream: &AnyStream, write: bool) -> Result<u64> {
         let s = host_stream(stream)?;
         if s.device != self.device_id() {
             return Err(Error::DeviceMismatch { op: "raw view", lhs: self.device_id(), rhs: s.device });
@@ -401,9 +401,9 @@ impl BackendStorage for HostBuffer {
 
 #[cfg(test)]
 mod tests {
-    use super::super::host;
-    use super::super::ops::fill;
-    use super::*;
+    use crate::backend::host::host;
+    use crate::backend::host::launch::fill;
+    use crate::backend::host::storage::*;
 
     #[test]
     fn a_download_into_host_memory_of_the_wrong_length_is_an_error_on_every_device() {

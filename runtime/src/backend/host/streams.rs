@@ -1,5 +1,5 @@
 //! The host backend's simulated streams and events. A stream is an in-order queue with
-//! its own worker ([`super::queue`]); an event marks a point of one stream's queue;
+//! its own worker ([`crate::backend::host::queue`]); an event marks a point of one stream's queue;
 //! `wait_event` queues a wait on another stream's worker; synchronizes wait on the host.
 //! Every step is booked with the hazard checker, and the ordering books count
 //! cross-stream waits and skips exactly as the cuda backend does.
@@ -9,24 +9,24 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::Instant;
 
-use super::buffer::HostBuffer;
-use super::graph::{joins, HostCapture};
-use super::queue::{Job, Queue, Stamp};
-use crate::backend::hazard::{self, Agent, Clock, Kind, Region};
-use crate::backend::ordering::{self, Mark, Order};
-use crate::backend::{count_cross_stream_wait, foreign, Buffer, RawEvent, RawStream};
+use crate::backend::host::buffer::HostBuffer;
+use crate::backend::host::graph::{joins, HostCapture};
+use crate::backend::host::queue::{Job, Queue, Stamp};
+use crate::backend::sync::hazard::{self, Agent, Clock, Kind, Region};
+use crate::backend::sync::ordering::{self, Mark, Order};
+use crate::backend::{count_cross_stream_wait, foreign, AnyEvent, AnyStream, Buffer};
 use crate::device_id::DeviceId;
 use crate::error::Result;
 
 /// A simulated stream of one device.
 #[derive(Debug)]
 pub(crate) struct HostStream {
-    pub(super) device: DeviceId,
+    pub(in crate::backend::host) device: DeviceId,
     /// Its number on the device (0: the default stream).
-    pub(super) id: u64,
+    pub(in crate::backend::host) id: u64,
     /// Process-unique, never reused: the key of its ordering books and clock.
-    pub(super) key: u64,
-    pub(super) order: Order,
+    pub(in crate::backend::host) key: u64,
+    pub(in crate::backend::host) order: Order,
     queue: Arc<Queue>,
     /// The capture this stream's work is recorded into now, if any.
     capture: Mutex<Option<Arc<HostCapture>>>,
@@ -55,12 +55,12 @@ impl HostStream {
     }
 
     /// A new (non-default) stream of `device`.
-    pub(super) fn new_side(device: DeviceId) -> Arc<HostStream> {
+    pub(in crate::backend::host) fn new_side(device: DeviceId) -> Arc<HostStream> {
         Self::create(device, NEXT_STREAM.fetch_add(1, Ordering::Relaxed))
     }
 
     /// The stream as the hazard checker names it.
-    pub(super) fn agent(&self) -> Agent {
+    pub(in crate::backend::host) fn agent(&self) -> Agent {
         Agent::Stream { key: self.key, device: self.device, id: self.id }
     }
 
@@ -70,14 +70,19 @@ impl HostStream {
     }
 
     /// Records this stream's work into `c` from now on (`None`: queue it again).
-    pub(super) fn set_capture(&self, c: Option<Arc<HostCapture>>) {
+    pub(in crate::backend::host) fn set_capture(&self, c: Option<Arc<HostCapture>>) {
         *self.capture.lock().unwrap_or_else(|p| p.into_inner()) = c;
     }
 
     /// Queues `job`, which makes `uses`, as op `op`; returns the job's number and the
     /// stream's clock after it (empty when the checker is off). While the stream is
     /// captured the job is recorded instead (number 0, nothing booked: the replay is).
-    pub(super) fn launch(&self, op: &'static str, uses: &[(Region<'_>, Kind)], job: Job) -> Result<(u64, Clock)> {
+    pub(in crate::backend::host) fn launch(
+        &self,
+        op: &'static str,
+        uses: &[(Region<'_>, Kind)],
+        job: Job,
+    ) -> Result<(u64, Clock)> {
         if let Some(c) = self.capture() {
             c.record(job);
             return Ok((0, Clock::default()));
@@ -88,7 +93,7 @@ impl HostStream {
     }
 
     /// Waits on the host for everything queued so far.
-    pub(super) fn synchronize(&self) -> Result<()> {
+    pub(in crate::backend::host) fn synchronize(&self) -> Result<()> {
         let seq = self.queue.pushed();
         let (clock, _) = if hazard::enabled() { hazard::stream_clock(self.agent()) } else { Default::default() };
         self.queue.wait_for(seq)?;
@@ -97,7 +102,7 @@ impl HostStream {
     }
 
     /// Waits on the host for job `seq`, after which the host has seen `clock`.
-    pub(super) fn wait_job(&self, seq: u64, clock: &Clock) -> Result<()> {
+    pub(in crate::backend::host) fn wait_job(&self, seq: u64, clock: &Clock) -> Result<()> {
         self.queue.wait_for(seq)?;
         hazard::host_waits(clock);
         Ok(())
@@ -133,27 +138,27 @@ impl Drop for HostStream {
 
 /// Simulated streams alive now: the devices' default streams (made on first use, as the
 /// cuda backend makes a device's own stream when it opens it) and the user's.
-pub(super) fn live_streams() -> usize {
+pub(in crate::backend::host) fn live_streams() -> usize {
     LIVE.load(Ordering::Relaxed)
 }
 
 /// Every live stream of `device`.
-pub(super) fn streams_of(device: DeviceId) -> Vec<Arc<HostStream>> {
+pub(in crate::backend::host) fn streams_of(device: DeviceId) -> Vec<Arc<HostStream>> {
     let all = ALL.lock().unwrap_or_else(|p| p.into_inner());
     all.iter().filter_map(Weak::upgrade).filter(|s| s.device == device).collect()
 }
 
 /// The default stream of `device`, made on first use and kept for the process.
-pub(super) fn default_stream(device: DeviceId) -> Arc<HostStream> {
+pub(in crate::backend::host) fn default_stream(device: DeviceId) -> Arc<HostStream> {
     static DEFAULTS: LazyLock<Mutex<HashMap<DeviceId, Arc<HostStream>>>> = LazyLock::new(Default::default);
     let mut d = DEFAULTS.lock().unwrap_or_else(|p| p.into_inner());
     Arc::clone(d.entry(device).or_insert_with(|| HostStream::create(device, 0)))
 }
 
 /// The stream ops on `device` queue on for this thread now.
-pub(super) fn current_stream(device: DeviceId) -> Arc<HostStream> {
-    match crate::backend::current_stream::current(device) {
-        Some(RawStream::Host(s)) => s,
+pub(in crate::backend::host) fn current_stream(device: DeviceId) -> Arc<HostStream> {
+    match crate::backend::sync::current_stream::current(device) {
+        Some(AnyStream::Host(s)) => s,
         _ => default_stream(device),
     }
 }
@@ -164,7 +169,7 @@ pub(super) fn current_stream(device: DeviceId) -> Arc<HostStream> {
 /// the users, whose use the free of `h` waits for. While `on` is captured, an input of
 /// the graph is ordered at each replay instead, and memory neither made in the capture
 /// nor an input is an error.
-pub(super) fn use_on_stream(h: &HostBuffer, on: &Arc<HostStream>) -> Result<()> {
+pub(in crate::backend::host) fn use_on_stream(h: &HostBuffer, on: &Arc<HostStream>) -> Result<()> {
     if h.len() == 0 || h.home.is_none() {
         return Ok(());
     }
@@ -196,7 +201,7 @@ pub(super) fn use_on_stream(h: &HostBuffer, on: &Arc<HostStream>) -> Result<()> 
 
 /// Prepares `h` to be written in place on `on`: `on` waits for the last write and for
 /// every stream that read it since.
-pub(super) fn before_write(h: &HostBuffer, on: &Arc<HostStream>) -> Result<()> {
+pub(in crate::backend::host) fn before_write(h: &HostBuffer, on: &Arc<HostStream>) -> Result<()> {
     if h.len() == 0 || h.home.is_none() {
         return Ok(());
     }
@@ -216,7 +221,7 @@ pub(super) fn before_write(h: &HostBuffer, on: &Arc<HostStream>) -> Result<()> {
 }
 
 /// `h` was just written in place by work queued on `on`.
-pub(super) fn after_write(h: &HostBuffer, on: &Arc<HostStream>) {
+pub(in crate::backend::host) fn after_write(h: &HostBuffer, on: &Arc<HostStream>) {
     if h.home.is_none() {
         return;
     }
@@ -229,7 +234,7 @@ pub(super) fn after_write(h: &HostBuffer, on: &Arc<HostStream>) {
 
 /// Forgets the writes a capture recorded: the memory counts as written on its home
 /// stream, where nothing is pending, until a replay writes it.
-pub(super) fn forget_captured_writes(h: &HostBuffer) {
+pub(in crate::backend::host) fn forget_captured_writes(h: &HostBuffer) {
     let mut u = h.uses();
     u.writer = h.home.clone();
     u.written = 0;
@@ -253,7 +258,7 @@ struct Recorded {
 #[derive(Debug, Default)]
 pub(crate) struct HostEvent {
     rec: Mutex<Option<Recorded>>,
-    pub(super) mark: Mark,
+    pub(in crate::backend::host) mark: Mark,
 }
 
 impl HostEvent {
@@ -263,7 +268,7 @@ impl HostEvent {
     }
 
     /// Records the event at the current end of `stream`.
-    pub(super) fn record(&self, stream: &Arc<HostStream>) -> Result<()> {
+    pub(in crate::backend::host) fn record(&self, stream: &Arc<HostStream>) -> Result<()> {
         let writes = stream.order.writes();
         let (clock, _) = if hazard::enabled() { hazard::stream_clock(stream.agent()) } else { Default::default() };
         let (seq, at) = stream.queue.mark();
@@ -285,16 +290,16 @@ impl HostEvent {
 
     /// An error when the event was recorded in a capture: it marks a point of a graph,
     /// which nothing outside the capture can wait for.
-    pub(super) fn outside_captures(&self) -> Result<()> {
+    pub(in crate::backend::host) fn outside_captures(&self) -> Result<()> {
         match self.capture() {
-            Some(_) => Err(crate::backend::capture::event_of_ended_capture()),
+            Some(_) => Err(crate::backend::dispatch::capture::event_of_ended_capture()),
             None => Ok(()),
         }
     }
 
     /// Makes `stream` wait for the event (nothing when it was never recorded). Waiting
     /// for an event of a capture joins it.
-    pub(super) fn wait_on(&self, stream: &Arc<HostStream>) -> Result<()> {
+    pub(in crate::backend::host) fn wait_on(&self, stream: &Arc<HostStream>) -> Result<()> {
         let Some((q, seq, clock, _)) = self.recorded() else { return Ok(()) };
         joins(stream, self.capture())?;
         if stream.capture().is_some() {
@@ -316,7 +321,7 @@ impl HostEvent {
     }
 
     /// Waits on the host for the event.
-    pub(super) fn synchronize(&self) -> Result<()> {
+    pub(in crate::backend::host) fn synchronize(&self) -> Result<()> {
         match self.recorded() {
             Some((q, seq, clock, _)) => {
                 q.wait_for(seq)?;
@@ -328,7 +333,7 @@ impl HostEvent {
     }
 
     /// Whether the stream has reached the event (an unrecorded event is complete).
-    pub(super) fn is_done(&self) -> bool {
+    pub(in crate::backend::host) fn is_done(&self) -> bool {
         match self.recorded() {
             Some((q, seq, clock, _)) => {
                 let done = q.is_done(seq);
@@ -342,7 +347,7 @@ impl HostEvent {
     }
 
     /// When the stream reached the event, once it has.
-    pub(super) fn time(&self) -> Result<Instant> {
+    pub(in crate::backend::host) fn time(&self) -> Result<Instant> {
         let not_yet = crate::backend::events_not_complete;
         let (_, _, _, at) = self.recorded().ok_or_else(not_yet)?;
         let t = *at.lock().unwrap_or_else(|p| p.into_inner());
@@ -351,7 +356,7 @@ impl HostEvent {
 }
 
 /// The host memory of `b`; device memory here is a caller's bug, reported, not a panic.
-pub(super) fn host_mem(b: &Buffer) -> Result<&HostBuffer> {
+pub(in crate::backend::host) fn host_mem(b: &Buffer) -> Result<&HostBuffer> {
     match b {
         Buffer::Host(h) => Ok(h),
         Buffer::Cuda(_) => Err(foreign("host", "memory")),
@@ -359,16 +364,16 @@ pub(super) fn host_mem(b: &Buffer) -> Result<&HostBuffer> {
 }
 
 /// The simulated stream `s`; a cuda stream here is a caller's bug.
-pub(super) fn host_stream(s: &RawStream) -> Result<&Arc<HostStream>> {
+pub(in crate::backend::host) fn host_stream(s: &AnyStream) -> Result<&Arc<HostStream>> {
     match s {
-        RawStream::Host(s) => Ok(s),
-        RawStream::Cuda(_) => Err(foreign("host", "a stream")),
+        AnyStream::Host(s) => Ok(s),
+        AnyStream::Cuda(_) => Err(foreign("host", "a stream")),
     }
 }
 
-pub(super) fn host_event(e: &RawEvent) -> Result<&HostEvent> {
+pub(in crate::backend::host) fn host_event(e: &AnyEvent) -> Result<&HostEvent> {
     match e {
-        RawEvent::Host(e) => Ok(e),
-        RawEvent::Cuda(_) => Err(foreign("host", "an event")),
+        AnyEvent::Host(e) => Ok(e),
+        AnyEvent::Cuda(_) => Err(foreign("host", "an event")),
     }
 }

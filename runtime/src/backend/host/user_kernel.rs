@@ -4,15 +4,19 @@
 
 use std::sync::Arc;
 
-use super::buffer::Span;
-use super::streams::{after_write, before_write, host_mem, use_on_stream, HostStream};
-use crate::backend::hazard::{self, Kind};
-use crate::backend::user_kernel::{no_host_kernel, HostCall, KernelArg, KernelSource, ScalarArg};
+use crate::backend::api::user_kernel::{no_host_kernel, HostCall, KernelArg, KernelSource, ScalarArg};
+use crate::backend::host::buffer::Span;
+use crate::backend::host::streams::{after_write, before_write, host_mem, use_on_stream, HostStream};
+use crate::backend::sync::hazard::{self, Kind};
 use crate::element::DType;
 use crate::error::Result;
 
 /// Queues `kernel`'s fallback on `s` over `args` (see `BackendDevice::launch_kernel`).
-pub(super) fn launch(kernel: &'static KernelSource, s: &Arc<HostStream>, args: &[KernelArg<'_>]) -> Result<()> {
+pub(in crate::backend::host) fn launch(
+    kernel: &'static KernelSource,
+    s: &Arc<HostStream>,
+    args: &[KernelArg<'_>],
+) -> Result<()> {
     let Some(fallback) = kernel.host else { return Err(no_host_kernel(kernel)) };
     let mut scalars: Vec<ScalarArg> = Vec::new();
     let mut inputs: Vec<(Span, DType)> = Vec::new();

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::{dist, ProcessGroup};
-use crate::backend::{self, CommOp, RawComm};
+use crate::backend::{self, AnyComm, CommOp};
 use crate::device::{Device, DeviceId};
 use crate::dist::Store;
 use crate::element::Element;
@@ -17,7 +17,7 @@ pub(super) enum Engine {
     /// Through host memory, over TCP (the host backend; no NCCL on some rank).
     Tcp,
     /// On the backend's communicator.
-    Comm(RawComm),
+    Comm(AnyComm),
 }
 
 impl Engine {
@@ -67,7 +67,7 @@ impl ProcessGroup {
     /// Queues `op` (on `t`'s elements) on the communicator, on the current stream.
     pub(super) fn comm_run<D: Device, T: Element>(
         &self,
-        c: &RawComm,
+        c: &AnyComm,
         t: &Tensor<D, T>,
         op: CommOp<'_>,
     ) -> Result<crate::backend::Buffer> {

@@ -147,7 +147,7 @@ enum Route<'a> {
     /// Through host memory, over TCP.
     Tcp,
     /// On the backend's communicator.
-    Comm(&'a crate::backend::RawComm),
+    Comm(&'a crate::backend::AnyComm),
 }
 
 impl ProcessGroup {
@@ -318,7 +318,7 @@ impl ProcessGroup {
 
     fn comm_all_reduce<D: Device, T: Element>(
         &self,
-        c: &crate::backend::RawComm,
+        c: &crate::backend::AnyComm,
         t: &Tensor<D, T>,
         op: ReduceOp,
     ) -> Result<Tensor<D, T>> {
@@ -528,7 +528,7 @@ impl ProcessGroup {
     /// an integer average is the sum divided here, with truncation, as over TCP.
     fn comm_reduce<D: Device, T: Element>(
         &self,
-        c: &crate::backend::RawComm,
+        c: &crate::backend::AnyComm,
         t: &Tensor<D, T>,
         op: ReduceOp,
         shape: Shape,

@@ -1,0 +1,342 @@
+//! What the backends compute, as values: the elementwise, reduction and layout ops, the
+//! shapes of a matrix product and a strided copy, the collectives, and the one check of
+//! ops defined on float types only.
+
+use crate::backend::{Buffer, MatmulPrecision};
+use crate::element::{DType, Scalar};
+use crate::error::{Error, Result};
+
+/// An elementwise op of one operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum UnaryOp {
+    Neg,
+    Relu,
+    Exp,
+    Sqrt,
+    Abs,
+    Square,
+    /// The natural logarithm (float types only).
+    Log,
+    /// The hyperbolic tangent (float types only).
+    Tanh,
+    /// `1 / (1 + e^-x)`, computed without overflow for large `|x|` (float types only).
+    Sigmoid,
+    /// `0.5 x (1 + erf(x / sqrt 2))` (float types only).
+    Gelu,
+    /// `0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))`, PyTorch's `approximate='tanh'`
+    /// (float types only).
+    GeluTanh,
+}
+
+impl UnaryOp {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Relu => "relu",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Square => "square",
+            UnaryOp::Log => "log",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Sigmoid => "sigmoid",
+            UnaryOp::Gelu => "gelu",
+            UnaryOp::GeluTanh => "gelu_tanh",
+        }
+    }
+
+    /// Whether the op is defined on float types only.
+    pub(crate) fn is_float_only(self) -> bool {
+        !matches!(self, UnaryOp::Neg | UnaryOp::Relu | UnaryOp::Abs | UnaryOp::Square)
+    }
+}
+
+/// An elementwise comparison of two operands, giving `u8` 1 (true) or 0 (false); IEEE
+/// semantics, so NaN compares false except under `Ne`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CompareOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl CompareOp {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            CompareOp::Eq => "eq",
+            CompareOp::Ne => "ne",
+            CompareOp::Lt => "lt",
+            CompareOp::Le => "le",
+            CompareOp::Gt => "gt",
+            CompareOp::Ge => "ge",
+        }
+    }
+}
+
+/// The one check (and message) both backends make for ops defined on float types only.
+/// The typed API cannot reach them with another type; the check keeps a bad call an
+/// error, worded the same on every backend.
+pub(crate) fn float_only(op: &'static str, dtype: DType) -> Result<()> {
+    if dtype.is_float() {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument { op, reason: format!("needs a float type, not {dtype}") })
+    }
+}
+
+impl ParamOp {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            ParamOp::Pow(_) => "pow",
+            ParamOp::Clamp(..) => "clamp",
+        }
+    }
+}
+
+impl ReduceOp {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Mean => "mean",
+            ReduceOp::Max => "max",
+        }
+    }
+}
+
+/// An elementwise op of one operand with scalar parameters (of the operand's dtype).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum ParamOp {
+    /// `x^e`, float types only.
+    Pow(Scalar),
+    /// `x` limited to `[lo, hi]`; NaN stays NaN.
+    Clamp(Scalar, Scalar),
+}
+
+/// One strided copy into a new buffer: `count` blocks of `block` elements, block `i`
+/// read from `src` at `src_offset + i * src_stride` and written at `dst_offset + i *
+/// dst_stride`. For a row-major tensor this is narrowing, or placing a part of a
+/// concatenation, along any dim: blocks are the contiguous runs below that dim.
+#[derive(Debug)]
+pub(crate) struct Blocks<'a, B = Buffer> {
+    pub src: &'a B,
+    pub src_offset: usize,
+    pub src_stride: usize,
+    pub dst_offset: usize,
+    pub dst_stride: usize,
+    pub count: usize,
+    pub block: usize,
+}
+
+// By hand: a derive would ask `B: Copy` of the buffer, which only the reference needs.
+impl<B> Clone for Blocks<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B> Copy for Blocks<'_, B> {}
+
+impl<'a, B> Blocks<'a, B> {
+    /// The same geometry over another view of the source.
+    pub(crate) fn with_src<C>(self, src: &'a C) -> Blocks<'a, C> {
+        let Blocks { src_offset, src_stride, dst_offset, dst_stride, count, block, .. } = self;
+        Blocks { src, src_offset, src_stride, dst_offset, dst_stride, count, block }
+    }
+}
+
+/// An elementwise op of two operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+impl BinaryOp {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+        }
+    }
+}
+
+/// A reduction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReduceOp {
+    Sum,
+    Mean,
+    Max,
+}
+
+/// Softmax or its logarithm over one dim (float types only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SoftmaxOp {
+    /// `exp(x - max) / sum(exp(x - max))`.
+    Softmax,
+    /// `x - max - log(sum(exp(x - max)))`.
+    LogSoftmax,
+}
+
+impl SoftmaxOp {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            SoftmaxOp::Softmax => "softmax",
+            SoftmaxOp::LogSoftmax => "log_softmax",
+        }
+    }
+}
+
+/// An `index_select` along dim `dim` of a row-major tensor seen as `[outer, size,
+/// inner]`: `count` indices (i32) pick along the middle dim, into `[outer, count,
+/// inner]`. Every index is checked against `size` by the backend, which reads them;
+/// the first one out of range is the error, named with `dim` and `size`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Gather {
+    pub dim: usize,
+    pub outer: usize,
+    pub size: usize,
+    pub inner: usize,
+    pub count: usize,
+}
+
+impl Gather {
+    /// Elements of the result.
+    pub(crate) fn out_len(&self) -> usize {
+        self.outer * self.count * self.inner
+    }
+
+    /// The error for `index`, found at position `at` of the index list.
+    pub(crate) fn out_of_range(&self, at: usize, index: i32) -> Error {
+        let (dim, size) = (self.dim, self.size);
+        Error::InvalidArgument {
+            op: "index_select",
+            reason: format!("index {index} (at position {at}) is out of range for dim {dim} of size {size}"),
+        }
+    }
+}
+
+/// The error of a cross-entropy target out of `[0, classes)`: `target`, of sample `row`.
+pub(crate) fn bad_target(row: usize, target: i32, classes: usize) -> Error {
+    Error::InvalidArgument {
+        op: "cross_entropy",
+        reason: format!("target {target} of sample {row} is out of range for {classes} classes"),
+    }
+}
+
+/// A collective over one buffer per device, as NCCL runs them. Inputs hold `len`
+/// elements each; input `i` lives on `devices[i]`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Collective<'a> {
+    /// Every device gets a copy of `buf`, which lives on `devices[root]`.
+    Broadcast { root: usize, buf: &'a Buffer },
+    /// Every device gets the elementwise sum of the inputs.
+    AllReduceSum(&'a [&'a Buffer]),
+    /// Every device gets the inputs one after another, in device-list order.
+    AllGather(&'a [&'a Buffer]),
+}
+
+/// How a collective between processes combines the ranks' elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CommReduce {
+    Sum,
+    /// The sum divided by the number of ranks (floating-point types only: the caller
+    /// divides integer sums itself).
+    Avg,
+    Max,
+    Min,
+}
+
+/// A collective between processes over a communicator (NCCL's, on the cuda backend),
+/// one rank per process. Inputs hold `len` elements of the comm's device.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum CommOp<'a> {
+    /// The elementwise reduction of every rank's `buf`: `len` elements.
+    AllReduce { buf: &'a Buffer, op: CommReduce },
+    /// Rank `root`'s `buf` (every rank passes one of `len` elements): `len` elements.
+    Broadcast { buf: &'a Buffer, root: usize },
+    /// Every rank's `buf` one after another: `len * world` elements.
+    AllGather { buf: &'a Buffer },
+    /// Chunk `rank` of the reduction of every rank's `buf` (`len`, a multiple of the
+    /// world size): `len / world` elements.
+    ReduceScatter { buf: &'a Buffer, op: CommReduce },
+    /// `buf` to rank `peer`: no result.
+    Send { buf: &'a Buffer, peer: usize },
+    /// `len` elements from rank `peer`.
+    Recv { peer: usize },
+}
+
+impl CommOp<'_> {
+    /// The collective's name, for messages.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            CommOp::AllReduce { .. } => "all_reduce",
+            CommOp::Broadcast { .. } => "broadcast",
+            CommOp::AllGather { .. } => "all_gather",
+            CommOp::ReduceScatter { .. } => "reduce_scatter",
+            CommOp::Send { .. } => "send",
+            CommOp::Recv { .. } => "recv",
+        }
+    }
+}
+
+/// The shapes of `batch` row-major matrix products `[m, k] x [k, n]`, one after another
+/// in each operand: product `i` reads the lhs at `i * m * k`, the rhs at `i * rhs_stride`,
+/// and writes the output at `i * m * n`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Gemm {
+    pub batch: usize,
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    /// Elements from one product's rhs to the next: `k * n`, or 0 for one `[k, n]` rhs
+    /// shared by the whole batch.
+    pub rhs_stride: usize,
+    /// How an f32 product is computed; other types ignore it.
+    pub precision: MatmulPrecision,
+}
+
+impl Gemm {
+    /// One `[m, k] x [k, n]` product, exact.
+    pub(crate) fn single(m: usize, k: usize, n: usize) -> Gemm {
+        Gemm { batch: 1, m, k, n, rhs_stride: k * n, precision: MatmulPrecision::Highest }
+    }
+
+    /// Elements of the lhs, the rhs and the output; `None` if one overflows (an empty
+    /// product's dims may be huge).
+    pub(crate) fn lens(&self) -> Option<(usize, usize, usize)> {
+        let lhs = self.batch.checked_mul(self.m)?.checked_mul(self.k)?;
+        let rhs =
+            if self.rhs_stride == 0 { self.k.checked_mul(self.n)? } else { self.batch.checked_mul(self.rhs_stride)? };
+        Some((lhs, rhs, self.batch.checked_mul(self.m)?.checked_mul(self.n)?))
+    }
+
+    /// The same products with a shared rhs folded into one `[batch * m, k] x [k, n]`
+    /// product (the lhs and output batches lie end to end); `self` if the rhs is not
+    /// shared or the rows overflow.
+    pub(crate) fn folded(self) -> Gemm {
+        match self.batch.checked_mul(self.m) {
+            Some(rows) if self.rhs_stride == 0 => Gemm { batch: 1, m: rows, rhs_stride: self.k * self.n, ..self },
+            _ => self,
+        }
+    }
+}
+
+/// The one check (and message) both backends make before copying a buffer into host
+/// memory: the destination holds exactly the source's bytes.
+pub(crate) fn same_length(op: &'static str, dst: usize, src: usize) -> crate::error::Result<()> {
+    if dst == src {
+        Ok(())
+    } else {
+        Err(crate::error::Error::InvalidArgument {
+            op,
+            reason: format!("host buffer of the wrong length ({dst} bytes for {src})"),
+        })
+    }
+}

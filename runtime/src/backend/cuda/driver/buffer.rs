@@ -1,0 +1,413 @@
+//! Device memory: stream-ordered allocations from the device's pool.
+
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::{result, sys};
+
+use crate::backend::cuda::driver::device::{driver, DeviceState};
+use crate::backend::cuda::driver::event::CudaEvent;
+use crate::backend::cuda::driver::graph::CudaCapture;
+use crate::backend::cuda::driver::stream::{free_all_cached, CudaStream};
+use crate::backend::Release;
+use crate::error::{Error, Result};
+
+/// `bytes` bytes on one device, allocated on its home stream and freed there
+/// (stream-ordered) on drop, after every other stream that used it.
+pub(crate) struct CudaBuffer {
+    ptr: sys::CUdeviceptr,
+    bytes: usize,
+    /// Bytes actually allocated: a cache bin for small buffers, else `bytes`.
+    cap: usize,
+    dev: &'static DeviceState,
+    /// The stream the memory was allocated on, where its free is ordered.
+    home: Arc<CudaStream>,
+    uses: Mutex<Uses>,
+    /// The capture this memory was made in: it belongs to that graph, which frees it.
+    graph: Option<Arc<CudaCapture>>,
+    /// Memory made outside locus: given back to its owner, never freed or cached here.
+    foreign: Option<Release>,
+}
+
+/// Who wrote a buffer last and who used it.
+struct Uses {
+    /// The stream of the last write (the home stream for a fresh buffer).
+    writer: Arc<CudaStream>,
+    /// Recorded right after that write when the writer is not the device's default
+    /// stream: readers on other streams wait for exactly this write, not for all the
+    /// writer's later work.
+    ready: Option<Arc<CudaEvent>>,
+    /// The number of that write on the writer's stream (0: not known).
+    written: u64,
+    /// Streams other than the writer that have waited for the last write.
+    seen: Vec<Arc<CudaStream>>,
+    /// Every stream other than the home stream that used this memory: the free waits
+    /// for them.
+    users: Vec<Arc<CudaStream>>,
+}
+
+impl Uses {
+    fn add_user(&mut self, home: &Arc<CudaStream>, s: &Arc<CudaStream>) {
+        if !Arc::ptr_eq(home, s) && !self.users.iter().any(|u| Arc::ptr_eq(u, s)) {
+            self.users.push(Arc::clone(s));
+        }
+    }
+}
+
+/// Buffers up to this size are cached per stream in power-of-two bins (as PyTorch's
+/// caching allocator does), so small ops make no allocation calls to the driver. The
+/// cache lives in the stream ([`CudaStream::take_cached`]) and is freed with it.
+const CACHE_MAX: usize = 1 << 20;
+const MIN_BIN: usize = 512;
+
+fn bin(bytes: usize) -> usize {
+    if bytes == 0 {
+        0
+    } else if bytes <= CACHE_MAX {
+        bytes.next_power_of_two().max(MIN_BIN)
+    } else {
+        bytes
+    }
+}
+
+impl std::fmt::Debug for CudaBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CudaBuffer({} bytes on cuda:{})", self.bytes, self.dev.ordinal)
+    }
+}
+
+impl CudaBuffer {
+    /// Uninitialised memory for `stream` to write. Zero bytes allocate nothing. While
+    /// `stream` is captured the memory is the graph's: allocated on the capture's own
+    /// stream (never from a cache another stream fills) and freed with the graph.
+    pub(crate) fn alloc(dev: &'static DeviceState, stream: &Arc<CudaStream>, bytes: usize) -> Result<Self> {
+        let graph = stream.capture();
+        let home = match &graph {
+            Some(c) => Arc::clone(c.pool()),
+            None => Arc::clone(stream),
+        };
+        let cap = bin(bytes);
+        let uses = Uses { writer: Arc::clone(stream), ready: None, written: 0, seen: Vec::new(), users: Vec::new() };
+        let new = |ptr, mut uses: Uses, home: Arc<CudaStream>| {
+            uses.add_user(&home, stream);
+            if let Some(c) = &graph {
+                c.count_buffer(true);
+            }
+            CudaBuffer { ptr, bytes, cap, dev, home, uses: Mutex::new(uses), graph, foreign: None }
+        };
+        if bytes == 0 {
+            return Ok(new(0, uses, home));
+        }
+        let cached = if cap <= CACHE_MAX { home.take_cached(cap) } else { None };
+        let ptr = match cached {
+            Some(p) => p,
+            None => {
+                dev.bind()?;
+                // The memory comes back uninitialised, which is fine for bytes: every op writes its output before a
+                // read; the buffer keeps `home` and frees the block there.
+                // SAFETY: `home` is a live stream of `dev` (an `Arc` held for the call); `dev`'s context is current.
+                match unsafe { result::malloc_async(home.raw.0, cap) } {
+                    Ok(p) => p,
+                    Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+                        // Give back what the cache holds, then try once more.
+                        free_all_cached(dev.ordinal);
+                        // `free_all_cached` touches only streams of `dev`, so it binds no other context.
+                        // SAFETY: as for the first attempt: the same live stream, `dev`'s context still current.
+                        match unsafe { result::malloc_async(home.raw.0, cap) } {
+                            Ok(p) => p,
+                            Err(_) => {
+                                let free = result::mem_get_info().map(|(free, _)| free).unwrap_or(0);
+                                return Err(Error::OutOfMemory { device: dev.id(), requested: bytes, free });
+                            }
+                        }
+                    }
+                    Err(e) => return Err(driver(dev.ordinal, "cuMemAllocAsync")(e)),
+                }
+            }
+        };
+        // The account has no capacity of its own here: the driver says when memory ends.
+        // It counts the bytes asked for, as the host backend does (`memory_allocated`).
+        dev.account.reserve(bytes)?;
+        Ok(new(ptr, uses, home))
+    }
+
+    /// Memory made outside locus, `bytes` bytes at `ptr` of `dev`, last written by the
+    /// work `stream` has queued so far. `release` gives it back once every stream that
+    /// used it is done (see `Drop`).
+    ///
+    /// # Safety
+    /// `ptr .. ptr + bytes` is device memory of `dev` that stays allocated until
+    /// `release` runs and that nothing but this buffer uses meanwhile, except work
+    /// queued on `stream` before this call.
+    pub(crate) unsafe fn foreign(
+        dev: &'static DeviceState,
+        stream: &Arc<CudaStream>,
+        ptr: sys::CUdeviceptr,
+        bytes: usize,
+        release: Release,
+    ) -> Result<Self> {
+        let uses = Uses { writer: Arc::clone(stream), ready: None, written: 0, seen: Vec::new(), users: Vec::new() };
+        let mut b = CudaBuffer {
+            ptr,
+            bytes,
+            cap: bytes,
+            dev,
+            home: Arc::clone(stream),
+            uses: Mutex::new(uses),
+            graph: None,
+            foreign: Some(release),
+        };
+        if let Err(e) = dev.account.reserve(bytes) {
+            // Not counted, so not released: give the memory back after the stream.
+            b.bytes = 0;
+            return Err(e);
+        }
+        // The owner's writes so far are the last write: readers elsewhere wait for them.
+        b.after_write(stream)?;
+        Ok(b)
+    }
+
+    pub(crate) fn ptr(&self) -> sys::CUdeviceptr {
+        self.ptr
+    }
+
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub(crate) fn device(&self) -> &'static DeviceState {
+        self.dev
+    }
+
+    fn uses(&self) -> std::sync::MutexGuard<'_, Uses> {
+        self.uses.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Numbers the write that produced this memory, just queued on its stream.
+    pub(crate) fn mark_written(&self) {
+        let mut u = self.uses();
+        u.written = u.writer.order.mark_write();
+    }
+
+    /// Marks the end of the write that produced this memory.
+    pub(crate) fn set_ready(&self, written: Arc<CudaEvent>) {
+        self.uses().ready = Some(written);
+    }
+
+    /// The stream that wrote this memory last.
+    pub(crate) fn writer(&self) -> Arc<CudaStream> {
+        Arc::clone(&self.uses().writer)
+    }
+
+    /// Whether this memory was made in the capture `c`.
+    pub(crate) fn made_in(&self, c: &Arc<CudaCapture>) -> bool {
+        self.graph.as_ref().is_some_and(|g| Arc::ptr_eq(g, c))
+    }
+
+    /// Prepares this memory to be read on `on`: a stream other than its writer first
+    /// waits for the writer (an event, no host wait), and the eventual free waits for
+    /// `on`. No wait when `on` is the writer, when `on` already waited for this write,
+    /// or when an earlier wait of `on` (an event recorded at or after the write) implies
+    /// it; those are counted as skipped.
+    ///
+    /// While `on` is captured, only memory made in the capture follows these rules; an
+    /// input of the graph is ordered at each replay instead, and any other memory is an
+    /// error (a replay could outlive it).
+    pub(crate) fn use_on(&self, on: &Arc<CudaStream>) -> Result<()> {
+        if self.ptr == 0 {
+            return Ok(());
+        }
+        if let Some(c) = on.capture() {
+            if !self.made_in(&c) {
+                return c.check_input(self.ptr);
+            }
+        }
+        let mut u = self.uses();
+        if Arc::ptr_eq(&u.writer, on) {
+            return Ok(());
+        }
+        if u.seen.iter().any(|r| Arc::ptr_eq(r, on)) {
+            crate::backend::sync::ordering::count_skipped();
+            return Ok(());
+        }
+        if on.order.has_waited(u.writer.id, u.written) {
+            crate::backend::sync::ordering::count_skipped();
+        } else {
+            match &u.ready {
+                Some(ev) => wait(on, ev)?,
+                None => wait_for(on, &u.writer)?,
+            }
+            crate::backend::count_cross_stream_wait();
+        }
+        u.seen.push(Arc::clone(on));
+        u.add_user(&self.home, on);
+        Ok(())
+    }
+
+    /// Prepares this memory to be written in place on `on`: `on` waits for the last
+    /// write and for every stream that read it since.
+    pub(crate) fn before_write(&self, on: &Arc<CudaStream>) -> Result<()> {
+        if self.ptr == 0 {
+            return Ok(());
+        }
+        let mut u = self.uses();
+        if !Arc::ptr_eq(&u.writer, on)
+            && !u.seen.iter().any(|r| Arc::ptr_eq(r, on))
+            && !on.order.has_waited(u.writer.id, u.written)
+        {
+            match &u.ready {
+                Some(ev) => wait(on, ev)?,
+                None => wait_for(on, &u.writer)?,
+            }
+        }
+        for r in std::mem::take(&mut u.seen) {
+            if !Arc::ptr_eq(&r, on) {
+                wait_for(on, &r)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Code outside locus writes this memory on `on` from now on (a raw view): `on`
+    /// becomes its writer at once, with no event and a write number no wait can cover,
+    /// so until [`CudaBuffer::after_write`] marks the end of that write, every other
+    /// stream waits for all of `on`'s work queued by the time of its use. A view that is
+    /// never ended (`mem::forget`) is still ordered.
+    pub(crate) fn claim_writer(&self, on: &Arc<CudaStream>) {
+        let mut u = self.uses();
+        u.writer = Arc::clone(on);
+        u.written = u64::MAX;
+        u.ready = None;
+        u.seen.clear();
+        u.add_user(&self.home, on);
+    }
+
+    /// This memory was just written in place by work queued on `on` (after
+    /// [`CudaBuffer::before_write`]): later readers on other streams wait for that write.
+    pub(crate) fn after_write(&self, on: &Arc<CudaStream>) -> Result<()> {
+        let mut u = self.uses();
+        // In a capture the event would mark a point of the graph, which nothing outside it
+        // may wait for; a captured reader on another stream waits for the writer instead.
+        let ready = match self.bytes > 0 && !Arc::ptr_eq(on, &self.dev.stream) && on.capture().is_none() {
+            true => {
+                // The last write's event again when nobody else holds it (a graph's
+                // output, rewritten by every replay): waits already queued on it keep the
+                // point they were queued for, and nobody can queue a new one.
+                let ev = match u.ready.take() {
+                    Some(ev) if Arc::strong_count(&ev) == 1 => ev,
+                    _ => Arc::new(CudaEvent::create(self.dev.ordinal, self.dev.ctx.cu_ctx(), false)?),
+                };
+                ev.record(on)?;
+                Some(ev)
+            }
+            false => None,
+        };
+        u.writer = Arc::clone(on);
+        u.written = on.order.mark_write();
+        u.ready = ready;
+        u.seen.clear();
+        u.add_user(&self.home, on);
+        Ok(())
+    }
+
+    /// Forgets the writes a capture queued: they have not run, and a replay writes the
+    /// memory again (with `before_write` and `after_write` around it).
+    pub(crate) fn forget_captured_writes(&self) {
+        let mut u = self.uses();
+        u.writer = Arc::clone(&self.home);
+        u.ready = None;
+        u.written = 0;
+        u.seen.clear();
+    }
+}
+
+impl CudaBuffer {
+    /// Hands memory made outside locus back to its owner once every stream that used it
+    /// is done: the home stream waits for the others, the host for the home stream. If
+    /// that cannot be known (a lost context, a failed wait, a stream in a capture), the
+    /// memory is never handed back, rather than handed back in use.
+    fn give_back(&mut self, release: Release) {
+        self.dev.account.release(self.bytes);
+        let u = self.uses.get_mut().unwrap_or_else(|p| p.into_inner());
+        let users = std::mem::take(&mut u.users);
+        let streams = || std::iter::once(&self.home).chain(users.iter());
+        if self.dev.bind().is_err() || streams().any(|s| s.capture().is_some()) {
+            return release.leak();
+        }
+        for r in &users {
+            if self.home.wait_for(r).is_err() {
+                return release.leak();
+            }
+        }
+        match self.home.synchronize() {
+            Ok(()) => release.run(),
+            Err(_) => release.leak(),
+        }
+    }
+}
+
+/// `on` waits for `ev`; a stream that waits for an event of a capture joins it.
+fn wait(on: &Arc<CudaStream>, ev: &Arc<CudaEvent>) -> Result<()> {
+    crate::backend::cuda::driver::graph::joins(on, ev.capture())?;
+    on.wait(ev)
+}
+
+/// `on` waits for all work queued on `other` so far; joins `other`'s capture, if any.
+fn wait_for(on: &Arc<CudaStream>, other: &Arc<CudaStream>) -> Result<()> {
+    crate::backend::cuda::driver::graph::joins(on, other.capture().map(|c| Arc::downgrade(&c)))?;
+    on.wait_for(other)
+}
+
+impl Drop for CudaBuffer {
+    fn drop(&mut self) {
+        if let Some(c) = &self.graph {
+            c.count_buffer(false);
+        }
+        if let Some(release) = self.foreign.take() {
+            self.give_back(release);
+            return;
+        }
+        if self.ptr == 0 {
+            return;
+        }
+        if self.dev.bind().is_err() {
+            self.dev.account.release(self.bytes);
+            // Without the context nothing can be ordered: the block is not reused.
+            return;
+        }
+        let u = self.uses.get_mut().unwrap_or_else(|p| p.into_inner());
+        let users = std::mem::take(&mut u.users);
+        // Memory of a graph, or memory whose free would be ordered on a stream being
+        // captured (the free would become part of the graph): the capture frees it, after
+        // the graph and these streams are done with it.
+        let capture =
+            self.graph.clone().or_else(|| std::iter::once(&self.home).chain(users.iter()).find_map(|s| s.capture()));
+        if let Some(c) = capture {
+            let mut after = users;
+            after.push(Arc::clone(&self.home));
+            c.retire(self.ptr, self.bytes, after);
+            return;
+        }
+        self.dev.account.release(self.bytes);
+        for r in &users {
+            if self.home.wait_for(r).is_err() {
+                // A user may still use the memory and its end cannot be ordered before
+                // a reuse: leak the block rather than hand it out again.
+                return;
+            }
+        }
+        // Work queued later on the home stream runs after every use above, so the memory
+        // can be handed out again on this stream at once.
+        if self.cap <= CACHE_MAX {
+            // SAFETY: the block holds `self.cap` bytes (a cache bin, allocated on `self.home` or taken from its
+            // cache) and this buffer, its only owner, is going; every user's use is ordered before this point of the
+            // home stream (the waits above), and the rest is on that stream.
+            unsafe { self.home.put_cached(self.cap, self.ptr) };
+        } else {
+            // The block came from cuMemAllocAsync on `self.home` (a larger-than-cache block is never shared with
+            // another buffer) and is freed only here, once;
+            // SAFETY: the stream is alive (held by `self`), the device's context is current (bind above), and every
+            // user's use is ordered before this point of the stream (the waits above).
+            let _ = unsafe { result::free_async(self.ptr, self.home.raw.0) };
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! CUDA streams, reference-counted so that memory allocated on a stream can still be
+//! freed on it after the user's `Stream` is gone.
+//!
+//! Each stream owns what is ordered on it alone: the small device blocks freed on it
+//! (reused by later allocations on the same stream without a driver call) and, once it
+//! runs a matmul, a cuBLAS handle bound to it. When the last reference goes, the cached
+//! blocks are freed on the stream and the handle goes back to a per-device pool behind
+//! an event, so a dropped stream (a Loader's, one made per iteration) leaves nothing
+//! behind.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use cudarc::cublas::sys::cublasHandle_t;
+use cudarc::driver::{result, sys};
+
+use crate::backend::cuda::driver::device::{driver, set_current, FastMap, Handle};
+use crate::backend::cuda::driver::event::CudaEvent;
+use crate::backend::cuda::driver::graph::CudaCapture;
+use crate::backend::sync::ordering::{new_stream_id, Order};
+use crate::error::{Error, Result};
+
+/// Live stream objects of this process (the devices' own included).
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// How many CUDA streams locus holds now.
+pub(crate) fn live_streams() -> usize {
+    LIVE.load(Ordering::Relaxed)
+}
+
+/// Streams that hold cached blocks, so that an out-of-memory retry can free them all.
+static WITH_CACHE: Mutex<Vec<Weak<CudaStream>>> = Mutex::new(Vec::new());
+
+/// cuBLAS handles of dropped streams, by device, each with the event after which the
+/// dropped stream's last gemm (and so its use of the handle's workspace) is over.
+type PooledBlas = (u32, Handle<cublasHandle_t>, Option<CudaEvent>);
+static BLAS_POOL: Mutex<Vec<PooledBlas>> = Mutex::new(Vec::new());
+
+/// A cuBLAS error as a locus error naming the device and the call.
+pub(in crate::backend::cuda) fn blas_err(device: u32, call: &str, e: impl std::fmt::Debug) -> Error {
+    Error::Kernel { device: crate::device_id::DeviceId::Cuda(device), name: call.into(), message: format!("{e:?}") }
+}
+
+/// A stream of one device. Destroyed with its last reference (the device's default
+/// stream lives as long as the process).
+pub(crate) struct CudaStream {
+    pub raw: Handle<sys::CUstream>,
+    pub ordinal: u32,
+    /// A process-unique number, for the ordering books of other streams.
+    pub id: u64,
+    /// The writes queued here and what this stream has waited for.
+    pub order: Order,
+    ctx: Handle<sys::CUcontext>,
+    /// Freed small blocks ordered on this stream, by capacity.
+    cache: Mutex<FastMap<usize, Vec<sys::CUdeviceptr>>>,
+    /// Whether this stream is listed in `WITH_CACHE`.
+    listed: AtomicBool,
+    /// This stream's own cuBLAS handle, bound to it once: no other thread or stream can
+    /// change the stream a gemm queued through it runs on.
+    blas: OnceLock<std::result::Result<Handle<cublasHandle_t>, Error>>,
+    /// Whether the stream may be in a capture (then `capture` says which).
+    capturing: AtomicBool,
+    capture: Mutex<Option<Arc<CudaCapture>>>,
+}
+
+impl std::fmt::Debug for CudaStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "stream {:p} on cuda:{}", self.raw.0, self.ordinal)
+    }
+}
+
+impl CudaStream {
+    /// A new non-blocking stream; the device's context must be current.
+    pub(crate) fn create(ordinal: u32, ctx: sys::CUcontext) -> Result<Self> {
+        let raw = result::stream::create(result::stream::StreamKind::NonBlocking)
+            .map_err(driver(ordinal, "cuStreamCreate"))?;
+        LIVE.fetch_add(1, Ordering::Relaxed);
+        Ok(CudaStream {
+            raw: Handle(raw),
+            ordinal,
+            id: new_stream_id(),
+            order: Order::default(),
+            ctx: Handle(ctx),
+            cache: Mutex::new(FastMap::default()),
+            listed: AtomicBool::new(false),
+            blas: OnceLock::new(),
+            capturing: AtomicBool::new(false),
+            capture: Mutex::new(None),
+        })
+    }
+
+    /// The driver's `CUstream`, as an address, for code outside locus.
+    pub(crate) fn handle(&self) -> usize {
+        self.raw.0 as usize
+    }
+
+    /// The capture this stream's work goes into now, if any.
+    pub(crate) fn capture(&self) -> Option<Arc<CudaCapture>> {
+        if !self.capturing.load(Ordering::Acquire) {
+            return None;
+        }
+        match &*self.capture.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(c) if !c.ended() => Some(Arc::clone(c)),
+            _ => None,
+        }
+    }
+
+    /// From now on this stream's work goes into `c` (`None`: runs again). The capture
+    /// clears it from every stream in it when it ends.
+    pub(crate) fn set_capture(&self, c: Option<&Arc<CudaCapture>>) {
+        *self.capture.lock().unwrap_or_else(|p| p.into_inner()) = c.cloned();
+        self.capturing.store(c.is_some(), Ordering::Release);
+    }
+
+    pub(crate) fn synchronize(&self) -> Result<()> {
+        // SAFETY: the stream is alive (destroyed only in drop).
+        unsafe { result::stream::synchronize(self.raw.0) }.map_err(driver(self.ordinal, "cuStreamSynchronize"))
+    }
+
+    /// Makes this stream wait for everything queued on `other` so far (no host wait).
+    pub(crate) fn wait_for(&self, other: &CudaStream) -> Result<()> {
+        let ev = CudaEvent::create(other.ordinal, other.ctx.0, false)?;
+        ev.record(other)?;
+        self.wait(&ev)
+    }
+
+    pub(crate) fn wait(&self, ev: &CudaEvent) -> Result<()> {
+        // SAFETY: both handles are alive; the driver copies the event's state at the call.
+        unsafe { result::stream::wait_event(self.raw.0, ev.raw.0, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) }
+            .map_err(driver(self.ordinal, "cuStreamWaitEvent"))?;
+        if let Some((writer, upto)) = ev.recorded_at() {
+            self.order.note_wait(writer, upto);
+        }
+        Ok(())
+    }
+
+    /// A cached block of `cap` bytes freed on this stream, if any.
+    pub(crate) fn take_cached(&self, cap: usize) -> Option<sys::CUdeviceptr> {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&cap)?.pop()
+    }
+
+    /// Caches a block of `cap` bytes whose last use is queued on this stream.
+    ///
+    /// # Safety
+    /// `ptr` is a block of exactly `cap` bytes from `cuMemAllocAsync` on this stream's
+    /// device that nothing else owns from here on (it will be handed out again by
+    /// `take_cached` and freed by `free_cached`), and every use of it, on any stream, is
+    /// ordered before this point of this stream.
+    pub(crate) unsafe fn put_cached(self: &Arc<Self>, cap: usize, ptr: sys::CUdeviceptr) {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner()).entry(cap).or_default().push(ptr);
+        // Never with this stream's cache locked: `cached_bytes` locks the list first.
+        if !self.listed.swap(true, Ordering::Relaxed) {
+            let mut list = WITH_CACHE.lock().unwrap_or_else(|p| p.into_inner());
+            list.retain(|w| w.strong_count() > 0);
+            list.push(Arc::downgrade(self));
+        }
+    }
+
+    /// Bytes of the blocks cached on this stream.
+    pub(crate) fn cached_bytes(&self) -> usize {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(cap, v)| cap * v.len()).sum()
+    }
+
+    /// Frees this stream's cached blocks to the driver's pool, ordered on this stream.
+    fn free_cached(&self) {
+        let blocks = std::mem::take(&mut *self.cache.lock().unwrap_or_else(|p| p.into_inner()));
+        for ptr in blocks.into_values().flatten() {
+            // SAFETY: the block came from cuMemAllocAsync on this device and its last use
+            // is queued on this stream, before this free.
+            let _ = unsafe { result::free_async(ptr, self.raw.0) };
+        }
+    }
+
+    /// This stream's cuBLAS handle: one from a dropped stream of the device (after that
+    /// stream's last gemm) or a new one, bound to this stream once. The device's
+    /// context must be current.
+    pub(crate) fn blas(&self) -> Result<cublasHandle_t> {
+        let h = self.blas.get_or_init(|| {
+            let pooled = {
+                let mut pool = BLAS_POOL.lock().unwrap_or_else(|p| p.into_inner());
+                pool.iter().position(|(o, _, _)| *o == self.ordinal).map(|i| pool.swap_remove(i))
+            };
+            let h = match pooled {
+                Some((_, h, last_use)) => {
+                    if let Some(ev) = last_use {
+                        self.wait(&ev)?;
+                    }
+                    h.0
+                }
+                None => {
+                    cudarc::cublas::result::create_handle().map_err(|e| blas_err(self.ordinal, "cublasCreate", e))?
+                }
+            };
+            // SAFETY: `h` is a live handle owned by this stream alone from here on.
+            unsafe { cudarc::cublas::result::set_stream(h, self.raw.0 as _) }
+                .map_err(|e| blas_err(self.ordinal, "cublasSetStream", e))?;
+            Ok(Handle(h))
+        });
+        h.as_ref().map(|h| h.0).map_err(Clone::clone)
+    }
+}
+
+/// Frees the cached blocks of every stream of device `ordinal` (before retrying an
+/// allocation that ran out of memory).
+pub(crate) fn free_all_cached(ordinal: u32) {
+    let streams: Vec<Arc<CudaStream>> = {
+        let list = WITH_CACHE.lock().unwrap_or_else(|p| p.into_inner());
+        list.iter().filter_map(Weak::upgrade).filter(|s| s.ordinal == ordinal).collect()
+    };
+    for s in streams {
+        // A captured stream's frees would go into its graph; its blocks stay cached.
+        if s.capture().is_none() {
+            s.free_cached();
+        }
+    }
+}
+
+/// Bytes cached on the streams of device `ordinal`.
+pub(crate) fn cached_bytes(ordinal: u32) -> usize {
+    let streams: Vec<Arc<CudaStream>> = {
+        let list = WITH_CACHE.lock().unwrap_or_else(|p| p.into_inner());
+        list.iter().filter_map(Weak::upgrade).filter(|s| s.ordinal == ordinal).collect()
+    };
+    streams.iter().map(|s| s.cached_bytes()).sum()
+}
+
+impl Drop for CudaStream {
+    fn drop(&mut self) {
+        LIVE.fetch_sub(1, Ordering::Relaxed);
+        // Queued work still completes; the driver releases the stream afterwards.
+        if set_current(self.ordinal, self.ctx.0).is_err() {
+            return;
+        }
+        self.free_cached();
+        if let Some(Ok(h)) = self.blas.take() {
+            // The next stream to take the handle waits for this one's last gemm; if the
+            // event cannot be recorded, wait here.
+            let marked = CudaEvent::create(self.ordinal, self.ctx.0, false).and_then(|ev| ev.record(self).map(|()| ev));
+            let last_use = match marked {
+                Ok(ev) => Some(Some(ev)),
+                Err(_) => self.synchronize().ok().map(|()| None),
+            };
+            // When the stream's work cannot be observed at all, the handle is not reused.
+            if let Some(last_use) = last_use {
+                BLAS_POOL.lock().unwrap_or_else(|p| p.into_inner()).push((self.ordinal, h, last_use));
+            }
+        }
+        // SAFETY: the last reference is gone; nothing queues work on this stream again.
+        let _ = unsafe { result::stream::destroy(self.raw.0) };
+    }
+}

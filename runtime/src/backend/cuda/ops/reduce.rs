@@ -1,0 +1,73 @@
+//! Reductions (`sum`, `mean`, `max`) over one dim, kernels of reduce.cu. A whole-tensor
+//! reduction runs in one block when small, else in two launches through per-block
+//! partial results; a reduction over the last dim gives each row to a block, and one over
+//! an inner dim gives each output element to a thread.
+
+use locus_kernels::Source;
+
+use crate::backend::cuda::driver::buffer::CudaBuffer;
+use crate::backend::cuda::driver::launch::KernelArgs;
+use crate::backend::cuda::driver::memory::{alloc, done};
+use crate::backend::{float_only, ReduceOp};
+use crate::element::DType;
+use crate::error::Result;
+use crate::shape::Reduction;
+
+/// `op` of `x` over the dim `r` describes.
+pub(in crate::backend::cuda) fn reduce(x: &CudaBuffer, op: ReduceOp, dtype: DType, r: Reduction) -> Result<CudaBuffer> {
+    let opname = match op {
+        ReduceOp::Sum => "sum",
+        ReduceOp::Mean => "mean",
+        ReduceOp::Max => "max",
+    };
+    if op == ReduceOp::Mean {
+        float_only("mean", dtype)?;
+    }
+    let dev = x.device();
+    let (stream, out) = alloc(dev, dtype, r.out_len(), &[x])?;
+    if r.out_len() == 0 {
+        return done(out);
+    }
+    let k = |variant: &'static str| dev.kernel(Source::Reduce, opname, variant, dtype);
+    let (xb, s) = (x, &stream);
+    let (outer, len, inner) = (r.outer as u64, r.len as u64, r.inner as u64);
+    // In every launch below `x` holds `outer * len * inner` elements of `dtype` and
+    // `out` `outer * inner` (= `r.out_len()`), both ready and kept alive on `stream`
+    // (see `alloc`); the kernels bound their accesses by these counts.
+    if outer == 1 && inner == 1 {
+        if len <= 1 << 16 {
+            let args = KernelArgs::new().ptr(xb).u64(len).ptr(&out);
+            // SAFETY: `{op}_single_{dtype}(const T* x, u64 n, T* out)`: `len` elements of
+            // `x` into the one element of `out`.
+            unsafe { dev.launch(k("single")?, (1, 1, 1), (1024, 1, 1), s, args)? };
+        } else {
+            // Accumulator width: f64 for float sums and means and for f64 max, else 4 bytes.
+            let acc = if op != ReduceOp::Max && dtype.is_float() || dtype == DType::F64 { 8 } else { 4 };
+            let blocks = dev.grid(len.div_ceil(16 / dtype.size() as u64), 256);
+            let partial = CudaBuffer::alloc(dev, &stream, blocks as usize * acc)?;
+            let args = KernelArgs::new().ptr(xb).u64(len).ptr(&partial);
+            // SAFETY: `{op}_partial_{dtype}(const T* x, u64 n, A* partial)`: one accumulator per block into
+            // `partial`, which holds `blocks` accumulators of `acc` bytes (the kernel's `A`: f64 for float sums and
+            // means and f64 max, else 4 bytes), allocated on `stream` and freed there after both launches.
+            unsafe { dev.launch(k("partial")?, (blocks, 1, 1), (256, 1, 1), s, args)? };
+            let args = KernelArgs::new().ptr(&partial).u64(blocks as u64).ptr(&out).u64(len);
+            // SAFETY: `{op}_final_{dtype}(const A* partial, u64 nparts, T* out, u64 len)`:
+            // the `nparts` = `blocks` accumulators written just before on `stream`, into
+            // the one element of `out`.
+            unsafe { dev.launch(k("final")?, (1, 1, 1), (1024, 1, 1), s, args)? };
+        }
+    } else if inner == 1 {
+        let grid = outer.min(dev.sm_count as u64 * 16) as u32;
+        let args = KernelArgs::new().ptr(xb).ptr(&out).u64(outer).u64(len);
+        // SAFETY: `{op}_rows_{dtype}(const T* x, T* out, u64 outer, u64 len)`: `outer`
+        // rows of `len` elements of `x`, one result each into `out` (`outer` elements).
+        unsafe { dev.launch(k("rows")?, (grid, 1, 1), (256, 1, 1), s, args)? };
+    } else {
+        let grid = dev.grid(outer * inner, 256);
+        let args = KernelArgs::new().ptr(xb).ptr(&out).u64(outer).u64(len).u64(inner);
+        // SAFETY: `{op}_cols_{dtype}(const T* x, T* out, u64 outer, u64 len, u64 inner)`:
+        // `x` as `[outer, len, inner]`, reduced over `len` into `out` (`outer * inner`).
+        unsafe { dev.launch(k("cols")?, (grid, 1, 1), (256, 1, 1), s, args)? };
+    }
+    done(out)
+}

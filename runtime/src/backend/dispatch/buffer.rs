@@ -1,0 +1,346 @@
+//! [`Buffer`], the memory of either backend, and its storage-level ops: the one place
+//! where operands' variants are matched. Operands of one op are on one device (the
+//! tensor layer checks that), so a host buffer meeting a cuda buffer is a caller's bug,
+//! reported as the device mismatch it is rather than a panic.
+
+use crate::backend::api::traits::BackendStorage;
+use crate::backend::cuda::CudaBuffer;
+use crate::backend::dispatch::capture;
+use crate::backend::{
+    AnyEvent, AnyStream, BinaryOp, Blocks, CompareOp, Gather, Gemm, HostBuffer, ParamOp, Permute, ReduceOp, SoftmaxOp,
+    UnaryOp,
+};
+use crate::device_id::DeviceId;
+use crate::element::{DType, Scalar};
+use crate::error::{Error, Result};
+use crate::shape::{Layout, Reduction};
+
+/// Device memory of one backend.
+#[derive(Debug)]
+pub(crate) enum Buffer {
+    Host(HostBuffer),
+    Cuda(CudaBuffer),
+}
+
+/// Two operands of one backend.
+enum Pair<'a> {
+    Host(&'a HostBuffer, &'a HostBuffer),
+    Cuda(&'a CudaBuffer, &'a CudaBuffer),
+}
+
+/// Several operands of one backend, in order: the first, then the others.
+enum Many<'a> {
+    Host(&'a HostBuffer, Vec<&'a HostBuffer>),
+    Cuda(&'a CudaBuffer, Vec<&'a CudaBuffer>),
+}
+
+/// Why an op that checks its indices on the device cannot be captured.
+const INDEX_CHECK: &str = "it reads back whether an index was out of range, which waits on the host; \
+     run it outside the capture";
+
+/// Why a host read cannot be captured.
+const HOST_READ: &str = "nothing runs while a graph is captured, so there is nothing to read yet; \
+     read the graph's outputs after `replay()`";
+
+fn mismatch(op: &'static str, lhs: &Buffer, rhs: &Buffer) -> Error {
+    Error::DeviceMismatch { op, lhs: lhs.device_id(), rhs: rhs.device_id() }
+}
+
+impl Buffer {
+    /// The host memory of this buffer, if it is host memory.
+    pub(crate) fn as_host(&self) -> Option<&HostBuffer> {
+        match self {
+            Buffer::Host(h) => Some(h),
+            Buffer::Cuda(_) => None,
+        }
+    }
+
+    fn pair<'a>(&'a self, op: &'static str, rhs: &'a Buffer) -> Result<Pair<'a>> {
+        match (self, rhs) {
+            (Buffer::Host(a), Buffer::Host(b)) => Ok(Pair::Host(a, b)),
+            (Buffer::Cuda(a), Buffer::Cuda(b)) => Ok(Pair::Cuda(a, b)),
+            _ => Err(mismatch(op, self, rhs)),
+        }
+    }
+
+    /// This buffer and `others`, all of this one's backend.
+    fn many<'a>(&'a self, op: &'static str, others: impl IntoIterator<Item = &'a Buffer>) -> Result<Many<'a>> {
+        let mut out = match self {
+            Buffer::Host(h) => Many::Host(h, Vec::new()),
+            Buffer::Cuda(c) => Many::Cuda(c, Vec::new()),
+        };
+        for b in others {
+            match (&mut out, b) {
+                (Many::Host(_, v), Buffer::Host(h)) => v.push(h),
+                (Many::Cuda(_, v), Buffer::Cuda(c)) => v.push(c),
+                _ => return Err(mismatch(op, self, b)),
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl BackendStorage for Buffer {
+    fn device_id(&self) -> DeviceId {
+        match self {
+            Buffer::Host(h) => h.device_id(),
+            Buffer::Cuda(c) => c.device_id(),
+        }
+    }
+
+    fn download(&self, out: &mut [u8]) -> Result<()> {
+        capture::refuse("to_vec / item (a read by the host)", HOST_READ)?;
+        match self {
+            Buffer::Host(h) => h.download(out),
+            Buffer::Cuda(c) => c.download(out),
+        }
+    }
+
+    fn download_async(&self, dst: &mut HostBuffer, stream: &AnyStream) -> Result<AnyEvent> {
+        capture::refuse("to_pinned_async", HOST_READ)?;
+        match self {
+            Buffer::Host(h) => h.download_async(dst, stream),
+            Buffer::Cuda(c) => c.download_async(dst, stream),
+        }
+    }
+
+    fn use_on_stream(&self, stream: &AnyStream) -> Result<()> {
+        capture::on_device("record_stream", self.device_id())?;
+        match self {
+            Buffer::Host(h) => h.use_on_stream(stream),
+            Buffer::Cuda(c) => c.use_on_stream(stream),
+        }
+    }
+
+    fn before_write(&self, stream: &AnyStream) -> Result<()> {
+        match self {
+            Buffer::Host(h) => h.before_write(stream),
+            Buffer::Cuda(c) => BackendStorage::before_write(c, stream),
+        }
+    }
+
+    fn after_write(&self, stream: &AnyStream) -> Result<()> {
+        match self {
+            Buffer::Host(h) => h.after_write(stream),
+            Buffer::Cuda(c) => BackendStorage::after_write(c, stream),
+        }
+    }
+
+    fn overwrite(&self, src: &Self) -> Result<()> {
+        capture::refuse("copy_from", "inputs are written between replays, not in the graph")?;
+        match self.pair("copy_from", src)? {
+            Pair::Host(a, b) => a.overwrite(b),
+            Pair::Cuda(a, b) => a.overwrite(b),
+        }
+    }
+
+    fn lend(&self, stream: &AnyStream, write: bool) -> Result<u64> {
+        capture::refuse(
+            "a raw view",
+            "code outside locus cannot be recorded into a graph; take the view outside the capture",
+        )?;
+        match self {
+            Buffer::Host(h) => h.lend(stream, write),
+            Buffer::Cuda(c) => c.lend(stream, write),
+        }
+    }
+
+    fn forget_captured_writes(&self) {
+        match self {
+            Buffer::Host(h) => h.forget_captured_writes(),
+            Buffer::Cuda(c) => BackendStorage::forget_captured_writes(c),
+        }
+    }
+
+    fn unary(&self, op: UnaryOp, dtype: DType, len: usize) -> Result<Self> {
+        capture::on_device(op.name(), self.device_id())?;
+        match self {
+            Buffer::Host(h) => h.unary(op, dtype, len).map(Buffer::Host),
+            Buffer::Cuda(c) => c.unary(op, dtype, len).map(Buffer::Cuda),
+        }
+    }
+
+    fn cast(&self, from: DType, to: DType, len: usize) -> Result<Self> {
+        capture::on_device("to_dtype", self.device_id())?;
+        match self {
+            Buffer::Host(h) => h.cast(from, to, len).map(Buffer::Host),
+            Buffer::Cuda(c) => c.cast(from, to, len).map(Buffer::Cuda),
+        }
+    }
+
+    fn unary_param(&self, op: ParamOp, dtype: DType, len: usize) -> Result<Self> {
+        capture::on_device(op.name(), self.device_id())?;
+        match self {
+            Buffer::Host(h) => h.unary_param(op, dtype, len).map(Buffer::Host),
+            Buffer::Cuda(c) => c.unary_param(op, dtype, len).map(Buffer::Cuda),
+        }
+    }
+
+    fn binary(&self, rhs: &Self, op: BinaryOp, dtype: DType, out_shape: &[usize], layout: &Layout) -> Result<Self> {
+        capture::on_device(op.name(), self.device_id())?;
+        capture::division(op, dtype)?;
+        match self.pair(op.name(), rhs)? {
+            Pair::Host(a, b) => a.binary(b, op, dtype, out_shape, layout).map(Buffer::Host),
+            Pair::Cuda(a, b) => a.binary(b, op, dtype, out_shape, layout).map(Buffer::Cuda),
+        }
+    }
+
+    fn binary_scalar(&self, op: BinaryOp, dtype: DType, len: usize, rhs: Scalar) -> Result<Self> {
+        capture::on_device(op.name(), self.device_id())?;
+        capture::division(op, dtype)?;
+        match self {
+            Buffer::Host(h) => h.binary_scalar(op, dtype, len, rhs).map(Buffer::Host),
+            Buffer::Cuda(c) => c.binary_scalar(op, dtype, len, rhs).map(Buffer::Cuda),
+        }
+    }
+
+    fn scalar_binary(&self, op: BinaryOp, dtype: DType, lhs: Scalar, len: usize) -> Result<Self> {
+        capture::on_device(op.name(), self.device_id())?;
+        capture::division(op, dtype)?;
+        match self {
+            Buffer::Host(h) => h.scalar_binary(op, dtype, lhs, len).map(Buffer::Host),
+            Buffer::Cuda(c) => c.scalar_binary(op, dtype, lhs, len).map(Buffer::Cuda),
+        }
+    }
+
+    fn reduce(&self, op: ReduceOp, dtype: DType, r: Reduction) -> Result<Self> {
+        capture::on_device(op.name(), self.device_id())?;
+        match self {
+            Buffer::Host(h) => h.reduce(op, dtype, r).map(Buffer::Host),
+            Buffer::Cuda(c) => c.reduce(op, dtype, r).map(Buffer::Cuda),
+        }
+    }
+
+    fn matmul(&self, rhs: &Self, dtype: DType, g: Gemm) -> Result<Self> {
+        capture::on_device("matmul", self.device_id())?;
+        match self.pair("matmul", rhs)? {
+            Pair::Host(a, b) => a.matmul(b, dtype, g).map(Buffer::Host),
+            Pair::Cuda(a, b) => a.matmul(b, dtype, g).map(Buffer::Cuda),
+        }
+    }
+
+    fn transpose(&self, dtype: DType, rows: usize, cols: usize) -> Result<Self> {
+        capture::on_device("transpose", self.device_id())?;
+        match self {
+            Buffer::Host(h) => h.transpose(dtype, rows, cols).map(Buffer::Host),
+            Buffer::Cuda(c) => c.transpose(dtype, rows, cols).map(Buffer::Cuda),
+        }
+    }
+
+    fn permute(&self, dtype: DType, p: &Permute) -> Result<Self> {
+        capture::on_device("transpose", self.device_id())?;
+        match self {
+            Buffer::Host(h) => h.permute(dtype, p).map(Buffer::Host),
+            Buffer::Cuda(c) => c.permute(dtype, p).map(Buffer::Cuda),
+        }
+    }
+
+    fn slice(&self, dtype: DType, offset: usize, len: usize) -> Result<Self> {
+        capture::on_device("slice", self.device_id())?;
+        match self {
+            Buffer::Host(h) => h.slice(dtype, offset, len).map(Buffer::Host),
+            Buffer::Cuda(c) => c.slice(dtype, offset, len).map(Buffer::Cuda),
+        }
+    }
+
+    fn concat(dtype: DType, parts: &[(&Self, usize)]) -> Result<Self> {
+        if let Some((first, _)) = parts.first() {
+            capture::on_device("cat", first.device_id())?;
+        }
+        let Some(((first, _), rest)) = parts.split_first() else {
+            return Err(Error::InvalidArgument { op: "concat", reason: "no buffers to join".into() });
+        };
+        let lens = parts.iter().map(|p| p.1);
+        match first.many("concat", rest.iter().map(|p| p.0))? {
+            Many::Host(first, v) => {
+                let parts: Vec<_> = std::iter::once(first).chain(v).zip(lens).collect();
+                HostBuffer::concat(dtype, &parts).map(Buffer::Host)
+            }
+            Many::Cuda(first, v) => {
+                let parts: Vec<_> = std::iter::once(first).chain(v).zip(lens).collect();
+                CudaBuffer::concat(dtype, &parts).map(Buffer::Cuda)
+            }
+        }
+    }
+
+    fn copy_blocks(&self, dtype: DType, len: usize, parts: &[Blocks<'_, Self>]) -> Result<Self> {
+        capture::on_device("copy", self.device_id())?;
+        match self.many("copy_blocks", parts.iter().map(|p| p.src))? {
+            Many::Host(into, v) => {
+                let parts: Vec<_> = parts.iter().zip(v).map(|(p, h)| p.with_src(h)).collect();
+                into.copy_blocks(dtype, len, &parts).map(Buffer::Host)
+            }
+            Many::Cuda(into, v) => {
+                let parts: Vec<_> = parts.iter().zip(v).map(|(p, c)| p.with_src(c)).collect();
+                into.copy_blocks(dtype, len, &parts).map(Buffer::Cuda)
+            }
+        }
+    }
+
+    fn softmax(&self, op: SoftmaxOp, dtype: DType, r: Reduction) -> Result<Self> {
+        capture::on_device(op.name(), self.device_id())?;
+        match self {
+            Buffer::Host(h) => h.softmax(op, dtype, r).map(Buffer::Host),
+            Buffer::Cuda(c) => c.softmax(op, dtype, r).map(Buffer::Cuda),
+        }
+    }
+
+    fn index_select(&self, index: &Self, dtype: DType, g: Gather) -> Result<Self> {
+        capture::on_device("index_select", self.device_id())?;
+        capture::refuse("index_select", INDEX_CHECK)?;
+        match self.pair("index_select", index)? {
+            Pair::Host(a, b) => a.index_select(b, dtype, g).map(Buffer::Host),
+            Pair::Cuda(a, b) => a.index_select(b, dtype, g).map(Buffer::Cuda),
+        }
+    }
+
+    fn cross_entropy_rows(&self, targets: &Self, dtype: DType, rows: usize, classes: usize) -> Result<Self> {
+        capture::on_device("cross_entropy", self.device_id())?;
+        capture::refuse("cross_entropy", INDEX_CHECK)?;
+        match self.pair("cross_entropy", targets)? {
+            Pair::Host(a, b) => a.cross_entropy_rows(b, dtype, rows, classes).map(Buffer::Host),
+            Pair::Cuda(a, b) => a.cross_entropy_rows(b, dtype, rows, classes).map(Buffer::Cuda),
+        }
+    }
+
+    fn compare(&self, rhs: &Self, op: CompareOp, dtype: DType, out_shape: &[usize], layout: &Layout) -> Result<Self> {
+        capture::on_device(op.name(), self.device_id())?;
+        match self.pair(op.name(), rhs)? {
+            Pair::Host(a, b) => a.compare(b, op, dtype, out_shape, layout).map(Buffer::Host),
+            Pair::Cuda(a, b) => a.compare(b, op, dtype, out_shape, layout).map(Buffer::Cuda),
+        }
+    }
+
+    fn compare_scalar(&self, op: CompareOp, dtype: DType, len: usize, rhs: Scalar) -> Result<Self> {
+        capture::on_device(op.name(), self.device_id())?;
+        match self {
+            Buffer::Host(h) => h.compare_scalar(op, dtype, len, rhs).map(Buffer::Host),
+            Buffer::Cuda(c) => c.compare_scalar(op, dtype, len, rhs).map(Buffer::Cuda),
+        }
+    }
+
+    fn select_where(
+        &self,
+        a: &Self,
+        b: &Self,
+        dtype: DType,
+        out_shape: &[usize],
+        strides: [&[usize]; 3],
+    ) -> Result<Self> {
+        capture::on_device("where", self.device_id())?;
+        match (self.pair("where", a)?, self.pair("where", b)?) {
+            (Pair::Host(m, a), Pair::Host(_, b)) => m.select_where(a, b, dtype, out_shape, strides).map(Buffer::Host),
+            (Pair::Cuda(m, a), Pair::Cuda(_, b)) => m.select_where(a, b, dtype, out_shape, strides).map(Buffer::Cuda),
+            // Both pairs hold this buffer, so they are of one backend.
+            _ => Err(mismatch("where", a, b)),
+        }
+    }
+
+    fn argmax(&self, dtype: DType, r: Reduction, values: bool) -> Result<(Self, Option<Self>)> {
+        capture::on_device("argmax", self.device_id())?;
+        match self {
+            Buffer::Host(h) => h.argmax(dtype, r, values).map(|(i, v)| (Buffer::Host(i), v.map(Buffer::Host))),
+            Buffer::Cuda(c) => c.argmax(dtype, r, values).map(|(i, v)| (Buffer::Cuda(i), v.map(Buffer::Cuda))),
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! The host backend's row ops: softmax and log-softmax over one dim, cross-entropy's loss
+//! per row, and `index_select`. Like `host_kernels`, each splits its output over the
+//! worker pool (`split_mut`) in whole rows, so every output is computed as on one thread.
+//!
+//! Softmax is computed in f64 whatever the float type, in two passes per row (the
+//! maximum, NaN winning, then the sum of `exp(x - max)`), and rounded once: the most
+//! accurate of the backends' answers, which the GPU's single-pass f32 kernels are
+//! checked against. The special values follow from that arithmetic: a `-inf` entry
+//! gives 0 (log-softmax `-inf`), and a row of only `-inf`, or holding `+inf` or NaN, is
+//! NaN throughout, as in PyTorch.
+//!
+//! Indices (`index_select`) and targets (`cross_entropy`) are all checked before
+//! anything is written, in order, so the error names the first bad one, as the GPU's
+//! check does.
+
+use crate::backend::host::kernels::{COPY_GRAIN, GRAIN};
+use crate::backend::workers::split_mut;
+use crate::backend::{bad_target, Gather, SoftmaxOp};
+use crate::element::Float;
+use crate::error::Result;
+use crate::shape::Reduction;
+
+/// The larger of two values; NaN wins, as in `torch.max`.
+fn max_nan(a: f64, b: f64) -> f64 {
+    if a.is_nan() || a >= b {
+        a
+    } else {
+        b
+    }
+}
+
+/// One output of (log-)softmax from `x`, the maximum `m` of its slice and the sum `s` of
+/// `exp(x - m)` over it.
+fn finish(op: SoftmaxOp, x: f64, m: f64, s: f64) -> f64 {
+    match op {
+        SoftmaxOp::Softmax => (x - m).exp() / s,
+        SoftmaxOp::LogSoftmax => x - m - s.ln(),
+    }
+}
+
+/// The maximum of `row` (not empty) and the sum of `exp(x - max)` over it.
+fn row_stats<T: Float>(row: &[T]) -> (f64, f64) {
+    let m = row.iter().fold(f64::NEG_INFINITY, |m, v| max_nan(m, v.to_f64()));
+    let s = row.iter().map(|v| (v.to_f64() - m).exp()).sum();
+    (m, s)
+}
+
+/// `op` over the dim `r` describes, of `x` into `out` (both `r.outer * r.len * r.inner`
+/// elements).
+pub(in crate::backend) fn softmax<T: Float>(op: SoftmaxOp, x: &[T], out: &mut [T], r: Reduction) -> Result<()> {
+    if out.is_empty() {
+        return Ok(());
+    }
+    // A part holds whole slices: rows of `len` (inner == 1), else blocks of `len * inner`.
+    let unit = r.len * r.inner;
+    split_mut(out, unit, (GRAIN / unit).max(1), &|start, out| {
+        let x = &x[start..start + out.len()];
+        if r.inner == 1 {
+            for (row, o) in x.chunks(r.len).zip(out.chunks_mut(r.len)) {
+                let (m, s) = row_stats(row);
+                o.iter_mut().zip(row).for_each(|(o, v)| *o = T::from_f64(finish(op, v.to_f64(), m, s)));
+            }
+            return Ok(());
+        }
+        // Each block is `[len, inner]`: the slices are its columns, walked a row at a time.
+        let (mut m, mut s) = (vec![0.0f64; r.inner], vec![0.0f64; r.inner]);
+        for (block, o) in x.chunks(unit).zip(out.chunks_mut(unit)) {
+            m.fill(f64::NEG_INFINITY);
+            s.fill(0.0);
+            for run in block.chunks(r.inner) {
+                m.iter_mut().zip(run).for_each(|(m, v)| *m = max_nan(*m, v.to_f64()));
+            }
+            for run in block.chunks(r.inner) {
+                s.iter_mut().zip(run).zip(&m).for_each(|((s, v), m)| *s += (v.to_f64() - m).exp());
+            }
+            for (run, o) in block.chunks(r.inner).zip(o.chunks_mut(r.inner)) {
+                for (((o, v), m), s) in o.iter_mut().zip(run).zip(&m).zip(&s) {
+                    *o = T::from_f64(finish(op, v.to_f64(), *m, *s));
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Cross-entropy's loss of each row of the `[out.len(), classes]` logits `x`:
+/// `log(sum(exp(row))) - row[target]`, computed as `max + log(sum(exp(row - max)))`.
+pub(in crate::backend) fn cross_entropy_rows<T: Float>(
+    x: &[T],
+    targets: &[i32],
+    out: &mut [T],
+    classes: usize,
+) -> Result<()> {
+    for (row, &t) in targets.iter().enumerate() {
+        if usize::try_from(t).map_or(true, |t| t >= classes) {
+            return Err(bad_target(row, t, classes));
+        }
+    }
+    split_mut(out, 1, (GRAIN / classes.max(1)).max(1), &|start, out| {
+        for (k, o) in out.iter_mut().enumerate() {
+            let row = start + k;
+            let p = &x[row * classes..(row + 1) * classes];
+            let (m, s) = row_stats(p);
+            // Checked above: 0 <= target < classes.
+            let t = targets[row] as usize;
+            *o = T::from_f64(m + s.ln() - p[t].to_f64());
+        }
+        Ok(())
+    })
+}
+
+/// The rows `index` picks along the middle dim of `g`, of elements of `size` bytes, from
+/// `x` into `out` (`g.out_len()` elements), after checking every index.
+pub(in crate::backend) fn index_select(x: &[u8], index: &[i32], out: &mut [u8], size: usize, g: Gather) -> Result<()> {
+    for (at, &t) in index.iter().enumerate() {
+        if usize::try_from(t).map_or(true, |t| t >= g.size) {
+            return Err(g.out_of_range(at, t));
+        }
+    }
+    let row = g.inner * size;
+    if out.is_empty() || row == 0 {
+        return Ok(());
+    }
+    split_mut(out, row, (COPY_GRAIN / row).max(1), &|start, out| {
+        for (k, dst) in out.chunks_mut(row).enumerate() {
+            let r = start / row + k;
+            let (o, j) = (r / g.count, r % g.count);
+            // Checked above: 0 <= index[j] < g.size.
+            let from = (o * g.size + index[j] as usize) * row;
+            dst.copy_from_slice(&x[from..from + row]);
+        }
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::host::kernels::softmax::*;
+
+    #[test]
+    fn softmax_over_rows_and_columns_agrees_with_the_formula() {
+        let x: Vec<f64> = (0..24).map(|i| (i as f64 * 0.7).sin() * 3.0).collect();
+        // [2, 3, 4] over dim 1: outer 2, len 3, inner 4.
+        let r = Reduction { outer: 2, len: 3, inner: 4 };
+        let mut out = vec![0.0; 24];
+        softmax(SoftmaxOp::Softmax, &x, &mut out, r).unwrap();
+        for o in 0..2 {
+            for i in 0..4 {
+                let at = |j: usize| o * 12 + j * 4 + i;
+                let total: f64 = (0..3).map(|j| x[at(j)].exp()).sum();
+                for j in 0..3 {
+                    assert!((out[at(j)] - x[at(j)].exp() / total).abs() < 1e-15);
+                }
+            }
+        }
+        let mut logs = vec![0.0; 24];
+        softmax(SoftmaxOp::LogSoftmax, &x, &mut logs, Reduction { outer: 6, len: 4, inner: 1 }).unwrap();
+        for row in 0..6 {
+            let total: f64 = (0..4).map(|j| x[row * 4 + j].exp()).sum();
+            for j in 0..4 {
+                assert!((logs[row * 4 + j] - (x[row * 4 + j] - total.ln())).abs() < 1e-14);
+            }
+        }
+    }
+
+    #[test]
+    fn a_bad_index_or_target_is_reported_before_anything_is_written() {
+        let g = Gather { dim: 0, outer: 1, size: 3, inner: 1, count: 3 };
+        let mut out = vec![7u8; 3];
+        let e = index_select(&[1, 2, 3], &[0, 5, -1], &mut out, 1, g).unwrap_err();
+        assert!(e.to_string().contains("index 5 (at position 1) is out of range for dim 0 of size 3"), "{e}");
+        assert_eq!(out, vec![7; 3]);
+        let mut loss = vec![0.0f32; 2];
+        let e = cross_entropy_rows(&[0.0f32; 4], &[1, -1], &mut loss, 2).unwrap_err();
+        assert!(e.to_string().contains("target -1 of sample 1 is out of range for 2 classes"), "{e}");
+    }
+}
