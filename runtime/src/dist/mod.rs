@@ -5,19 +5,17 @@
 //! On the cuda backend the collectives of a group's device run on NCCL; see docs/DESIGN.md §6b.
 
 mod bucket;
-mod file_store;
 mod group;
 mod init;
 mod launch;
-mod tcp_store;
+mod store;
 mod work;
 
 pub use bucket::{all_reduce_avg_bucketed, DEFAULT_BUCKET_BYTES};
-pub use file_store::FileStore;
 pub use group::{ProcessGroup, ReduceOp};
 pub use init::{init, init_with, Dist, DEFAULT_TIMEOUT};
 pub use launch::{Launch, LaunchBuilder, DEFAULT_MASTER_PORT};
-pub use tcp_store::TcpStore;
+pub use store::{FileStore, TcpStore};
 pub use work::Work;
 
 use crate::error::Result;

@@ -5,8 +5,8 @@
 //! else (no NCCL, one device, host placements, a device named twice) they are peer or
 //! staged copies with the same results.
 
-use super::comm::{gather_dyn, nonempty, reduce_add_dyn, same_shapes};
 use super::lists::{DeviceList, Parts};
+use super::scatter::{gather_dyn, nonempty, reduce_add_dyn, same_shapes};
 use crate::backend::{self, Buffer, Collective};
 use crate::device::{Device, DeviceId, Dyn};
 use crate::element::Element;

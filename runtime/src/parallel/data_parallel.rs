@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 
-use super::comm::{chunk_sizes, gather_dyn, split_to};
+use super::scatter::{chunk_sizes, gather_dyn, split_to};
 use crate::device::{Device, DeviceId, Dyn};
 use crate::element::Element;
 use crate::error::{panic_message, Error, Result};

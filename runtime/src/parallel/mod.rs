@@ -31,13 +31,13 @@
 //! ```
 
 mod collective;
-mod comm;
 mod data_parallel;
 mod lists;
 mod peer;
+mod scatter;
 
 pub use collective::{all_gather, all_reduce_sum, broadcast};
-pub use comm::{chunk_sizes, gather, reduce_add, scatter, scatter_sizes};
 pub use data_parallel::{DataParallel, Module, Replicas};
 pub use lists::{DeviceList, Parts};
 pub use peer::{can_access_peer, enable_peer_access, CudaDevice, PeerAccess};
+pub use scatter::{chunk_sizes, gather, reduce_add, scatter, scatter_sizes};

@@ -3,7 +3,7 @@
 //! ops defined on float types only.
 
 use crate::backend::{Buffer, MatmulPrecision};
-use crate::element::{DType, Scalar};
+use crate::element::{DType, Element, Scalar};
 use crate::error::{Error, Result};
 
 /// An elementwise op of one operand.
@@ -251,6 +251,36 @@ pub(crate) enum CommReduce {
     Avg,
     Max,
     Min,
+}
+
+impl CommReduce {
+    /// `parts` (one per rank, or per device, in that order) combined element-wise in
+    /// that order, so every rank that reduces the same parts gets the same bits; `Avg`
+    /// divides the sum by the number of parts (an integer one truncating). Every part
+    /// has the first one's length; no parts give nothing.
+    pub(crate) fn reduce_in_order<T: Element>(self, parts: &[&[T]]) -> Vec<T> {
+        let Some((first, rest)) = parts.split_first() else { return Vec::new() };
+        let is_nan = |x: T| x.partial_cmp(&x).is_none();
+        let combine = |a: T, b: T| match self {
+            CommReduce::Sum | CommReduce::Avg => a.add(b),
+            CommReduce::Max => a.max_of(b),
+            CommReduce::Min if is_nan(a) || a <= b => a,
+            CommReduce::Min => b,
+        };
+        let mut acc = first.to_vec();
+        for part in rest {
+            for (a, &b) in acc.iter_mut().zip(part.iter()) {
+                *a = combine(*a, b);
+            }
+        }
+        if self == CommReduce::Avg {
+            let n = T::from_f64(parts.len() as f64);
+            for a in &mut acc {
+                *a = a.div(n).unwrap_or(T::ZERO);
+            }
+        }
+        acc
+    }
 }
 
 /// A collective between processes over a communicator (NCCL's, on the cuda backend),

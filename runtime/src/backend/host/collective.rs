@@ -5,7 +5,7 @@
 //! event waits NCCL makes); the outputs are new memory of each device's current stream.
 
 use crate::backend::host::host;
-use crate::backend::{Buffer, Collective};
+use crate::backend::{Buffer, Collective, CommReduce};
 use crate::device_id::DeviceId;
 use crate::element::{with_dtype, DType, Element};
 use crate::error::{Error, Result};
@@ -55,15 +55,11 @@ pub(crate) fn collective(
     Ok(Some(outputs))
 }
 
-/// The elementwise sum of the inputs, added in device order, as bytes.
+/// The elementwise sum of the inputs, added in device order (as `dist` adds ranks), as
+/// bytes.
 fn sum<T: Element>(inputs: &[&[u8]]) -> Vec<u8> {
-    let mut acc: Vec<T> = bytemuck::cast_slice::<u8, T>(inputs[0]).to_vec();
-    for b in &inputs[1..] {
-        for (a, &x) in acc.iter_mut().zip(bytemuck::cast_slice::<u8, T>(b)) {
-            *a = Element::add(*a, x);
-        }
-    }
-    bytemuck::cast_slice(&acc).to_vec()
+    let parts: Vec<&[T]> = inputs.iter().map(|b| bytemuck::cast_slice::<u8, T>(b)).collect();
+    bytemuck::cast_slice(&CommReduce::Sum.reduce_in_order(&parts)).to_vec()
 }
 
 /// The inputs' bytes, read once their writers are done.

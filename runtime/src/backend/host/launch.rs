@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::backend::account::MemoryAccount;
 use crate::backend::host::buffer::{HostBuffer, Span};
-use crate::backend::host::kernels as k;
+use crate::backend::host::kernels::{self, init};
 use crate::backend::host::streams::{current_stream, use_on_stream, HostEvent, HostStream};
 use crate::backend::sync::hazard::{self, Kind};
 use crate::backend::{float_only, AnyEvent};
@@ -118,7 +118,7 @@ pub(in crate::backend::host) fn fill(
     launch(
         Launch::new("fill", account, dtype, len),
         &[],
-        Box::new(move |_, out| with_dtype!(dtype, T => k::fill(typed_mut::<T>(out), T::from_scalar(value)))),
+        Box::new(move |_, out| with_dtype!(dtype, T => init::fill(typed_mut::<T>(out), T::from_scalar(value)))),
     )
 }
 
@@ -133,7 +133,7 @@ pub(in crate::backend::host) fn arange(
     launch(
         Launch::new("arange", account, dtype, len),
         &[],
-        Box::new(move |_, out| with_dtype!(dtype, T => k::arange(typed_mut::<T>(out), start, step))),
+        Box::new(move |_, out| with_dtype!(dtype, T => init::arange(typed_mut::<T>(out), start, step))),
     )
 }
 
@@ -149,10 +149,10 @@ pub(in crate::backend::host) fn rand(
         Launch::new("rand", account, dtype, len),
         &[],
         Box::new(move |_, out| match dtype {
-            DType::F64 => k::rand(typed_mut::<f64>(out), seed),
-            DType::BF16 => k::rand(typed_mut::<half::bf16>(out), seed),
-            DType::F16 => k::rand(typed_mut::<half::f16>(out), seed),
-            _ => k::rand(typed_mut::<f32>(out), seed),
+            DType::F64 => init::rand(typed_mut::<f64>(out), seed),
+            DType::BF16 => init::rand(typed_mut::<half::bf16>(out), seed),
+            DType::F16 => init::rand(typed_mut::<half::f16>(out), seed),
+            _ => init::rand(typed_mut::<f32>(out), seed),
         }),
     )
 }
@@ -176,7 +176,7 @@ pub(in crate::backend::host) fn queue_copy(
             // The checker books both uses.
             // SAFETY: the source was written before this point of the stream and the destination is
             // used by nothing else until the event below (the caller's contract above).
-            let copied = unsafe { k::copy(to.bytes_mut(), from.bytes()) };
+            let copied = unsafe { kernels::copy(to.bytes_mut(), from.bytes()) };
             // The caller checked that both have the same length.
             if let Err(e) = copied {
                 panic!("{e}");

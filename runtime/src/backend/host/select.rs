@@ -3,7 +3,7 @@
 //! indices, then the elements at them.
 
 use crate::backend::host::buffer::HostBuffer;
-use crate::backend::host::kernels::select as k;
+use crate::backend::host::kernels::select;
 use crate::backend::host::launch::{launch, typed, typed_mut, Launch};
 use crate::backend::CompareOp;
 use crate::element::{with_dtype, DType, Element, Scalar};
@@ -25,7 +25,7 @@ pub(in crate::backend::host) fn compare(
         Launch::new(op.name(), lhs.account, DType::U8, len),
         &[lhs, rhs],
         Box::new(
-            move |ins, out| with_dtype!(dtype, T => k::compare::<T>(op, typed(ins[0]), typed(ins[1]), out, &shape, &layout)),
+            move |ins, out| with_dtype!(dtype, T => select::compare::<T>(op, typed(ins[0]), typed(ins[1]), out, &shape, &layout)),
         ),
     )
 }
@@ -42,7 +42,7 @@ pub(in crate::backend::host) fn compare_scalar(
         Launch::new(op.name(), x.account, DType::U8, len),
         &[x],
         Box::new(move |ins, out| {
-            with_dtype!(dtype, T => k::compare::<T>(
+            with_dtype!(dtype, T => select::compare::<T>(
                 op,
                 typed(ins[0]),
                 &[T::from_scalar(value)],
@@ -70,7 +70,7 @@ pub(in crate::backend::host) fn select_where(
         Launch::new("where", mask.account, dtype, len),
         &[mask, a, b],
         Box::new(move |ins, out| {
-            with_dtype!(dtype, T => k::select_where::<T>(
+            with_dtype!(dtype, T => select::select_where::<T>(
                 ins[0],
                 typed(ins[1]),
                 typed(ins[2]),
@@ -93,7 +93,7 @@ pub(in crate::backend::host) fn argmax(
     let idx = launch(
         Launch::new("argmax", x.account, DType::I32, r.out_len()),
         &[x],
-        Box::new(move |ins, out| with_dtype!(dtype, T => k::argmax::<T>(typed(ins[0]), typed_mut(out), r))),
+        Box::new(move |ins, out| with_dtype!(dtype, T => select::argmax::<T>(typed(ins[0]), typed_mut(out), r))),
     )?;
     if !values {
         return Ok((idx, None));
@@ -102,7 +102,7 @@ pub(in crate::backend::host) fn argmax(
         Launch::new("max_dim", x.account, dtype, r.out_len()),
         &[x, &idx],
         Box::new(
-            move |ins, out| with_dtype!(dtype, T => k::gather_along::<T>(typed(ins[0]), typed(ins[1]), typed_mut(out), r)),
+            move |ins, out| with_dtype!(dtype, T => select::gather_along::<T>(typed(ins[0]), typed(ins[1]), typed_mut(out), r)),
         ),
     )?;
     Ok((idx, Some(vals)))

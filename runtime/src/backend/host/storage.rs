@@ -6,17 +6,17 @@
 use half::{bf16, f16};
 
 use crate::backend::host::buffer::HostBuffer;
-use crate::backend::host::kernels::softmax as rows;
-use crate::backend::host::kernels::{self as k, Geometry};
+use crate::backend::host::kernels::softmax;
+use crate::backend::host::kernels::{self, elementwise, gather, gemm, matrix, reduce, Geometry};
 use crate::backend::host::launch::{launch, queue_copy, typed, typed_mut, Launch};
 use crate::backend::host::select;
 use crate::backend::host::streams::{self, current_stream, host_stream, use_on_stream};
 use crate::backend::transfer::paths::{self, CopyPath};
+use crate::backend::Permute;
 use crate::backend::{
     float_only, same_length, AnyEvent, AnyStream, BackendStorage, BinaryOp, Blocks, CompareOp, Gather, Gemm, ParamOp,
     ReduceOp, SoftmaxOp, UnaryOp,
 };
-use crate::backend::{host::kernels::gemm as mm, host::kernels::permute as hp, Permute};
 use crate::device_id::DeviceId;
 use crate::element::{with_dtype, DType, Element, Float, Scalar};
 use crate::error::{Error, Result};
@@ -39,9 +39,9 @@ impl HostBuffer {
                     let v = [T::from_scalar(value)];
                     let x = typed::<T>(ins[0]);
                     if scalar_left {
-                        k::binary::<T>(op, &v, x, typed_mut(out), &[len], &Layout::LhsScalar)
+                        elementwise::binary::<T>(op, &v, x, typed_mut(out), &[len], &Layout::LhsScalar)
                     } else {
-                        k::binary::<T>(op, x, &v, typed_mut(out), &[len], &Layout::RhsScalar)
+                        elementwise::binary::<T>(op, x, &v, typed_mut(out), &[len], &Layout::RhsScalar)
                     }
                 })
             }),
@@ -63,14 +63,14 @@ fn float_kernel<F: Copy>(op: &'static str, dtype: DType, kernels: [F; 4]) -> Res
     }
 }
 
-/// [`rows::softmax`] over buffers of `T`.
+/// [`softmax::softmax`] over buffers of `T`.
 fn softmax_of<T: Float>(op: SoftmaxOp, x: &[u8], out: &mut [u8], r: Reduction) -> Result<()> {
-    rows::softmax::<T>(op, typed(x), typed_mut(out), r)
+    softmax::softmax::<T>(op, typed(x), typed_mut(out), r)
 }
 
-/// [`rows::cross_entropy_rows`] over buffers of `T` (and i32 targets).
+/// [`softmax::cross_entropy_rows`] over buffers of `T` (and i32 targets).
 fn cross_entropy_of<T: Float>(x: &[u8], targets: &[u8], out: &mut [u8], classes: usize) -> Result<()> {
-    rows::cross_entropy_rows::<T>(typed(x), typed(targets), typed_mut(out), classes)
+    softmax::cross_entropy_rows::<T>(typed(x), typed(targets), typed_mut(out), classes)
 }
 
 /// The first part's buffer: where a concatenation of `parts` goes.
@@ -97,7 +97,7 @@ impl BackendStorage for HostBuffer {
             use_on_stream(self, &s)?;
             s.synchronize()?;
         }
-        k::copy(out, self.bytes())
+        kernels::copy(out, self.bytes())
     }
 
     fn download_async(&self, dst: &mut HostBuffer, stream: &AnyStream) -> Result<AnyEvent> {
@@ -175,11 +175,11 @@ impl BackendStorage for HostBuffer {
             self.op(op.name(), dtype, len),
             &[self],
             Box::new(move |ins, out| match dtype {
-                DType::F32 => k::unary_float::<f32>(op, typed(ins[0]), typed_mut(out)),
-                DType::F64 => k::unary_float::<f64>(op, typed(ins[0]), typed_mut(out)),
-                DType::BF16 => k::unary_float::<half::bf16>(op, typed(ins[0]), typed_mut(out)),
-                DType::F16 => k::unary_float::<half::f16>(op, typed(ins[0]), typed_mut(out)),
-                _ => with_dtype!(dtype, T => k::unary::<T>(op, typed(ins[0]), typed_mut(out))),
+                DType::F32 => elementwise::unary_float::<f32>(op, typed(ins[0]), typed_mut(out)),
+                DType::F64 => elementwise::unary_float::<f64>(op, typed(ins[0]), typed_mut(out)),
+                DType::BF16 => elementwise::unary_float::<half::bf16>(op, typed(ins[0]), typed_mut(out)),
+                DType::F16 => elementwise::unary_float::<half::f16>(op, typed(ins[0]), typed_mut(out)),
+                _ => with_dtype!(dtype, T => elementwise::unary::<T>(op, typed(ins[0]), typed_mut(out))),
             }),
         )
     }
@@ -189,7 +189,7 @@ impl BackendStorage for HostBuffer {
             self.op("to_dtype", to, len),
             &[self],
             Box::new(
-                move |ins, out| with_dtype!(from, F => with_dtype!(to, U => k::cast::<F, U>(typed(ins[0]), typed_mut(out)))),
+                move |ins, out| with_dtype!(from, F => with_dtype!(to, U => elementwise::cast::<F, U>(typed(ins[0]), typed_mut(out)))),
             ),
         )
     }
@@ -206,15 +206,17 @@ impl BackendStorage for HostBuffer {
             self.op(name, dtype, len),
             &[self],
             Box::new(move |ins, out| match (op, dtype) {
-                (ParamOp::Pow(e), DType::F64) => k::pow::<f64>(typed(ins[0]), f64::from_scalar(e), typed_mut(out)),
+                (ParamOp::Pow(e), DType::F64) => {
+                    elementwise::pow::<f64>(typed(ins[0]), f64::from_scalar(e), typed_mut(out))
+                }
                 (ParamOp::Pow(e), DType::BF16) => {
-                    k::pow::<half::bf16>(typed(ins[0]), half::bf16::from_scalar(e), typed_mut(out))
+                    elementwise::pow::<half::bf16>(typed(ins[0]), half::bf16::from_scalar(e), typed_mut(out))
                 }
                 (ParamOp::Pow(e), DType::F16) => {
-                    k::pow::<half::f16>(typed(ins[0]), half::f16::from_scalar(e), typed_mut(out))
+                    elementwise::pow::<half::f16>(typed(ins[0]), half::f16::from_scalar(e), typed_mut(out))
                 }
-                (ParamOp::Pow(e), _) => k::pow::<f32>(typed(ins[0]), f32::from_scalar(e), typed_mut(out)),
-                (ParamOp::Clamp(lo, hi), _) => with_dtype!(dtype, T => k::clamp::<T>(
+                (ParamOp::Pow(e), _) => elementwise::pow::<f32>(typed(ins[0]), f32::from_scalar(e), typed_mut(out)),
+                (ParamOp::Clamp(lo, hi), _) => with_dtype!(dtype, T => elementwise::clamp::<T>(
                     typed(ins[0]),
                     T::from_scalar(lo),
                     T::from_scalar(hi),
@@ -232,7 +234,7 @@ impl BackendStorage for HostBuffer {
             Launch { check, ..self.op(op.name(), dtype, len) },
             &[self, rhs],
             Box::new(
-                move |ins, out| with_dtype!(dtype, T => k::binary::<T>(op, typed(ins[0]), typed(ins[1]), typed_mut(out), &shape, &layout)),
+                move |ins, out| with_dtype!(dtype, T => elementwise::binary::<T>(op, typed(ins[0]), typed(ins[1]), typed_mut(out), &shape, &layout)),
             ),
         )
     }
@@ -257,7 +259,9 @@ impl BackendStorage for HostBuffer {
         launch(
             self.op(name, dtype, r.out_len()),
             &[self],
-            Box::new(move |ins, out| with_dtype!(dtype, T => k::reduce::<T>(op, typed(ins[0]), typed_mut(out), r))),
+            Box::new(
+                move |ins, out| with_dtype!(dtype, T => reduce::reduce::<T>(op, typed(ins[0]), typed_mut(out), r)),
+            ),
         )
     }
 
@@ -269,11 +273,11 @@ impl BackendStorage for HostBuffer {
             self.op("matmul", dtype, len),
             &[self, rhs],
             Box::new(move |ins, out| match dtype {
-                DType::F32 => mm::matmul_f32(typed(ins[0]), typed(ins[1]), typed_mut(out), g),
-                DType::F64 => mm::matmul_f64(typed(ins[0]), typed(ins[1]), typed_mut(out), g),
-                DType::BF16 => mm::matmul_half::<half::bf16>(typed(ins[0]), typed(ins[1]), typed_mut(out), g),
-                DType::F16 => mm::matmul_half::<half::f16>(typed(ins[0]), typed(ins[1]), typed_mut(out), g),
-                _ => with_dtype!(dtype, T => mm::matmul_int::<T>(typed(ins[0]), typed(ins[1]), typed_mut(out), g)),
+                DType::F32 => gemm::matmul_f32(typed(ins[0]), typed(ins[1]), typed_mut(out), g),
+                DType::F64 => gemm::matmul_f64(typed(ins[0]), typed(ins[1]), typed_mut(out), g),
+                DType::BF16 => gemm::matmul_half::<half::bf16>(typed(ins[0]), typed(ins[1]), typed_mut(out), g),
+                DType::F16 => gemm::matmul_half::<half::f16>(typed(ins[0]), typed(ins[1]), typed_mut(out), g),
+                _ => with_dtype!(dtype, T => gemm::matmul_int::<T>(typed(ins[0]), typed(ins[1]), typed_mut(out), g)),
             }),
         )
     }
@@ -284,7 +288,7 @@ impl BackendStorage for HostBuffer {
         launch(
             self.op("transpose", dtype, len),
             &[self],
-            Box::new(move |ins, out| with_dtype!(dtype, T => hp::permute::<T>(typed(ins[0]), typed_mut(out), &p))),
+            Box::new(move |ins, out| with_dtype!(dtype, T => matrix::permute::<T>(typed(ins[0]), typed_mut(out), &p))),
         )
     }
 
@@ -293,7 +297,7 @@ impl BackendStorage for HostBuffer {
             self.op("transpose", dtype, rows * cols),
             &[self],
             Box::new(
-                move |ins, out| with_dtype!(dtype, T => k::transpose::<T>(typed(ins[0]), typed_mut(out), rows, cols)),
+                move |ins, out| with_dtype!(dtype, T => matrix::transpose::<T>(typed(ins[0]), typed_mut(out), rows, cols)),
             ),
         )
     }
@@ -303,7 +307,7 @@ impl BackendStorage for HostBuffer {
         launch(
             self.op("slice", dtype, len),
             &[self],
-            Box::new(move |ins, out| k::copy(out, &ins[0][offset * s..(offset + len) * s])),
+            Box::new(move |ins, out| kernels::copy(out, &ins[0][offset * s..(offset + len) * s])),
         )
     }
 
@@ -319,7 +323,7 @@ impl BackendStorage for HostBuffer {
             Box::new(move |ins, out| {
                 let mut at = 0;
                 for (src, &n) in ins.iter().zip(&lens) {
-                    k::copy(&mut out[at..at + n], &src[..n])?;
+                    kernels::copy(&mut out[at..at + n], &src[..n])?;
                     at += n;
                 }
                 Ok(())
@@ -336,7 +340,7 @@ impl BackendStorage for HostBuffer {
             &srcs,
             Box::new(move |ins, out| {
                 for (src, g) in ins.iter().zip(&geometry) {
-                    k::copy_blocks(out, src, size, g)?;
+                    kernels::copy_blocks(out, src, size, g)?;
                 }
                 Ok(())
             }),
@@ -359,7 +363,7 @@ impl BackendStorage for HostBuffer {
         launch(
             Launch { check: true, ..self.op("index_select", dtype, g.out_len()) },
             &[self, index],
-            Box::new(move |ins, out| rows::index_select(ins[0], typed(ins[1]), out, size, g)),
+            Box::new(move |ins, out| gather::index_select(ins[0], typed(ins[1]), out, size, g)),
         )
     }
 

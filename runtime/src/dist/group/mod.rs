@@ -3,11 +3,10 @@
 //! part); tensors on the group's device of the cuda backend go through the backend's
 //! communicator, NCCL (`comm.rs`).
 
-mod comm;
+mod engine;
 mod exchange;
 mod mesh;
 mod p2p;
-mod reduce;
 mod tcp;
 #[cfg(test)]
 mod tests;
@@ -19,7 +18,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use self::comm::Engine;
+use self::engine::Engine;
 use self::tcp::{Job, Link, State, Tcp};
 use super::{Store, Work};
 use crate::backend::{CommOp, CommReduce};
@@ -221,7 +220,7 @@ impl ProcessGroup {
         if device.ordinal().is_none() {
             return Err(dist("with_device", format!("{device} is host memory; a group binds to a `cuda:N` device")));
         }
-        let engine = comm::engine(&*self.store, self.rank, self.world_size, Some(device), self.timeout)?;
+        let engine = engine::engine(&*self.store, self.rank, self.world_size, Some(device), self.timeout)?;
         self.device = Some((device, engine));
         Ok(self)
     }
@@ -229,7 +228,7 @@ impl ProcessGroup {
     /// Takes part in the other ranks' [`with_device`](Self::with_device) with no device
     /// of its own (so that they all use TCP).
     pub(crate) fn without_device(self) -> Result<Self> {
-        comm::engine(&*self.store, self.rank, self.world_size, None, self.timeout)?;
+        engine::engine(&*self.store, self.rank, self.world_size, None, self.timeout)?;
         Ok(self)
     }
 

@@ -7,7 +7,6 @@ use std::sync::{mpsc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use super::reduce::reduce;
 use super::wire::{write_msg, Header, Kind};
 use super::{describe, dist, ReduceOp};
 use crate::element::{DType, Element};
@@ -61,7 +60,7 @@ impl Tcp {
         let mut parts = self.run(|s| self.exchange(s, OP, &want, |_| &data[..]))?;
         parts[self.rank] = data;
         let slices: Vec<&[T]> = parts.iter().map(|p| &p[..]).collect();
-        Ok(reduce(op, &slices, self.world_size))
+        Ok(op.comm().reduce_in_order(&slices))
     }
 
     /// Rank `root`'s elements (`data`, read at the root only; `count` of `shape`).
@@ -112,7 +111,7 @@ impl Tcp {
         let mut parts = self.run(|s| self.exchange(s, OP, &want, piece))?;
         parts[self.rank] = piece(self.rank).to_vec();
         let slices: Vec<&[T]> = parts.iter().map(|p| &p[..]).collect();
-        Ok(reduce(op, &slices, self.world_size))
+        Ok(op.comm().reduce_in_order(&slices))
     }
 
     /// Returns once every rank has sent this rank a barrier message.

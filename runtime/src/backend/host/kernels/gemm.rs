@@ -8,7 +8,7 @@
 
 use std::borrow::Cow;
 
-use crate::backend::host::kernels::{self as k, GRAIN};
+use crate::backend::host::kernels::GRAIN;
 use crate::backend::workers::split_mut;
 use crate::backend::{Gemm, MatmulPrecision};
 use crate::element::Element;
@@ -87,7 +87,7 @@ fn batched<T: Element>(a: &[T], b: &[T], out: &mut [T], g: Gemm, single: Single<
 /// `out = a · b` for f32 at the precision `g` asks for.
 pub(in crate::backend) fn matmul_f32(a: &[f32], b: &[f32], out: &mut [f32], g: Gemm) -> Result<()> {
     let (a, b) = (rounded(a, g.precision)?, rounded(b, g.precision)?);
-    batched(&a, &b, out, g, k::matmul_f32)
+    batched(&a, &b, out, g, sgemm)
 }
 
 /// `out = a · b` for a 16-bit float type: the inputs widened to f32 (exactly), one f32
@@ -107,7 +107,7 @@ pub(in crate::backend) fn matmul_half<T: Element>(a: &[T], b: &[T], out: &mut [T
     };
     let (wa, wb) = (widen(a)?, widen(b)?);
     let mut wide = vec![0.0f32; out.len()];
-    batched(&wa, &wb, &mut wide, g, k::matmul_f32)?;
+    batched(&wa, &wb, &mut wide, g, sgemm)?;
     split_mut(out, 1, GRAIN, &|start, o| {
         for (o, &v) in o.iter_mut().zip(&wide[start..]) {
             // Exact as an f64, so this is the one rounding of `v` to the type.
@@ -119,12 +119,78 @@ pub(in crate::backend) fn matmul_half<T: Element>(a: &[T], b: &[T], out: &mut [T
 
 /// `out = a · b` for f64.
 pub(in crate::backend) fn matmul_f64(a: &[f64], b: &[f64], out: &mut [f64], g: Gemm) -> Result<()> {
-    batched(a, b, out, g, k::matmul_f64)
+    batched(a, b, out, g, dgemm)
 }
 
 /// `out = a · b` for an integer type (wrapping).
 pub(in crate::backend) fn matmul_int<T: Element>(a: &[T], b: &[T], out: &mut [T], g: Gemm) -> Result<()> {
-    batched(a, b, out, g, k::matmul::<T>)
+    batched(a, b, out, g, int_gemm::<T>)
+}
+
+/// The sizes of a matmul, checked against its operands.
+fn gemm_sizes<T>(a: &[T], b: &[T], out: &[T], m: usize, k: usize, n: usize) -> Result<()> {
+    let fits = |x: &[T], r: usize, c: usize| r.checked_mul(c).is_some_and(|len| x.len() >= len);
+    if fits(a, m, k) && fits(b, k, n) && m.checked_mul(n) == Some(out.len()) {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument {
+        op: "matmul",
+        reason: format!("operands of {} and {} elements for [{m}, {k}] x [{k}, {n}]", a.len(), b.len()),
+    })
+}
+
+/// `out = a · b` for row-major `[m, k]` and `[k, n]` f32 matrices, by `matrixmultiply`.
+fn sgemm(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, n: usize) -> Result<()> {
+    gemm_sizes(a, b, out, m, k, n)?;
+    if out.is_empty() || k == 0 {
+        out.fill(0.0);
+        return Ok(());
+    }
+    // Every size fits `isize`: each is at most the length of a slice of them.
+    let (rsa, rsb) = (k as isize, n as isize);
+    // SAFETY: `a` holds `m * k`, `b` `k * n` and `out` `m * n` elements (checked above),
+    // at the row-major strides given; `out` is not read (beta is 0) and is not aliased.
+    unsafe {
+        matrixmultiply::sgemm(m, k, n, 1.0, a.as_ptr(), rsa, 1, b.as_ptr(), rsb, 1, 0.0, out.as_mut_ptr(), rsb, 1)
+    };
+    Ok(())
+}
+
+/// `out = a · b` for row-major `[m, k]` and `[k, n]` f64 matrices, by `matrixmultiply`.
+fn dgemm(a: &[f64], b: &[f64], out: &mut [f64], m: usize, k: usize, n: usize) -> Result<()> {
+    gemm_sizes(a, b, out, m, k, n)?;
+    if out.is_empty() || k == 0 {
+        out.fill(0.0);
+        return Ok(());
+    }
+    let (rsa, rsb) = (k as isize, n as isize);
+    // SAFETY: as in `sgemm`.
+    unsafe {
+        matrixmultiply::dgemm(m, k, n, 1.0, a.as_ptr(), rsa, 1, b.as_ptr(), rsb, 1, 0.0, out.as_mut_ptr(), rsb, 1)
+    };
+    Ok(())
+}
+
+/// `out = a · b` as a loop (integer types), rows split over the pool.
+fn int_gemm<T: Element>(a: &[T], b: &[T], out: &mut [T], m: usize, k: usize, n: usize) -> Result<()> {
+    gemm_sizes(a, b, out, m, k, n)?;
+    if out.is_empty() {
+        return Ok(());
+    }
+    let rows_per_part = (GRAIN / k.saturating_mul(n).max(1)).max(1);
+    split_mut(out, n, rows_per_part, &|start, out| {
+        out.fill(T::ZERO);
+        for (r, row) in out.chunks_mut(n).enumerate() {
+            let i = start / n + r;
+            for p in 0..k {
+                let av = a[i * k + p];
+                for (o, &bv) in row.iter_mut().zip(&b[p * n..(p + 1) * n]) {
+                    *o = o.add(av.mul(bv));
+                }
+            }
+        }
+        Ok(())
+    })
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! The host backend's row ops: softmax and log-softmax over one dim, cross-entropy's loss
-//! per row, and `index_select`. Like `host_kernels`, each splits its output over the
+//! per row. Like the other kernels, each splits its output over the
 //! worker pool (`split_mut`) in whole rows, so every output is computed as on one thread.
 //!
 //! Softmax is computed in f64 whatever the float type, in two passes per row (the
@@ -9,13 +9,13 @@
 //! gives 0 (log-softmax `-inf`), and a row of only `-inf`, or holding `+inf` or NaN, is
 //! NaN throughout, as in PyTorch.
 //!
-//! Indices (`index_select`) and targets (`cross_entropy`) are all checked before
+//! Targets (`cross_entropy`) are all checked before
 //! anything is written, in order, so the error names the first bad one, as the GPU's
 //! check does.
 
-use crate::backend::host::kernels::{COPY_GRAIN, GRAIN};
+use crate::backend::host::kernels::GRAIN;
 use crate::backend::workers::split_mut;
-use crate::backend::{bad_target, Gather, SoftmaxOp};
+use crate::backend::{bad_target, SoftmaxOp};
 use crate::element::Float;
 use crate::error::Result;
 use crate::shape::Reduction;
@@ -109,30 +109,6 @@ pub(in crate::backend) fn cross_entropy_rows<T: Float>(
     })
 }
 
-/// The rows `index` picks along the middle dim of `g`, of elements of `size` bytes, from
-/// `x` into `out` (`g.out_len()` elements), after checking every index.
-pub(in crate::backend) fn index_select(x: &[u8], index: &[i32], out: &mut [u8], size: usize, g: Gather) -> Result<()> {
-    for (at, &t) in index.iter().enumerate() {
-        if usize::try_from(t).map_or(true, |t| t >= g.size) {
-            return Err(g.out_of_range(at, t));
-        }
-    }
-    let row = g.inner * size;
-    if out.is_empty() || row == 0 {
-        return Ok(());
-    }
-    split_mut(out, row, (COPY_GRAIN / row).max(1), &|start, out| {
-        for (k, dst) in out.chunks_mut(row).enumerate() {
-            let r = start / row + k;
-            let (o, j) = (r / g.count, r % g.count);
-            // Checked above: 0 <= index[j] < g.size.
-            let from = (o * g.size + index[j] as usize) * row;
-            dst.copy_from_slice(&x[from..from + row]);
-        }
-        Ok(())
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use crate::backend::host::kernels::softmax::*;
@@ -164,12 +140,7 @@ mod tests {
     }
 
     #[test]
-    fn a_bad_index_or_target_is_reported_before_anything_is_written() {
-        let g = Gather { dim: 0, outer: 1, size: 3, inner: 1, count: 3 };
-        let mut out = vec![7u8; 3];
-        let e = index_select(&[1, 2, 3], &[0, 5, -1], &mut out, 1, g).unwrap_err();
-        assert!(e.to_string().contains("index 5 (at position 1) is out of range for dim 0 of size 3"), "{e}");
-        assert_eq!(out, vec![7; 3]);
+    fn a_bad_target_is_reported_before_anything_is_written() {
         let mut loss = vec![0.0f32; 2];
         let e = cross_entropy_rows(&[0.0f32; 4], &[1, -1], &mut loss, 2).unwrap_err();
         assert!(e.to_string().contains("target -1 of sample 1 is out of range for 2 classes"), "{e}");

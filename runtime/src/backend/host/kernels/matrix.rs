@@ -3,7 +3,7 @@
 //! each split over the worker pool like the other host kernels. Every output element is
 //! written once, from one source element: bit-identical whatever the split.
 
-use crate::backend::host::kernels::{transpose, GRAIN};
+use crate::backend::host::kernels::GRAIN;
 use crate::backend::workers::split_mut;
 use crate::backend::Permute;
 use crate::element::Element;
@@ -69,6 +69,27 @@ fn transpose_serial<T: Element>(x: &[T], out: &mut [T], rows: usize, cols: usize
     }
 }
 
+/// The `[rows, cols]` matrix `x` as `[cols, rows]`, in tiles, output rows split over the pool.
+pub(in crate::backend) fn transpose<T: Element>(x: &[T], out: &mut [T], rows: usize, cols: usize) -> Result<()> {
+    const TILE: usize = 32;
+    if out.is_empty() {
+        return Ok(());
+    }
+    split_mut(out, rows, (GRAIN / rows).max(1), &|start, out| {
+        let (j0, nj) = (start / rows, out.len() / rows);
+        for jt in (0..nj).step_by(TILE) {
+            for it in (0..rows).step_by(TILE) {
+                for i in it..(it + TILE).min(rows) {
+                    for j in jt..(jt + TILE).min(nj) {
+                        out[j * rows + i] = x[i * cols + j0 + j];
+                    }
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
 /// The output in order, each run along its innermost dim read from the source at that
 /// dim's stride (a slice copy where the stride is 1); runs split over the pool.
 fn strided<T: Element>(x: &[T], out: &mut [T], dims: &[(usize, usize)]) -> Result<()> {
@@ -108,7 +129,7 @@ fn strided<T: Element>(x: &[T], out: &mut [T], dims: &[(usize, usize)]) -> Resul
 
 #[cfg(test)]
 mod tests {
-    use crate::backend::host::kernels::permute::*;
+    use super::*;
 
     /// The permuted copy by its definition: every output index mapped back to the input.
     fn reference(x: &[i32], shape: &[usize], perm: &[usize]) -> Vec<i32> {

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::Store;
+use crate::dist::Store;
 use crate::error::{Error, Result};
 
 /// A [`Store`] kept in a directory shared by the processes of one machine (PyTorch's

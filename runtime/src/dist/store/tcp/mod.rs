@@ -50,7 +50,7 @@ use self::protocol::{
     VALIDATE, WAIT,
 };
 use self::server::Server;
-use super::Store;
+use crate::dist::Store;
 use crate::error::{Error, Result};
 
 fn dist(op: &'static str, reason: String) -> Error {
