@@ -8,11 +8,12 @@
 use std::sync::Arc;
 
 use crate::backend::host::buffer::HostBuffer;
+use crate::backend::host::host;
 use crate::backend::host::launch;
 use crate::backend::host::streams::{use_on_stream, HostEvent, HostStream};
-use crate::backend::host::{host, AnyStream};
 use crate::backend::sync::current_stream::with_current;
 use crate::backend::sync::hazard::{self, Kind};
+use crate::backend::AnyStream;
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 

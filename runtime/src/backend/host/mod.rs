@@ -7,12 +7,12 @@
 //! (`LOCUS_HOST_THREADS`); a bad value of either is this backend's configuration error. `cpu` and `pinned` memory are ordinary host memory
 //! on every backend, and run here.
 
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::sync::OnceLock;
 
 mod buffer;
 pub(crate) mod cache;
 mod collective;
+mod device;
 mod graph;
 #[cfg(test)]
 mod hazard_tests;
@@ -21,6 +21,7 @@ mod inline;
 pub(in crate::backend) mod kernels;
 mod launch;
 mod queue;
+mod rows;
 mod select;
 mod storage;
 mod streams;
@@ -28,18 +29,13 @@ mod user_kernel;
 
 pub(crate) use buffer::HostBuffer;
 pub(crate) use graph::HostGraph;
-use streams::{current_stream, default_stream, host_event, host_mem, host_stream, streams_of};
+use streams::{current_stream, host_mem};
 pub(crate) use streams::{HostEvent, HostStream};
 
 use crate::backend::account::MemoryAccount;
-use crate::backend::api::user_kernel::{Grid, KernelArg, KernelSource};
-use crate::backend::transfer::paths::{self, CopyPath};
 use crate::backend::workers;
-use crate::backend::{
-    AnyComm, AnyEvent, AnyGraph, AnyStream, BackendDevice, BackendStorage, Buffer, Collective, CommOp, Release,
-};
+use crate::backend::Buffer;
 use crate::device_id::DeviceId;
-use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
 
 const DEFAULT_DEVICES: usize = 2;
@@ -165,263 +161,4 @@ fn pinned_layout(bytes: usize) -> Result<std::alloc::Layout> {
         requested: bytes,
         free: 0,
     })
-}
-
-impl BackendDevice for HostBackend {
-    fn name(&self) -> &'static str {
-        "host"
-    }
-
-    fn device_count(&self) -> usize {
-        self.accounts.len() - 2
-    }
-
-    fn make_current(&self, _device: DeviceId) -> Result<()> {
-        Ok(())
-    }
-
-    fn memory(&self, device: DeviceId) -> Result<(usize, usize)> {
-        let a = host().account(device)?;
-        Ok((a.allocated(), a.peak()))
-    }
-
-    fn reset_peak(&self, device: DeviceId) -> Result<()> {
-        host().account(device)?.reset_peak();
-        Ok(())
-    }
-
-    fn cached_bytes(&self, device: DeviceId) -> Result<usize> {
-        host().account(device).map(|_| 0)
-    }
-
-    fn live_streams(&self) -> usize {
-        streams::live_streams()
-    }
-
-    fn default_stream(&self, device: DeviceId) -> Result<AnyStream> {
-        host().account(device)?;
-        Ok(AnyStream::Host(default_stream(device)))
-    }
-
-    fn new_stream(&self, device: DeviceId) -> Result<AnyStream> {
-        host().account(device)?;
-        Ok(AnyStream::Host(HostStream::new_side(device)))
-    }
-
-    fn sync_stream(&self, stream: &AnyStream) -> Result<()> {
-        host_stream(stream)?.synchronize()
-    }
-
-    fn sync_device(&self, device: DeviceId) -> Result<()> {
-        host().account(device)?;
-        streams_of(device).iter().try_for_each(|s| s.synchronize())
-    }
-
-    fn new_event(&self, device: DeviceId, _timing: bool) -> Result<AnyEvent> {
-        host().account(device)?;
-        Ok(AnyEvent::Host(Arc::new(HostEvent::default())))
-    }
-
-    fn record_event(&self, event: &AnyEvent, stream: &AnyStream) -> Result<()> {
-        host_event(event)?.record(host_stream(stream)?)
-    }
-
-    fn wait_event(&self, stream: &AnyStream, event: &AnyEvent) -> Result<()> {
-        host_event(event)?.wait_on(host_stream(stream)?)
-    }
-
-    fn sync_event(&self, event: &AnyEvent) -> Result<()> {
-        let e = host_event(event)?;
-        e.outside_captures()?;
-        e.synchronize()
-    }
-
-    fn event_done(&self, event: &AnyEvent) -> Result<bool> {
-        let e = host_event(event)?;
-        e.outside_captures()?;
-        Ok(e.is_done())
-    }
-
-    fn elapsed_ms(&self, start: &AnyEvent, end: &AnyEvent) -> Result<f32> {
-        let (a, b) = (host_event(start)?, host_event(end)?);
-        a.outside_captures()?;
-        b.outside_captures()?;
-        let (a, b) = (a.time()?, b.time()?);
-        Ok(match b.checked_duration_since(a) {
-            Some(d) => d.as_secs_f32() * 1e3,
-            None => -(a.duration_since(b).as_secs_f32() * 1e3),
-        })
-    }
-
-    fn alloc_pinned(&self, bytes: usize) -> Result<usize> {
-        let layout = pinned_layout(bytes)?;
-        // SAFETY: the layout has a non-zero size (the pool never asks for 0 bytes).
-        let p = unsafe { std::alloc::alloc(layout) };
-        if p.is_null() {
-            return Err(Error::OutOfMemory { device: DeviceId::Pinned, requested: bytes, free: 0 });
-        }
-        Ok(p as usize)
-    }
-
-    unsafe fn free_pinned(&self, ptr: usize, bytes: usize) {
-        if let Ok(layout) = pinned_layout(bytes) {
-            // SAFETY: allocated by alloc_pinned with this layout (the caller's contract).
-            unsafe { std::alloc::dealloc(ptr as *mut u8, layout) };
-        }
-    }
-
-    fn upload(&self, device: DeviceId, data: &[u8]) -> Result<Buffer> {
-        // The sizes the cuda backend uploads inline go the same way here (pinned block,
-        // pieces as stream jobs behind the host); the driver's direct copy and the copy
-        // threads' staging are both a plain copy.
-        if !device.is_host() && paths::upload_path(data.len()) == CopyPath::Inline {
-            return inline::upload(device, data);
-        }
-        // Pageable memory is read before this returns, as cuMemcpyHtoD does.
-        let mut out = host().alloc_for_overwrite(device, data.len())?;
-        kernels::copy(out.bytes_mut(), data)?;
-        Ok(Buffer::Host(out))
-    }
-
-    unsafe fn wrap(
-        &self,
-        device: DeviceId,
-        addr: u64,
-        bytes: usize,
-        stream: &AnyStream,
-        release: Release,
-    ) -> Result<Buffer> {
-        let s = host_stream(stream)?;
-        if s.device != device {
-            return Err(Error::DeviceMismatch { op: "from_raw_parts", lhs: device, rhs: s.device });
-        }
-        let account = host().account(device)?;
-        // Host code may use the memory from here on (`as_slice` of a copy, a raw view),
-        // so the writes queued before come first.
-        s.synchronize()?;
-        // SAFETY: the caller's contract: `addr` is host memory of `bytes` bytes, valid
-        // until `release` runs and used by nothing else but `stream`'s earlier work.
-        unsafe { HostBuffer::foreign(account, addr as usize as *mut u8, bytes, Some(Arc::clone(s)), release) }
-            .map(Buffer::Host)
-    }
-
-    fn upload_async(&self, device: DeviceId, src: &HostBuffer, stream: &AnyStream) -> Result<(Buffer, AnyEvent)> {
-        let s = host_stream(stream)?;
-        // `out` is fresh memory of this stream; `src` is held below.
-        let out = HostBuffer::alloc(host().account(device)?, src.len(), Some(Arc::clone(s)))?;
-        let done = launch::queue_copy(s, "upload_async", src, &out)?;
-        // The DMA reads `src` after this returns: the block is neither reused nor
-        // written by the host before the copy is done.
-        src.hold_until(done.clone());
-        Ok((Buffer::Host(out), done))
-    }
-
-    fn copy(&self, src: &Buffer, device: DeviceId) -> Result<Buffer> {
-        let h = host_mem(src)?;
-        match (h.device_id().is_host(), device.is_host()) {
-            (true, false) if h.is_pinned() => {
-                Ok(self.upload_async(device, h, &AnyStream::Host(current_stream(device)))?.0)
-            }
-            (true, _) => self.upload(device, h.bytes()),
-            (false, true) => {
-                let mut out = host().alloc_for_overwrite(device, h.len())?;
-                h.download(out.bytes_mut())?;
-                Ok(Buffer::Host(out))
-            }
-            (false, false) => launch::launch(
-                launch::Launch::new("copy", host().account(device)?, DType::U8, h.len()),
-                &[h],
-                Box::new(|ins, out| kernels::copy(out, ins[0])),
-            )
-            .map(Buffer::Host),
-        }
-    }
-
-    fn fill(&self, device: DeviceId, dtype: DType, len: usize, value: Scalar) -> Result<Buffer> {
-        launch::fill(host().account(device)?, dtype, len, value).map(Buffer::Host)
-    }
-
-    fn arange(&self, device: DeviceId, dtype: DType, len: usize, start: f64, step: f64) -> Result<Buffer> {
-        launch::arange(host().account(device)?, dtype, len, start, step).map(Buffer::Host)
-    }
-
-    fn rand(&self, device: DeviceId, dtype: DType, len: usize, seed: u64) -> Result<Buffer> {
-        launch::rand(host().account(device)?, dtype, len, seed).map(Buffer::Host)
-    }
-
-    // Multi-device work: see host_collective.rs.
-
-    fn can_access_peer(&self, device: DeviceId, peer: DeviceId) -> Result<bool> {
-        crate::backend::host::collective::can_access_peer(device, peer)
-    }
-
-    fn enable_peer_access(&self, device: DeviceId, peer: DeviceId) -> Result<()> {
-        crate::backend::host::collective::enable_peer_access(device, peer)
-    }
-
-    fn collective(
-        &self,
-        devices: &[DeviceId],
-        dtype: DType,
-        len: usize,
-        op: Collective<'_>,
-    ) -> Result<Option<Vec<Buffer>>> {
-        crate::backend::host::collective::collective(devices, dtype, len, op)
-    }
-
-    // Process collectives move through host memory (`dist`'s TCP path): no communicator.
-    fn has_process_comm(&self, _device: DeviceId) -> bool {
-        false
-    }
-
-    fn new_comm_id(&self) -> Result<Vec<u8>> {
-        Err(no_comm())
-    }
-
-    fn join_comm(&self, _: DeviceId, _: &[u8], _: usize, _: usize, _: Duration) -> Result<AnyComm> {
-        Err(no_comm())
-    }
-
-    fn run_comm(&self, _comm: &AnyComm, _dtype: DType, _len: usize, _op: CommOp<'_>) -> Result<Option<Buffer>> {
-        Err(no_comm())
-    }
-
-    fn begin_capture(&self, stream: &AnyStream, inputs: &[&Buffer]) -> Result<()> {
-        let inputs = inputs.iter().map(|b| host_mem(b)).collect::<Result<Vec<_>>>()?;
-        graph::begin(host_stream(stream)?, &inputs)
-    }
-
-    fn end_capture(&self, stream: &AnyStream) -> Result<AnyGraph> {
-        Ok(AnyGraph::Host(Arc::new(graph::end(host_stream(stream)?)?)))
-    }
-
-    fn launch_graph(&self, graph: &AnyGraph, stream: &AnyStream, reads: &[&Buffer], writes: &[&Buffer]) -> Result<()> {
-        let AnyGraph::Host(g) = graph else { return Err(crate::backend::foreign("host", "a graph")) };
-        let reads = reads.iter().map(|b| host_mem(b)).collect::<Result<Vec<_>>>()?;
-        let writes = writes.iter().map(|b| host_mem(b)).collect::<Result<Vec<_>>>()?;
-        g.launch(host_stream(stream)?, &reads, &writes)
-    }
-
-    fn launch_kernel(
-        &self,
-        device: DeviceId,
-        kernel: &'static KernelSource,
-        stream: &AnyStream,
-        _grid: Grid,
-        args: &[KernelArg<'_>],
-    ) -> Result<()> {
-        let s = host_stream(stream)?;
-        if s.device != device || device.is_host() {
-            return Err(Error::DeviceMismatch { op: kernel.name, lhs: device, rhs: s.device });
-        }
-        user_kernel::launch(kernel, s, args)
-    }
-}
-
-/// The host backend has no communicator between processes (`has_process_comm` says so).
-fn no_comm() -> Error {
-    Error::InvalidArgument {
-        op: "process collective",
-        reason: "the host backend has no communicator between processes; `dist` moves its data over TCP".into(),
-    }
 }

@@ -3,14 +3,11 @@
 //! device through [`launch`] (a job on the current stream of a simulated device, a call
 //! on the calling thread for `cpu` and `pinned`).
 
-use half::{bf16, f16};
-
 use crate::backend::host::buffer::HostBuffer;
-use crate::backend::host::kernels::softmax;
 use crate::backend::host::kernels::{self, elementwise, gather, gemm, matrix, reduce, Geometry};
 use crate::backend::host::launch::{launch, queue_copy, typed, typed_mut, Launch};
-use crate::backend::host::select;
 use crate::backend::host::streams::{self, current_stream, host_stream, use_on_stream};
+use crate::backend::host::{rows, select};
 use crate::backend::transfer::paths::{self, CopyPath};
 use crate::backend::Permute;
 use crate::backend::{
@@ -18,13 +15,13 @@ use crate::backend::{
     ReduceOp, SoftmaxOp, UnaryOp,
 };
 use crate::device_id::DeviceId;
-use crate::element::{with_dtype, DType, Element, Float, Scalar};
+use crate::element::{with_dtype, DType, Element, Scalar};
 use crate::error::{Error, Result};
 use crate::shape::{Layout, Reduction};
 
 impl HostBuffer {
     /// An op of `len` elements of `dtype` on this buffer's device, which cannot fail.
-    fn op(&self, op: &'static str, dtype: DType, len: usize) -> Launch {
+    pub(in crate::backend::host) fn op(&self, op: &'static str, dtype: DType, len: usize) -> Launch {
         Launch::new(op, self.account, dtype, len)
     }
 
@@ -47,30 +44,6 @@ impl HostBuffer {
             }),
         )
     }
-}
-
-/// A kernel of float types only, picked by `dtype` before anything is queued (a job that
-/// cannot fail must not meet a type it has no loop for): `kernels` holds the f32, f64,
-/// bf16 and f16 kernels, in that order.
-fn float_kernel<F: Copy>(op: &'static str, dtype: DType, kernels: [F; 4]) -> Result<F> {
-    float_only(op, dtype)?;
-    match dtype {
-        DType::F32 => Ok(kernels[0]),
-        DType::F64 => Ok(kernels[1]),
-        DType::BF16 => Ok(kernels[2]),
-        DType::F16 => Ok(kernels[3]),
-        _ => Err(Error::InvalidArgument { op, reason: format!("has no host kernel for {dtype}") }),
-    }
-}
-
-/// [`softmax::softmax`] over buffers of `T`.
-fn softmax_of<T: Float>(op: SoftmaxOp, x: &[u8], out: &mut [u8], r: Reduction) -> Result<()> {
-    softmax::softmax::<T>(op, typed(x), typed_mut(out), r)
-}
-
-/// [`softmax::cross_entropy_rows`] over buffers of `T` (and i32 targets).
-fn cross_entropy_of<T: Float>(x: &[u8], targets: &[u8], out: &mut [u8], classes: usize) -> Result<()> {
-    softmax::cross_entropy_rows::<T>(typed(x), typed(targets), typed_mut(out), classes)
 }
 
 /// The first part's buffer: where a concatenation of `parts` goes.
@@ -348,14 +321,7 @@ impl BackendStorage for HostBuffer {
     }
 
     fn softmax(&self, op: SoftmaxOp, dtype: DType, r: Reduction) -> Result<Self> {
-        type Kernel = fn(SoftmaxOp, &[u8], &mut [u8], Reduction) -> Result<()>;
-        let kernels: [Kernel; 4] = [softmax_of::<f32>, softmax_of::<f64>, softmax_of::<bf16>, softmax_of::<f16>];
-        let f = float_kernel(op.name(), dtype, kernels)?;
-        launch(
-            self.op(op.name(), dtype, r.outer * r.len * r.inner),
-            &[self],
-            Box::new(move |ins, out| f(op, ins[0], out, r)),
-        )
+        rows::softmax(self, op, dtype, r)
     }
 
     fn index_select(&self, index: &Self, dtype: DType, g: Gather) -> Result<Self> {
@@ -368,15 +334,7 @@ impl BackendStorage for HostBuffer {
     }
 
     fn cross_entropy_rows(&self, targets: &Self, dtype: DType, n: usize, classes: usize) -> Result<Self> {
-        type Kernel = fn(&[u8], &[u8], &mut [u8], usize) -> Result<()>;
-        let kernels: [Kernel; 4] =
-            [cross_entropy_of::<f32>, cross_entropy_of::<f64>, cross_entropy_of::<bf16>, cross_entropy_of::<f16>];
-        let f = float_kernel("cross_entropy", dtype, kernels)?;
-        launch(
-            Launch { check: true, ..self.op("cross_entropy", dtype, n) },
-            &[self, targets],
-            Box::new(move |ins, out| f(ins[0], ins[1], out, classes)),
-        )
+        rows::cross_entropy_rows(self, targets, dtype, n, classes)
     }
 
     fn compare(&self, rhs: &Self, op: CompareOp, dtype: DType, out_shape: &[usize], layout: &Layout) -> Result<Self> {

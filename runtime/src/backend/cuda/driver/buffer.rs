@@ -11,6 +11,8 @@ use crate::backend::cuda::driver::stream::{free_all_cached, CudaStream};
 use crate::backend::Release;
 use crate::error::{Error, Result};
 
+mod free;
+
 /// `bytes` bytes on one device, allocated on its home stream and freed there
 /// (stream-ordered) on drop, after every other stream that used it.
 pub(crate) struct CudaBuffer {
@@ -320,31 +322,6 @@ impl CudaBuffer {
     }
 }
 
-impl CudaBuffer {
-    /// Hands memory made outside locus back to its owner once every stream that used it
-    /// is done: the home stream waits for the others, the host for the home stream. If
-    /// that cannot be known (a lost context, a failed wait, a stream in a capture), the
-    /// memory is never handed back, rather than handed back in use.
-    fn give_back(&mut self, release: Release) {
-        self.dev.account.release(self.bytes);
-        let u = self.uses.get_mut().unwrap_or_else(|p| p.into_inner());
-        let users = std::mem::take(&mut u.users);
-        let streams = || std::iter::once(&self.home).chain(users.iter());
-        if self.dev.bind().is_err() || streams().any(|s| s.capture().is_some()) {
-            return release.leak();
-        }
-        for r in &users {
-            if self.home.wait_for(r).is_err() {
-                return release.leak();
-            }
-        }
-        match self.home.synchronize() {
-            Ok(()) => release.run(),
-            Err(_) => release.leak(),
-        }
-    }
-}
-
 /// `on` waits for `ev`; a stream that waits for an event of a capture joins it.
 fn wait(on: &Arc<CudaStream>, ev: &Arc<CudaEvent>) -> Result<()> {
     crate::backend::cuda::driver::graph::joins(on, ev.capture())?;
@@ -355,59 +332,4 @@ fn wait(on: &Arc<CudaStream>, ev: &Arc<CudaEvent>) -> Result<()> {
 fn wait_for(on: &Arc<CudaStream>, other: &Arc<CudaStream>) -> Result<()> {
     crate::backend::cuda::driver::graph::joins(on, other.capture().map(|c| Arc::downgrade(&c)))?;
     on.wait_for(other)
-}
-
-impl Drop for CudaBuffer {
-    fn drop(&mut self) {
-        if let Some(c) = &self.graph {
-            c.count_buffer(false);
-        }
-        if let Some(release) = self.foreign.take() {
-            self.give_back(release);
-            return;
-        }
-        if self.ptr == 0 {
-            return;
-        }
-        if self.dev.bind().is_err() {
-            self.dev.account.release(self.bytes);
-            // Without the context nothing can be ordered: the block is not reused.
-            return;
-        }
-        let u = self.uses.get_mut().unwrap_or_else(|p| p.into_inner());
-        let users = std::mem::take(&mut u.users);
-        // Memory of a graph, or memory whose free would be ordered on a stream being
-        // captured (the free would become part of the graph): the capture frees it, after
-        // the graph and these streams are done with it.
-        let capture =
-            self.graph.clone().or_else(|| std::iter::once(&self.home).chain(users.iter()).find_map(|s| s.capture()));
-        if let Some(c) = capture {
-            let mut after = users;
-            after.push(Arc::clone(&self.home));
-            c.retire(self.ptr, self.bytes, after);
-            return;
-        }
-        self.dev.account.release(self.bytes);
-        for r in &users {
-            if self.home.wait_for(r).is_err() {
-                // A user may still use the memory and its end cannot be ordered before
-                // a reuse: leak the block rather than hand it out again.
-                return;
-            }
-        }
-        // Work queued later on the home stream runs after every use above, so the memory
-        // can be handed out again on this stream at once.
-        if self.cap <= CACHE_MAX {
-            // SAFETY: the block holds `self.cap` bytes (a cache bin, allocated on `self.home` or taken from its
-            // cache) and this buffer, its only owner, is going; every user's use is ordered before this point of the
-            // home stream (the waits above), and the rest is on that stream.
-            unsafe { self.home.put_cached(self.cap, self.ptr) };
-        } else {
-            // The block came from cuMemAllocAsync on `self.home` (a larger-than-cache block is never shared with
-            // another buffer) and is freed only here, once;
-            // SAFETY: the stream is alive (held by `self`), the device's context is current (bind above), and every
-            // user's use is ordered before this point of the stream (the waits above).
-            let _ = unsafe { result::free_async(self.ptr, self.home.raw.0) };
-        }
-    }
 }

@@ -2,6 +2,7 @@
 //! asynchronous copies from and into pinned memory (which hold the pinned block until
 //! their event), staged pageable copies, and device-to-device and peer copies.
 
+pub(in crate::backend::cuda) mod inline;
 pub(in crate::backend::cuda) mod peer;
 pub(in crate::backend::cuda) mod staged;
 

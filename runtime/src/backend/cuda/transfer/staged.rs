@@ -3,7 +3,7 @@
 //! A direct copy from pageable memory makes the driver stage it itself, through small
 //! buffers on one thread: about 9 GB/s on the H200's host. Which copy takes which way is
 //! decided by size in `copy_paths`: a middle-sized upload goes inline (one pinned block,
-//! piece by piece, on the op's stream: [`InlineDma`]); a large copy is cut into chunks
+//! piece by piece, on the op's stream: `inline.rs`); a large copy is cut into chunks
 //! that the copy threads take in turn. Each thread moves its chunks through two pinned
 //! stages of its own and queues their DMAs itself on the device's copy stream, so no
 //! thread waits for another: while one chunk's DMA runs, the other threads copy.
@@ -17,10 +17,12 @@ use cudarc::driver::result;
 use crate::backend::cuda::driver::device::{driver, DeviceState};
 use crate::backend::cuda::driver::event::CudaEvent;
 use crate::backend::cuda::driver::stream::CudaStream;
+use crate::backend::cuda::transfer::inline::{InlineDma, InlineDownload};
 use crate::backend::pinned_pool::{self as pinned, PinnedBlock};
-use crate::backend::transfer::download::{self, PieceDownloads};
+use crate::backend::transfer::download;
 use crate::backend::transfer::paths::{self, CopyPath};
-use crate::backend::transfer::upload::{self, stream_copy, PieceUploads};
+use crate::backend::transfer::stream_copy::stream_copy;
+use crate::backend::transfer::upload;
 use crate::backend::workers::{copy_threads, on_copiers};
 use crate::backend::AnyEvent;
 use crate::error::Result;
@@ -79,51 +81,6 @@ unsafe fn upload_direct(dev: &DeviceState, stream: &CudaStream, dst: u64, data: 
         stream.synchronize()?;
     }
     Ok(())
-}
-
-/// The inline path's DMAs on the cuda backend: each piece of the pinned block straight
-/// to the same bytes at `dst`, on the op's own stream, and one event after the last.
-struct InlineDma<'a> {
-    dev: &'a DeviceState,
-    stream: &'a CudaStream,
-    dst: u64,
-    len: usize,
-}
-
-impl<'a> InlineDma<'a> {
-    /// # Safety
-    /// As [`upload`] for `dst` and `len` bytes: `dst .. dst + len` lies within a live
-    /// allocation of `dev` written only in `stream`'s order, and `dev`'s context is
-    /// current on this thread.
-    unsafe fn new(dev: &'a DeviceState, stream: &'a CudaStream, dst: u64, len: usize) -> Self {
-        InlineDma { dev, stream, dst, len }
-    }
-}
-
-impl PieceUploads for InlineDma<'_> {
-    unsafe fn queue(&mut self, stage: &PinnedBlock, at: usize, len: usize) -> Result<()> {
-        debug_assert!(at + len <= self.len);
-        // SAFETY: the trait's contract: bytes `at .. at + len` of the pinned block hold the
-        // piece, and the block stays unwritten and allocated until the event `mark` records
-        // after this copy completes.
-        let piece = unsafe { std::slice::from_raw_parts(stage.ptr().add(at), len) };
-        // `at + len` is at most the upload's length (the trait's contract), so `dst + at` has `len` bytes within the
-        // allocation `new`'s contract names, written in `stream`'s order like any op's output.
-        // SAFETY: the source is page-locked pool memory that is neither written nor reused before this DMA's event
-        // (see above), so the DMA may read it after this call returns.
-        unsafe { result::memcpy_htod_async(self.dst + at as u64, piece, self.stream.raw.0) }
-            .map_err(driver(self.dev.ordinal, "cuMemcpyHtoDAsync"))
-    }
-
-    fn mark(&mut self) -> Result<AnyEvent> {
-        let done = CudaEvent::create(self.dev.ordinal, self.dev.ctx.cu_ctx(), false)?;
-        done.record(self.stream)?;
-        Ok(AnyEvent::Cuda(Arc::new(done)))
-    }
-
-    fn wait(&mut self) -> Result<()> {
-        self.stream.synchronize()
-    }
 }
 
 /// [`upload`] through the copy threads' pinned stages.
@@ -246,55 +203,6 @@ pub(in crate::backend::cuda) unsafe fn download(
         }
         // SAFETY: the caller's contract, passed on.
         CopyPath::Staged => unsafe { download_staged(dev, stream, src, out) },
-    }
-}
-
-/// The inline path's DMAs of a download on the cuda backend: each piece of `src` into the
-/// same bytes of the pinned block, on the op's own stream, each with its event.
-struct InlineDownload<'a> {
-    dev: &'a DeviceState,
-    stream: &'a CudaStream,
-    src: u64,
-    len: usize,
-}
-
-impl<'a> InlineDownload<'a> {
-    /// # Safety
-    /// As [`download`] for `src` and `len` bytes: `src .. src + len` lies within a live
-    /// allocation of `dev`, written before this point of `stream`'s order and allocated
-    /// until `stream`'s work queued now is done; `dev`'s context is current.
-    unsafe fn new(dev: &'a DeviceState, stream: &'a CudaStream, src: u64, len: usize) -> Self {
-        InlineDownload { dev, stream, src, len }
-    }
-}
-
-impl PieceDownloads for InlineDownload<'_> {
-    unsafe fn queue(&mut self, stage: &PinnedBlock, at: usize, len: usize) -> Result<AnyEvent> {
-        debug_assert!(at + len <= self.len);
-        // SAFETY: the trait's contract: bytes `at .. at + len` of the pinned block are this
-        // download's alone, unread and allocated until the event below has completed.
-        let landing = unsafe { std::slice::from_raw_parts_mut(stage.ptr().add(at), len) };
-        // `at + len` is at most the download's length (the trait's contract), so `src + at` has `len` bytes within the
-        // allocation `new`'s contract names, ready on `stream` and allocated until its work is done.
-        // SAFETY: the destination is page-locked pool memory that nothing else touches until this DMA's event
-        // completes (see above), so the DMA may write it after this call returns.
-        unsafe { result::memcpy_dtoh_async(landing, self.src + at as u64, self.stream.raw.0) }
-            .map_err(driver(self.dev.ordinal, "cuMemcpyDtoHAsync"))?;
-        let landed = CudaEvent::create(self.dev.ordinal, self.dev.ctx.cu_ctx(), false)?;
-        landed.record(self.stream)?;
-        Ok(AnyEvent::Cuda(Arc::new(landed)))
-    }
-
-    fn sync(&mut self, event: &AnyEvent) -> Result<()> {
-        match event {
-            AnyEvent::Cuda(e) => e.synchronize(),
-            // Not one of `queue`'s events: wait for all of them.
-            AnyEvent::Host(_) => self.stream.synchronize(),
-        }
-    }
-
-    fn wait(&mut self) -> Result<()> {
-        self.stream.synchronize()
     }
 }
 

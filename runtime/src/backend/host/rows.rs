@@ -1,0 +1,69 @@
+//! Softmax, log-softmax and cross-entropy's loss per row as jobs on the stream (the loops
+//! are `kernels/softmax.rs`): float types only, the kernel picked before anything is
+//! queued.
+
+use half::{bf16, f16};
+
+use crate::backend::host::buffer::HostBuffer;
+use crate::backend::host::kernels::softmax;
+use crate::backend::host::launch::{launch, typed, typed_mut, Launch};
+use crate::backend::{float_only, SoftmaxOp};
+use crate::element::{DType, Float};
+use crate::error::{Error, Result};
+use crate::shape::Reduction;
+
+/// The softmax `op` over the dim `r` describes.
+pub(in crate::backend::host) fn softmax(
+    x: &HostBuffer,
+    op: SoftmaxOp,
+    dtype: DType,
+    r: Reduction,
+) -> Result<HostBuffer> {
+    type Kernel = fn(SoftmaxOp, &[u8], &mut [u8], Reduction) -> Result<()>;
+    let kernels: [Kernel; 4] = [softmax_of::<f32>, softmax_of::<f64>, softmax_of::<bf16>, softmax_of::<f16>];
+    let f = float_kernel(op.name(), dtype, kernels)?;
+    launch(x.op(op.name(), dtype, r.outer * r.len * r.inner), &[x], Box::new(move |ins, out| f(op, ins[0], out, r)))
+}
+
+/// Cross-entropy's loss of each of `n` rows of `classes` logits.
+pub(in crate::backend::host) fn cross_entropy_rows(
+    x: &HostBuffer,
+    targets: &HostBuffer,
+    dtype: DType,
+    n: usize,
+    classes: usize,
+) -> Result<HostBuffer> {
+    type Kernel = fn(&[u8], &[u8], &mut [u8], usize) -> Result<()>;
+    let kernels: [Kernel; 4] =
+        [cross_entropy_of::<f32>, cross_entropy_of::<f64>, cross_entropy_of::<bf16>, cross_entropy_of::<f16>];
+    let f = float_kernel("cross_entropy", dtype, kernels)?;
+    launch(
+        Launch { check: true, ..x.op("cross_entropy", dtype, n) },
+        &[x, targets],
+        Box::new(move |ins, out| f(ins[0], ins[1], out, classes)),
+    )
+}
+
+/// A kernel of float types only, picked by `dtype` before anything is queued (a job that
+/// cannot fail must not meet a type it has no loop for): `kernels` holds the f32, f64,
+/// bf16 and f16 kernels, in that order.
+fn float_kernel<F: Copy>(op: &'static str, dtype: DType, kernels: [F; 4]) -> Result<F> {
+    float_only(op, dtype)?;
+    match dtype {
+        DType::F32 => Ok(kernels[0]),
+        DType::F64 => Ok(kernels[1]),
+        DType::BF16 => Ok(kernels[2]),
+        DType::F16 => Ok(kernels[3]),
+        _ => Err(Error::InvalidArgument { op, reason: format!("has no host kernel for {dtype}") }),
+    }
+}
+
+/// [`softmax::softmax`] over buffers of `T`.
+fn softmax_of<T: Float>(op: SoftmaxOp, x: &[u8], out: &mut [u8], r: Reduction) -> Result<()> {
+    softmax::softmax::<T>(op, typed(x), typed_mut(out), r)
+}
+
+/// [`softmax::cross_entropy_rows`] over buffers of `T` (and i32 targets).
+fn cross_entropy_of<T: Float>(x: &[u8], targets: &[u8], out: &mut [u8], classes: usize) -> Result<()> {
+    softmax::cross_entropy_rows::<T>(typed(x), typed(targets), typed_mut(out), classes)
+}
