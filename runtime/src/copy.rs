@@ -5,7 +5,7 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use crate::backend::{self, host, AnyEvent, AnyStream, BackendStorage, Buffer, HostBuffer};
+use crate::backend::{self, host, AnyEvent, AnyStream, Buffer, HostBuffer};
 use crate::device::{Cpu, Device, DeviceId, Pinned, StaticDevice};
 use crate::element::Element;
 use crate::error::{Error, Result};

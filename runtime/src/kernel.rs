@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use crate::backend::api::user_kernel::{no_host_kernel, KernelArg, ScalarArg};
 pub use crate::backend::api::user_kernel::{Grid, HostCall, HostKernel, KernelScalar, KernelSource};
-use crate::backend::sync::current_stream;
+use crate::backend::dispatch::current as current_stream;
 use crate::backend::{self, AnyStream};
 use crate::device::{Device, DeviceId};
 use crate::element::Element;

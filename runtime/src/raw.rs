@@ -20,7 +20,7 @@ use std::ffi::c_void;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use crate::backend::{self, dispatch::capture, AnyStream, BackendStorage, Buffer, Release};
+use crate::backend::{self, dispatch::capture, AnyStream, Buffer, Release};
 use crate::device::{Device, DeviceId};
 use crate::element::Element;
 use crate::error::{Error, Result};

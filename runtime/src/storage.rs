@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::backend::{self, host, BackendDevice, BackendStorage, Buffer};
+use crate::backend::{self, host, Buffer};
 use crate::device::DeviceId;
 use crate::element::DType;
 use crate::error::Result;
@@ -53,7 +53,7 @@ impl Storage {
     }
 
     /// The backend that owns this storage.
-    pub(crate) fn backend(&self) -> Result<&'static dyn BackendDevice> {
+    pub(crate) fn backend(&self) -> Result<crate::backend::AnyBackend> {
         backend::for_device(self.device)
     }
 
@@ -66,13 +66,13 @@ impl Storage {
     /// backends through host memory.
     pub(crate) fn copy_to(&self, dst: DeviceId) -> Result<Storage> {
         let (from, to) = (self.backend()?, backend::for_device(dst)?);
-        let buf = if backend::same(from, to) {
+        let buf = if backend::same(&from, &to) {
             to.copy(&self.buf, dst)?
         } else if let Some(h) = self.buf.as_host() {
             if h.is_pinned() {
                 // Page-locked memory: the DMA reads the source after this returns, so the
                 // copy holds the block from reuse and from host writes until it is done.
-                let stream = match crate::backend::sync::current_stream::current(dst) {
+                let stream = match crate::backend::dispatch::current::current(dst) {
                     Some(s) => s,
                     None => to.default_stream(dst)?,
                 };

@@ -6,10 +6,10 @@
 //! wait), and its memory is freed only after every stream that used it. A program that
 //! uses one stream records no events at all.
 
-use crate::backend::sync::current_stream::{current, with_current};
+use crate::backend::dispatch::current::{current, with_current};
 use std::time::Duration;
 
-use crate::backend::{self, AnyEvent, AnyStream, BackendStorage};
+use crate::backend::{self, AnyEvent, AnyStream};
 use crate::device::{Device, DeviceId, StaticDevice};
 use crate::element::Element;
 use crate::error::{Error, Result};

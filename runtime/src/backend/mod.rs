@@ -29,7 +29,7 @@ use std::sync::OnceLock;
 use crate::device_id::DeviceId;
 use crate::error::{Error, Result};
 
-pub(crate) use api::errors::{events_not_complete, foreign};
+pub(crate) use api::errors::events_not_complete;
 pub(crate) use api::op::{bad_target, Gather, SoftmaxOp};
 pub(crate) use api::op::{
     float_only, same_length, BinaryOp, Blocks, Collective, CommOp, CommReduce, CompareOp, Gemm, ParamOp, ReduceOp,
@@ -40,32 +40,33 @@ pub(crate) use api::precision::MatmulPrecision;
 pub(crate) use api::rand::rand_bits;
 pub(crate) use api::release::Release;
 pub(crate) use api::traits::{BackendDevice, BackendStorage};
+pub(crate) use dispatch::backend::{AnyBackend, Imp};
 pub(crate) use dispatch::buffer::Buffer;
-pub(crate) use dispatch::capture;
 pub(crate) use dispatch::handles::{AnyComm, AnyEvent, AnyGraph, AnyStream};
 pub(crate) use host::HostBuffer;
 pub(crate) use sync::{count_cross_stream_wait, cross_stream_waits, cross_stream_waits_skipped};
 
-static SELECTED: OnceLock<Result<&'static dyn BackendDevice>> = OnceLock::new();
+static SELECTED: OnceLock<Result<AnyBackend>> = OnceLock::new();
 
 /// The backend chosen by `LOCUS_BACKEND` (`auto` when unset), set up on first use.
-pub(crate) fn selected() -> Result<&'static dyn BackendDevice> {
+pub(crate) fn selected() -> Result<AnyBackend> {
     SELECTED.get_or_init(choose).clone()
 }
 
-fn choose() -> Result<&'static dyn BackendDevice> {
+fn choose() -> Result<AnyBackend> {
     let requested = std::env::var("LOCUS_BACKEND").unwrap_or_else(|_| "auto".into());
     let no_backend = |reason: String| Error::NoBackend { requested: requested.clone(), reason };
+    let cuda = |b: cuda::CudaBackend| AnyBackend::new(Imp::Cuda(Box::leak(Box::new(b))));
     match requested.trim() {
-        "host" => Ok(host::backend()?),
+        "host" => Ok(AnyBackend::new(Imp::Host(host::backend()?))),
         "cuda" => match cuda::open() {
-            Ok(b) => Ok(Box::leak(Box::new(b))),
+            Ok(b) => Ok(cuda(b)),
             Err(why) => Err(no_backend(format!("{why}; or set LOCUS_BACKEND=host to run on the host backend"))),
         },
         "auto" | "" => match cuda::open() {
-            Ok(b) => Ok(Box::leak(Box::new(b))),
+            Ok(b) => Ok(cuda(b)),
             Err(why) => {
-                let b = host::backend()?;
+                let b = AnyBackend::new(Imp::Host(host::backend()?));
                 eprintln!(
                     "locus: using the host backend, {} simulated CUDA devices (no GPU: {why}). \
                      LOCUS_HOST_DEVICES sets the count; LOCUS_BACKEND=cuda requires a GPU.",
@@ -79,19 +80,15 @@ fn choose() -> Result<&'static dyn BackendDevice> {
 }
 
 /// The backend that runs ops on `device`, after checking that the device exists. While
-/// the thread captures a graph, the [`capture::Gate`] in front of it.
-pub(crate) fn for_device(device: DeviceId) -> Result<&'static dyn BackendDevice> {
-    let backend = for_device_now(device)?;
-    match capture::active() {
-        Some(_) => Ok(&capture::GATE),
-        None => Ok(backend),
-    }
+/// the thread captures a graph, behind the capture gate.
+pub(crate) fn for_device(device: DeviceId) -> Result<AnyBackend> {
+    Ok(dispatch::backend::behind_gate(for_device_now(device)?))
 }
 
-/// The backend that runs ops on `device`, never the capture gate.
-pub(crate) fn for_device_now(device: DeviceId) -> Result<&'static dyn BackendDevice> {
+/// The backend that runs ops on `device`, never behind the capture gate.
+pub(crate) fn for_device_now(device: DeviceId) -> Result<AnyBackend> {
     match device {
-        DeviceId::Cpu | DeviceId::Pinned => Ok(host::backend()?),
+        DeviceId::Cpu | DeviceId::Pinned => Ok(AnyBackend::new(Imp::Host(host::backend()?))),
         DeviceId::Cuda(ordinal) => {
             let b = selected()?;
             let count = b.device_count();
@@ -103,9 +100,9 @@ pub(crate) fn for_device_now(device: DeviceId) -> Result<&'static dyn BackendDev
     }
 }
 
-/// Whether two backend references are the same object.
-pub(crate) fn same(a: &dyn BackendDevice, b: &dyn BackendDevice) -> bool {
-    std::ptr::addr_eq(a as *const dyn BackendDevice, b as *const dyn BackendDevice)
+/// Whether two backends are the same one.
+pub(crate) fn same(a: &AnyBackend, b: &AnyBackend) -> bool {
+    a.same(b)
 }
 
 /// The name of the selected backend: `"host"` or `"cuda"`.

@@ -17,8 +17,9 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::backend;
+use crate::backend::api::fence::Fence;
 use crate::backend::sync::hazard::{self, Region, Track};
-use crate::backend::{self, AnyEvent};
 use crate::device_id::DeviceId;
 use crate::error::Result;
 
@@ -51,7 +52,7 @@ pub struct PinnedStats {
 struct Cached {
     ptr: usize,
     /// Copies that used the block; it is reused once they have all completed.
-    events: Vec<AnyEvent>,
+    events: Vec<Arc<dyn Fence>>,
     life: Arc<Life>,
 }
 
@@ -91,7 +92,7 @@ static POOL: std::sync::LazyLock<Pool> = std::sync::LazyLock::new(Pool::default)
 pub(crate) struct PinnedBlock {
     ptr: usize,
     cap: usize,
-    events: Mutex<Vec<AnyEvent>>,
+    events: Mutex<Vec<Arc<dyn Fence>>>,
     /// Set when a copy's end could not be observed: the block is never reused.
     retired: AtomicBool,
     life: Arc<Life>,
@@ -123,13 +124,11 @@ impl PinnedBlock {
     }
 
     /// Keeps the block from reuse until `event` has completed.
-    pub(crate) fn hold_until(&self, event: AnyEvent) {
+    pub(crate) fn hold_until(&self, event: Arc<dyn Fence>) {
         let mut ev = self.events.lock().unwrap_or_else(|p| p.into_inner());
         // Drop events that already completed, so a long-lived block does not pile them up.
         if ev.len() >= 8 {
-            if let Ok(b) = backend::selected() {
-                ev.retain(|e| !matches!(b.event_done(e), Ok(true)));
-            }
+            ev.retain(|e| !e.is_done());
         }
         ev.push(event);
     }
@@ -141,9 +140,8 @@ impl PinnedBlock {
         if ev.is_empty() {
             return Ok(());
         }
-        let b = backend::selected()?;
         while let Some(e) = ev.last() {
-            b.sync_event(e)?;
+            e.wait()?;
             ev.pop();
         }
         Ok(())
@@ -172,11 +170,8 @@ impl Drop for PinnedBlock {
     }
 }
 
-fn all_done(events: &[AnyEvent]) -> bool {
-    match backend::selected() {
-        Ok(b) => events.iter().all(|e| matches!(b.event_done(e), Ok(true))),
-        Err(_) => events.is_empty(),
-    }
+fn all_done(events: &[Arc<dyn Fence>]) -> bool {
+    events.iter().all(|e| e.is_done())
 }
 
 /// A block of at least `bytes` bytes: a completed cached one of its bin, else new.

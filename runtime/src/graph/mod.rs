@@ -27,9 +27,7 @@
 mod lists;
 mod views;
 
-use crate::backend::{
-    self, dispatch::capture, sync::current_stream::with_current, AnyGraph, AnyStream, BackendStorage, Buffer,
-};
+use crate::backend::{self, dispatch::capture, dispatch::current::with_current, AnyGraph, AnyStream, Buffer};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::placement::SameGraphDevice;
@@ -84,7 +82,7 @@ impl<D: Device, I, O> std::fmt::Debug for Graph<D, I, O> {
 /// Ends a capture however the closure leaves (an error or a panic), so the stream is
 /// never left capturing.
 struct Ending<'s> {
-    backend: &'static dyn backend::BackendDevice,
+    backend: backend::AnyBackend,
     stream: &'s AnyStream,
     ended: bool,
 }

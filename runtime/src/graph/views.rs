@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use crate::backend::{self, BackendStorage};
+use crate::backend::{self};
 use crate::device::{Device, DeviceId, StaticDevice};
 use crate::element::Element;
 use crate::error::{Error, Result};

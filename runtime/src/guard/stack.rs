@@ -8,7 +8,7 @@
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::backend::{self, BackendDevice};
+use crate::backend;
 use crate::device::DeviceId;
 use crate::error::Result;
 
@@ -73,7 +73,7 @@ thread_local! {
 }
 
 /// Makes `device` current on `backend`, the one that runs it.
-pub(super) fn switch_to(backend: &dyn BackendDevice, device: DeviceId) -> Result<()> {
+pub(super) fn switch_to(backend: crate::backend::AnyBackend, device: DeviceId) -> Result<()> {
     #[cfg(test)]
     SWITCHES.with(|n| n.set(n.get() + 1));
     backend.make_current(device)?;

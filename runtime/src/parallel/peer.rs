@@ -30,7 +30,7 @@ impl<const N: usize> sealed::Sealed for Cuda<N> {}
 impl<const N: usize> CudaDevice for Cuda<N> {}
 
 /// The backend of two distinct existing devices.
-fn pair(op: &'static str, a: DeviceId, b: DeviceId) -> Result<&'static dyn backend::BackendDevice> {
+fn pair(op: &'static str, a: DeviceId, b: DeviceId) -> Result<backend::AnyBackend> {
     let backend = backend::for_device(a)?;
     backend::for_device(b)?;
     if a == b {

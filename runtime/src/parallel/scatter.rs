@@ -2,7 +2,7 @@
 //! `scatter`, `gather` and `reduce_add`), built from copies between devices.
 
 use super::lists::{DeviceList, Parts};
-use crate::backend::BackendStorage;
+
 use crate::device::{Device, DeviceId, Dyn};
 use crate::element::Element;
 use crate::error::{Error, Result};

@@ -5,7 +5,7 @@
 use std::ops::{Add, Div, Mul, Neg, Sub};
 
 use super::Tensor;
-use crate::backend::{BackendStorage, BinaryOp, UnaryOp};
+use crate::backend::{BinaryOp, UnaryOp};
 use crate::device::Device;
 use crate::element::{Element, SameElement};
 use crate::error::{Error, Result};

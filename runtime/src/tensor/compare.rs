@@ -4,7 +4,7 @@
 //! false, except under `ne`, where it is true; `-0.0` equals `0.0`.
 
 use super::Tensor;
-use crate::backend::{BackendStorage, CompareOp};
+use crate::backend::CompareOp;
 use crate::device::Device;
 use crate::element::{DType, Element};
 use crate::error::Result;

@@ -5,7 +5,7 @@
 use std::ops::{Add, Div, Mul, Sub};
 
 use super::Tensor;
-use crate::backend::{BackendStorage, BinaryOp, ParamOp, UnaryOp};
+use crate::backend::{BinaryOp, ParamOp, UnaryOp};
 use crate::device::Device;
 use crate::element::{Element, Float};
 use crate::error::{Error, Result};

@@ -12,7 +12,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
         device: D,
         op: &'static str,
         shape: &[usize],
-        f: impl FnOnce(&'static dyn backend::BackendDevice, usize) -> Result<Buffer>,
+        f: impl FnOnce(backend::AnyBackend, usize) -> Result<Buffer>,
     ) -> Result<Self> {
         let shape = Shape::new(op, shape, T::DTYPE)?;
         let buf = f(backend::for_device(device.id())?, shape.numel())?;

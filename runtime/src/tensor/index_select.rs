@@ -3,7 +3,7 @@
 //! table). The indices are read where they live, by the backend, which checks each.
 
 use super::Tensor;
-use crate::backend::{BackendStorage, Gather};
+use crate::backend::Gather;
 use crate::device::Device;
 use crate::element::Element;
 use crate::error::{Error, Result};

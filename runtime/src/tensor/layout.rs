@@ -4,7 +4,7 @@
 //! size at a fixed stride.
 
 use super::Tensor;
-use crate::backend::{BackendStorage, Blocks};
+use crate::backend::{Blocks, Buffer};
 use crate::device::Device;
 use crate::element::Element;
 use crate::error::{Error, Result};
@@ -85,7 +85,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
     }
 
     /// A new tensor of `shape` (`len` elements) on this tensor's device, written by `parts`.
-    fn assembled(&self, op: &'static str, shape: Vec<usize>, len: usize, parts: &[Blocks<'_>]) -> Result<Self> {
+    fn assembled(&self, op: &'static str, shape: Vec<usize>, len: usize, parts: &[Blocks<'_, Buffer>]) -> Result<Self> {
         let shape = Shape::new(op, shape, T::DTYPE)?;
         debug_assert_eq!(shape.numel(), len);
         let buf = self.buffer().copy_blocks(T::DTYPE, len, parts)?;
@@ -207,7 +207,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
         let inner: usize = out_shape[dim + 1..].iter().product();
         let row = out_shape[dim] * inner;
         let mut at = 0;
-        let blocks: Vec<Blocks<'_>> = parts
+        let blocks: Vec<Blocks<'_, Buffer>> = parts
             .iter()
             .zip(sizes)
             .map(|(p, &size)| {

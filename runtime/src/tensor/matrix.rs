@@ -3,7 +3,7 @@
 
 use super::Tensor;
 use crate::backend::api::precision::float32_matmul_precision;
-use crate::backend::{BackendStorage, Gemm, Permute};
+use crate::backend::{Gemm, Permute};
 use crate::device::Device;
 use crate::element::Element;
 use crate::error::{Error, Result};

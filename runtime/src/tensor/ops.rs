@@ -3,7 +3,7 @@
 use std::marker::PhantomData;
 
 use super::Tensor;
-use crate::backend::{BackendStorage, Buffer, ReduceOp, UnaryOp};
+use crate::backend::{Buffer, ReduceOp, UnaryOp};
 use crate::device::Device;
 use crate::element::{Element, Float};
 use crate::error::{Error, Result};

@@ -3,7 +3,7 @@
 //! PyTorch's `keepdim=True` does.
 
 use super::Tensor;
-use crate::backend::{BackendStorage, ReduceOp};
+use crate::backend::ReduceOp;
 use crate::device::Device;
 use crate::element::{DType, Element, Float};
 use crate::error::{Error, Result};

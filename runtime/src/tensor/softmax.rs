@@ -3,7 +3,7 @@
 //! (`shape::Reduction`), computed stably (the slice's maximum subtracted first).
 
 use super::Tensor;
-use crate::backend::{BackendStorage, SoftmaxOp};
+use crate::backend::SoftmaxOp;
 use crate::device::Device;
 use crate::element::Float;
 use crate::error::{Error, Result};

@@ -7,12 +7,3 @@ use crate::error::Error;
 pub(crate) fn events_not_complete() -> Error {
     Error::InvalidArgument { op: "elapsed", reason: "both events must be recorded and completed first".into() }
 }
-
-/// The one error for memory, a stream or an event of one backend handed to the other (a
-/// bug above the backend, reported as an error rather than a panic).
-pub(crate) fn foreign(backend: &str, what: &str) -> Error {
-    Error::InvalidArgument {
-        op: "backend",
-        reason: format!("the {backend} backend was handed {what} of the other backend"),
-    }
-}

@@ -3,6 +3,7 @@
 //! Nothing here runs work; both backends implement it.
 
 pub(crate) mod errors;
+pub(crate) mod fence;
 pub(crate) mod op;
 pub(crate) mod permute;
 pub(crate) mod precision;

@@ -2,7 +2,7 @@
 //! shapes of a matrix product and a strided copy, the collectives, and the one check of
 //! ops defined on float types only.
 
-use crate::backend::{Buffer, MatmulPrecision};
+use crate::backend::MatmulPrecision;
 use crate::element::{DType, Element, Scalar};
 use crate::error::{Error, Result};
 
@@ -120,7 +120,7 @@ pub(crate) enum ParamOp {
 /// dst_stride`. For a row-major tensor this is narrowing, or placing a part of a
 /// concatenation, along any dim: blocks are the contiguous runs below that dim.
 #[derive(Debug)]
-pub(crate) struct Blocks<'a, B = Buffer> {
+pub(crate) struct Blocks<'a, B> {
     pub src: &'a B,
     pub src_offset: usize,
     pub src_stride: usize,
@@ -232,15 +232,24 @@ pub(crate) fn bad_target(row: usize, target: i32, classes: usize) -> Error {
 
 /// A collective over one buffer per device, as NCCL runs them. Inputs hold `len`
 /// elements each; input `i` lives on `devices[i]`.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Collective<'a> {
+#[derive(Debug)]
+pub(crate) enum Collective<'a, B> {
     /// Every device gets a copy of `buf`, which lives on `devices[root]`.
-    Broadcast { root: usize, buf: &'a Buffer },
+    Broadcast { root: usize, buf: &'a B },
     /// Every device gets the elementwise sum of the inputs.
-    AllReduceSum(&'a [&'a Buffer]),
+    AllReduceSum(&'a [&'a B]),
     /// Every device gets the inputs one after another, in device-list order.
-    AllGather(&'a [&'a Buffer]),
+    AllGather(&'a [&'a B]),
 }
+
+// By hand: a derive would ask `B: Copy` of the buffer, which only the references need.
+impl<B> Clone for Collective<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B> Copy for Collective<'_, B> {}
 
 /// How a collective between processes combines the ranks' elements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -285,24 +294,33 @@ impl CommReduce {
 
 /// A collective between processes over a communicator (NCCL's, on the cuda backend),
 /// one rank per process. Inputs hold `len` elements of the comm's device.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum CommOp<'a> {
+#[derive(Debug)]
+pub(crate) enum CommOp<'a, B> {
     /// The elementwise reduction of every rank's `buf`: `len` elements.
-    AllReduce { buf: &'a Buffer, op: CommReduce },
+    AllReduce { buf: &'a B, op: CommReduce },
     /// Rank `root`'s `buf` (every rank passes one of `len` elements): `len` elements.
-    Broadcast { buf: &'a Buffer, root: usize },
+    Broadcast { buf: &'a B, root: usize },
     /// Every rank's `buf` one after another: `len * world` elements.
-    AllGather { buf: &'a Buffer },
+    AllGather { buf: &'a B },
     /// Chunk `rank` of the reduction of every rank's `buf` (`len`, a multiple of the
     /// world size): `len / world` elements.
-    ReduceScatter { buf: &'a Buffer, op: CommReduce },
+    ReduceScatter { buf: &'a B, op: CommReduce },
     /// `buf` to rank `peer`: no result.
-    Send { buf: &'a Buffer, peer: usize },
+    Send { buf: &'a B, peer: usize },
     /// `len` elements from rank `peer`.
     Recv { peer: usize },
 }
 
-impl CommOp<'_> {
+// By hand: a derive would ask `B: Copy` of the buffer, which only the references need.
+impl<B> Clone for CommOp<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B> Copy for CommOp<'_, B> {}
+
+impl<B> CommOp<'_, B> {
     /// The collective's name, for messages.
     pub(crate) fn name(&self) -> &'static str {
         match self {

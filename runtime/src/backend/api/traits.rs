@@ -3,24 +3,30 @@
 //! [`BackendDevice`] is what a backend does for a device it is given by name: streams,
 //! events, memory statistics, pinned host memory, making a device current, peer access,
 //! collectives, and every op that makes a buffer from nothing or from elsewhere (upload,
-//! copy, fill, arange, rand). One object per backend; [`crate::backend::for_device`] picks it.
+//! copy, fill, arange, rand). One object per backend.
 //!
 //! [`BackendStorage`] is what a buffer does: it knows its device, so its ops take no
 //! device and put their result on that device, queued on the thread's current stream
-//! there. The host and cuda buffers implement it with operands of their own type;
-//! [`Buffer`] implements it by matching the operands' variants in one place
-//! (`backend/buffer.rs`), where a mix is an `Err`.
+//! there.
+//!
+//! Both name their backend's own types (`Stream`, `Event`, `Graph`, `Comm`, `Storage`), as
+//! candle's and wgpu-hal's traits do: a backend is never handed another's stream or
+//! memory, so none checks. The enum layer above (`dispatch/`) matches the variants once,
+//! picks the backend and applies the rules both share (a pinned block held until its
+//! copy's event, the capture gate), so they are written once.
 //!
 //! Callers check element counts, shapes and devices before calling either trait; the
 //! backends check only what they alone can know (float-only ops, through
 //! [`crate::backend::float_only`]; integer division by zero; limits of a kernel or library).
 
+use std::fmt::Debug;
 use std::time::Duration;
 
+use crate::backend::api::fence::Fence;
 use crate::backend::api::user_kernel::{Grid, KernelArg, KernelSource};
 use crate::backend::{
-    AnyComm, AnyEvent, AnyGraph, AnyStream, BinaryOp, Blocks, Buffer, Collective, CommOp, CompareOp, Gather, Gemm,
-    HostBuffer, ParamOp, Permute, ReduceOp, Release, SoftmaxOp, UnaryOp,
+    BinaryOp, Blocks, Collective, CommOp, CompareOp, Gather, Gemm, HostBuffer, ParamOp, Permute, ReduceOp, Release,
+    SoftmaxOp, UnaryOp,
 };
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
@@ -30,6 +36,17 @@ use crate::shape::{Layout, Reduction};
 /// Device-level work of one backend: every method names the device it acts on, or takes
 /// a stream or event, which knows its own.
 pub(crate) trait BackendDevice: Send + Sync + 'static {
+    /// A stream of this backend.
+    type Stream: Clone + Debug + Send + Sync + 'static;
+    /// An event of this backend; the host can ask whether it completed.
+    type Event: Clone + Debug + Send + Sync + Fence + 'static;
+    /// A captured graph, ready to replay.
+    type Graph: Debug + Send + Sync + 'static;
+    /// A communicator between processes.
+    type Comm: Debug + Send + Sync + 'static;
+    /// Memory of this backend.
+    type Storage: BackendStorage<Stream = Self::Stream, Event = Self::Event>;
+
     /// `host` or `cuda`.
     fn name(&self) -> &'static str;
     /// The number of CUDA devices this backend drives.
@@ -48,25 +65,25 @@ pub(crate) trait BackendDevice: Send + Sync + 'static {
     fn live_streams(&self) -> usize;
 
     /// The stream ops use on `device` when no other is made current.
-    fn default_stream(&self, device: DeviceId) -> Result<AnyStream>;
+    fn default_stream(&self, device: DeviceId) -> Result<Self::Stream>;
     /// A new stream on `device`.
-    fn new_stream(&self, device: DeviceId) -> Result<AnyStream>;
+    fn new_stream(&self, device: DeviceId) -> Result<Self::Stream>;
     /// Waits on the host for everything queued on `stream`.
-    fn sync_stream(&self, stream: &AnyStream) -> Result<()>;
+    fn sync_stream(&self, stream: &Self::Stream) -> Result<()>;
     /// Waits on the host for all work on `device`.
     fn sync_device(&self, device: DeviceId) -> Result<()>;
     /// A new event on `device`; `timing` events can measure elapsed time.
-    fn new_event(&self, device: DeviceId, timing: bool) -> Result<AnyEvent>;
+    fn new_event(&self, device: DeviceId, timing: bool) -> Result<Self::Event>;
     /// Records `event` at the current end of `stream`.
-    fn record_event(&self, event: &AnyEvent, stream: &AnyStream) -> Result<()>;
+    fn record_event(&self, event: &Self::Event, stream: &Self::Stream) -> Result<()>;
     /// Makes `stream` wait (on the device) for `event`.
-    fn wait_event(&self, stream: &AnyStream, event: &AnyEvent) -> Result<()>;
+    fn wait_event(&self, stream: &Self::Stream, event: &Self::Event) -> Result<()>;
     /// Waits on the host for `event`.
-    fn sync_event(&self, event: &AnyEvent) -> Result<()>;
+    fn sync_event(&self, event: &Self::Event) -> Result<()>;
     /// Whether the work before `event` has finished.
-    fn event_done(&self, event: &AnyEvent) -> Result<bool>;
+    fn event_done(&self, event: &Self::Event) -> Result<bool>;
     /// Milliseconds between two completed events.
-    fn elapsed_ms(&self, start: &AnyEvent, end: &AnyEvent) -> Result<f32>;
+    fn elapsed_ms(&self, start: &Self::Event, end: &Self::Event) -> Result<f32>;
 
     /// `bytes` bytes of page-locked host memory (the pinned pool's source).
     fn alloc_pinned(&self, bytes: usize) -> Result<usize>;
@@ -77,14 +94,19 @@ pub(crate) trait BackendDevice: Send + Sync + 'static {
     unsafe fn free_pinned(&self, ptr: usize, bytes: usize);
 
     /// A buffer on `device` holding a copy of `data` (read before this returns).
-    fn upload(&self, device: DeviceId, data: &[u8]) -> Result<Buffer>;
+    fn upload(&self, device: DeviceId, data: &[u8]) -> Result<Self::Storage>;
     /// A copy of pinned `src` on `device`, queued on `stream`; the event marks its end.
-    /// `src` is held from reuse by the pinned pool until then.
-    fn upload_async(&self, device: DeviceId, src: &HostBuffer, stream: &AnyStream) -> Result<(Buffer, AnyEvent)>;
+    /// The caller (dispatch) holds `src` from reuse by the pinned pool until then.
+    fn upload_async(
+        &self,
+        device: DeviceId,
+        src: &HostBuffer,
+        stream: &Self::Stream,
+    ) -> Result<(Self::Storage, Self::Event)>;
     /// One buffer on `device` per part, each a copy of its part (read before this
     /// returns), queued on the current stream of `device`. A backend with a faster way
     /// for many parts at once (one staged pass over all of them) overrides this.
-    fn upload_parts(&self, device: DeviceId, parts: &[&[u8]]) -> Result<Vec<Buffer>> {
+    fn upload_parts(&self, device: DeviceId, parts: &[&[u8]]) -> Result<Vec<Self::Storage>> {
         parts.iter().map(|p| self.upload(device, p)).collect()
     }
     /// Memory made outside locus, `bytes` bytes at `addr` on `device`, as a buffer whose
@@ -101,18 +123,18 @@ pub(crate) trait BackendDevice: Send + Sync + 'static {
         device: DeviceId,
         addr: u64,
         bytes: usize,
-        stream: &AnyStream,
+        stream: &Self::Stream,
         release: Release,
-    ) -> Result<Buffer>;
+    ) -> Result<Self::Storage>;
     /// A copy of `src`, a buffer of this backend on any of its devices, on `device`.
-    fn copy(&self, src: &Buffer, device: DeviceId) -> Result<Buffer>;
+    fn copy(&self, src: &Self::Storage, device: DeviceId) -> Result<Self::Storage>;
     /// `len` elements equal to `value`.
-    fn fill(&self, device: DeviceId, dtype: DType, len: usize, value: Scalar) -> Result<Buffer>;
+    fn fill(&self, device: DeviceId, dtype: DType, len: usize, value: Scalar) -> Result<Self::Storage>;
     /// `start + i * step` for i in 0..len, computed in f64 and converted.
-    fn arange(&self, device: DeviceId, dtype: DType, len: usize, start: f64, step: f64) -> Result<Buffer>;
+    fn arange(&self, device: DeviceId, dtype: DType, len: usize, start: f64, step: f64) -> Result<Self::Storage>;
     /// Uniform `[0, 1)` values; element i depends only on `seed` and i (see
     /// [`crate::backend::rand_bits`]).
-    fn rand(&self, device: DeviceId, dtype: DType, len: usize, seed: u64) -> Result<Buffer>;
+    fn rand(&self, device: DeviceId, dtype: DType, len: usize, seed: u64) -> Result<Self::Storage>;
 
     /// Whether `device` can read and write the memory of `peer` directly. The two are
     /// distinct devices of this backend: `parallel::peer` checks that, once.
@@ -129,8 +151,8 @@ pub(crate) trait BackendDevice: Send + Sync + 'static {
         devices: &[DeviceId],
         dtype: DType,
         len: usize,
-        op: Collective<'_>,
-    ) -> Result<Option<Vec<Buffer>>>;
+        op: Collective<'_, Self::Storage>,
+    ) -> Result<Option<Vec<Self::Storage>>>;
 
     /// Whether this backend runs collectives between processes on `device` itself (NCCL
     /// is loaded): `false` moves them through host memory (`dist`'s TCP path).
@@ -140,22 +162,41 @@ pub(crate) trait BackendDevice: Send + Sync + 'static {
     /// Joins communicator `id` as `rank` of `world` ranks on `device`; returns once every
     /// rank has joined. A collective on it that has not finished `timeout` after it was
     /// queued aborts the communicator (a peer died or hangs): later calls are an `Err`.
-    fn join_comm(&self, device: DeviceId, id: &[u8], rank: usize, world: usize, timeout: Duration) -> Result<AnyComm>;
+    fn join_comm(
+        &self,
+        device: DeviceId,
+        id: &[u8],
+        rank: usize,
+        world: usize,
+        timeout: Duration,
+    ) -> Result<Self::Comm>;
     /// Queues `op` over `comm` on the thread's current stream of the comm's device (the
     /// inputs are waited for there, as any op's); `len` elements of `dtype` per input.
     /// The result, or `None` for a send.
-    fn run_comm(&self, comm: &AnyComm, dtype: DType, len: usize, op: CommOp<'_>) -> Result<Option<Buffer>>;
+    fn run_comm(
+        &self,
+        comm: &Self::Comm,
+        dtype: DType,
+        len: usize,
+        op: CommOp<'_, Self::Storage>,
+    ) -> Result<Option<Self::Storage>>;
 
     /// Starts capturing the work queued on `stream` into a graph instead of running it.
     /// Captured work may read memory made during the capture, and `inputs`, only.
-    fn begin_capture(&self, stream: &AnyStream, inputs: &[&Buffer]) -> Result<()>;
+    fn begin_capture(&self, stream: &Self::Stream, inputs: &[&Self::Storage]) -> Result<()>;
     /// Ends the capture begun on `stream`: its work, and that of the streams that joined
     /// it, as a graph ready to replay.
-    fn end_capture(&self, stream: &AnyStream) -> Result<AnyGraph>;
+    fn end_capture(&self, stream: &Self::Stream) -> Result<Self::Graph>;
     /// Queues one replay of `graph` on `stream`. It reads `reads` (the inputs) and
     /// writes `writes` (the outputs made in the capture); the caller has ordered them for
     /// `stream` (`use_on_stream`, `before_write`) and marks the writes after.
-    fn launch_graph(&self, graph: &AnyGraph, stream: &AnyStream, reads: &[&Buffer], writes: &[&Buffer]) -> Result<()>;
+    fn launch_graph(
+        &self,
+        graph: &Self::Graph,
+        stream: &Self::Stream,
+        reads: &[&Self::Storage],
+        writes: &[&Self::Storage],
+    ) -> Result<()>;
 
     /// Queues one launch of the user's `kernel` on `stream`, a stream of `device`, over
     /// `grid` (checked, not empty), with `args` in the kernel's parameter order: buffers
@@ -168,9 +209,9 @@ pub(crate) trait BackendDevice: Send + Sync + 'static {
         &self,
         device: DeviceId,
         kernel: &'static KernelSource,
-        stream: &AnyStream,
+        stream: &Self::Stream,
         grid: Grid,
-        args: &[KernelArg<'_>],
+        args: &[KernelArg<'_, Self::Storage>],
     ) -> Result<()>;
 }
 
@@ -178,30 +219,35 @@ pub(crate) trait BackendDevice: Send + Sync + 'static {
 /// device of its (first) operand, queued on the thread's current stream of that device;
 /// operands of other streams are waited for first. `dtype` is the elements' type and
 /// `len` an element count, both checked by the caller.
-pub(crate) trait BackendStorage: Sized {
+pub(crate) trait BackendStorage: Sized + Debug {
+    /// The streams of this memory's backend.
+    type Stream;
+    /// The events of this memory's backend.
+    type Event;
+
     /// The device this memory lives on.
     fn device_id(&self) -> DeviceId;
     /// Copies all of this buffer into `out` (same length), waiting for it on the host.
     fn download(&self, out: &mut [u8]) -> Result<()>;
     /// Queues a copy of this buffer into pinned `dst` on `stream` (of this buffer's
-    /// device); the event marks its end, and `dst` is held from reuse until then.
-    fn download_async(&self, dst: &mut HostBuffer, stream: &AnyStream) -> Result<AnyEvent>;
+    /// device); the event marks its end. The caller (dispatch) holds `dst` from reuse until then.
+    fn download_async(&self, dst: &mut HostBuffer, stream: &Self::Stream) -> Result<Self::Event>;
     /// Marks this buffer as used on `stream` (PyTorch's `record_stream`): `stream` first
     /// waits for the buffer's writer, and the buffer is freed only after `stream` is done.
-    fn use_on_stream(&self, stream: &AnyStream) -> Result<()>;
+    fn use_on_stream(&self, stream: &Self::Stream) -> Result<()>;
     /// Prepares this memory to be written in place on `stream`: `stream` waits for its
     /// last write and for every stream that read it since.
-    fn before_write(&self, stream: &AnyStream) -> Result<()>;
+    fn before_write(&self, stream: &Self::Stream) -> Result<()>;
     /// This memory was just written in place by work queued on `stream`: later uses on
     /// other streams wait for that write.
-    fn after_write(&self, stream: &AnyStream) -> Result<()>;
+    fn after_write(&self, stream: &Self::Stream) -> Result<()>;
     /// Lends this memory to code outside locus that reads it (or, with `write`, writes
     /// it) with work queued on `stream`, of this buffer's device: `stream` first waits
     /// for the last write (and for a write, for every read since), and the memory is
     /// freed only after `stream`'s work. Returns the address (a device address; a host
     /// address on the host backend, where the host first waits for `stream`, so that
     /// host code may stand for that work). A write ends with [`BackendStorage::after_write`].
-    fn lend(&self, stream: &AnyStream, write: bool) -> Result<u64>;
+    fn lend(&self, stream: &Self::Stream, write: bool) -> Result<u64>;
     /// Copies `src` (of the same length and device) over this memory, in place, queued
     /// on the thread's current stream of the device.
     fn overwrite(&self, src: &Self) -> Result<()>;

@@ -10,7 +10,6 @@
 
 use std::any::type_name;
 
-use crate::backend::Buffer;
 use crate::element::{DType, Element};
 use crate::error::{Error, Result};
 
@@ -211,13 +210,13 @@ impl ScalarArg {
 
 /// One argument of a launch, in the kernel's parameter order.
 #[derive(Debug)]
-pub(crate) enum KernelArg<'a> {
+pub(crate) enum KernelArg<'a, B> {
     /// A value parameter.
     Scalar(ScalarArg),
     /// A `const T*` parameter: the kernel reads this memory.
-    Read(&'a Buffer, DType),
+    Read(&'a B, DType),
     /// A `T*` parameter: the kernel may read and write this memory, in place.
-    Write(&'a Buffer, DType),
+    Write(&'a B, DType),
 }
 
 /// What a host fallback is handed: the launch's scalars, inputs and outputs, each taken

@@ -39,12 +39,11 @@ pub(crate) use driver::buffer::CudaBuffer;
 use driver::device::{driver, DeviceState};
 pub(crate) use driver::event::CudaEvent;
 pub(crate) use driver::graph::CudaGraph;
+pub(crate) use driver::memory::{current_of, with_current};
 pub(crate) use driver::stream::CudaStream;
 
 use crate::backend::api::user_kernel::{Grid, KernelArg, KernelSource};
-use crate::backend::{
-    foreign, AnyComm, AnyEvent, AnyGraph, AnyStream, BackendDevice, Buffer, Collective, CommOp, HostBuffer, Release,
-};
+use crate::backend::{BackendDevice, Collective, CommOp, HostBuffer, Release};
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
@@ -69,22 +68,13 @@ impl CudaBackend {
     }
 }
 
-/// The driver stream of `stream`; a host stream here is a caller's bug, reported.
-fn raw_stream(stream: &AnyStream) -> Result<Arc<CudaStream>> {
-    match stream {
-        AnyStream::Cuda(s) => Ok(Arc::clone(s)),
-        AnyStream::Host(_) => Err(foreign("cuda", "a stream")),
-    }
-}
-
-fn raw_event(ev: &AnyEvent) -> Result<&CudaEvent> {
-    match ev {
-        AnyEvent::Cuda(e) => Ok(e),
-        AnyEvent::Host(_) => Err(foreign("cuda", "an event")),
-    }
-}
-
 impl BackendDevice for CudaBackend {
+    type Stream = Arc<CudaStream>;
+    type Event = Arc<CudaEvent>;
+    type Graph = CudaGraph;
+    type Comm = Arc<ProcessComm>;
+    type Storage = CudaBuffer;
+
     fn name(&self) -> &'static str {
         "cuda"
     }
@@ -115,18 +105,18 @@ impl BackendDevice for CudaBackend {
         driver::stream::live_streams()
     }
 
-    fn default_stream(&self, device: DeviceId) -> Result<AnyStream> {
-        Ok(AnyStream::Cuda(Arc::clone(&self.dev(device)?.stream)))
+    fn default_stream(&self, device: DeviceId) -> Result<Arc<CudaStream>> {
+        Ok(Arc::clone(&self.dev(device)?.stream))
     }
 
-    fn new_stream(&self, device: DeviceId) -> Result<AnyStream> {
+    fn new_stream(&self, device: DeviceId) -> Result<Arc<CudaStream>> {
         let dev = self.dev(device)?;
         dev.bind()?;
-        Ok(AnyStream::Cuda(Arc::new(CudaStream::create(dev.ordinal, dev.ctx.cu_ctx())?)))
+        Ok(Arc::new(CudaStream::create(dev.ordinal, dev.ctx.cu_ctx())?))
     }
 
-    fn sync_stream(&self, stream: &AnyStream) -> Result<()> {
-        let s = raw_stream(stream)?;
+    fn sync_stream(&self, stream: &Arc<CudaStream>) -> Result<()> {
+        let s = stream;
         self.dev(DeviceId::Cuda(s.ordinal))?.bind()?;
         s.synchronize()
     }
@@ -137,40 +127,40 @@ impl BackendDevice for CudaBackend {
         result::ctx::synchronize().map_err(driver(dev.ordinal, "cuCtxSynchronize"))
     }
 
-    fn new_event(&self, device: DeviceId, timing: bool) -> Result<AnyEvent> {
+    fn new_event(&self, device: DeviceId, timing: bool) -> Result<Arc<CudaEvent>> {
         let dev = self.dev(device)?;
-        Ok(AnyEvent::Cuda(Arc::new(CudaEvent::create(dev.ordinal, dev.ctx.cu_ctx(), timing)?)))
+        Ok(Arc::new(CudaEvent::create(dev.ordinal, dev.ctx.cu_ctx(), timing)?))
     }
 
-    fn record_event(&self, event: &AnyEvent, stream: &AnyStream) -> Result<()> {
-        let (e, s) = (raw_event(event)?, raw_stream(stream)?);
+    fn record_event(&self, event: &Arc<CudaEvent>, stream: &Arc<CudaStream>) -> Result<()> {
+        let (e, s) = (event, stream);
         self.dev(DeviceId::Cuda(s.ordinal))?.bind()?;
         e.record(&s)
     }
 
-    fn wait_event(&self, stream: &AnyStream, event: &AnyEvent) -> Result<()> {
-        let (e, s) = (raw_event(event)?, raw_stream(stream)?);
+    fn wait_event(&self, stream: &Arc<CudaStream>, event: &Arc<CudaEvent>) -> Result<()> {
+        let (e, s) = (event, stream);
         self.dev(DeviceId::Cuda(s.ordinal))?.bind()?;
         driver::graph::joins(&s, e.capture())?;
         s.wait(e)
     }
 
-    fn sync_event(&self, event: &AnyEvent) -> Result<()> {
-        let e = raw_event(event)?;
+    fn sync_event(&self, event: &Arc<CudaEvent>) -> Result<()> {
+        let e = event;
         e.outside_captures()?;
         self.dev(DeviceId::Cuda(e.ordinal))?.bind()?;
         e.synchronize()
     }
 
-    fn event_done(&self, event: &AnyEvent) -> Result<bool> {
-        let e = raw_event(event)?;
+    fn event_done(&self, event: &Arc<CudaEvent>) -> Result<bool> {
+        let e = event;
         e.outside_captures()?;
         self.dev(DeviceId::Cuda(e.ordinal))?.bind()?;
         e.is_complete()
     }
 
-    fn elapsed_ms(&self, start: &AnyEvent, end: &AnyEvent) -> Result<f32> {
-        let (a, b) = (raw_event(start)?, raw_event(end)?);
+    fn elapsed_ms(&self, start: &Arc<CudaEvent>, end: &Arc<CudaEvent>) -> Result<f32> {
+        let (a, b) = (start, end);
         a.outside_captures()?;
         b.outside_captures()?;
         self.dev(DeviceId::Cuda(a.ordinal))?.bind()?;
@@ -187,11 +177,11 @@ impl BackendDevice for CudaBackend {
         unsafe { self.free_pinned_block(ptr) }
     }
 
-    fn upload(&self, device: DeviceId, data: &[u8]) -> Result<Buffer> {
+    fn upload(&self, device: DeviceId, data: &[u8]) -> Result<CudaBuffer> {
         transfer::upload(self, device, data)
     }
 
-    fn upload_parts(&self, device: DeviceId, parts: &[&[u8]]) -> Result<Vec<Buffer>> {
+    fn upload_parts(&self, device: DeviceId, parts: &[&[u8]]) -> Result<Vec<CudaBuffer>> {
         transfer::upload_parts(self, device, parts)
     }
 
@@ -200,12 +190,12 @@ impl BackendDevice for CudaBackend {
         device: DeviceId,
         addr: u64,
         bytes: usize,
-        stream: &AnyStream,
+        stream: &Arc<CudaStream>,
         release: Release,
-    ) -> Result<Buffer> {
+    ) -> Result<CudaBuffer> {
         // Until the buffer exists, when the owner's work ends cannot be known: on an
         // error here the memory is never given back, rather than given back in use.
-        let checked = raw_stream(stream).and_then(|s| {
+        let checked = Ok(Arc::clone(stream)).and_then(|s: Arc<CudaStream>| {
             let dev = self.dev(device)?;
             if s.ordinal != dev.ordinal {
                 return Err(Error::DeviceMismatch {
@@ -226,27 +216,32 @@ impl BackendDevice for CudaBackend {
         };
         // SAFETY: the caller's contract: `addr` is `bytes` bytes of `dev`'s memory, valid
         // until `release` runs and used by nothing else but `s`'s earlier work.
-        unsafe { CudaBuffer::foreign(dev, &s, addr, bytes, release) }.map(Buffer::Cuda)
+        unsafe { CudaBuffer::foreign(dev, &s, addr, bytes, release) }
     }
 
-    fn upload_async(&self, device: DeviceId, src: &HostBuffer, stream: &AnyStream) -> Result<(Buffer, AnyEvent)> {
+    fn upload_async(
+        &self,
+        device: DeviceId,
+        src: &HostBuffer,
+        stream: &Arc<CudaStream>,
+    ) -> Result<(CudaBuffer, Arc<CudaEvent>)> {
         transfer::upload_async(self, device, src, stream)
     }
 
-    fn copy(&self, src: &Buffer, device: DeviceId) -> Result<Buffer> {
+    fn copy(&self, src: &CudaBuffer, device: DeviceId) -> Result<CudaBuffer> {
         transfer::copy(self, src, device)
     }
 
-    fn fill(&self, device: DeviceId, dtype: DType, len: usize, value: Scalar) -> Result<Buffer> {
-        ops::init::fill(self.dev(device)?, dtype, len, value).map(Buffer::Cuda)
+    fn fill(&self, device: DeviceId, dtype: DType, len: usize, value: Scalar) -> Result<CudaBuffer> {
+        ops::init::fill(self.dev(device)?, dtype, len, value)
     }
 
-    fn arange(&self, device: DeviceId, dtype: DType, len: usize, start: f64, step: f64) -> Result<Buffer> {
-        ops::init::arange(self.dev(device)?, dtype, len, start, step).map(Buffer::Cuda)
+    fn arange(&self, device: DeviceId, dtype: DType, len: usize, start: f64, step: f64) -> Result<CudaBuffer> {
+        ops::init::arange(self.dev(device)?, dtype, len, start, step)
     }
 
-    fn rand(&self, device: DeviceId, dtype: DType, len: usize, seed: u64) -> Result<Buffer> {
-        ops::init::rand(self.dev(device)?, dtype, len, seed).map(Buffer::Cuda)
+    fn rand(&self, device: DeviceId, dtype: DType, len: usize, seed: u64) -> Result<CudaBuffer> {
+        ops::init::rand(self.dev(device)?, dtype, len, seed)
     }
 
     fn can_access_peer(&self, device: DeviceId, peer: DeviceId) -> Result<bool> {
@@ -262,8 +257,8 @@ impl BackendDevice for CudaBackend {
         devices: &[DeviceId],
         dtype: DType,
         len: usize,
-        op: Collective<'_>,
-    ) -> Result<Option<Vec<Buffer>>> {
+        op: Collective<'_, CudaBuffer>,
+    ) -> Result<Option<Vec<CudaBuffer>>> {
         comm::local::collective(self, devices, dtype, len, op)
     }
 
@@ -275,20 +270,32 @@ impl BackendDevice for CudaBackend {
         self.comm_id()
     }
 
-    fn join_comm(&self, device: DeviceId, id: &[u8], rank: usize, world: usize, timeout: Duration) -> Result<AnyComm> {
+    fn join_comm(
+        &self,
+        device: DeviceId,
+        id: &[u8],
+        rank: usize,
+        world: usize,
+        timeout: Duration,
+    ) -> Result<Arc<ProcessComm>> {
         self.comm_join(device, id, rank, world, timeout)
     }
 
-    fn run_comm(&self, comm: &AnyComm, dtype: DType, len: usize, op: CommOp<'_>) -> Result<Option<Buffer>> {
+    fn run_comm(
+        &self,
+        comm: &Arc<ProcessComm>,
+        dtype: DType,
+        len: usize,
+        op: CommOp<'_, CudaBuffer>,
+    ) -> Result<Option<CudaBuffer>> {
         self.comm_run(comm, dtype, len, op)
     }
 
-    fn begin_capture(&self, stream: &AnyStream, inputs: &[&Buffer]) -> Result<()> {
-        let s = raw_stream(stream)?;
+    fn begin_capture(&self, stream: &Arc<CudaStream>, inputs: &[&CudaBuffer]) -> Result<()> {
+        let s = stream;
         let dev = self.dev(DeviceId::Cuda(s.ordinal))?;
         let mut ptrs = Vec::with_capacity(inputs.len());
         for b in inputs {
-            let b = driver::memory::cuda(b)?;
             // The stream waits for the inputs' writers now; each replay orders them again.
             b.use_on(&s)?;
             ptrs.push(b.ptr());
@@ -296,28 +303,31 @@ impl BackendDevice for CudaBackend {
         driver::graph::begin(dev, &s, ptrs)
     }
 
-    fn end_capture(&self, stream: &AnyStream) -> Result<AnyGraph> {
-        let s = raw_stream(stream)?;
-        Ok(AnyGraph::Cuda(Arc::new(driver::graph::end(&s)?)))
+    fn end_capture(&self, stream: &Arc<CudaStream>) -> Result<CudaGraph> {
+        let s = stream;
+        driver::graph::end(s)
     }
 
-    fn launch_graph(&self, graph: &AnyGraph, stream: &AnyStream, _: &[&Buffer], _: &[&Buffer]) -> Result<()> {
-        let s = raw_stream(stream)?;
-        match graph {
-            AnyGraph::Cuda(g) => g.launch(&s),
-            AnyGraph::Host(_) => Err(foreign("cuda", "a graph")),
-        }
+    fn launch_graph(
+        &self,
+        graph: &CudaGraph,
+        stream: &Arc<CudaStream>,
+        _: &[&CudaBuffer],
+        _: &[&CudaBuffer],
+    ) -> Result<()> {
+        let s = stream;
+        graph.launch(s)
     }
 
     fn launch_kernel(
         &self,
         device: DeviceId,
         kernel: &'static KernelSource,
-        stream: &AnyStream,
+        stream: &Arc<CudaStream>,
         grid: Grid,
-        args: &[KernelArg<'_>],
+        args: &[KernelArg<'_, CudaBuffer>],
     ) -> Result<()> {
-        let s = raw_stream(stream)?;
+        let s = stream;
         let dev = self.dev(device)?;
         if s.ordinal != dev.ordinal {
             return Err(Error::DeviceMismatch { op: kernel.name, lhs: device, rhs: DeviceId::Cuda(s.ordinal) });

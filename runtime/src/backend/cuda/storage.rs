@@ -2,13 +2,16 @@
 //! `DeviceState`), so each op runs there, delegating to the module of its kernel source
 //! (`elementwise`, `reduce`, `matrix`, `softmax`, `gather`) or to `transfer`.
 
+use std::sync::Arc;
+
 use crate::backend::cuda::driver::buffer::CudaBuffer;
 use crate::backend::cuda::driver::device::DeviceState;
 use crate::backend::cuda::ops::{elementwise, gather, gemm, matrix, permute, reduce, select, softmax};
-use crate::backend::cuda::{raw_stream, transfer};
+use crate::backend::cuda::transfer;
+use crate::backend::cuda::{CudaEvent, CudaStream};
 use crate::backend::{
-    AnyEvent, AnyStream, BackendStorage, BinaryOp, Blocks, CompareOp, Gather, Gemm, HostBuffer, ParamOp, Permute,
-    ReduceOp, SoftmaxOp, UnaryOp,
+    BackendStorage, BinaryOp, Blocks, CompareOp, Gather, Gemm, HostBuffer, ParamOp, Permute, ReduceOp, SoftmaxOp,
+    UnaryOp,
 };
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
@@ -21,6 +24,9 @@ fn first_device(op: &'static str, first: Option<&CudaBuffer>) -> Result<&'static
 }
 
 impl BackendStorage for CudaBuffer {
+    type Stream = Arc<CudaStream>;
+    type Event = Arc<CudaEvent>;
+
     fn device_id(&self) -> DeviceId {
         self.device().id()
     }
@@ -29,30 +35,30 @@ impl BackendStorage for CudaBuffer {
         transfer::download(self, out)
     }
 
-    fn download_async(&self, dst: &mut HostBuffer, stream: &AnyStream) -> Result<AnyEvent> {
+    fn download_async(&self, dst: &mut HostBuffer, stream: &Arc<CudaStream>) -> Result<Arc<CudaEvent>> {
         transfer::download_async(self, dst, stream)
     }
 
-    fn use_on_stream(&self, stream: &AnyStream) -> Result<()> {
-        let s = raw_stream(stream)?;
+    fn use_on_stream(&self, stream: &Arc<CudaStream>) -> Result<()> {
+        let s = stream;
         self.device().bind()?;
         self.use_on(&s)
     }
 
-    fn before_write(&self, stream: &AnyStream) -> Result<()> {
-        let s = raw_stream(stream)?;
+    fn before_write(&self, stream: &Arc<CudaStream>) -> Result<()> {
+        let s = stream;
         self.device().bind()?;
         CudaBuffer::before_write(self, &s)
     }
 
-    fn after_write(&self, stream: &AnyStream) -> Result<()> {
-        let s = raw_stream(stream)?;
+    fn after_write(&self, stream: &Arc<CudaStream>) -> Result<()> {
+        let s = stream;
         self.device().bind()?;
         CudaBuffer::after_write(self, &s)
     }
 
-    fn lend(&self, stream: &AnyStream, write: bool) -> Result<u64> {
-        let s = raw_stream(stream)?;
+    fn lend(&self, stream: &Arc<CudaStream>, write: bool) -> Result<u64> {
+        let s = stream;
         if s.ordinal != self.device().ordinal {
             return Err(Error::DeviceMismatch {
                 op: "raw view",

@@ -42,6 +42,11 @@ const INDEX_CHECK: &str = "it reads back whether an index was out of range, whic
 const HOST_READ: &str = "nothing runs while a graph is captured, so there is nothing to read yet; \
      read the graph's outputs after `replay()`";
 
+/// A stream of the other backend: a bug above the backends, reported, not a panic.
+fn foreign_stream() -> Error {
+    Error::InvalidArgument { op: "backend", reason: "a stream of one backend was handed memory of the other".into() }
+}
+
 fn mismatch(op: &'static str, lhs: &Buffer, rhs: &Buffer) -> Error {
     Error::DeviceMismatch { op, lhs: lhs.device_id(), rhs: rhs.device_id() }
 }
@@ -80,15 +85,16 @@ impl Buffer {
     }
 }
 
-impl BackendStorage for Buffer {
-    fn device_id(&self) -> DeviceId {
+/// The storage-level ops, each matched once to its backend (see `BackendStorage`).
+impl Buffer {
+    pub(crate) fn device_id(&self) -> DeviceId {
         match self {
             Buffer::Host(h) => h.device_id(),
             Buffer::Cuda(c) => c.device_id(),
         }
     }
 
-    fn download(&self, out: &mut [u8]) -> Result<()> {
+    pub(crate) fn download(&self, out: &mut [u8]) -> Result<()> {
         capture::refuse("to_vec / item (a read by the host)", HOST_READ)?;
         match self {
             Buffer::Host(h) => h.download(out),
@@ -96,37 +102,46 @@ impl BackendStorage for Buffer {
         }
     }
 
-    fn download_async(&self, dst: &mut HostBuffer, stream: &AnyStream) -> Result<AnyEvent> {
+    /// Queues a copy of this buffer into pinned `dst` on `stream`; the event marks its
+    /// end, and `dst` is held from reuse by the pinned pool (and from host reads and
+    /// writes) until then: the rule of every backend, written here once.
+    pub(crate) fn download_async(&self, dst: &mut HostBuffer, stream: &AnyStream) -> Result<AnyEvent> {
         capture::refuse("to_pinned_async", HOST_READ)?;
-        match self {
-            Buffer::Host(h) => h.download_async(dst, stream),
-            Buffer::Cuda(c) => c.download_async(dst, stream),
-        }
+        let done = match (self, stream) {
+            (Buffer::Host(h), AnyStream::Host(s)) => AnyEvent::Host(h.download_async(dst, s)?),
+            (Buffer::Cuda(c), AnyStream::Cuda(s)) => AnyEvent::Cuda(c.download_async(dst, s)?),
+            _ => return Err(foreign_stream()),
+        };
+        dst.hold_until(done.fence());
+        Ok(done)
     }
 
-    fn use_on_stream(&self, stream: &AnyStream) -> Result<()> {
+    pub(crate) fn use_on_stream(&self, stream: &AnyStream) -> Result<()> {
         capture::on_device("record_stream", self.device_id())?;
-        match self {
-            Buffer::Host(h) => h.use_on_stream(stream),
-            Buffer::Cuda(c) => c.use_on_stream(stream),
+        match (self, stream) {
+            (Buffer::Host(h), AnyStream::Host(s)) => h.use_on_stream(s),
+            (Buffer::Cuda(c), AnyStream::Cuda(s)) => BackendStorage::use_on_stream(c, s),
+            _ => Err(foreign_stream()),
         }
     }
 
-    fn before_write(&self, stream: &AnyStream) -> Result<()> {
-        match self {
-            Buffer::Host(h) => h.before_write(stream),
-            Buffer::Cuda(c) => BackendStorage::before_write(c, stream),
+    pub(crate) fn before_write(&self, stream: &AnyStream) -> Result<()> {
+        match (self, stream) {
+            (Buffer::Host(h), AnyStream::Host(s)) => h.before_write(s),
+            (Buffer::Cuda(c), AnyStream::Cuda(s)) => BackendStorage::before_write(c, s),
+            _ => Err(foreign_stream()),
         }
     }
 
-    fn after_write(&self, stream: &AnyStream) -> Result<()> {
-        match self {
-            Buffer::Host(h) => h.after_write(stream),
-            Buffer::Cuda(c) => BackendStorage::after_write(c, stream),
+    pub(crate) fn after_write(&self, stream: &AnyStream) -> Result<()> {
+        match (self, stream) {
+            (Buffer::Host(h), AnyStream::Host(s)) => h.after_write(s),
+            (Buffer::Cuda(c), AnyStream::Cuda(s)) => BackendStorage::after_write(c, s),
+            _ => Err(foreign_stream()),
         }
     }
 
-    fn overwrite(&self, src: &Self) -> Result<()> {
+    pub(crate) fn overwrite(&self, src: &Buffer) -> Result<()> {
         capture::refuse("copy_from", "inputs are written between replays, not in the graph")?;
         match self.pair("copy_from", src)? {
             Pair::Host(a, b) => a.overwrite(b),
@@ -134,25 +149,26 @@ impl BackendStorage for Buffer {
         }
     }
 
-    fn lend(&self, stream: &AnyStream, write: bool) -> Result<u64> {
+    pub(crate) fn lend(&self, stream: &AnyStream, write: bool) -> Result<u64> {
         capture::refuse(
             "a raw view",
             "code outside locus cannot be recorded into a graph; take the view outside the capture",
         )?;
-        match self {
-            Buffer::Host(h) => h.lend(stream, write),
-            Buffer::Cuda(c) => c.lend(stream, write),
+        match (self, stream) {
+            (Buffer::Host(h), AnyStream::Host(s)) => h.lend(s, write),
+            (Buffer::Cuda(c), AnyStream::Cuda(s)) => c.lend(s, write),
+            _ => Err(foreign_stream()),
         }
     }
 
-    fn forget_captured_writes(&self) {
+    pub(crate) fn forget_captured_writes(&self) {
         match self {
             Buffer::Host(h) => h.forget_captured_writes(),
             Buffer::Cuda(c) => BackendStorage::forget_captured_writes(c),
         }
     }
 
-    fn unary(&self, op: UnaryOp, dtype: DType, len: usize) -> Result<Self> {
+    pub(crate) fn unary(&self, op: UnaryOp, dtype: DType, len: usize) -> Result<Buffer> {
         capture::on_device(op.name(), self.device_id())?;
         match self {
             Buffer::Host(h) => h.unary(op, dtype, len).map(Buffer::Host),
@@ -160,7 +176,7 @@ impl BackendStorage for Buffer {
         }
     }
 
-    fn cast(&self, from: DType, to: DType, len: usize) -> Result<Self> {
+    pub(crate) fn cast(&self, from: DType, to: DType, len: usize) -> Result<Buffer> {
         capture::on_device("to_dtype", self.device_id())?;
         match self {
             Buffer::Host(h) => h.cast(from, to, len).map(Buffer::Host),
@@ -168,7 +184,7 @@ impl BackendStorage for Buffer {
         }
     }
 
-    fn unary_param(&self, op: ParamOp, dtype: DType, len: usize) -> Result<Self> {
+    pub(crate) fn unary_param(&self, op: ParamOp, dtype: DType, len: usize) -> Result<Buffer> {
         capture::on_device(op.name(), self.device_id())?;
         match self {
             Buffer::Host(h) => h.unary_param(op, dtype, len).map(Buffer::Host),
@@ -176,7 +192,14 @@ impl BackendStorage for Buffer {
         }
     }
 
-    fn binary(&self, rhs: &Self, op: BinaryOp, dtype: DType, out_shape: &[usize], layout: &Layout) -> Result<Self> {
+    pub(crate) fn binary(
+        &self,
+        rhs: &Buffer,
+        op: BinaryOp,
+        dtype: DType,
+        out_shape: &[usize],
+        layout: &Layout,
+    ) -> Result<Buffer> {
         capture::on_device(op.name(), self.device_id())?;
         capture::division(op, dtype)?;
         match self.pair(op.name(), rhs)? {
@@ -185,7 +208,7 @@ impl BackendStorage for Buffer {
         }
     }
 
-    fn binary_scalar(&self, op: BinaryOp, dtype: DType, len: usize, rhs: Scalar) -> Result<Self> {
+    pub(crate) fn binary_scalar(&self, op: BinaryOp, dtype: DType, len: usize, rhs: Scalar) -> Result<Buffer> {
         capture::on_device(op.name(), self.device_id())?;
         capture::division(op, dtype)?;
         match self {
@@ -194,7 +217,7 @@ impl BackendStorage for Buffer {
         }
     }
 
-    fn scalar_binary(&self, op: BinaryOp, dtype: DType, lhs: Scalar, len: usize) -> Result<Self> {
+    pub(crate) fn scalar_binary(&self, op: BinaryOp, dtype: DType, lhs: Scalar, len: usize) -> Result<Buffer> {
         capture::on_device(op.name(), self.device_id())?;
         capture::division(op, dtype)?;
         match self {
@@ -203,7 +226,7 @@ impl BackendStorage for Buffer {
         }
     }
 
-    fn reduce(&self, op: ReduceOp, dtype: DType, r: Reduction) -> Result<Self> {
+    pub(crate) fn reduce(&self, op: ReduceOp, dtype: DType, r: Reduction) -> Result<Buffer> {
         capture::on_device(op.name(), self.device_id())?;
         match self {
             Buffer::Host(h) => h.reduce(op, dtype, r).map(Buffer::Host),
@@ -211,7 +234,7 @@ impl BackendStorage for Buffer {
         }
     }
 
-    fn matmul(&self, rhs: &Self, dtype: DType, g: Gemm) -> Result<Self> {
+    pub(crate) fn matmul(&self, rhs: &Buffer, dtype: DType, g: Gemm) -> Result<Buffer> {
         capture::on_device("matmul", self.device_id())?;
         match self.pair("matmul", rhs)? {
             Pair::Host(a, b) => a.matmul(b, dtype, g).map(Buffer::Host),
@@ -219,7 +242,7 @@ impl BackendStorage for Buffer {
         }
     }
 
-    fn transpose(&self, dtype: DType, rows: usize, cols: usize) -> Result<Self> {
+    pub(crate) fn transpose(&self, dtype: DType, rows: usize, cols: usize) -> Result<Buffer> {
         capture::on_device("transpose", self.device_id())?;
         match self {
             Buffer::Host(h) => h.transpose(dtype, rows, cols).map(Buffer::Host),
@@ -227,7 +250,7 @@ impl BackendStorage for Buffer {
         }
     }
 
-    fn permute(&self, dtype: DType, p: &Permute) -> Result<Self> {
+    pub(crate) fn permute(&self, dtype: DType, p: &Permute) -> Result<Buffer> {
         capture::on_device("transpose", self.device_id())?;
         match self {
             Buffer::Host(h) => h.permute(dtype, p).map(Buffer::Host),
@@ -235,7 +258,7 @@ impl BackendStorage for Buffer {
         }
     }
 
-    fn slice(&self, dtype: DType, offset: usize, len: usize) -> Result<Self> {
+    pub(crate) fn slice(&self, dtype: DType, offset: usize, len: usize) -> Result<Buffer> {
         capture::on_device("slice", self.device_id())?;
         match self {
             Buffer::Host(h) => h.slice(dtype, offset, len).map(Buffer::Host),
@@ -243,7 +266,7 @@ impl BackendStorage for Buffer {
         }
     }
 
-    fn concat(dtype: DType, parts: &[(&Self, usize)]) -> Result<Self> {
+    pub(crate) fn concat(dtype: DType, parts: &[(&Buffer, usize)]) -> Result<Buffer> {
         if let Some((first, _)) = parts.first() {
             capture::on_device("cat", first.device_id())?;
         }
@@ -263,7 +286,7 @@ impl BackendStorage for Buffer {
         }
     }
 
-    fn copy_blocks(&self, dtype: DType, len: usize, parts: &[Blocks<'_, Self>]) -> Result<Self> {
+    pub(crate) fn copy_blocks(&self, dtype: DType, len: usize, parts: &[Blocks<'_, Buffer>]) -> Result<Buffer> {
         capture::on_device("copy", self.device_id())?;
         match self.many("copy_blocks", parts.iter().map(|p| p.src))? {
             Many::Host(into, v) => {
@@ -277,7 +300,7 @@ impl BackendStorage for Buffer {
         }
     }
 
-    fn softmax(&self, op: SoftmaxOp, dtype: DType, r: Reduction) -> Result<Self> {
+    pub(crate) fn softmax(&self, op: SoftmaxOp, dtype: DType, r: Reduction) -> Result<Buffer> {
         capture::on_device(op.name(), self.device_id())?;
         match self {
             Buffer::Host(h) => h.softmax(op, dtype, r).map(Buffer::Host),
@@ -285,7 +308,7 @@ impl BackendStorage for Buffer {
         }
     }
 
-    fn index_select(&self, index: &Self, dtype: DType, g: Gather) -> Result<Self> {
+    pub(crate) fn index_select(&self, index: &Buffer, dtype: DType, g: Gather) -> Result<Buffer> {
         capture::on_device("index_select", self.device_id())?;
         capture::refuse("index_select", INDEX_CHECK)?;
         match self.pair("index_select", index)? {
@@ -294,7 +317,13 @@ impl BackendStorage for Buffer {
         }
     }
 
-    fn cross_entropy_rows(&self, targets: &Self, dtype: DType, rows: usize, classes: usize) -> Result<Self> {
+    pub(crate) fn cross_entropy_rows(
+        &self,
+        targets: &Buffer,
+        dtype: DType,
+        rows: usize,
+        classes: usize,
+    ) -> Result<Buffer> {
         capture::on_device("cross_entropy", self.device_id())?;
         capture::refuse("cross_entropy", INDEX_CHECK)?;
         match self.pair("cross_entropy", targets)? {
@@ -303,7 +332,14 @@ impl BackendStorage for Buffer {
         }
     }
 
-    fn compare(&self, rhs: &Self, op: CompareOp, dtype: DType, out_shape: &[usize], layout: &Layout) -> Result<Self> {
+    pub(crate) fn compare(
+        &self,
+        rhs: &Buffer,
+        op: CompareOp,
+        dtype: DType,
+        out_shape: &[usize],
+        layout: &Layout,
+    ) -> Result<Buffer> {
         capture::on_device(op.name(), self.device_id())?;
         match self.pair(op.name(), rhs)? {
             Pair::Host(a, b) => a.compare(b, op, dtype, out_shape, layout).map(Buffer::Host),
@@ -311,7 +347,7 @@ impl BackendStorage for Buffer {
         }
     }
 
-    fn compare_scalar(&self, op: CompareOp, dtype: DType, len: usize, rhs: Scalar) -> Result<Self> {
+    pub(crate) fn compare_scalar(&self, op: CompareOp, dtype: DType, len: usize, rhs: Scalar) -> Result<Buffer> {
         capture::on_device(op.name(), self.device_id())?;
         match self {
             Buffer::Host(h) => h.compare_scalar(op, dtype, len, rhs).map(Buffer::Host),
@@ -319,14 +355,14 @@ impl BackendStorage for Buffer {
         }
     }
 
-    fn select_where(
+    pub(crate) fn select_where(
         &self,
-        a: &Self,
-        b: &Self,
+        a: &Buffer,
+        b: &Buffer,
         dtype: DType,
         out_shape: &[usize],
         strides: [&[usize]; 3],
-    ) -> Result<Self> {
+    ) -> Result<Buffer> {
         capture::on_device("where", self.device_id())?;
         match (self.pair("where", a)?, self.pair("where", b)?) {
             (Pair::Host(m, a), Pair::Host(_, b)) => m.select_where(a, b, dtype, out_shape, strides).map(Buffer::Host),
@@ -336,7 +372,7 @@ impl BackendStorage for Buffer {
         }
     }
 
-    fn argmax(&self, dtype: DType, r: Reduction, values: bool) -> Result<(Self, Option<Self>)> {
+    pub(crate) fn argmax(&self, dtype: DType, r: Reduction, values: bool) -> Result<(Buffer, Option<Buffer>)> {
         capture::on_device("argmax", self.device_id())?;
         match self {
             Buffer::Host(h) => h.argmax(dtype, r, values).map(|(i, v)| (Buffer::Host(i), v.map(Buffer::Host))),

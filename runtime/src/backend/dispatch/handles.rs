@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use crate::backend::api::fence::Fence;
 use crate::backend::cuda;
 use crate::backend::host;
 use crate::backend::Buffer;
@@ -40,6 +41,16 @@ impl AnyStream {
 pub(crate) enum AnyEvent {
     Host(Arc<host::HostEvent>),
     Cuda(Arc<cuda::CudaEvent>),
+}
+
+impl AnyEvent {
+    /// The event as the pinned pool holds a block until it.
+    pub(crate) fn fence(&self) -> Arc<dyn Fence> {
+        match self {
+            AnyEvent::Host(e) => Arc::clone(e) as Arc<dyn Fence>,
+            AnyEvent::Cuda(e) => Arc::clone(e) as Arc<dyn Fence>,
+        }
+    }
 }
 
 /// A captured graph of one backend, ready to replay.

@@ -10,12 +10,13 @@
 use std::sync::{Arc, Mutex};
 
 use crate::backend::account::MemoryAccount;
+use crate::backend::api::fence::Fence;
 use crate::backend::host::cache::{HostBlock, CACHE};
 use crate::backend::host::graph::HostCapture;
 use crate::backend::host::streams::HostStream;
 use crate::backend::pinned_pool::{self as pinned, InFlight, PinnedBlock};
 use crate::backend::sync::hazard::{self, Kind, Region, Track};
-use crate::backend::{AnyEvent, Release};
+use crate::backend::Release;
 use crate::device_id::DeviceId;
 use crate::element::{DType, Element};
 use crate::error::{Error, Result};
@@ -296,7 +297,7 @@ impl HostBuffer {
 
     /// Keeps pinned memory from reuse by the pool, and from host writes through
     /// [`HostBuffer::writable`], until `event` has completed.
-    pub(crate) fn hold_until(&self, event: AnyEvent) {
+    pub(crate) fn hold_until(&self, event: Arc<dyn Fence>) {
         if let Keep::Pinned(b) = &self.keep {
             b.hold_until(event);
         }

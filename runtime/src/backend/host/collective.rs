@@ -5,7 +5,8 @@
 //! event waits NCCL makes); the outputs are new memory of each device's current stream.
 
 use crate::backend::host::host;
-use crate::backend::{Buffer, Collective, CommReduce};
+use crate::backend::host::HostBuffer;
+use crate::backend::{Collective, CommReduce};
 use crate::device_id::DeviceId;
 use crate::element::{with_dtype, DType, Element};
 use crate::error::{Error, Result};
@@ -28,8 +29,8 @@ pub(crate) fn collective(
     devices: &[DeviceId],
     dtype: DType,
     len: usize,
-    op: Collective<'_>,
-) -> Result<Option<Vec<Buffer>>> {
+    op: Collective<'_, HostBuffer>,
+) -> Result<Option<Vec<HostBuffer>>> {
     let bytes = len.checked_mul(dtype.size()).ok_or_else(|| bad("the inputs are larger than memory"))?;
     let result = match op {
         Collective::Broadcast { root, buf } => {
@@ -49,7 +50,7 @@ pub(crate) fn collective(
         .map(|&d| {
             let mut out = host().alloc_for_overwrite(d, result.len())?;
             out.bytes_mut().copy_from_slice(&result);
-            Ok(Buffer::Host(out))
+            Ok(out)
         })
         .collect::<Result<_>>()?;
     Ok(Some(outputs))
@@ -63,18 +64,17 @@ fn sum<T: Element>(inputs: &[&[u8]]) -> Vec<u8> {
 }
 
 /// The inputs' bytes, read once their writers are done.
-fn inputs_of<'a>(devices: &[DeviceId], inputs: &[&'a Buffer], bytes: usize) -> Result<Vec<&'a [u8]>> {
+fn inputs_of<'a>(devices: &[DeviceId], inputs: &[&'a HostBuffer], bytes: usize) -> Result<Vec<&'a [u8]>> {
     if inputs.len() != devices.len() || inputs.is_empty() {
         return Err(bad("one input per device is needed"));
     }
     inputs.iter().map(|b| host().read_now(sized(b, bytes)?)).collect()
 }
 
-fn sized(b: &Buffer, bytes: usize) -> Result<&Buffer> {
-    match b {
-        Buffer::Host(h) if h.len() == bytes => Ok(b),
-        Buffer::Host(_) => Err(bad("an input has the wrong length")),
-        Buffer::Cuda(_) => Err(crate::backend::foreign("host", "memory")),
+fn sized(b: &HostBuffer, bytes: usize) -> Result<&HostBuffer> {
+    match b.len() == bytes {
+        true => Ok(b),
+        false => Err(bad("an input has the wrong length")),
     }
 }
 

@@ -6,18 +6,24 @@ use crate::backend::host::{host, pinned_layout, HostBackend, HostBuffer, HostEve
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::host::streams::{current_stream, default_stream, host_event, host_mem, host_stream, streams_of};
+use crate::backend::host::streams::{default_stream, streams_of};
+use crate::backend::host::HostGraph;
 
 use crate::backend::api::user_kernel::{Grid, KernelArg, KernelSource};
 use crate::backend::transfer::paths::{self, CopyPath};
-use crate::backend::{
-    AnyComm, AnyEvent, AnyGraph, AnyStream, BackendDevice, BackendStorage, Buffer, Collective, CommOp, Release,
-};
+use crate::backend::{BackendDevice, BackendStorage, Collective, CommOp, Release};
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
 
 impl BackendDevice for HostBackend {
+    type Stream = Arc<HostStream>;
+    type Event = Arc<HostEvent>;
+    type Graph = HostGraph;
+    /// The host backend has no communicator between processes.
+    type Comm = std::convert::Infallible;
+    type Storage = HostBuffer;
+
     fn name(&self) -> &'static str {
         "host"
     }
@@ -48,18 +54,18 @@ impl BackendDevice for HostBackend {
         streams::live_streams()
     }
 
-    fn default_stream(&self, device: DeviceId) -> Result<AnyStream> {
+    fn default_stream(&self, device: DeviceId) -> Result<Arc<HostStream>> {
         host().account(device)?;
-        Ok(AnyStream::Host(default_stream(device)))
+        Ok(default_stream(device))
     }
 
-    fn new_stream(&self, device: DeviceId) -> Result<AnyStream> {
+    fn new_stream(&self, device: DeviceId) -> Result<Arc<HostStream>> {
         host().account(device)?;
-        Ok(AnyStream::Host(HostStream::new_side(device)))
+        Ok(HostStream::new_side(device))
     }
 
-    fn sync_stream(&self, stream: &AnyStream) -> Result<()> {
-        host_stream(stream)?.synchronize()
+    fn sync_stream(&self, stream: &Arc<HostStream>) -> Result<()> {
+        stream.synchronize()
     }
 
     fn sync_device(&self, device: DeviceId) -> Result<()> {
@@ -67,33 +73,33 @@ impl BackendDevice for HostBackend {
         streams_of(device).iter().try_for_each(|s| s.synchronize())
     }
 
-    fn new_event(&self, device: DeviceId, _timing: bool) -> Result<AnyEvent> {
+    fn new_event(&self, device: DeviceId, _timing: bool) -> Result<Arc<HostEvent>> {
         host().account(device)?;
-        Ok(AnyEvent::Host(Arc::new(HostEvent::default())))
+        Ok(Arc::new(HostEvent::default()))
     }
 
-    fn record_event(&self, event: &AnyEvent, stream: &AnyStream) -> Result<()> {
-        host_event(event)?.record(host_stream(stream)?)
+    fn record_event(&self, event: &Arc<HostEvent>, stream: &Arc<HostStream>) -> Result<()> {
+        event.record(stream)
     }
 
-    fn wait_event(&self, stream: &AnyStream, event: &AnyEvent) -> Result<()> {
-        host_event(event)?.wait_on(host_stream(stream)?)
+    fn wait_event(&self, stream: &Arc<HostStream>, event: &Arc<HostEvent>) -> Result<()> {
+        event.wait_on(stream)
     }
 
-    fn sync_event(&self, event: &AnyEvent) -> Result<()> {
-        let e = host_event(event)?;
+    fn sync_event(&self, event: &Arc<HostEvent>) -> Result<()> {
+        let e = event;
         e.outside_captures()?;
         e.synchronize()
     }
 
-    fn event_done(&self, event: &AnyEvent) -> Result<bool> {
-        let e = host_event(event)?;
+    fn event_done(&self, event: &Arc<HostEvent>) -> Result<bool> {
+        let e = event;
         e.outside_captures()?;
         Ok(e.is_done())
     }
 
-    fn elapsed_ms(&self, start: &AnyEvent, end: &AnyEvent) -> Result<f32> {
-        let (a, b) = (host_event(start)?, host_event(end)?);
+    fn elapsed_ms(&self, start: &Arc<HostEvent>, end: &Arc<HostEvent>) -> Result<f32> {
+        let (a, b) = (start, end);
         a.outside_captures()?;
         b.outside_captures()?;
         let (a, b) = (a.time()?, b.time()?);
@@ -120,7 +126,7 @@ impl BackendDevice for HostBackend {
         }
     }
 
-    fn upload(&self, device: DeviceId, data: &[u8]) -> Result<Buffer> {
+    fn upload(&self, device: DeviceId, data: &[u8]) -> Result<HostBuffer> {
         // The sizes the cuda backend uploads inline go the same way here (pinned block,
         // pieces as stream jobs behind the host); the driver's direct copy and the copy
         // threads' staging are both a plain copy.
@@ -130,7 +136,7 @@ impl BackendDevice for HostBackend {
         // Pageable memory is read before this returns, as cuMemcpyHtoD does.
         let mut out = host().alloc_for_overwrite(device, data.len())?;
         kernels::copy(out.bytes_mut(), data)?;
-        Ok(Buffer::Host(out))
+        Ok(out)
     }
 
     unsafe fn wrap(
@@ -138,10 +144,10 @@ impl BackendDevice for HostBackend {
         device: DeviceId,
         addr: u64,
         bytes: usize,
-        stream: &AnyStream,
+        stream: &Arc<HostStream>,
         release: Release,
-    ) -> Result<Buffer> {
-        let s = host_stream(stream)?;
+    ) -> Result<HostBuffer> {
+        let s = stream;
         if s.device != device {
             return Err(Error::DeviceMismatch { op: "from_raw_parts", lhs: device, rhs: s.device });
         }
@@ -152,51 +158,49 @@ impl BackendDevice for HostBackend {
         // SAFETY: the caller's contract: `addr` is host memory of `bytes` bytes, valid
         // until `release` runs and used by nothing else but `stream`'s earlier work.
         unsafe { HostBuffer::foreign(account, addr as usize as *mut u8, bytes, Some(Arc::clone(s)), release) }
-            .map(Buffer::Host)
     }
 
-    fn upload_async(&self, device: DeviceId, src: &HostBuffer, stream: &AnyStream) -> Result<(Buffer, AnyEvent)> {
-        let s = host_stream(stream)?;
-        // `out` is fresh memory of this stream; `src` is held below.
-        let out = HostBuffer::alloc(host().account(device)?, src.len(), Some(Arc::clone(s)))?;
-        let done = launch::queue_copy(s, "upload_async", src, &out)?;
-        // The DMA reads `src` after this returns: the block is neither reused nor
-        // written by the host before the copy is done.
-        src.hold_until(done.clone());
-        Ok((Buffer::Host(out), done))
+    fn upload_async(
+        &self,
+        device: DeviceId,
+        src: &HostBuffer,
+        stream: &Arc<HostStream>,
+    ) -> Result<(HostBuffer, Arc<HostEvent>)> {
+        // `out` is fresh memory of this stream; dispatch holds `src` until `done`.
+        let out = HostBuffer::alloc(host().account(device)?, src.len(), Some(Arc::clone(stream)))?;
+        let done = launch::queue_copy(stream, "upload_async", src, &out)?;
+        Ok((out, done))
     }
 
-    fn copy(&self, src: &Buffer, device: DeviceId) -> Result<Buffer> {
-        let h = host_mem(src)?;
+    fn copy(&self, src: &HostBuffer, device: DeviceId) -> Result<HostBuffer> {
+        let h = src;
         match (h.device_id().is_host(), device.is_host()) {
-            (true, false) if h.is_pinned() => {
-                Ok(self.upload_async(device, h, &AnyStream::Host(current_stream(device)))?.0)
-            }
+            // Dispatch sends a pinned source to a device through `upload_async` (and the
+            // pinned pool's hold); what reaches here is read before this returns.
             (true, _) => self.upload(device, h.bytes()),
             (false, true) => {
                 let mut out = host().alloc_for_overwrite(device, h.len())?;
                 h.download(out.bytes_mut())?;
-                Ok(Buffer::Host(out))
+                Ok(out)
             }
             (false, false) => launch::launch(
                 launch::Launch::new("copy", host().account(device)?, DType::U8, h.len()),
                 &[h],
                 Box::new(|ins, out| kernels::copy(out, ins[0])),
-            )
-            .map(Buffer::Host),
+            ),
         }
     }
 
-    fn fill(&self, device: DeviceId, dtype: DType, len: usize, value: Scalar) -> Result<Buffer> {
-        launch::fill(host().account(device)?, dtype, len, value).map(Buffer::Host)
+    fn fill(&self, device: DeviceId, dtype: DType, len: usize, value: Scalar) -> Result<HostBuffer> {
+        launch::fill(host().account(device)?, dtype, len, value)
     }
 
-    fn arange(&self, device: DeviceId, dtype: DType, len: usize, start: f64, step: f64) -> Result<Buffer> {
-        launch::arange(host().account(device)?, dtype, len, start, step).map(Buffer::Host)
+    fn arange(&self, device: DeviceId, dtype: DType, len: usize, start: f64, step: f64) -> Result<HostBuffer> {
+        launch::arange(host().account(device)?, dtype, len, start, step)
     }
 
-    fn rand(&self, device: DeviceId, dtype: DType, len: usize, seed: u64) -> Result<Buffer> {
-        launch::rand(host().account(device)?, dtype, len, seed).map(Buffer::Host)
+    fn rand(&self, device: DeviceId, dtype: DType, len: usize, seed: u64) -> Result<HostBuffer> {
+        launch::rand(host().account(device)?, dtype, len, seed)
     }
 
     // Multi-device work: see host_collective.rs.
@@ -214,8 +218,8 @@ impl BackendDevice for HostBackend {
         devices: &[DeviceId],
         dtype: DType,
         len: usize,
-        op: Collective<'_>,
-    ) -> Result<Option<Vec<Buffer>>> {
+        op: Collective<'_, HostBuffer>,
+    ) -> Result<Option<Vec<HostBuffer>>> {
         collective::collective(devices, dtype, len, op)
     }
 
@@ -228,39 +232,47 @@ impl BackendDevice for HostBackend {
         Err(no_comm())
     }
 
-    fn join_comm(&self, _: DeviceId, _: &[u8], _: usize, _: usize, _: Duration) -> Result<AnyComm> {
+    fn join_comm(&self, _: DeviceId, _: &[u8], _: usize, _: usize, _: Duration) -> Result<Self::Comm> {
         Err(no_comm())
     }
 
-    fn run_comm(&self, _comm: &AnyComm, _dtype: DType, _len: usize, _op: CommOp<'_>) -> Result<Option<Buffer>> {
-        Err(no_comm())
+    fn run_comm(
+        &self,
+        comm: &Self::Comm,
+        _dtype: DType,
+        _len: usize,
+        _op: CommOp<'_, HostBuffer>,
+    ) -> Result<Option<HostBuffer>> {
+        match *comm {}
     }
 
-    fn begin_capture(&self, stream: &AnyStream, inputs: &[&Buffer]) -> Result<()> {
-        let inputs = inputs.iter().map(|b| host_mem(b)).collect::<Result<Vec<_>>>()?;
-        graph::begin(host_stream(stream)?, &inputs)
+    fn begin_capture(&self, stream: &Arc<HostStream>, inputs: &[&HostBuffer]) -> Result<()> {
+        graph::begin(stream, inputs)
     }
 
-    fn end_capture(&self, stream: &AnyStream) -> Result<AnyGraph> {
-        Ok(AnyGraph::Host(Arc::new(graph::end(host_stream(stream)?)?)))
+    fn end_capture(&self, stream: &Arc<HostStream>) -> Result<HostGraph> {
+        graph::end(stream)
     }
 
-    fn launch_graph(&self, graph: &AnyGraph, stream: &AnyStream, reads: &[&Buffer], writes: &[&Buffer]) -> Result<()> {
-        let AnyGraph::Host(g) = graph else { return Err(crate::backend::foreign("host", "a graph")) };
-        let reads = reads.iter().map(|b| host_mem(b)).collect::<Result<Vec<_>>>()?;
-        let writes = writes.iter().map(|b| host_mem(b)).collect::<Result<Vec<_>>>()?;
-        g.launch(host_stream(stream)?, &reads, &writes)
+    fn launch_graph(
+        &self,
+        graph: &HostGraph,
+        stream: &Arc<HostStream>,
+        reads: &[&HostBuffer],
+        writes: &[&HostBuffer],
+    ) -> Result<()> {
+        graph.launch(stream, reads, writes)
     }
 
     fn launch_kernel(
         &self,
         device: DeviceId,
         kernel: &'static KernelSource,
-        stream: &AnyStream,
+        stream: &Arc<HostStream>,
         _grid: Grid,
-        args: &[KernelArg<'_>],
+        args: &[KernelArg<'_, HostBuffer>],
     ) -> Result<()> {
-        let s = host_stream(stream)?;
+        let s = stream;
         if s.device != device || device.is_host() {
             return Err(Error::DeviceMismatch { op: kernel.name, lhs: device, rhs: s.device });
         }

@@ -10,10 +10,9 @@ use std::sync::Arc;
 use crate::backend::host::buffer::HostBuffer;
 use crate::backend::host::host;
 use crate::backend::host::launch;
+use crate::backend::host::streams::with_current;
 use crate::backend::host::streams::{use_on_stream, HostEvent, HostStream};
-use crate::backend::sync::current_stream::with_current;
 use crate::backend::sync::hazard::{self, Kind};
-use crate::backend::AnyStream;
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 
@@ -22,8 +21,7 @@ const DEV: DeviceId = DeviceId::Cuda(0);
 /// A buffer of 16 f32 ones written by a `fill` queued on `s`.
 fn filled_on(s: &Arc<HostStream>) -> HostBuffer {
     let account = host().account(DEV).expect("a simulated device");
-    with_current(DEV, AnyStream::Host(Arc::clone(s)), || launch::fill(account, DType::F32, 16, Scalar::F32(1.0)))
-        .expect("fill")
+    with_current(DEV, Arc::clone(s), || launch::fill(account, DType::F32, 16, Scalar::F32(1.0))).expect("fill")
 }
 
 fn report_of(f: impl FnOnce()) -> String {

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use crate::backend::api::fence::Fence;
 use crate::backend::host::buffer::{HostBuffer, Span};
 use crate::backend::host::host;
 use crate::backend::host::streams::{current_stream, use_on_stream, HostEvent, HostStream};
@@ -15,17 +16,16 @@ use crate::backend::pinned_pool::{InFlight, PinnedBlock};
 use crate::backend::sync::hazard::{self, Kind, Region};
 use crate::backend::transfer::download::{self, PieceDownloads};
 use crate::backend::transfer::upload::{self, PieceUploads};
-use crate::backend::{AnyEvent, Buffer};
 use crate::device_id::DeviceId;
 use crate::error::Result;
 
 /// `data` as a new buffer of the simulated device `device`, through the inline path.
-pub(in crate::backend::host) fn upload(device: DeviceId, data: &[u8]) -> Result<Buffer> {
+pub(in crate::backend::host) fn upload(device: DeviceId, data: &[u8]) -> Result<HostBuffer> {
     let s = current_stream(device);
     let out = HostBuffer::alloc(host().account(device)?, data.len(), Some(Arc::clone(&s)))?;
     let mut dma = Pieces { s: &s, out: &out, booked: false };
     upload::upload_inline(data, &mut dma)?;
-    Ok(Buffer::Host(out))
+    Ok(out)
 }
 
 /// `out.len()` bytes of the simulated device's buffer `src`, after its writer, into
@@ -83,10 +83,10 @@ impl PieceUploads for Pieces<'_> {
         Ok(())
     }
 
-    fn mark(&mut self) -> Result<AnyEvent> {
+    fn mark(&mut self) -> Result<Arc<dyn Fence>> {
         let done = Arc::new(HostEvent::default());
         done.record(self.s)?;
-        Ok(AnyEvent::Host(done))
+        Ok(done)
     }
 
     fn wait(&mut self) -> Result<()> {
@@ -102,7 +102,9 @@ struct DownloadPieces<'a> {
 }
 
 impl PieceDownloads for DownloadPieces<'_> {
-    unsafe fn queue(&mut self, stage: &PinnedBlock, at: usize, len: usize) -> Result<AnyEvent> {
+    type Event = Arc<HostEvent>;
+
+    unsafe fn queue(&mut self, stage: &PinnedBlock, at: usize, len: usize) -> Result<Arc<HostEvent>> {
         let region = Region { track: stage.track(), device: DeviceId::Pinned, bytes: len, dtype: None };
         let to = StagePiece { addr: stage.ptr() as usize + at, len, _keep: stage.in_flight() };
         let from: Span = self.src.span();
@@ -124,15 +126,11 @@ impl PieceDownloads for DownloadPieces<'_> {
         )?;
         let landed = Arc::new(HostEvent::default());
         landed.record(self.s)?;
-        Ok(AnyEvent::Host(landed))
+        Ok(landed)
     }
 
-    fn sync(&mut self, event: &AnyEvent) -> Result<()> {
-        match event {
-            AnyEvent::Host(e) => e.synchronize(),
-            // Not one of `queue`'s events: wait for all of them.
-            AnyEvent::Cuda(_) => self.s.synchronize(),
-        }
+    fn sync(&mut self, event: &Arc<HostEvent>) -> Result<()> {
+        event.synchronize()
     }
 
     fn wait(&mut self) -> Result<()> {

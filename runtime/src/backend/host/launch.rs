@@ -7,11 +7,11 @@
 use std::sync::{Arc, Mutex};
 
 use crate::backend::account::MemoryAccount;
+use crate::backend::float_only;
 use crate::backend::host::buffer::{HostBuffer, Span};
 use crate::backend::host::kernels::{self, init};
 use crate::backend::host::streams::{current_stream, use_on_stream, HostEvent, HostStream};
 use crate::backend::sync::hazard::{self, Kind};
-use crate::backend::{float_only, AnyEvent};
 use crate::element::{with_dtype, DType, Element, Scalar};
 use crate::error::{Error, Result};
 
@@ -166,7 +166,7 @@ pub(in crate::backend::host) fn queue_copy(
     op: &'static str,
     src: &HostBuffer,
     dst: &HostBuffer,
-) -> Result<AnyEvent> {
+) -> Result<Arc<HostEvent>> {
     let (from, mut to) = (src.span(), dst.span());
     let uses = [(src.region(None), Kind::Read), (dst.region(None), Kind::Write)];
     s.launch(
@@ -185,5 +185,5 @@ pub(in crate::backend::host) fn queue_copy(
     )?;
     let done = Arc::new(HostEvent::default());
     done.record(s)?;
-    Ok(AnyEvent::Host(done))
+    Ok(done)
 }

@@ -29,12 +29,12 @@ mod user_kernel;
 
 pub(crate) use buffer::HostBuffer;
 pub(crate) use graph::HostGraph;
-use streams::{current_stream, host_mem};
+use streams::current_stream;
+pub(crate) use streams::{current_of, with_current};
 pub(crate) use streams::{HostEvent, HostStream};
 
 use crate::backend::account::MemoryAccount;
 use crate::backend::workers;
-use crate::backend::Buffer;
 use crate::device_id::DeviceId;
 use crate::error::{Error, Result};
 
@@ -144,8 +144,7 @@ impl HostBackend {
 
     /// The bytes of `b`, for host code to read now: a simulated device's memory after
     /// the host waited for the stream that wrote it.
-    pub(crate) fn read_now<'a>(&'static self, b: &'a Buffer) -> Result<&'a [u8]> {
-        let h = host_mem(b)?;
+    pub(in crate::backend::host) fn read_now<'a>(&'static self, h: &'a HostBuffer) -> Result<&'a [u8]> {
         let writer = h.uses().writer.clone();
         if let Some(s) = writer {
             s.synchronize()?;

@@ -3,16 +3,19 @@
 //! device through [`launch`] (a job on the current stream of a simulated device, a call
 //! on the calling thread for `cpu` and `pinned`).
 
+use std::sync::Arc;
+
 use crate::backend::host::buffer::HostBuffer;
 use crate::backend::host::kernels::{self, elementwise, gather, gemm, matrix, reduce, Geometry};
 use crate::backend::host::launch::{launch, queue_copy, typed, typed_mut, Launch};
-use crate::backend::host::streams::{self, current_stream, host_stream, use_on_stream};
+use crate::backend::host::streams::{self, current_stream, use_on_stream};
 use crate::backend::host::{rows, select};
+use crate::backend::host::{HostEvent, HostStream};
 use crate::backend::transfer::paths::{self, CopyPath};
 use crate::backend::Permute;
 use crate::backend::{
-    float_only, same_length, AnyEvent, AnyStream, BackendStorage, BinaryOp, Blocks, CompareOp, Gather, Gemm, ParamOp,
-    ReduceOp, SoftmaxOp, UnaryOp,
+    float_only, same_length, BackendStorage, BinaryOp, Blocks, CompareOp, Gather, Gemm, ParamOp, ReduceOp, SoftmaxOp,
+    UnaryOp,
 };
 use crate::device_id::DeviceId;
 use crate::element::{with_dtype, DType, Element, Scalar};
@@ -52,6 +55,9 @@ fn first<'a, B>(op: &'static str, parts: &'a [B]) -> Result<&'a B> {
 }
 
 impl BackendStorage for HostBuffer {
+    type Stream = Arc<HostStream>;
+    type Event = Arc<HostEvent>;
+
     fn device_id(&self) -> DeviceId {
         self.account.device
     }
@@ -73,26 +79,24 @@ impl BackendStorage for HostBuffer {
         kernels::copy(out, self.bytes())
     }
 
-    fn download_async(&self, dst: &mut HostBuffer, stream: &AnyStream) -> Result<AnyEvent> {
+    fn download_async(&self, dst: &mut HostBuffer, stream: &Arc<HostStream>) -> Result<Arc<HostEvent>> {
         same_length("to_pinned_async", dst.len(), self.len())?;
-        let s = host_stream(stream)?;
-        // The source's writer comes first on `s`; `dst` is held until the copy is done.
-        use_on_stream(self, s)?;
-        let done = queue_copy(s, "download_async", self, dst)?;
-        dst.hold_until(done.clone());
-        Ok(done)
+        // The source's writer comes first on the stream; dispatch holds `dst` until
+        // the copy is done.
+        use_on_stream(self, stream)?;
+        queue_copy(stream, "download_async", self, dst)
     }
 
-    fn use_on_stream(&self, stream: &AnyStream) -> Result<()> {
-        use_on_stream(self, host_stream(stream)?)
+    fn use_on_stream(&self, stream: &Arc<HostStream>) -> Result<()> {
+        use_on_stream(self, stream)
     }
 
-    fn before_write(&self, stream: &AnyStream) -> Result<()> {
-        streams::before_write(self, host_stream(stream)?)
+    fn before_write(&self, stream: &Arc<HostStream>) -> Result<()> {
+        streams::before_write(self, stream)
     }
 
-    fn after_write(&self, stream: &AnyStream) -> Result<()> {
-        streams::after_write(self, host_stream(stream)?);
+    fn after_write(&self, stream: &Arc<HostStream>) -> Result<()> {
+        streams::after_write(self, stream);
         Ok(())
     }
 
@@ -116,8 +120,8 @@ impl BackendStorage for HostBuffer {
         Ok(())
     }
 
-    fn lend(&self, stream: &AnyStream, write: bool) -> Result<u64> {
-        let s = host_stream(stream)?;
+    fn lend(&self, stream: &Arc<HostStream>, write: bool) -> Result<u64> {
+        let s = stream;
         if s.device != self.device_id() {
             return Err(Error::DeviceMismatch { op: "raw view", lhs: self.device_id(), rhs: s.device });
         }

@@ -9,12 +9,14 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::Instant;
 
+use crate::backend::api::fence::Fence;
+use crate::backend::count_cross_stream_wait;
 use crate::backend::host::buffer::HostBuffer;
 use crate::backend::host::graph::{joins, HostCapture};
 use crate::backend::host::queue::{Job, Queue, Stamp};
+use crate::backend::sync::current_stream::{self as current, Current};
 use crate::backend::sync::hazard::{self, Agent, Clock, Kind, Region};
 use crate::backend::sync::ordering::{self, Mark, Order};
-use crate::backend::{count_cross_stream_wait, foreign, AnyEvent, AnyStream, Buffer};
 use crate::device_id::DeviceId;
 use crate::error::Result;
 
@@ -155,12 +157,24 @@ pub(in crate::backend::host) fn default_stream(device: DeviceId) -> Arc<HostStre
     Arc::clone(d.entry(device).or_insert_with(|| HostStream::create(device, 0)))
 }
 
+thread_local! {
+    /// The simulated streams `on_stream` made current on this thread.
+    static CURRENT: Current<Arc<HostStream>> = const { Current::new() };
+}
+
+/// The stream `on_stream` made current for `device` on this thread, if any.
+pub(crate) fn current_of(device: DeviceId) -> Option<Arc<HostStream>> {
+    CURRENT.with(|c| c.of(device))
+}
+
+/// Runs `f` with `stream` current for `device` on this thread.
+pub(crate) fn with_current<R>(device: DeviceId, stream: Arc<HostStream>, f: impl FnOnce() -> R) -> R {
+    current::with_current(&CURRENT, device, stream, f)
+}
+
 /// The stream ops on `device` queue on for this thread now.
 pub(in crate::backend::host) fn current_stream(device: DeviceId) -> Arc<HostStream> {
-    match crate::backend::sync::current_stream::current(device) {
-        Some(AnyStream::Host(s)) => s,
-        _ => default_stream(device),
-    }
+    current_of(device).unwrap_or_else(|| default_stream(device))
 }
 
 /// Prepares `h` to be used on stream `on` as the cuda backend does: none on the writer's
@@ -261,6 +275,17 @@ pub(crate) struct HostEvent {
     pub(in crate::backend::host) mark: Mark,
 }
 
+impl Fence for HostEvent {
+    fn is_done(&self) -> bool {
+        self.outside_captures().is_ok() && HostEvent::is_done(self)
+    }
+
+    fn wait(&self) -> Result<()> {
+        self.outside_captures()?;
+        self.synchronize()
+    }
+}
+
 impl HostEvent {
     fn recorded(&self) -> Option<(Arc<Queue>, u64, Clock, Stamp)> {
         let r = self.rec.lock().unwrap_or_else(|p| p.into_inner());
@@ -352,28 +377,5 @@ impl HostEvent {
         let (_, _, _, at) = self.recorded().ok_or_else(not_yet)?;
         let t = *at.lock().unwrap_or_else(|p| p.into_inner());
         t.ok_or_else(not_yet)
-    }
-}
-
-/// The host memory of `b`; device memory here is a caller's bug, reported, not a panic.
-pub(in crate::backend::host) fn host_mem(b: &Buffer) -> Result<&HostBuffer> {
-    match b {
-        Buffer::Host(h) => Ok(h),
-        Buffer::Cuda(_) => Err(foreign("host", "memory")),
-    }
-}
-
-/// The simulated stream `s`; a cuda stream here is a caller's bug.
-pub(in crate::backend::host) fn host_stream(s: &AnyStream) -> Result<&Arc<HostStream>> {
-    match s {
-        AnyStream::Host(s) => Ok(s),
-        AnyStream::Cuda(_) => Err(foreign("host", "a stream")),
-    }
-}
-
-pub(in crate::backend::host) fn host_event(e: &AnyEvent) -> Result<&HostEvent> {
-    match e {
-        AnyEvent::Host(e) => Ok(e),
-        AnyEvent::Cuda(_) => Err(foreign("host", "an event")),
     }
 }

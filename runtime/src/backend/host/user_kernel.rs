@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use crate::backend::api::user_kernel::{no_host_kernel, HostCall, KernelArg, KernelSource, ScalarArg};
 use crate::backend::host::buffer::Span;
-use crate::backend::host::streams::{after_write, before_write, host_mem, use_on_stream, HostStream};
+use crate::backend::host::streams::{after_write, before_write, use_on_stream, HostStream};
+use crate::backend::host::HostBuffer;
 use crate::backend::sync::hazard::{self, Kind};
 use crate::element::DType;
 use crate::error::Result;
@@ -15,7 +16,7 @@ use crate::error::Result;
 pub(in crate::backend::host) fn launch(
     kernel: &'static KernelSource,
     s: &Arc<HostStream>,
-    args: &[KernelArg<'_>],
+    args: &[KernelArg<'_, HostBuffer>],
 ) -> Result<()> {
     let Some(fallback) = kernel.host else { return Err(no_host_kernel(kernel)) };
     let mut scalars: Vec<ScalarArg> = Vec::new();
@@ -27,7 +28,7 @@ pub(in crate::backend::host) fn launch(
         match arg {
             KernelArg::Scalar(v) => scalars.push(*v),
             KernelArg::Read(b, dtype) => {
-                let h = host_mem(b)?;
+                let h: &HostBuffer = b;
                 use_on_stream(h, s)?;
                 inputs.push((h.span(), *dtype));
                 if hazard::enabled() {
@@ -35,7 +36,7 @@ pub(in crate::backend::host) fn launch(
                 }
             }
             KernelArg::Write(b, dtype) => {
-                let h = host_mem(b)?;
+                let h: &HostBuffer = b;
                 // Read-modify-write: the job waits for the last write and for every reader
                 // since, on any stream.
                 use_on_stream(h, s)?;

@@ -1,37 +1,46 @@
-//! The streams made current on each thread by `on_stream`: the state the backends read
-//! to pick the stream an op queues on. Kept here, at the bottom, so that the backends
-//! import nothing from the layers above them.
+//! The streams made current on each thread by `on_stream`: the state a backend reads to
+//! pick the stream an op queues on. Each backend keeps a [`Current`] of its own stream
+//! type in a thread-local (`dispatch` picks which when `on_stream` names a stream), so
+//! no backend holds or checks another's streams.
 
 use std::cell::RefCell;
+use std::thread::LocalKey;
 
-use crate::backend::AnyStream;
 use crate::device_id::DeviceId;
 
-thread_local! {
-    /// Streams made current by `on_stream`, innermost last.
-    static CURRENT: RefCell<Vec<(DeviceId, AnyStream)>> = const { RefCell::new(Vec::new()) };
-}
+/// Streams made current by `on_stream` on one thread, innermost last.
+pub(crate) struct Current<S>(RefCell<Vec<(DeviceId, S)>>);
 
-/// The stream `on_stream` made current for `device` on this thread, if any.
-pub(crate) fn current(device: DeviceId) -> Option<AnyStream> {
-    CURRENT.with(|c| {
-        let c = c.borrow();
+impl<S: Clone> Current<S> {
+    pub(crate) const fn new() -> Self {
+        Current(RefCell::new(Vec::new()))
+    }
+
+    /// The stream made current for `device`, if any (the innermost).
+    pub(crate) fn of(&self, device: DeviceId) -> Option<S> {
+        let c = self.0.borrow();
         if c.is_empty() {
             return None;
         }
         c.iter().rev().find(|(d, _)| *d == device).map(|(_, s)| s.clone())
-    })
+    }
 }
 
-/// Runs `f` with `stream` current for `device` (what `on_stream` does, untyped).
-pub(crate) fn with_current<R>(device: DeviceId, stream: AnyStream, f: impl FnOnce() -> R) -> R {
-    struct Pop;
-    impl Drop for Pop {
+/// Runs `f` with `stream` current for `device` in `key`'s [`Current`] (what `on_stream`
+/// does, untyped); restored on every exit, a panic included.
+pub(crate) fn with_current<S: Clone + 'static, R>(
+    key: &'static LocalKey<Current<S>>,
+    device: DeviceId,
+    stream: S,
+    f: impl FnOnce() -> R,
+) -> R {
+    struct Pop<S: 'static>(&'static LocalKey<Current<S>>);
+    impl<S> Drop for Pop<S> {
         fn drop(&mut self) {
-            CURRENT.with(|c| c.borrow_mut().pop());
+            self.0.with(|c| c.0.borrow_mut().pop());
         }
     }
-    CURRENT.with(|c| c.borrow_mut().push((device, stream)));
-    let _pop = Pop;
+    key.with(|c| c.0.borrow_mut().push((device, stream)));
+    let _pop = Pop(key);
     f()
 }

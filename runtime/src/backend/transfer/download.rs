@@ -13,12 +13,14 @@
 
 use crate::backend::pinned_pool::{self as pinned, PinnedBlock};
 use crate::backend::transfer::paths::{inline_download_piece, MIN_PIECE};
-use crate::backend::AnyEvent;
 use crate::error::Result;
 
 /// What the inline download needs of a backend: the DMA of one piece of the source into
 /// the same bytes of the pinned block, with an event after it, and waits for them.
 pub(crate) trait PieceDownloads {
+    /// The event after a piece's DMA.
+    type Event;
+
     /// Queues the copy of bytes `at .. at + len` of the source to bytes `at .. at + len`
     /// of `stage`, after everything queued before on the source's stream, and an event
     /// after it; returns that event.
@@ -27,11 +29,11 @@ pub(crate) trait PieceDownloads {
     /// `at + len` is at most the length of the download, and those bytes of `stage` are
     /// neither read nor written by anything else, nor is `stage` reused or freed, until
     /// that event has completed (or [`PieceDownloads::wait`] has returned `Ok`).
-    unsafe fn queue(&mut self, stage: &PinnedBlock, at: usize, len: usize) -> Result<AnyEvent>;
+    unsafe fn queue(&mut self, stage: &PinnedBlock, at: usize, len: usize) -> Result<Self::Event>;
 
     /// Waits on the host until `event`, returned by [`PieceDownloads::queue`], has
     /// completed.
-    fn sync(&mut self, event: &AnyEvent) -> Result<()>;
+    fn sync(&mut self, event: &Self::Event) -> Result<()>;
 
     /// Waits on the host until every copy queued so far has completed.
     fn wait(&mut self) -> Result<()>;
@@ -109,11 +111,9 @@ impl<Q: PieceDownloads> Drop for Settle<'_, Q> {
 
 #[cfg(test)]
 mod tests {
-    use crate::backend;
     use crate::backend::transfer::download::*;
     use crate::backend::transfer::paths::set_inline_download_piece;
     use crate::backend::transfer::paths::tests::knobs;
-    use crate::device_id::DeviceId;
     use crate::error::Error;
 
     fn failed(what: &str) -> Error {
@@ -156,17 +156,19 @@ mod tests {
     }
 
     impl PieceDownloads for Landing<'_> {
-        unsafe fn queue(&mut self, stage: &PinnedBlock, at: usize, len: usize) -> Result<AnyEvent> {
+        type Event = ();
+
+        unsafe fn queue(&mut self, stage: &PinnedBlock, at: usize, len: usize) -> Result<()> {
             self.stage = stage.ptr() as usize;
             if self.fail_queue_at == Some(self.queued.len()) {
                 return Err(failed("queue"));
             }
             assert_eq!(self.synced, 0, "a DMA queued after the host began waiting");
             self.queued.push((at, len));
-            backend::selected()?.new_event(DeviceId::Cuda(0), false)
+            Ok(())
         }
 
-        fn sync(&mut self, _event: &AnyEvent) -> Result<()> {
+        fn sync(&mut self, _event: &()) -> Result<()> {
             if self.fail_sync_at == Some(self.synced) {
                 return Err(failed("sync"));
             }

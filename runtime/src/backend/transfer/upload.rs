@@ -15,11 +15,11 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use crate::backend::api::fence::Fence;
 use crate::backend::pinned_pool::{self as pinned, PinnedBlock};
 use crate::backend::transfer::paths::{inline_upload, MIN_PIECE};
 use crate::backend::transfer::stream_copy::stream_copy;
 use crate::backend::workers::{copy_threads, detach};
-use crate::backend::AnyEvent;
 use crate::error::{Error, Result};
 
 /// What the inline upload needs of a backend: the DMA of one piece of the pinned block
@@ -36,7 +36,7 @@ pub(crate) trait PieceUploads {
     unsafe fn queue(&mut self, stage: &PinnedBlock, at: usize, len: usize) -> Result<()>;
 
     /// Records an event after every copy queued so far, and returns it.
-    fn mark(&mut self) -> Result<AnyEvent>;
+    fn mark(&mut self) -> Result<Arc<dyn Fence>>;
 
     /// Waits on the host until every copy queued so far has completed.
     fn wait(&mut self) -> Result<()>;

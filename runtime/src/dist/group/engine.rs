@@ -69,7 +69,7 @@ impl ProcessGroup {
         &self,
         c: &AnyComm,
         t: &Tensor<D, T>,
-        op: CommOp<'_>,
+        op: CommOp<'_, crate::backend::Buffer>,
     ) -> Result<crate::backend::Buffer> {
         let out = backend::for_device(t.device())?.run_comm(c, T::DTYPE, t.numel(), op)?;
         out.ok_or_else(|| dist("collective", "the communicator gave no result"))

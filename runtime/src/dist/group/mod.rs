@@ -531,7 +531,7 @@ impl ProcessGroup {
         t: &Tensor<D, T>,
         op: ReduceOp,
         shape: Shape,
-        make: impl for<'b> FnOnce(&'b crate::backend::Buffer, CommReduce) -> CommOp<'b>,
+        make: impl for<'b> FnOnce(&'b crate::backend::Buffer, CommReduce) -> CommOp<'b, crate::backend::Buffer>,
     ) -> Result<Tensor<D, T>> {
         let integer_avg = op == ReduceOp::Avg && !T::DTYPE.is_float();
         let red = if integer_avg { CommReduce::Sum } else { op.comm() };

@@ -15,9 +15,9 @@ use cudarc::nccl::{result as nccl, sys as nsys};
 
 use crate::backend::cuda::driver::buffer::CudaBuffer;
 use crate::backend::cuda::driver::device::{DeviceState, Handle};
-use crate::backend::cuda::driver::memory::{cuda, current};
+use crate::backend::cuda::driver::memory::current;
 use crate::backend::cuda::CudaBackend;
-use crate::backend::{Buffer, Collective};
+use crate::backend::Collective;
 use crate::device_id::DeviceId;
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -70,8 +70,8 @@ pub(in crate::backend::cuda) fn collective(
     devices: &[DeviceId],
     dtype: DType,
     len: usize,
-    op: Collective<'_>,
-) -> Result<Option<Vec<Buffer>>> {
+    op: Collective<'_, CudaBuffer>,
+) -> Result<Option<Vec<CudaBuffer>>> {
     if devices.len() < 2 || len == 0 || !present() || devices.len() > i32::MAX as usize {
         return Ok(None);
     }
@@ -84,11 +84,11 @@ pub(in crate::backend::cuda) fn collective(
         Collective::AllGather(_) => bytes * n,
         _ => bytes,
     };
-    let inputs: Vec<Option<&Buffer>> = match op {
+    let inputs: Vec<Option<&CudaBuffer>> = match op {
         Collective::Broadcast { root, buf } => (0..n).map(|i| (i == root).then_some(buf)).collect(),
         Collective::AllReduceSum(bufs) | Collective::AllGather(bufs) => bufs.iter().map(|&b| Some(b)).collect(),
     };
-    if inputs.len() != n || inputs.iter().flatten().any(|b| cuda(b).map_or(true, |c| c.bytes() != bytes)) {
+    if inputs.len() != n || inputs.iter().flatten().any(|c| c.bytes() != bytes) {
         return Err(Error::InvalidArgument { op: "collective", reason: "one input of equal length per device".into() });
     }
 
@@ -107,7 +107,7 @@ pub(in crate::backend::cuda) fn collective(
     for (dev, input) in states.iter().zip(&inputs) {
         let s = current(dev);
         if let Some(buf) = input {
-            cuda(buf)?.use_on(&s)?;
+            buf.use_on(&s)?;
         }
         outs.push(CudaBuffer::alloc(dev, &s, out_bytes)?);
         streams.push(s);
@@ -124,7 +124,7 @@ pub(in crate::backend::cuda) fn collective(
         }
         let recv = outs[i].ptr() as *mut c_void;
         let send = match inputs[i] {
-            Some(buf) => cuda(buf)?.ptr() as *const c_void,
+            Some(buf) => buf.ptr() as *const c_void,
             None => recv as *const c_void,
         };
         // SAFETY (the three calls): `recv` is `outs[i]`, `out_bytes` bytes of device i
@@ -163,7 +163,7 @@ pub(in crate::backend::cuda) fn collective(
         return Err(e);
     }
     ended?;
-    Ok(Some(outs.into_iter().map(Buffer::Cuda).collect()))
+    Ok(Some(outs))
 }
 
 /// One communicator per device of `states`, rank = position.

@@ -17,9 +17,9 @@ use crate::backend::cuda::comm::local::{nccl_type, present};
 use crate::backend::cuda::comm::watchdog::Watch;
 use crate::backend::cuda::driver::buffer::CudaBuffer;
 use crate::backend::cuda::driver::device::{DeviceState, Handle};
-use crate::backend::cuda::driver::memory::{alloc, cuda, done};
+use crate::backend::cuda::driver::memory::{alloc, done};
 use crate::backend::cuda::CudaBackend;
-use crate::backend::{AnyComm, BackendDevice, Buffer, CommOp, CommReduce};
+use crate::backend::{BackendDevice, CommOp, CommReduce};
 use crate::device_id::DeviceId;
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -92,7 +92,7 @@ impl CudaBackend {
         rank: usize,
         world: usize,
         timeout: Duration,
-    ) -> Result<AnyComm> {
+    ) -> Result<Arc<ProcessComm>> {
         const OP: &str = "join_comm";
         if !present() {
             return Err(comm_err(OP, "libnccl cannot be loaded".into()));
@@ -117,19 +117,18 @@ impl CudaBackend {
         dev.bind_again()?;
         joined.map_err(err(device, "ncclCommInitRank"))?;
         let pc = Arc::new(ProcessComm { comm: Mutex::new(Handle(comm)), dev, rank, world, watch: Watch::new(timeout) });
-        Ok(AnyComm::Cuda(pc))
+        Ok(pc)
     }
 
     pub(in crate::backend::cuda) fn comm_run(
         &self,
-        comm: &AnyComm,
+        pc: &Arc<ProcessComm>,
         dtype: DType,
         len: usize,
-        op: CommOp<'_>,
-    ) -> Result<Option<Buffer>> {
-        let AnyComm::Cuda(pc) = comm;
+        op: CommOp<'_, CudaBuffer>,
+    ) -> Result<Option<CudaBuffer>> {
         pc.watch.check_healthy()?;
-        run(pc, dtype, len, op).map(|b| b.map(Buffer::Cuda))
+        run(pc, dtype, len, op)
     }
 }
 
@@ -142,7 +141,7 @@ fn red(op: CommReduce) -> nsys::ncclRedOp_t {
     }
 }
 
-fn run(pc: &Arc<ProcessComm>, dtype: DType, len: usize, op: CommOp<'_>) -> Result<Option<CudaBuffer>> {
+fn run(pc: &Arc<ProcessComm>, dtype: DType, len: usize, op: CommOp<'_, CudaBuffer>) -> Result<Option<CudaBuffer>> {
     const OP: &str = "process collective";
     let dev = pc.dev;
     let input = match op {
@@ -150,7 +149,7 @@ fn run(pc: &Arc<ProcessComm>, dtype: DType, len: usize, op: CommOp<'_>) -> Resul
         | CommOp::Broadcast { buf, .. }
         | CommOp::AllGather { buf }
         | CommOp::ReduceScatter { buf, .. }
-        | CommOp::Send { buf, .. } => Some(cuda(buf)?),
+        | CommOp::Send { buf, .. } => Some(buf),
         CommOp::Recv { .. } => None,
     };
     let bytes = len.checked_mul(dtype.size()).ok_or_else(|| comm_err(OP, format!("{len} elements is too many")))?;

@@ -5,6 +5,7 @@
 
 use cudarc::driver::{result, sys};
 
+use crate::backend::api::fence::Fence;
 use crate::backend::cuda::driver::device::{driver, set_current, Handle};
 use crate::backend::cuda::driver::graph::CudaCapture;
 use crate::backend::cuda::driver::stream::CudaStream;
@@ -94,6 +95,20 @@ impl CudaEvent {
             }
             _ => driver(self.ordinal, "cuEventElapsedTime")(e),
         })
+    }
+}
+
+impl Fence for CudaEvent {
+    fn is_done(&self) -> bool {
+        self.outside_captures().is_ok()
+            && set_current(self.ordinal, self.ctx.0).is_ok()
+            && matches!(self.is_complete(), Ok(true))
+    }
+
+    fn wait(&self) -> Result<()> {
+        self.outside_captures()?;
+        set_current(self.ordinal, self.ctx.0)?;
+        self.synchronize()
     }
 }
 

@@ -16,26 +16,30 @@ use crate::backend::cuda::driver::device::{driver, DeviceState};
 use crate::backend::cuda::driver::event::CudaEvent;
 use crate::backend::cuda::driver::stream::CudaStream;
 use crate::backend::cuda::CudaBackend;
-use crate::backend::{foreign, sync::current_stream, AnyStream, Buffer};
+use crate::backend::sync::current_stream::{self as current_streams, Current};
 use crate::device_id::DeviceId;
 use crate::element::DType;
 use crate::error::{Error, Result};
 
-/// The device memory of `b`; host memory here is a caller's bug, reported, not a panic.
-pub(in crate::backend::cuda) fn cuda(b: &Buffer) -> Result<&CudaBuffer> {
-    match b {
-        Buffer::Cuda(c) => Ok(c),
-        Buffer::Host(_) => Err(foreign("cuda", "memory")),
-    }
+thread_local! {
+    /// The driver streams `on_stream` made current on this thread.
+    static CURRENT: Current<Arc<CudaStream>> = const { Current::new() };
+}
+
+/// The stream `on_stream` made current for `device` on this thread, if any.
+pub(crate) fn current_of(device: DeviceId) -> Option<Arc<CudaStream>> {
+    CURRENT.with(|c| c.of(device))
+}
+
+/// Runs `f` with `stream` current for `device` on this thread.
+pub(crate) fn with_current<R>(device: DeviceId, stream: Arc<CudaStream>, f: impl FnOnce() -> R) -> R {
+    current_streams::with_current(&CURRENT, device, stream, f)
 }
 
 /// The stream ops on `dev` use on this thread: the one `on_stream` made current, else
 /// the device's default stream.
 pub(in crate::backend::cuda) fn current(dev: &'static DeviceState) -> Arc<CudaStream> {
-    match current_stream::current(dev.id()) {
-        Some(AnyStream::Cuda(s)) => s,
-        _ => Arc::clone(&dev.stream),
-    }
+    current_of(dev.id()).unwrap_or_else(|| Arc::clone(&dev.stream))
 }
 
 /// The current stream of `dev`, and `len` new elements on it; `inputs` are made ready to

@@ -14,7 +14,6 @@ use crate::backend::api::user_kernel::{Grid, KernelArg, KernelSource};
 use crate::backend::cuda::driver::buffer::CudaBuffer;
 use crate::backend::cuda::driver::device::DeviceState;
 use crate::backend::cuda::driver::launch::KernelArgs;
-use crate::backend::cuda::driver::memory::cuda;
 use crate::backend::cuda::driver::stream::CudaStream;
 use crate::error::{Error, Result};
 
@@ -53,8 +52,7 @@ pub(in crate::backend::cuda) fn ptx(k: &'static KernelSource, arch: (i32, i32)) 
 }
 
 /// The device memory of a kernel argument, which must be on `dev`.
-fn on_device<'a>(dev: &DeviceState, k: &KernelSource, b: &'a crate::backend::Buffer) -> Result<&'a CudaBuffer> {
-    let c = cuda(b)?;
+fn on_device<'a>(dev: &DeviceState, k: &KernelSource, c: &'a CudaBuffer) -> Result<&'a CudaBuffer> {
     if c.device().ordinal != dev.ordinal {
         return Err(Error::DeviceMismatch { op: k.name, lhs: dev.id(), rhs: c.device().id() });
     }
@@ -68,7 +66,7 @@ pub(in crate::backend::cuda) fn launch(
     k: &'static KernelSource,
     s: &Arc<CudaStream>,
     grid: Grid,
-    args: &[KernelArg<'_>],
+    args: &[KernelArg<'_, CudaBuffer>],
 ) -> Result<()> {
     let f = dev.user_function(k)?;
     // After a first load, which may leave another context current.

@@ -6,13 +6,13 @@ use std::sync::Arc;
 
 use cudarc::driver::result;
 
+use crate::backend::api::fence::Fence;
 use crate::backend::cuda::driver::device::{driver, DeviceState};
 use crate::backend::cuda::driver::event::CudaEvent;
 use crate::backend::cuda::driver::stream::CudaStream;
 use crate::backend::pinned_pool::PinnedBlock;
 use crate::backend::transfer::download::PieceDownloads;
 use crate::backend::transfer::upload::PieceUploads;
-use crate::backend::AnyEvent;
 use crate::error::Result;
 
 /// The inline path's DMAs on the cuda backend: each piece of the pinned block straight
@@ -54,10 +54,10 @@ impl PieceUploads for InlineDma<'_> {
             .map_err(driver(self.dev.ordinal, "cuMemcpyHtoDAsync"))
     }
 
-    fn mark(&mut self) -> Result<AnyEvent> {
+    fn mark(&mut self) -> Result<Arc<dyn Fence>> {
         let done = CudaEvent::create(self.dev.ordinal, self.dev.ctx.cu_ctx(), false)?;
         done.record(self.stream)?;
-        Ok(AnyEvent::Cuda(Arc::new(done)))
+        Ok(Arc::new(done))
     }
 
     fn wait(&mut self) -> Result<()> {
@@ -90,7 +90,9 @@ impl<'a> InlineDownload<'a> {
 }
 
 impl PieceDownloads for InlineDownload<'_> {
-    unsafe fn queue(&mut self, stage: &PinnedBlock, at: usize, len: usize) -> Result<AnyEvent> {
+    type Event = CudaEvent;
+
+    unsafe fn queue(&mut self, stage: &PinnedBlock, at: usize, len: usize) -> Result<CudaEvent> {
         debug_assert!(at + len <= self.len);
         // SAFETY: the trait's contract: bytes `at .. at + len` of the pinned block are this
         // download's alone, unread and allocated until the event below has completed.
@@ -103,15 +105,11 @@ impl PieceDownloads for InlineDownload<'_> {
             .map_err(driver(self.dev.ordinal, "cuMemcpyDtoHAsync"))?;
         let landed = CudaEvent::create(self.dev.ordinal, self.dev.ctx.cu_ctx(), false)?;
         landed.record(self.stream)?;
-        Ok(AnyEvent::Cuda(Arc::new(landed)))
+        Ok(landed)
     }
 
-    fn sync(&mut self, event: &AnyEvent) -> Result<()> {
-        match event {
-            AnyEvent::Cuda(e) => e.synchronize(),
-            // Not one of `queue`'s events: wait for all of them.
-            AnyEvent::Host(_) => self.stream.synchronize(),
-        }
+    fn sync(&mut self, event: &CudaEvent) -> Result<()> {
+        event.synchronize()
     }
 
     fn wait(&mut self) -> Result<()> {

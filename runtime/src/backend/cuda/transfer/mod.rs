@@ -13,10 +13,10 @@ use cudarc::driver::result;
 use crate::backend::cuda::driver::buffer::CudaBuffer;
 use crate::backend::cuda::driver::device::driver;
 use crate::backend::cuda::driver::event::CudaEvent;
-use crate::backend::cuda::driver::memory::{alloc, cuda, current, done};
+use crate::backend::cuda::driver::memory::{alloc, current, done};
 use crate::backend::cuda::driver::stream::CudaStream;
-use crate::backend::cuda::{raw_stream, CudaBackend};
-use crate::backend::{same_length, AnyEvent, AnyStream, Buffer, HostBuffer};
+use crate::backend::cuda::CudaBackend;
+use crate::backend::{same_length, HostBuffer};
 use crate::device_id::DeviceId;
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -40,55 +40,53 @@ pub(in crate::backend::cuda) fn upload_async(
     bk: &CudaBackend,
     device: DeviceId,
     src: &HostBuffer,
-    stream: &AnyStream,
-) -> Result<(Buffer, AnyEvent)> {
-    let s = raw_stream(stream)?;
+    stream: &Arc<CudaStream>,
+) -> Result<(CudaBuffer, Arc<CudaEvent>)> {
+    let s = stream;
     let dev = bk.dev(device)?;
     if s.ordinal != dev.ordinal {
         return Err(foreign_stream(device, s.ordinal));
     }
-    let out = CudaBuffer::alloc(dev, &s, src.bytes().len())?;
+    let out = CudaBuffer::alloc(dev, s, src.bytes().len())?;
     let done = Arc::new(CudaEvent::create(dev.ordinal, dev.ctx.cu_ctx(), false)?);
     if !src.bytes().is_empty() {
         // SAFETY: `out` holds `src.bytes().len()` bytes on this device; `src` is
         // page-locked memory that stays allocated and unwritten until `done`
-        // completes (held below, or retired if that cannot be known).
+        // completes (dispatch holds it, or it is retired below if that cannot be known).
         unsafe { result::memcpy_htod_async(out.ptr(), src.bytes(), s.raw.0) }
             .map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"))?;
     }
     out.mark_written();
-    marked(&s, &done, || src.retire())?;
-    src.hold_until(AnyEvent::Cuda(Arc::clone(&done)));
+    marked(s, &done, || src.retire())?;
     out.set_ready(Arc::clone(&done));
-    Ok((Buffer::Cuda(out), AnyEvent::Cuda(done)))
+    Ok((out, done))
 }
 
 pub(in crate::backend::cuda) fn download_async(
     b: &CudaBuffer,
     dst: &mut HostBuffer,
-    stream: &AnyStream,
-) -> Result<AnyEvent> {
-    let s = raw_stream(stream)?;
+    stream: &Arc<CudaStream>,
+) -> Result<Arc<CudaEvent>> {
+    let s = stream;
     let dev = b.device();
     if s.ordinal != dev.ordinal {
         return Err(foreign_stream(dev.id(), s.ordinal));
     }
-    b.use_on(&s)?;
+    b.use_on(s)?;
     let done = Arc::new(CudaEvent::create(dev.ordinal, dev.ctx.cu_ctx(), false)?);
     if b.bytes() > 0 {
         same_length("to_pinned_async", dst.len(), b.bytes())?;
         // SAFETY: `dst` is a fresh page-locked buffer of the source's length that the
-        // caller exposes only after `done` (a `Pending`); it is held from reuse until
-        // then, or retired if that cannot be known.
+        // caller exposes only after `done` (a `Pending`); dispatch holds it from reuse
+        // until then, or it is retired below if that cannot be known.
         unsafe { result::memcpy_dtoh_async(dst.bytes_mut(), b.ptr(), s.raw.0) }
             .map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"))?;
     }
-    marked(&s, &done, || dst.retire())?;
-    dst.hold_until(AnyEvent::Cuda(Arc::clone(&done)));
-    Ok(AnyEvent::Cuda(done))
+    marked(s, &done, || dst.retire())?;
+    Ok(done)
 }
 
-pub(in crate::backend::cuda) fn upload(bk: &CudaBackend, device: DeviceId, data: &[u8]) -> Result<Buffer> {
+pub(in crate::backend::cuda) fn upload(bk: &CudaBackend, device: DeviceId, data: &[u8]) -> Result<CudaBuffer> {
     let dev = bk.dev(device)?;
     let (s, out) = alloc(dev, DType::U8, data.len(), &[])?;
     dev.bind()?;
@@ -96,7 +94,7 @@ pub(in crate::backend::cuda) fn upload(bk: &CudaBackend, device: DeviceId, data:
     // held until `done`, whose drop frees it on `s` after the copy; `dev`'s context is
     // current (bind above).
     unsafe { staged::upload(dev, &s, out.ptr(), data)? };
-    done(out).map(Buffer::Cuda)
+    done(out)
 }
 
 /// One new buffer per part on `device`, all written by one staged pass on the current
@@ -105,7 +103,7 @@ pub(in crate::backend::cuda) fn upload_parts(
     bk: &CudaBackend,
     device: DeviceId,
     parts: &[&[u8]],
-) -> Result<Vec<Buffer>> {
+) -> Result<Vec<CudaBuffer>> {
     let dev = bk.dev(device)?;
     let mut outs = Vec::with_capacity(parts.len());
     let mut s = None;
@@ -121,7 +119,7 @@ pub(in crate::backend::cuda) fn upload_parts(
     // `s` (the current stream, the same for every `alloc` above) and held until `done`,
     // whose buffers are freed on `s` after the copy; `dev`'s context is current.
     unsafe { staged::upload_pieces(dev, &s, &pieces)? };
-    outs.into_iter().map(|o| done(o).map(Buffer::Cuda)).collect()
+    outs.into_iter().map(done).collect()
 }
 
 pub(in crate::backend::cuda) fn download(b: &CudaBuffer, out: &mut [u8]) -> Result<()> {
@@ -139,8 +137,7 @@ pub(in crate::backend::cuda) fn download(b: &CudaBuffer, out: &mut [u8]) -> Resu
     unsafe { staged::download(dev, &s, b.ptr(), out) }
 }
 
-pub(in crate::backend::cuda) fn copy(bk: &CudaBackend, buf: &Buffer, dst: DeviceId) -> Result<Buffer> {
-    let b = cuda(buf)?;
+pub(in crate::backend::cuda) fn copy(bk: &CudaBackend, b: &CudaBuffer, dst: DeviceId) -> Result<CudaBuffer> {
     let (from, bytes) = (b.device(), b.bytes());
     let to = bk.dev(dst)?;
     if std::ptr::eq(from, to) {
@@ -148,11 +145,11 @@ pub(in crate::backend::cuda) fn copy(bk: &CudaBackend, buf: &Buffer, dst: Device
         // SAFETY: `out` (new, on `s`) and `b` (ready on `s` and alive past the copy,
         // see `alloc`) both hold `bytes` bytes of this device, in distinct allocations.
         unsafe { CudaBackend::dtod(&s, out.ptr(), b.ptr(), bytes)? };
-        return done(out).map(Buffer::Cuda);
+        return done(out);
     }
     let (s, out) = alloc(to, DType::U8, bytes, &[])?;
     if bytes == 0 {
-        return done(out).map(Buffer::Cuda);
+        return done(out);
     }
     // Across devices: the copy waits for the source's writer, and the source's free
     // waits for the copy.
@@ -165,7 +162,7 @@ pub(in crate::backend::cuda) fn copy(bk: &CudaBackend, buf: &Buffer, dst: Device
     unsafe { result::memcpy_peer_async(to.ctx.cu_ctx(), out.ptr(), from.ctx.cu_ctx(), b.ptr(), bytes, s.raw.0) }
         .map_err(driver(to.ordinal, "cuMemcpyPeerAsync"))?;
     writer.wait_for(&s)?;
-    done(out).map(Buffer::Cuda)
+    done(out)
 }
 
 /// Copies `src` over `dst` (the same length, one device) in place on the current stream.

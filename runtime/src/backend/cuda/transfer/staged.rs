@@ -24,7 +24,6 @@ use crate::backend::transfer::paths::{self, CopyPath};
 use crate::backend::transfer::stream_copy::stream_copy;
 use crate::backend::transfer::upload;
 use crate::backend::workers::{copy_threads, on_copiers};
-use crate::backend::AnyEvent;
 use crate::error::Result;
 
 /// Chunks are powers of two in this range: small enough that every thread gets a few,
@@ -337,7 +336,7 @@ impl Drop for Lane<'_> {
         // The stages go back to the pool, which reuses them once their last DMA is done.
         for (block, event, queued) in self.stages.drain(..) {
             if queued {
-                block.hold_until(AnyEvent::Cuda(Arc::new(event)));
+                block.hold_until(Arc::new(event));
             }
         }
     }
