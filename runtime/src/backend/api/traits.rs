@@ -25,13 +25,27 @@ use std::time::Duration;
 use crate::backend::api::fence::Fence;
 use crate::backend::api::user_kernel::{Grid, KernelArg, KernelSource};
 use crate::backend::{
-    BinaryOp, Blocks, Collective, CommOp, CompareOp, Gather, Gemm, HostBuffer, ParamOp, Permute, ReduceOp, Release,
-    SoftmaxOp, UnaryOp,
+    BinaryOp, Blocks, Collective, CommOp, CompareOp, Gather, Gemm, ParamOp, Permute, ReduceOp, Release, SoftmaxOp,
+    UnaryOp,
 };
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::Result;
 use crate::shape::{Layout, Reduction};
+
+/// Page-locked host memory (the host backend's pinned buffers, on every backend) that an
+/// asynchronous copy reads or writes by DMA after the call that queues it returns.
+pub(crate) trait PinnedMemory {
+    /// Its length in bytes.
+    fn len(&self) -> usize;
+    /// Its bytes, for the DMA to read.
+    fn bytes(&self) -> &[u8];
+    /// Its bytes, for the DMA to write.
+    fn bytes_mut(&mut self) -> &mut [u8];
+    /// Never written by the host nor reused again: for memory a copy may still use
+    /// whose end cannot be observed.
+    fn retire(&self);
+}
 
 /// Device-level work of one backend: every method names the device it acts on, or takes
 /// a stream or event, which knows its own.
@@ -44,8 +58,10 @@ pub(crate) trait BackendDevice: Send + Sync + 'static {
     type Graph: Debug + Send + Sync + 'static;
     /// A communicator between processes.
     type Comm: Debug + Send + Sync + 'static;
+    /// Page-locked host memory, which asynchronous copies read and write.
+    type Pinned: PinnedMemory;
     /// Memory of this backend.
-    type Storage: BackendStorage<Stream = Self::Stream, Event = Self::Event>;
+    type Storage: BackendStorage<Stream = Self::Stream, Event = Self::Event, Pinned = Self::Pinned>;
 
     /// `host` or `cuda`.
     fn name(&self) -> &'static str;
@@ -100,7 +116,7 @@ pub(crate) trait BackendDevice: Send + Sync + 'static {
     fn upload_async(
         &self,
         device: DeviceId,
-        src: &HostBuffer,
+        src: &Self::Pinned,
         stream: &Self::Stream,
     ) -> Result<(Self::Storage, Self::Event)>;
     /// One buffer on `device` per part, each a copy of its part (read before this
@@ -224,6 +240,8 @@ pub(crate) trait BackendStorage: Sized + Debug {
     type Stream;
     /// The events of this memory's backend.
     type Event;
+    /// Page-locked host memory, which asynchronous copies write.
+    type Pinned;
 
     /// The device this memory lives on.
     fn device_id(&self) -> DeviceId;
@@ -231,7 +249,7 @@ pub(crate) trait BackendStorage: Sized + Debug {
     fn download(&self, out: &mut [u8]) -> Result<()>;
     /// Queues a copy of this buffer into pinned `dst` on `stream` (of this buffer's
     /// device); the event marks its end. The caller (dispatch) holds `dst` from reuse until then.
-    fn download_async(&self, dst: &mut HostBuffer, stream: &Self::Stream) -> Result<Self::Event>;
+    fn download_async(&self, dst: &mut Self::Pinned, stream: &Self::Stream) -> Result<Self::Event>;
     /// Marks this buffer as used on `stream` (PyTorch's `record_stream`): `stream` first
     /// waits for the buffer's writer, and the buffer is freed only after `stream` is done.
     fn use_on_stream(&self, stream: &Self::Stream) -> Result<()>;

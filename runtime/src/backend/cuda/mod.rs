@@ -4,24 +4,28 @@
 //!
 //! This file holds the table of devices (opened on first use) and implements
 //! [`BackendDevice`] by delegating; `storage` implements `BackendStorage` for
-//! [`CudaBuffer`] the same way. One module per concern:
-//! - `device`: probing the driver, a device's context and kernel cache, raw handles;
-//! - `launch`: typed kernel arguments, grid geometry, the one kernel launch;
-//! - `buffer`: device memory (caching bins, readers, stream-ordered frees);
-//! - `memory`: an op's output on the current stream, write marks, device copies, pinned
-//!   host blocks;
-//! - `stream` and `event`: streams (with their block caches and cuBLAS handles), events;
-//! - `init`, `elementwise`, `reduce`, `matrix`, `softmax` (with cross-entropy), `gather`
-//!   (`index_select`), `select` (comparisons, `where`, `argmax`): the compute ops, one
-//!   kernel source each;
-//! - `gemm` and `permute`: matrix products (cuBLAS, the integer kernel of matrix.cu) and
-//!   permutations of dims (kernels of matrix.cu);
-//! - `flag`: checks made on the device (a word a kernel writes, read back after it);
-//! - `transfer` and `staged`: copies between host and device and between devices (the
-//!   path a pageable copy takes is `copy_paths`'s choice);
-//! - `peer` and `nccl`: several devices;
-//! - `graph`: captures, their private memory, replays;
-//! - `user_kernel`: kernels of `#[locus::kernel]`, compiled per architecture and launched.
+//! [`CudaBuffer`] the same way. Its files, by folder (tests/layers.rs checks the list):
+//! - `driver`: below the rest, importing none of it: `driver/device` (probing the
+//!   driver, a device's context and kernel cache, raw handles), `driver/launch` (typed
+//!   kernel arguments, grid geometry, the one kernel launch), `driver/buffer` (device
+//!   memory: caching bins, readers) and `driver/buffer/free` (its stream-ordered end),
+//!   `driver/memory` (an op's output on the current stream, the current streams of a
+//!   thread, write marks), `driver/stream` and `driver/event` (streams with their block
+//!   caches and cuBLAS handles, events), `driver/graph` (captures, their private memory,
+//!   replays), `driver/flag` (checks made on the device: a word a kernel writes, read back
+//!   after it), `driver/user_kernel` (kernels of `#[locus::kernel]`, compiled per
+//!   architecture and launched);
+//! - `ops`: the compute ops, one kernel source each: `ops/init`, `ops/elementwise`,
+//!   `ops/reduce`, `ops/matrix`, `ops/softmax` (with cross-entropy), `ops/gather`
+//!   (`index_select`), `ops/select` (comparisons, `where`, `argmax`); `ops/gemm` (cuBLAS
+//!   and the integer kernel of matrix.cu) and `ops/permute` (permutations of dims);
+//! - `transfer`: copies between host and device and between devices (the path a
+//!   pageable copy takes is `transfer::paths`'s choice): `transfer/staged` (through the
+//!   copy threads' pinned stages), `transfer/inline` (the inline path's DMAs),
+//!   `transfer/peer` (peer access);
+//! - `comm`: communicators between processes (NCCL), with `comm/local` (collectives
+//!   between this process's devices) and `comm/watchdog` (what aborts a stuck one);
+//! - `storage`: `BackendStorage` for [`CudaBuffer`].
 
 mod comm;
 mod driver;
@@ -73,6 +77,7 @@ impl BackendDevice for CudaBackend {
     type Event = Arc<CudaEvent>;
     type Graph = CudaGraph;
     type Comm = Arc<ProcessComm>;
+    type Pinned = HostBuffer;
     type Storage = CudaBuffer;
 
     fn name(&self) -> &'static str {

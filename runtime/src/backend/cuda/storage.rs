@@ -26,6 +26,7 @@ fn first_device(op: &'static str, first: Option<&CudaBuffer>) -> Result<&'static
 impl BackendStorage for CudaBuffer {
     type Stream = Arc<CudaStream>;
     type Event = Arc<CudaEvent>;
+    type Pinned = HostBuffer;
 
     fn device_id(&self) -> DeviceId {
         self.device().id()

@@ -130,6 +130,24 @@ impl Span {
     }
 }
 
+impl crate::backend::api::traits::PinnedMemory for HostBuffer {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn bytes(&self) -> &[u8] {
+        HostBuffer::bytes(self)
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        HostBuffer::bytes_mut(self)
+    }
+
+    fn retire(&self) {
+        HostBuffer::retire(self)
+    }
+}
+
 impl HostBuffer {
     /// `len` bytes on `account`'s device, written on `stream`, initialised but unspecified:
     /// a block of the host cache or of the pinned pool (a reused block keeps its old

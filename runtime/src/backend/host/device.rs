@@ -22,6 +22,7 @@ impl BackendDevice for HostBackend {
     type Graph = HostGraph;
     /// The host backend has no communicator between processes.
     type Comm = std::convert::Infallible;
+    type Pinned = HostBuffer;
     type Storage = HostBuffer;
 
     fn name(&self) -> &'static str {

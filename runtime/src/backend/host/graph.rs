@@ -13,10 +13,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::backend::account::MemoryAccount;
-use crate::backend::dispatch::capture;
 use crate::backend::host::buffer::HostBuffer;
 use crate::backend::host::queue::Job;
 use crate::backend::host::streams::{use_on_stream, HostStream};
+use crate::backend::sync::capture;
 use crate::backend::sync::hazard::{self, Kind};
 use crate::device_id::DeviceId;
 use crate::error::{Error, Result};

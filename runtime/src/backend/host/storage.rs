@@ -57,6 +57,7 @@ fn first<'a, B>(op: &'static str, parts: &'a [B]) -> Result<&'a B> {
 impl BackendStorage for HostBuffer {
     type Stream = Arc<HostStream>;
     type Event = Arc<HostEvent>;
+    type Pinned = HostBuffer;
 
     fn device_id(&self) -> DeviceId {
         self.account.device

@@ -317,7 +317,7 @@ impl HostEvent {
     /// which nothing outside the capture can wait for.
     pub(in crate::backend::host) fn outside_captures(&self) -> Result<()> {
         match self.capture() {
-            Some(_) => Err(crate::backend::dispatch::capture::event_of_ended_capture()),
+            Some(_) => Err(crate::backend::sync::capture::event_of_ended_capture()),
             None => Ok(()),
         }
     }

@@ -1,7 +1,9 @@
 //! Ordering work between streams and the host: the streams `on_stream` made current
 //! ([`current_stream`]), the books that decide when a cross-stream use needs a wait
-//! ([`ordering`]), and the host model's hazard checker ([`hazard`]).
+//! ([`ordering`]), the host model's hazard checker ([`hazard`]), and the rules of work
+//! in a graph capture both backends follow ([`capture`]).
 
+pub(crate) mod capture;
 pub(crate) mod current_stream;
 pub(crate) mod hazard;
 pub(crate) mod ordering;

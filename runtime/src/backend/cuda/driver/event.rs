@@ -59,7 +59,7 @@ impl CudaEvent {
     /// graph, which no stream or host can wait for.
     pub(crate) fn outside_captures(&self) -> Result<()> {
         match self.capture() {
-            Some(_) => Err(crate::backend::dispatch::capture::event_of_ended_capture()),
+            Some(_) => Err(crate::backend::sync::capture::event_of_ended_capture()),
             None => Ok(()),
         }
     }

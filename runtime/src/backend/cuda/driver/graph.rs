@@ -67,7 +67,7 @@ impl CudaCapture {
         if self.inputs.contains(&ptr) {
             return Ok(());
         }
-        Err(crate::backend::dispatch::capture::not_an_input())
+        Err(crate::backend::sync::capture::not_an_input())
     }
 
     /// Counts a buffer made in the capture coming (`true`) or going.
@@ -117,25 +117,11 @@ impl Drop for CudaCapture {
 /// a stream outside any capture joins it, as the driver makes it; an ended capture, or
 /// another one, is an error.
 pub(crate) fn joins(on: &Arc<CudaStream>, c: Option<Weak<CudaCapture>>) -> Result<()> {
-    // The same rule as `capture::joining` (which the host backend calls), kept as it ran
-    // on the H200: fold it into that call with the next GPU run.
-    let Some(c) = c else { return Ok(()) };
-    let c = match c.upgrade() {
-        Some(c) if !c.ended() => c,
-        _ => return Err(crate::backend::dispatch::capture::event_of_ended_capture()),
-    };
-    match on.capture() {
-        Some(mine) if Arc::ptr_eq(&mine, &c) => Ok(()),
-        Some(_) => Err(Error::NotCapturable {
-            op: "wait_event",
-            reason: "the stream is captured into another graph; one capture cannot wait for another".into(),
-        }),
-        None => {
-            on.set_capture(Some(&c));
-            lock(&c.joined).push(Arc::clone(on));
-            Ok(())
-        }
+    if let Some(c) = crate::backend::sync::capture::joining(c, on.capture(), CudaCapture::ended)? {
+        on.set_capture(Some(&c));
+        lock(&c.joined).push(Arc::clone(on));
     }
+    Ok(())
 }
 
 /// Starts capturing `s`: ops queued on it are recorded, not run. Captured work may read
@@ -201,7 +187,7 @@ pub(crate) fn end(s: &Arc<CudaStream>) -> Result<CudaGraph> {
         j.set_capture(None);
     }
     let graph = ended.map_err(|e| match e.0 {
-        sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_UNJOINED => crate::backend::dispatch::capture::unjoined(),
+        sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_UNJOINED => crate::backend::sync::capture::unjoined(),
         sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED => Error::InvalidArgument {
             op: "Graph::capture",
             reason: "the driver invalidated the capture (another thread synchronized a captured stream?)".into(),

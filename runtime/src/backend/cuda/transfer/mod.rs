@@ -10,13 +10,14 @@ use std::sync::Arc;
 
 use cudarc::driver::result;
 
+use crate::backend::api::traits::PinnedMemory;
 use crate::backend::cuda::driver::buffer::CudaBuffer;
 use crate::backend::cuda::driver::device::driver;
 use crate::backend::cuda::driver::event::CudaEvent;
 use crate::backend::cuda::driver::memory::{alloc, current, done};
 use crate::backend::cuda::driver::stream::CudaStream;
 use crate::backend::cuda::CudaBackend;
-use crate::backend::{same_length, HostBuffer};
+use crate::backend::same_length;
 use crate::device_id::DeviceId;
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -39,7 +40,7 @@ fn foreign_stream(device: DeviceId, stream_ordinal: u32) -> Error {
 pub(in crate::backend::cuda) fn upload_async(
     bk: &CudaBackend,
     device: DeviceId,
-    src: &HostBuffer,
+    src: &impl PinnedMemory,
     stream: &Arc<CudaStream>,
 ) -> Result<(CudaBuffer, Arc<CudaEvent>)> {
     let s = stream;
@@ -47,7 +48,7 @@ pub(in crate::backend::cuda) fn upload_async(
     if s.ordinal != dev.ordinal {
         return Err(foreign_stream(device, s.ordinal));
     }
-    let out = CudaBuffer::alloc(dev, s, src.bytes().len())?;
+    let out = CudaBuffer::alloc(dev, s, src.len())?;
     let done = Arc::new(CudaEvent::create(dev.ordinal, dev.ctx.cu_ctx(), false)?);
     if !src.bytes().is_empty() {
         // SAFETY: `out` holds `src.bytes().len()` bytes on this device; `src` is
@@ -64,7 +65,7 @@ pub(in crate::backend::cuda) fn upload_async(
 
 pub(in crate::backend::cuda) fn download_async(
     b: &CudaBuffer,
-    dst: &mut HostBuffer,
+    dst: &mut impl PinnedMemory,
     stream: &Arc<CudaStream>,
 ) -> Result<Arc<CudaEvent>> {
     let s = stream;
