@@ -24,6 +24,15 @@ fn filled_on(s: &Arc<HostStream>) -> HostBuffer {
     with_current(DEV, Arc::clone(s), || launch::fill(account, DType::F32, 16, Scalar::F32(1.0))).expect("fill")
 }
 
+/// These tests check the checker: with it turned off they fail, rather than pass
+/// having checked nothing.
+fn checker_on() {
+    assert!(
+        hazard::enabled(),
+        "the hazard checker is off (LOCUS_HAZARD_CHECK=0): these tests check it; run them with it on"
+    );
+}
+
 fn report_of(f: impl FnOnce()) -> String {
     let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err("the checker must report this");
     e.downcast_ref::<String>().cloned().unwrap_or_default()
@@ -35,9 +44,7 @@ fn read_on(s: &Arc<HostStream>, x: &HostBuffer) {
 
 #[test]
 fn a_kernel_queued_without_the_cross_stream_wait_is_reported() {
-    if !hazard::enabled() {
-        return;
-    }
+    checker_on();
     let (a, b) = (HostStream::new_side(DEV), HostStream::new_side(DEV));
     let x = filled_on(&a);
     let msg = report_of(|| read_on(&b, &x));
@@ -55,9 +62,7 @@ fn a_kernel_queued_without_the_cross_stream_wait_is_reported() {
 
 #[test]
 fn a_host_read_before_the_writing_stream_was_synchronized_is_reported() {
-    if !hazard::enabled() {
-        return;
-    }
+    checker_on();
     let a = HostStream::new_side(DEV);
     let x = filled_on(&a);
     let msg = report_of(|| {
@@ -76,9 +81,7 @@ fn a_host_read_before_the_writing_stream_was_synchronized_is_reported() {
 
 #[test]
 fn a_free_not_ordered_after_another_streams_use_is_reported() {
-    if !hazard::enabled() {
-        return;
-    }
+    checker_on();
     let (a, b) = (HostStream::new_side(DEV), HostStream::new_side(DEV));
     // `b` is ordered after the fill by an event, but its use is not recorded on the buffer.
     let x = filled_on(&a);

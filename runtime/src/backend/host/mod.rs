@@ -14,7 +14,8 @@ pub(crate) mod cache;
 mod collective;
 mod device;
 mod graph;
-#[cfg(test)]
+// The checker exists in debug builds only; so do the tests of it.
+#[cfg(all(test, debug_assertions))]
 mod hazard_tests;
 mod huge_pages;
 mod inline;
