@@ -4,14 +4,10 @@
 //! This crate only parses, checks and rewrites syntax; what the generated code calls
 //! lives in the runtime and is reached as `::locus::__private::…`.
 
-mod async_body;
-mod derive;
-mod expand;
 mod fallback;
 mod kernel;
-mod parse;
-mod signature;
-mod validate;
+mod on_device;
+mod to_device;
 
 use proc_macro::TokenStream;
 
@@ -124,7 +120,7 @@ use proc_macro::TokenStream;
 /// `async fn` body has.
 #[proc_macro_attribute]
 pub fn on_device(args: TokenStream, item: TokenStream) -> TokenStream {
-    expand::attribute(args.into(), item.into()).into()
+    on_device::attribute(args.into(), item.into()).into()
 }
 
 /// Runs a block, a closure or an async block with a device current:
@@ -196,7 +192,7 @@ pub fn on_device(args: TokenStream, item: TokenStream) -> TokenStream {
 /// ```
 #[proc_macro]
 pub fn with_device(input: TokenStream) -> TokenStream {
-    expand::macro_call(input.into()).into()
+    on_device::macro_call(input.into()).into()
 }
 
 /// Implements `locus::ToDevice` for a struct generic over one placement `D: Device`:
@@ -276,7 +272,7 @@ pub fn with_device(input: TokenStream) -> TokenStream {
 /// ```
 #[proc_macro_derive(ToDevice)]
 pub fn derive_to_device(input: TokenStream) -> TokenStream {
-    derive::to_device(input.into()).into()
+    to_device::derive(input.into()).into()
 }
 
 /// Declares a CUDA C kernel as a typed Rust fn: the declaration is checked against the
