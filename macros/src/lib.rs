@@ -33,6 +33,9 @@ use proc_macro::TokenStream;
 ///   not compile, and the error points at it.
 /// - On an `impl` block, methods with their own `#[on_device]` keep theirs, and
 ///   `const fn`s are left alone.
+/// - A misused attribute (no device, a negative, string or float one, two devices, on
+///   a struct) is one error at the offending token: the item is still emitted with
+///   `Here` defined, as the device the message suggests, so its uses add none.
 ///
 /// Ops on statically placed tensors follow their tensor whatever the current device;
 /// the current device matters for `Tensor<Dyn>` factories and raw CUDA calls.
@@ -207,7 +210,8 @@ pub fn with_device(input: TokenStream) -> TokenStream {
 ///   `Box` or an array of them) moves with `ToDevice`;
 /// - anything else is cloned.
 ///
-/// Enums, structs without a device parameter and structs with two are compile errors.
+/// Enums, structs without a device parameter and structs with two are compile errors,
+/// one each: the type still gets a `ToDevice` impl, so its `.to::<..>()` calls add none.
 ///
 /// ```
 /// use locus::{Cpu, Cuda, Device, Tensor, ToDevice};

@@ -7,14 +7,14 @@ use std::future::Future;
 
 use crate::backend::copy_paths;
 pub use crate::backend::copy_paths::InlineUpload;
+/// What `Here` stands for in an item whose `#[on_device(dyn ..)]` was rejected for a
+/// `Here` in it: the `Dyn` the error message says to write.
+pub use crate::device::Dyn;
 use crate::device::{Cuda, DeviceId, StaticDevice};
 use crate::error::Result;
 use crate::guard::{DeviceGuard, IntoDeviceId, OnDevice};
 use crate::placement::Unplaced;
 pub use crate::to_device::{move_field, move_placement};
-/// What `Here` stands for in an item whose `#[on_device(dyn ..)]` was rejected for a
-/// `Here` in it: the `Dyn` the error message says to write.
-pub use crate::device::Dyn;
 
 /// The device of a static placement, for `#[on_device(1)]` and `#[on_device(N)]`.
 pub fn static_id<D: StaticDevice>() -> Result<DeviceId> {

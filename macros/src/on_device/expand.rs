@@ -168,7 +168,8 @@ pub fn has_own_attribute(attrs: &[Attribute]) -> bool {
 
 fn expand_impl(arg: &DeviceArg, mut imp: ItemImpl) -> Result<TokenStream, Rejected> {
     if let DeviceArg::ConstParam(n) = arg {
-        validate::const_param(n, &[&imp.generics], false, "this impl block").map_err(|e| Rejected::new(e, Here::of(arg)))?;
+        validate::const_param(n, &[&imp.generics], false, "this impl block")
+            .map_err(|e| Rejected::new(e, Here::of(arg)))?;
     }
     let ordinal = validate::literal(arg);
     let impl_generics = imp.generics.clone();

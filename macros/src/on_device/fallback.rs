@@ -20,7 +20,7 @@ use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{quote_spanned, ToTokens};
 use syn::spanned::Spanned;
 use syn::visit_mut::{self, VisitMut};
-use syn::{Block, Ident, ImplItemFn, Item, ItemFn, Lit, Type};
+use syn::{Block, Ident, ImplItemFn, Item, ItemFn, Lit, Stmt, Type};
 
 use super::expand::has_own_attribute;
 use super::parse::DeviceArg;
@@ -120,10 +120,11 @@ impl ReplaceHere<'_> {
             return;
         }
         let ty = self.here.ty(Span::call_site());
-        block.stmts.insert(0, syn::parse_quote! {
+        let alias: Stmt = syn::parse_quote! {
             #[allow(dead_code)]
             type Here = #ty;
-        });
+        };
+        block.stmts.insert(0, alias);
     }
 }
 
