@@ -1,7 +1,7 @@
-//! Phase 4: what is emitted when a macro rejects its input.
-//!
-//! The user's item goes out unchanged next to the error, so that the one real mistake
-//! is reported, not a cascade of "cannot find function" errors at its callers.
+//! What is emitted when a macro rejects an item it cannot read: the item, unchanged,
+//! next to the error, so that the one real mistake is reported and not a cascade of
+//! "cannot find function" errors at its callers. `#[on_device]` (`on_device/fallback.rs`)
+//! and `#[kernel]` (a stub fn) recover further where they can read the item.
 
 use proc_macro2::TokenStream;
 

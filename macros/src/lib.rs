@@ -4,14 +4,10 @@
 //! This crate only parses, checks and rewrites syntax; what the generated code calls
 //! lives in the runtime and is reached as `::locus::__private::…`.
 
-mod async_body;
-mod derive;
-mod expand;
 mod fallback;
 mod kernel;
-mod parse;
-mod signature;
-mod validate;
+mod on_device;
+mod to_device;
 
 use proc_macro::TokenStream;
 
@@ -37,6 +33,9 @@ use proc_macro::TokenStream;
 ///   not compile, and the error points at it.
 /// - On an `impl` block, methods with their own `#[on_device]` keep theirs, and
 ///   `const fn`s are left alone.
+/// - A misused attribute (no device, a negative, string or float one, two devices, on
+///   a struct) is one error at the offending token: the item is still emitted with
+///   `Here` defined, as the device the message suggests, so its uses add none.
 ///
 /// Ops on statically placed tensors follow their tensor whatever the current device;
 /// the current device matters for `Tensor<Dyn>` factories and raw CUDA calls.
@@ -124,7 +123,7 @@ use proc_macro::TokenStream;
 /// `async fn` body has.
 #[proc_macro_attribute]
 pub fn on_device(args: TokenStream, item: TokenStream) -> TokenStream {
-    expand::attribute(args.into(), item.into()).into()
+    on_device::attribute(args.into(), item.into()).into()
 }
 
 /// Runs a block, a closure or an async block with a device current:
@@ -196,7 +195,7 @@ pub fn on_device(args: TokenStream, item: TokenStream) -> TokenStream {
 /// ```
 #[proc_macro]
 pub fn with_device(input: TokenStream) -> TokenStream {
-    expand::macro_call(input.into()).into()
+    on_device::macro_call(input.into()).into()
 }
 
 /// Implements `locus::ToDevice` for a struct generic over one placement `D: Device`:
@@ -211,7 +210,8 @@ pub fn with_device(input: TokenStream) -> TokenStream {
 ///   `Box` or an array of them) moves with `ToDevice`;
 /// - anything else is cloned.
 ///
-/// Enums, structs without a device parameter and structs with two are compile errors.
+/// Enums, structs without a device parameter and structs with two are compile errors,
+/// one each: the type still gets a `ToDevice` impl, so its `.to::<..>()` calls add none.
 ///
 /// ```
 /// use locus::{Cpu, Cuda, Device, Tensor, ToDevice};
@@ -276,7 +276,7 @@ pub fn with_device(input: TokenStream) -> TokenStream {
 /// ```
 #[proc_macro_derive(ToDevice)]
 pub fn derive_to_device(input: TokenStream) -> TokenStream {
-    derive::to_device(input.into()).into()
+    to_device::derive(input.into()).into()
 }
 
 /// Declares a CUDA C kernel as a typed Rust fn: the declaration is checked against the

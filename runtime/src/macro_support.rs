@@ -7,6 +7,9 @@ use std::future::Future;
 
 use crate::backend::transfer::paths;
 pub use crate::backend::transfer::paths::InlineUpload;
+/// What `Here` stands for in an item whose `#[on_device(dyn ..)]` was rejected for a
+/// `Here` in it: the `Dyn` the error message says to write.
+pub use crate::device::Dyn;
 use crate::device::{Cuda, DeviceId, StaticDevice};
 use crate::error::Result;
 use crate::guard::{DeviceGuard, IntoDeviceId, OnDevice};

@@ -1,4 +1,5 @@
-//! Phase 3: generating the guarded code of `#[on_device]` and `with_device!`.
+//! Phase 3: generating the guarded code of `#[on_device]` (and the pieces `with_device!`
+//! shares with it).
 //!
 //! Generated code names only `::locus::__private::…`; its own locals are
 //! `Span::mixed_site()` identifiers, invisible to the user's code.
@@ -8,37 +9,38 @@ use quote::{quote, quote_spanned, ToTokens};
 use syn::parse::Parser;
 use syn::spanned::Spanned;
 use syn::visit_mut::VisitMut;
-use syn::{Block, Expr, ExprClosure, ImplItem, ImplItemFn, Item, ItemFn, ItemImpl, Pat, ReturnType, Type, TypePath};
+use syn::{Attribute, Block, Expr, ImplItem, Item, ItemFn, ItemImpl, ReturnType, Type, TypePath};
 
-use crate::async_body;
-use crate::fallback;
-use crate::parse::{self, DeviceArg, MacroInput};
-use crate::signature::{self, cuda_type, Signature};
-use crate::validate::{self, Target};
+use super::async_body;
+use super::fallback::{self, Here, Rejected};
+use super::parse::{self, DeviceArg};
+use super::signature::{self, cuda_type, Signature};
+use super::validate::{self, Target};
 
 /// `#[on_device(args)] item`.
 pub fn attribute(args: TokenStream, item: TokenStream) -> TokenStream {
     match try_attribute(args, item.clone()) {
         Ok(out) => out,
-        Err(e) => fallback::item_with_error(item, e),
+        Err(rejected) => fallback::item_with_here(item, rejected),
     }
 }
 
-fn try_attribute(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
-    let arg = parse::attribute_args.parse2(args)?;
-    let item: Item = syn::parse2(item)?;
-    match validate::target(item)? {
+fn try_attribute(args: TokenStream, item: TokenStream) -> Result<TokenStream, Rejected> {
+    let arg = parse::attribute_args.parse2(args.clone()).map_err(|e| Rejected::new(e, Here::guess(args)))?;
+    let rejected = |e| Rejected::new(e, Here::of(&arg));
+    let item: Item = syn::parse2(item).map_err(rejected)?;
+    match validate::target(item).map_err(rejected)? {
         Target::Fn(f) => expand_fn(&arg, f),
         Target::Impl(i) => expand_impl(&arg, i),
     }
 }
 
-fn local(name: &str) -> syn::Ident {
+pub fn local(name: &str) -> syn::Ident {
     syn::Ident::new(name, Span::mixed_site())
 }
 
 /// An expression of type `locus::Result<DeviceId>` naming the device.
-fn device_id(arg: &DeviceArg) -> TokenStream {
+pub fn device_id(arg: &DeviceArg) -> TokenStream {
     match arg {
         DeviceArg::Literal { ordinal, lit } => {
             let ty = cuda_type(*ordinal, lit.span());
@@ -54,7 +56,7 @@ fn device_id(arg: &DeviceArg) -> TokenStream {
 }
 
 /// `type Here = Cuda<n>;` for a literal device, nothing otherwise.
-fn here_alias(arg: &DeviceArg) -> TokenStream {
+pub fn here_alias(arg: &DeviceArg) -> TokenStream {
     match arg {
         DeviceArg::Literal { ordinal, lit } => {
             let ty = cuda_type(*ordinal, lit.span());
@@ -134,20 +136,21 @@ fn guarded_body(arg: &DeviceArg, sig: &syn::Signature, block: &Block, checks: To
 
 /// An error at the first `Here` seen, unless the device is a literal (which `Here`
 /// names).
-fn reject_stray_here(arg: &DeviceArg, seen: impl IntoIterator<Item = Option<Span>>) -> syn::Result<()> {
+fn reject_stray_here(arg: &DeviceArg, seen: impl IntoIterator<Item = Option<Span>>) -> Result<(), Rejected> {
     if validate::literal(arg).is_some() {
         return Ok(());
     }
     match seen.into_iter().flatten().next() {
-        Some(span) => Err(signature::here_error(span, arg, "`#[on_device(1)]`")),
+        Some(span) => Err(Rejected::new(signature::here_error(span, arg, "`#[on_device(1)]`"), Here::stray(arg))),
         None => Ok(()),
     }
 }
 
-fn expand_fn(arg: &DeviceArg, mut f: ItemFn) -> syn::Result<TokenStream> {
+fn expand_fn(arg: &DeviceArg, mut f: ItemFn) -> Result<TokenStream, Rejected> {
     let name = f.sig.ident.to_string();
     if let DeviceArg::ConstParam(n) = arg {
-        validate::const_param(n, &[&f.sig.generics], f.sig.receiver().is_some(), &name)?;
+        validate::const_param(n, &[&f.sig.generics], f.sig.receiver().is_some(), &name)
+            .map_err(|e| Rejected::new(e, Here::of(arg)))?;
     }
     let generics = f.sig.generics.clone();
     let mut sig = Signature::new(validate::literal(arg), vec![&generics]);
@@ -158,13 +161,15 @@ fn expand_fn(arg: &DeviceArg, mut f: ItemFn) -> syn::Result<TokenStream> {
     Ok(f.into_token_stream())
 }
 
-fn has_own_attribute(f: &ImplItemFn) -> bool {
-    f.attrs.iter().any(|a| a.path().segments.last().is_some_and(|s| s.ident == "on_device"))
+/// Whether a method or an item inside the item has an `#[on_device]` of its own.
+pub fn has_own_attribute(attrs: &[Attribute]) -> bool {
+    attrs.iter().any(|a| a.path().segments.last().is_some_and(|s| s.ident == "on_device"))
 }
 
-fn expand_impl(arg: &DeviceArg, mut imp: ItemImpl) -> syn::Result<TokenStream> {
+fn expand_impl(arg: &DeviceArg, mut imp: ItemImpl) -> Result<TokenStream, Rejected> {
     if let DeviceArg::ConstParam(n) = arg {
-        validate::const_param(n, &[&imp.generics], false, "this impl block")?;
+        validate::const_param(n, &[&imp.generics], false, "this impl block")
+            .map_err(|e| Rejected::new(e, Here::of(arg)))?;
     }
     let ordinal = validate::literal(arg);
     let impl_generics = imp.generics.clone();
@@ -173,7 +178,7 @@ fn expand_impl(arg: &DeviceArg, mut imp: ItemImpl) -> syn::Result<TokenStream> {
     reject_stray_here(arg, [header.stray_here])?;
     for item in &mut imp.items {
         match item {
-            ImplItem::Fn(f) if f.sig.constness.is_none() && !has_own_attribute(f) => {
+            ImplItem::Fn(f) if f.sig.constness.is_none() && !has_own_attribute(&f.attrs) => {
                 let method_generics = f.sig.generics.clone();
                 let mut sig = Signature::new(ordinal, vec![&impl_generics, &method_generics]);
                 sig.visit_signature_mut(&mut f.sig);
@@ -197,83 +202,4 @@ fn expand_impl(arg: &DeviceArg, mut imp: ItemImpl) -> syn::Result<TokenStream> {
         }
     }
     Ok(imp.into_token_stream())
-}
-
-/// `with_device!(device => body)`.
-pub fn macro_call(input: TokenStream) -> TokenStream {
-    match syn::parse2::<MacroInput>(input).and_then(expand_macro) {
-        Ok(out) => out,
-        Err(e) => e.to_compile_error(),
-    }
-}
-
-fn expand_macro(mut m: MacroInput) -> syn::Result<TokenStream> {
-    if let DeviceArg::ConstParam(n) = &m.device {
-        validate::macro_const_param(n)?;
-    }
-    if validate::literal(&m.device).is_none() {
-        if let Some(span) = signature::find_here_in_expr(&mut m.body) {
-            return Err(signature::here_error(span, &m.device, "`with_device!(1 => ..)`"));
-        }
-    }
-    let here = here_alias(&m.device);
-    let id = device_id(&m.device);
-    let body = match &m.body {
-        Expr::Closure(c) => closure(id, c)?,
-        Expr::Async(a) => quote!(::locus::__private::on_device_async::<_, _>(#id, #a)),
-        other => {
-            let (guard, value, err) = (local("__locus_guard"), local("__locus_value"), local("__locus_error"));
-            quote! {
-                match ::locus::__private::enter(#id) {
-                    ::core::result::Result::Ok(#guard) => {
-                        let #value = #other;
-                        ::core::mem::drop(#guard);
-                        ::core::result::Result::Ok(#value)
-                    }
-                    ::core::result::Result::Err(#err) => ::core::result::Result::Err(#err),
-                }
-            }
-        }
-    };
-    Ok(quote!({ #here #body }))
-}
-
-/// A closure that enters the guard around every call of the user's closure and
-/// returns `locus::Result` of its value.
-fn closure(id: TokenStream, c: &ExprClosure) -> syn::Result<TokenStream> {
-    if let Some(a) = &c.asyncness {
-        return Err(syn::Error::new_spanned(
-            a,
-            "`with_device!` takes a sync closure; for async code write `with_device!(n => async { .. })`",
-        ));
-    }
-    let (device, f, guard, value, err) = (
-        local("__locus_device"),
-        local("__locus_f"),
-        local("__locus_guard"),
-        local("__locus_value"),
-        local("__locus_error"),
-    );
-    let names: Vec<syn::Ident> = (0..c.inputs.len()).map(|i| local(&format!("__locus_arg{i}"))).collect();
-    let params = c.inputs.iter().zip(&names).map(|(p, name)| match p {
-        Pat::Type(t) => {
-            let ty = &t.ty;
-            quote!(#name: #ty)
-        }
-        _ => quote!(#name),
-    });
-    Ok(quote! {
-        let #device = #id;
-        // `mut` for an `FnMut` closure; an `Fn` or `FnOnce` one does not need it.
-        #[allow(unused_mut)]
-        let mut #f = #c;
-        move |#(#params),*| match ::locus::__private::enter(::core::clone::Clone::clone(&#device)) {
-            ::core::result::Result::Ok(#guard) => {
-                let #value = #f(#(#names),*);
-                ::core::mem::drop(#guard);
-                ::core::result::Result::Ok(#value)
-            }
-            ::core::result::Result::Err(#err) => ::core::result::Result::Err(#err),
-        }
-    })
 }

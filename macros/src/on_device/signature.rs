@@ -7,7 +7,7 @@ use syn::spanned::Spanned;
 use syn::visit_mut::{self, VisitMut};
 use syn::{Block, Expr, GenericArgument, Generics, Ident, PathArguments, Type, TypePath};
 
-use crate::parse::DeviceArg;
+use super::parse::DeviceArg;
 
 /// The device type `::locus::__private::Cuda<n>`, with every token at `span`.
 pub fn cuda_type(ordinal: u32, span: Span) -> TokenStream {
@@ -64,7 +64,7 @@ fn mentions(tokens: TokenStream, pred: &dyn Fn(&Ident) -> bool) -> bool {
     })
 }
 
-fn is_here(p: &TypePath) -> bool {
+pub fn is_here(p: &TypePath) -> bool {
     p.qself.is_none() && p.path.is_ident("Here")
 }
 

@@ -3,40 +3,17 @@
 use proc_macro2::{Group, Span, TokenStream, TokenTree};
 use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
-use syn::{DeriveInput, GenericParam, Ident};
+use syn::{GenericParam, Ident};
 
-use crate::validate::{self, DeriveModel, FieldKind};
+use super::validate::{self, DeriveModel, FieldKind};
 
-/// `#[derive(ToDevice)] struct ..`.
-pub fn to_device(input: TokenStream) -> TokenStream {
-    match syn::parse2::<DeriveInput>(input).and_then(validate::derive_model) {
-        Ok(model) => expand(&model),
-        Err(e) => e.to_compile_error(),
-    }
-}
-
-fn expand(model: &DeriveModel) -> TokenStream {
+/// `impl ToDevice for ..`, moving every field by its kind.
+pub fn expand(model: &DeriveModel) -> TokenStream {
     let name = &model.input.ident;
     let target = Ident::new("__LocusE", Span::call_site());
     let placement = Ident::new("__locus_placement", Span::mixed_site());
 
-    // `Name<A, __LocusE, B>`: the struct with its device parameter replaced.
-    let moved_args = model.input.generics.params.iter().map(|p| match p {
-        GenericParam::Type(t) if t.ident == model.device => quote!(#target),
-        GenericParam::Type(t) => {
-            let i = &t.ident;
-            quote!(#i)
-        }
-        GenericParam::Lifetime(l) => {
-            let l = &l.lifetime;
-            quote!(#l)
-        }
-        GenericParam::Const(c) => {
-            let i = &c.ident;
-            quote!(#i)
-        }
-    });
-    let on = quote!(#name<#(#moved_args),*>);
+    let on = on_type(&model.input, &model.device, &target);
 
     let mut generics = model.input.generics.clone();
     let where_clause = generics.make_where_clause();
@@ -79,6 +56,28 @@ fn expand(model: &DeriveModel) -> TokenStream {
             }
         };
     }
+}
+
+/// `Name<A, __LocusE, B>`: the type with its device parameter `device` replaced by
+/// `target`.
+pub fn on_type(input: &syn::DeriveInput, device: &Ident, target: &Ident) -> TokenStream {
+    let name = &input.ident;
+    let args = input.generics.params.iter().map(|p| match p {
+        GenericParam::Type(t) if t.ident == *device => quote!(#target),
+        GenericParam::Type(t) => {
+            let i = &t.ident;
+            quote!(#i)
+        }
+        GenericParam::Lifetime(l) => {
+            let l = &l.lifetime;
+            quote!(#l)
+        }
+        GenericParam::Const(c) => {
+            let i = &c.ident;
+            quote!(#i)
+        }
+    });
+    quote!(#name<#(#args),*>)
 }
 
 fn respan(tokens: TokenStream, span: Span) -> TokenStream {

@@ -1,0 +1,13 @@
+// Two devices are rejected, and that is the one error: `Here` in the signature and the
+// body still names a placement (the first device), so its uses raise no errors of their
+// own.
+// The glob import brings `locus::Here`, the placeholder that is no placement.
+use locus::*;
+
+#[on_device(0, 1)]
+fn step(x: &Tensor<Here>) -> locus::Result<Tensor<Here>> {
+    let ones = Tensor::<Here>::ones([2])?;
+    x + &ones
+}
+
+fn main() {}
