@@ -6,7 +6,10 @@
 //! must give the same bytes. The inline path's block must not be reused before its DMAs
 //! are done: uploads queued behind long work are followed at once by other uploads and
 //! pinned tensors of the same pool bin (on the host backend the hazard checker reports
-//! such a reuse by name; on the GPU the data would be wrong).
+//! such a reuse by name; on the GPU the data would be wrong). The host backend models the
+//! inline path piece by piece (its DMAs are jobs on the simulated stream, checked by the
+//! hazard checker); its direct and staged paths are one plain copy each, so on the host
+//! those rows check the bytes and the path choice only.
 
 mod common;
 

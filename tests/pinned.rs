@@ -125,7 +125,9 @@ fn dropping_a_transfer_waits_for_it() -> locus::Result<()> {
 }
 
 #[test]
-fn large_pageable_copies_are_staged_and_exact() -> locus::Result<()> {
+/// On the cuda backend the copies go through the copy threads' pinned stages; the host
+/// backend copies them in one plain copy, so there this checks the bytes only.
+fn large_pageable_copies_are_exact() -> locus::Result<()> {
     let _s = serial();
     // 70 MiB + a ragged tail: many chunks over every copy thread's stages.
     let n = (70 << 20) / 4 + 12345;

@@ -1,5 +1,5 @@
 //! The host backend's comparisons, `where` and `argmax`: each a job through [`launch`]
-//! running a loop of `host_select`. `argmax` with values is two jobs on the stream, the
+//! running a loop of `kernels::select`. `argmax` with values is two jobs on the stream, the
 //! indices, then the elements at them.
 
 use crate::backend::host::buffer::HostBuffer;

@@ -1,6 +1,6 @@
 //! The inline path of a download from a device into pageable memory: ONE block of the
 //! pinned pool, cut into pieces, on the calling thread and the op's stream (which copies
-//! take it: `copy_paths`; the upload is `inline_copy`). Every piece's DMA into the block
+//! take it: `paths`; the upload is `upload`). Every piece's DMA into the block
 //! is queued at once, each with its event, and each piece is copied out as soon as its
 //! event has completed, while the later DMAs run. The cuda backend queues real DMAs
 //! (`cuda/staged.rs`), the host backend jobs on a simulated stream (`host/inline.rs`).

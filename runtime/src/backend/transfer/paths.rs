@@ -5,7 +5,7 @@
 //!   memory, which the driver stages itself through its own small buffers;
 //! - **inline** (from the inline threshold to the staged threshold): through ONE block
 //!   of the pinned pool, in pieces, on the calling thread and the op's stream
-//!   (`inline_copy.rs`): an upload copies each piece into the block and queues its DMA
+//!   (`upload.rs`): an upload copies each piece into the block and queues its DMA
 //!   right after, so the DMA of a piece overlaps the copy of the next; a download queues
 //!   every piece's DMA at once and copies each piece out as soon as its event completes;
 //! - **staged** (from the staged threshold): the copy threads, each through pinned

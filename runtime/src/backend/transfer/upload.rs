@@ -1,6 +1,6 @@
 //! The inline path of an upload from pageable memory to a device: ONE block of the
 //! pinned pool, cut into pieces, on the calling thread and the op's stream (which copies
-//! take it: `copy_paths`; the download is `inline_download`). The source is copied into
+//! take it: `paths`; the download is `download`). The source is copied into
 //! the block piece by piece, and each piece's DMA is queued right after its copy, so the
 //! DMA of a piece overlaps the copy of the next; one event after the last DMA holds the
 //! block. The cuda backend queues real DMAs (`cuda/staged.rs`), the host backend jobs on

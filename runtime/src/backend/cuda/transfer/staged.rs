@@ -2,7 +2,7 @@
 //!
 //! A direct copy from pageable memory makes the driver stage it itself, through small
 //! buffers on one thread: about 9 GB/s on the H200's host. Which copy takes which way is
-//! decided by size in `copy_paths`: a middle-sized upload goes inline (one pinned block,
+//! decided by size in `transfer::paths`: a middle-sized upload goes inline (one pinned block,
 //! piece by piece, on the op's stream: `inline.rs`); a large copy is cut into chunks
 //! that the copy threads take in turn. Each thread moves its chunks through two pinned
 //! stages of its own and queues their DMAs itself on the device's copy stream, so no

@@ -1,5 +1,5 @@
 //! The host backend's matrix products ([`Gemm`]): a batch is one product after another
-//! through the host GEMMs of `host_kernels` (`matrixmultiply` for floats, the split loop
+//! through the single-product GEMMs below (`matrixmultiply` for floats, the split loop
 //! for integers), a rhs shared by the batch is one tall product, and the reduced f32
 //! precisions are modelled as the GPU computes them: every input rounded to TF32 (`High`)
 //! or bf16 (`Medium`), to nearest with ties to even, then multiplied and accumulated in

@@ -1,6 +1,6 @@
 //! The host backend's loops for comparisons (`u8` results), `where` and `argmax` over one
 //! dim, generic over the element type and split over the worker pool as the loops of
-//! `host_kernels` are (each output element computed as on one thread, so the results do
+//! the other kernels are (each output element computed as on one thread, so the results do
 //! not depend on the split).
 
 use crate::backend::host::kernels::GRAIN;
