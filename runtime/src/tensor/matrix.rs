@@ -118,4 +118,14 @@ impl<D: Device, T: Element> Tensor<D, T> {
         let buf = self.buffer().permute(T::DTYPE, &p)?;
         Ok(self.with_buffer(buf, out))
     }
+
+    pub(super) fn check_rank(&self, op: &'static str, rank: usize) -> Result<()> {
+        if self.rank() != rank {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!("needs a {rank}-d tensor, got shape {:?}", self.shape()),
+            });
+        }
+        Ok(())
+    }
 }

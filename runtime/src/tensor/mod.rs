@@ -12,7 +12,6 @@ mod layout;
 mod matrix;
 #[cfg(feature = "ndarray")]
 mod ndarray;
-mod ops;
 mod reduce_dim;
 mod softmax;
 
@@ -262,5 +261,15 @@ impl<D: Device, T: Element> Tensor<D, T> {
         } else {
             Err(Error::DeviceMismatch { op, lhs: self.device(), rhs: other })
         }
+    }
+
+    pub(super) fn check_dim(&self, op: &'static str, dim: usize) -> Result<()> {
+        if dim >= self.rank() {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!("dim {dim} is out of range for a tensor of shape {:?}", self.shape()),
+            });
+        }
+        Ok(())
     }
 }
