@@ -45,3 +45,5 @@ pub use locus_runtime::*;
 
 #[doc(hidden)]
 pub use locus_runtime::__private;
+#[doc(hidden)]
+pub use locus_runtime::{testing, tuning};

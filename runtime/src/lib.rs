@@ -29,7 +29,8 @@
 //   host model's hazard checker (`backend::hazard`), the f32 matmul precision
 //   (`backend::precision`). It imports only the foundation.
 // - placement and memory: `device` (placements), `placement` (the compile-time checks),
-//   `storage` (a buffer with its device and type), `memory` (statistics).
+//   `storage` (a buffer with its device and type), `memory` (statistics), `tuning` (the
+//   copy paths' knobs, for the GPU bench), `testing` (device-count skips for tests).
 // - tensors and streams: `tensor` (ops, factories, conversions), `stream` (Stream,
 //   Event, on_stream), `copy` (pin_memory, async copies, Pending), `unwaited`
 //   (diagnostics for reading a Pending), `guard` (the current device), `to_device`,
@@ -65,7 +66,11 @@ mod shape;
 mod storage;
 mod stream;
 mod tensor;
+#[doc(hidden)]
+pub mod testing;
 mod to_device;
+#[doc(hidden)]
+pub mod tuning;
 mod unwaited;
 
 pub use backend::host_cache::{host_stats, release_cached_host, HostStats};

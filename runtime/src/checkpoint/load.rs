@@ -24,10 +24,10 @@ const BATCH: usize = 256 << 20;
 ///
 /// ```
 /// # extern crate locus_runtime as locus;
-/// use locus::{Cuda, Tensor};
+/// use locus::{Cpu, Cuda, Tensor};
 /// let path = std::env::temp_dir().join(format!("locus-doc-load-{}.safetensors", std::process::id()));
-/// locus::save_safetensors(&path, [("x", Tensor::<Cuda<0>, f64>::full([2], 0.5)?)])?;
-/// let ck = locus::load_safetensors::<Cuda<1>>(&path)?;
+/// locus::save_safetensors(&path, [("x", Tensor::<Cpu, f64>::full([2], 0.5)?)])?;
+/// let ck = locus::load_safetensors::<Cuda<0>>(&path)?;
 /// assert_eq!(ck.get::<f64>("x")?.to_vec()?, vec![0.5, 0.5]);
 /// # std::fs::remove_file(&path).ok();
 /// # Ok::<(), locus::Error>(())
