@@ -64,7 +64,7 @@ pub fn load_safetensors_on<D: Device>(placement: D, path: impl AsRef<Path>) -> R
 /// placement, straight into the tensors). The tensors are queued on the current stream
 /// of the device, as any op's output; the file may be changed or removed once this
 /// returns. Every tensor is checked before any data moves: a truncated file, a header
-/// that does not parse, a dtype locus does not have (it has f32, f64, i32 and u8), a
+/// that does not parse, a dtype locus does not have (it has f32, f64, i32, u8, bf16 and f16), a
 /// shape that does not match its bytes are `Err`s that name the tensor where there is
 /// one to name. The file must not be truncated or written by another process while it
 /// loads (as with any memory-mapped file).

@@ -114,8 +114,7 @@ impl<M: ToDevice, O: Device> DataParallel<M, O> {
     /// use locus::parallel::DataParallel;
     /// use locus::{Cpu, Cuda, DeviceId, Tensor};
     /// let w = Tensor::<Cpu>::ones([2])?;
-    /// # let n = locus::device_count()?;
-    /// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
+    /// # if !locus::testing::needs_devices(2)? { return Ok(()); }
     /// let dp = DataParallel::new(w.clone(), &[DeviceId::Cuda(1), DeviceId::Cuda(0)], Cuda::<0>)?;
     /// assert_eq!(dp.devices(), vec![DeviceId::Cuda(1), DeviceId::Cuda(0)]);
     /// assert!(DataParallel::new(w.clone(), &[], Cuda::<0>).is_err());
@@ -185,8 +184,7 @@ impl<M: ToDevice, O: Device> DataParallel<M, O> {
     /// # extern crate locus_runtime as locus;
     /// use locus::parallel::DataParallel;
     /// use locus::{Cpu, DeviceId, Tensor};
-    /// # let n = locus::device_count()?;
-    /// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
+    /// # if !locus::testing::needs_devices(2)? { return Ok(()); }
     /// let dp = DataParallel::new(Tensor::<Cpu>::ones([2])?, &[DeviceId::Cuda(1), DeviceId::Cuda(0)], Cpu)?;
     /// let replicas = dp.replicas()?;
     /// assert_eq!(replicas[0].0, DeviceId::Cuda(1));

@@ -16,8 +16,7 @@
 //! # extern crate locus_runtime as locus;
 //! use locus::parallel::{gather, scatter};
 //! use locus::{Cpu, Cuda, DeviceId, Tensor};
-//! # let n = locus::device_count()?;
-//! # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
+//! # if !locus::testing::needs_devices(2)? { return Ok(()); }
 //! let batch = Tensor::<Cpu>::rand([7, 3], 1)?;
 //! let (a, b) = scatter(&batch, (Cuda::<0>, Cuda::<1>))?;
 //! assert_eq!((a.shape()[0], b.shape()[0]), (4, 3));
