@@ -67,7 +67,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
         if let Ok(same) = self.clone().retyped::<U>() {
             return Ok(same);
         }
-        let buf = self.buffer().cast(T::DTYPE, U::DTYPE, self.numel())?;
+        let buf = self.queued("to_dtype")?.cast(T::DTYPE, U::DTYPE, self.numel())?;
         let shape = Shape::new("to_dtype", self.shape.to_vec(), U::DTYPE)?;
         Ok(Tensor::from_buffer(self.placement(), buf, shape))
     }

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 impl<D: Device, T: Element> Tensor<D, T> {
     /// `lhs op self`, elementwise: the scalar on the left.
     pub(crate) fn scalar_lhs(&self, op: BinaryOp, lhs: T) -> Result<Self> {
-        let buf = self.buffer().scalar_binary(op, T::DTYPE, lhs.to_scalar(), self.numel())?;
+        let buf = self.queued("an elementwise op")?.scalar_binary(op, T::DTYPE, lhs.to_scalar(), self.numel())?;
         Ok(self.with_buffer(buf, self.shape.clone()))
     }
 
@@ -67,7 +67,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
     }
 
     fn param(&self, op: ParamOp) -> Result<Self> {
-        let buf = self.buffer().unary_param(op, T::DTYPE, self.numel())?;
+        let buf = self.queued("an elementwise op")?.unary_param(op, T::DTYPE, self.numel())?;
         Ok(self.with_buffer(buf, self.shape.clone()))
     }
 }

@@ -91,7 +91,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
     fn assembled(&self, op: &'static str, shape: Vec<usize>, len: usize, parts: &[Blocks<'_>]) -> Result<Self> {
         let shape = Shape::new(op, shape, T::DTYPE)?;
         debug_assert_eq!(shape.numel(), len);
-        let buf = self.buffer().copy_blocks(T::DTYPE, len, parts)?;
+        let buf = self.queued(op)?.copy_blocks(T::DTYPE, len, parts)?;
         Ok(self.with_buffer(buf, shape))
     }
 
@@ -297,6 +297,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
         shape[0] = rows;
         // The parts' element counts add up to the result's, which is checked here.
         let out = Shape::result("cat", shape, T::DTYPE, &inputs)?;
+        first.queued("cat")?;
         let bufs: Vec<_> = parts.iter().map(|p| (p.buffer(), p.numel())).collect();
         let buf = Buffer::concat(T::DTYPE, &bufs)?;
         Ok(first.with_buffer(buf, out))

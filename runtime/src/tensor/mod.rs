@@ -88,6 +88,14 @@ impl<D: Device, T: Element> Tensor<D, T> {
         &self.storage.buf
     }
 
+    /// The buffer, for an op about to be queued on this tensor's device: an `Err` where
+    /// `on_stream` made a stream of another device current and none of this one (the op
+    /// would run on this device's default stream, not the one the caller chose).
+    pub(crate) fn queued(&self, op: &'static str) -> Result<&Buffer> {
+        crate::stream::check_op_stream(op, self.device())?;
+        Ok(&self.storage.buf)
+    }
+
     pub(crate) fn storage(&self) -> &Storage {
         &self.storage
     }

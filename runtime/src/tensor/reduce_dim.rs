@@ -12,7 +12,7 @@ use crate::shape::{Reduction, Shape};
 
 impl<D: Device, T: Element> Tensor<D, T> {
     pub(super) fn reduce(&self, op: ReduceOp, r: Reduction, shape: Shape) -> Result<Self> {
-        let buf = self.buffer().reduce(op, T::DTYPE, r)?;
+        let buf = self.queued("a reduction")?.reduce(op, T::DTYPE, r)?;
         Ok(self.with_buffer(buf, shape))
     }
 
@@ -98,7 +98,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
             });
         }
         let r = Reduction::over(op, &self.shape, dim)?;
-        let (idx, vals) = self.buffer().argmax(T::DTYPE, r, values)?;
+        let (idx, vals) = self.queued("argmax")?.argmax(T::DTYPE, r, values)?;
         let vals = match vals {
             Some(v) => Some(self.with_buffer(v, self.reduced_shape(op, dim, keepdim, T::DTYPE)?)),
             None => None,
