@@ -37,6 +37,6 @@ mod peer;
 
 pub use collective::{all_gather, all_reduce_sum, broadcast};
 pub use comm::{chunk_sizes, gather, reduce_add, scatter, scatter_sizes};
-pub use data_parallel::{DataParallel, Module, Replicas};
+pub use data_parallel::{DataParallel, Module, Replicas, Replicate};
 pub use lists::{DeviceList, Parts};
 pub use peer::{can_access_peer, enable_peer_access, CudaDevice, PeerAccess};
