@@ -115,4 +115,7 @@ pub mod __private {
     pub use crate::placement::Unplaced;
     pub use crate::tensor::Tensor;
     pub use crate::to_device::ToDevice;
+    // Only for the doc example of `backend/copy_paths.rs`'s `InlineUpload`, which still
+    // names these here; the knobs are `tuning`'s. Drop once that example names `tuning`.
+    pub use crate::tuning::{default_inline_upload, set_inline_upload, InlineUpload};
 }
