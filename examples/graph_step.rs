@@ -79,9 +79,8 @@ fn sgd_step(
     let grad_w2 = a.t()?.matmul(&err)?; // [HIDDEN, OUT]
     let grad_b2 = err.sum_dim(0, false)?;
     let grad_a = err.matmul(&w2.t()?)?; // [1, HIDDEN]
-                                        // relu' is 1 where h > 0 and 0 elsewhere. With no comparison op, the step is
-                                        // clamp(h·1e38, 0, 1): exactly 1 for every normal positive f32 (≥ 1.2e-38), 0 for h ≤ 0.
-    let relu_grad = (&h * 1e38)?.clamp(0.0, 1.0)?;
+                                        // relu' is 1 where h > 0 and 0 elsewhere: the comparison's u8 mask, as f32.
+    let relu_grad = h.gt_scalar(0.0)?.to_dtype::<f32>()?;
     let grad_h = (&grad_a * &relu_grad)?;
     let grad_w1 = x.t()?.matmul(&grad_h)?; // [IN, HIDDEN]
     let grad_b1 = grad_h.sum_dim(0, false)?;

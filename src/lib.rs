@@ -7,8 +7,7 @@
 //!
 //! ```
 //! use locus::{Cuda, Tensor};
-//! # let n = locus::device_count()?;
-//! # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
+//! # if !locus::testing::needs_devices(2)? { return Ok(()); }
 //! let a = Tensor::<Cuda<0>>::ones([2, 2])?;
 //! let b = Tensor::<Cuda<1>>::full([2, 2], 3.0)?;
 //! let c = (&a + &b.to::<Cuda<0>>()?)?;
@@ -45,3 +44,5 @@ pub use locus_runtime::*;
 
 #[doc(hidden)]
 pub use locus_runtime::__private;
+#[doc(hidden)]
+pub use locus_runtime::{testing, tuning};

@@ -14,7 +14,7 @@
 mod common;
 
 use common::keep_busy;
-use locus::__private::{
+use locus::tuning::{
     default_download_paths, default_inline_download_piece, default_inline_upload, default_upload_paths,
     set_download_paths, set_inline_download_piece, set_inline_upload, set_upload_paths, InlineUpload,
 };

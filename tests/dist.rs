@@ -377,8 +377,7 @@ fn a_world_of_one_bound_to_its_device_runs_every_collective() {
 /// A tensor on a device other than the group's is an `Err` naming both devices.
 #[test]
 fn a_tensor_on_another_device_than_the_groups_is_an_error() {
-    if locus::device_count().unwrap() < 2 {
-        eprintln!("skipped: needs 2 devices");
+    if !locus::testing::needs_devices(2).unwrap() {
         return;
     }
     let dir = common::ranks::fresh_dir("other_device");

@@ -12,10 +12,9 @@ use proptest::prelude::*;
 
 /// The placements under test.
 fn placements() -> Vec<DeviceId> {
+    // All four where there are four (LOCUS_HOST_DEVICES=4); the ones there are otherwise.
+    locus::testing::needs_devices_for(4, "the placements cuda:0 to cuda:3").unwrap();
     let n = locus::device_count().unwrap().min(4);
-    if n < 4 {
-        eprintln!("note: placements are cpu, pinned and {n} CUDA device(s); LOCUS_HOST_DEVICES=4 tests four");
-    }
     let mut all = vec![DeviceId::Cpu, DeviceId::Pinned];
     all.extend((0..n as u32).map(DeviceId::Cuda));
     all

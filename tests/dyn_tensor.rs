@@ -1,18 +1,14 @@
 //! `Tensor<Dyn>`: conversions to and from static placements, factories on the current
 //! device under nested guards and threads, and the device list.
 //!
-//! Runs with any number of devices; what needs `cuda:1` is skipped, with a note, when
-//! there is one.
+//! Runs with any number of devices; what needs `cuda:1` is skipped, with its reason, when
+//! there is one (an error under `LOCUS_EXPECT_DEVICES=2` or more).
 
 use locus::{current_device, on_device, with_device, Cpu, Cuda, DeviceGuard, DeviceId, Dyn, Error, Pinned, Tensor};
 
 fn second_gpu(test: &str) -> Option<DeviceId> {
-    let n = locus::device_count().unwrap();
-    if n < 2 {
-        eprintln!("note: {test}: the cuda:1 part is skipped, {n} device(s) available");
-        return None;
-    }
-    Some(DeviceId::Cuda(1))
+    let two = locus::testing::needs_devices_for(2, &format!("the cuda:1 part of {test}")).unwrap();
+    two.then_some(DeviceId::Cuda(1))
 }
 
 #[test]

@@ -17,10 +17,9 @@ fn on_fresh_thread<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) ->
 
 /// The CUDA devices there are, up to two; cpu stands in for a missing `cuda:1`.
 fn second_gpu() -> DeviceId {
-    if locus::device_count().unwrap() >= 2 {
+    if locus::testing::needs_devices_for(2, "cuda:1 (cpu stands in for it)").unwrap() {
         DeviceId::Cuda(1)
     } else {
-        eprintln!("note: one device available; cpu stands in for cuda:1");
         DeviceId::Cpu
     }
 }

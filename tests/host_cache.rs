@@ -55,6 +55,7 @@ fn host_buffers_are_reused_without_page_faults_within_the_cap_and_released() -> 
     // stream's jobs are done with it (a job may drop its hold just after the sync). On a
     // GPU device memory is the driver's, not this cache's.
     if locus::backend_name()? != "host" {
+        eprintln!("skipped: the device-buffer part (device memory is the driver's on this backend)");
         return Ok(());
     }
     let hits = host_stats().cache_hits;

@@ -7,8 +7,8 @@ mod common;
 
 use common::{keep_busy, on_gpu};
 use locus::{
-    backend_name, cross_stream_waits, device_count, kernel, on_stream, Cpu, Cuda, Device, DeviceId, Dyn, Error, Graph,
-    Grid, Stream, Tensor,
+    backend_name, cross_stream_waits, kernel, on_stream, Cpu, Cuda, Device, DeviceId, Dyn, Error, Graph, Grid, Stream,
+    Tensor,
 };
 
 type G = Cuda<0>;
@@ -278,9 +278,7 @@ fn an_empty_output_launches_nothing() -> locus::Result<()> {
 
 #[test]
 fn dyn_tensors_on_two_devices_are_a_device_mismatch() -> locus::Result<()> {
-    let n = device_count()?;
-    if n < 2 {
-        eprintln!("skipped: needs 2 devices, found {n}");
+    if !locus::testing::needs_devices(2)? {
         return Ok(());
     }
     let x = Tensor::<Dyn>::ones_on(Dyn::new(DeviceId::Cuda(0)), [4])?;
@@ -310,7 +308,7 @@ fn kernels_run_on_every_device() -> locus::Result<()> {
         y.to_vec()
     }
     assert_eq!(on::<Cuda<0>>()?, vec![6.0; 3]);
-    if device_count()? > 1 {
+    if locus::testing::needs_devices_for(2, "the cuda:1 launch")? {
         assert_eq!(on::<Cuda<1>>()?, vec![6.0; 3]);
     }
     assert!(matches!(backend_name()?, "host" | "cuda"));

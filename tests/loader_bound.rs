@@ -44,7 +44,7 @@ fn a_slow_batch_does_not_let_workers_pin_beyond_prefetch_plus_one_per_worker() -
     // The test reads batches back with `to_vec`, whose inline path stages through a block
     // of the same pinned pool: downloads go direct here, so the pool counts the Loader's
     // blocks alone.
-    locus::__private::set_download_paths(usize::MAX, usize::MAX);
+    locus::tuning::set_download_paths(usize::MAX, usize::MAX);
     let (prefetch, workers) = (1, 2);
     let bound = (prefetch + workers) * BLOCK;
     let base = pinned_stats().bytes_in_use;

@@ -2,8 +2,8 @@
 //! restoring on every exit, nesting, one stack per thread, and async fns whose guard
 //! follows every poll.
 //!
-//! Runs with any number of devices: what needs `cuda:1` is skipped, with a note, on a
-//! machine with one.
+//! Runs with any number of devices: what needs `cuda:1` is skipped, with its reason, on a
+//! machine with one (an error under `LOCUS_EXPECT_DEVICES=2` or more).
 
 use std::future::Future;
 use std::panic::catch_unwind;
@@ -13,11 +13,7 @@ use std::task::{Context, Poll, Waker};
 use locus::{current_device, on_device, with_device, Cuda, DeviceGuard, DeviceId, Error, Tensor};
 
 fn two_devices(test: &str) -> bool {
-    let n = locus::device_count().unwrap();
-    if n < 2 {
-        eprintln!("note: {test}: the cuda:1 part is skipped, {n} device(s) available");
-    }
-    n >= 2
+    locus::testing::needs_devices_for(2, &format!("the cuda:1 part of {test}")).unwrap()
 }
 
 #[on_device(0)]

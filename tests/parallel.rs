@@ -66,13 +66,11 @@ fn uneven_batches_split_as_evenly_as_possible() -> locus::Result<()> {
     assert_eq!(b.to_vec()?, vec![9, 10, 11, 12, 13, 14]);
     let [p, q, r] = scatter(&x, [DeviceId::Cuda(0); 3])?;
     assert_eq!((p.shape()[0], q.shape()[0], r.shape()[0]), (2, 2, 1));
-    if locus::device_count()? >= 2 {
+    if locus::testing::needs_devices_for(2, "the two-GPU typed scatter")? {
         let (a, b): (Tensor<Cuda<0>, i32>, Tensor<Cuda<1>, i32>) = scatter(&x, (Cuda::<0>, Cuda::<1>))?;
         assert_eq!(a.to_vec()?, vec![0, 1, 2, 3, 4, 5, 6, 7, 8]);
         assert_eq!(b.device(), DeviceId::Cuda(1));
         assert_eq!(gather(&(a, b), Cpu)?.to_vec()?, x.to_vec()?);
-    } else {
-        eprintln!("note: one device; the two-GPU typed scatter is skipped");
     }
     Ok(())
 }
@@ -233,7 +231,8 @@ fn peer_access_tokens_run_ops_across_two_gpus() -> locus::Result<()> {
     assert_eq!(enable_peer_access::<Cuda<0>, Cuda<99>>().unwrap_err(), Error::NoSuchDevice { ordinal: 99, count });
     if count < 2 {
         assert_eq!(can_access_peer::<Cuda<0>, Cuda<1>>().unwrap_err(), Error::NoSuchDevice { ordinal: 1, count });
-        eprintln!("note: one device; peer access between two GPUs is skipped");
+    }
+    if !locus::testing::needs_devices_for(2, "peer access between two GPUs")? {
         return Ok(());
     }
     let can = can_access_peer::<Cuda<0>, Cuda<1>>()?;
@@ -243,7 +242,7 @@ fn peer_access_tokens_run_ops_across_two_gpus() -> locus::Result<()> {
     let peer = match enable_peer_access::<Cuda<0>, Cuda<1>>() {
         Ok(peer) => peer,
         Err(e @ Error::NoPeerAccess { .. }) if !can => {
-            eprintln!("note: {e}; the peer ops are skipped");
+            eprintln!("skipped: the peer ops ({e})");
             return Ok(());
         }
         Err(e) => return Err(e),
@@ -512,8 +511,7 @@ fn data_parallel_trains_like_one_device_step_by_step() -> locus::Result<()> {
     let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     // Three devices where there are three (LOCUS_HOST_DEVICES=3), else two.
     let ids: Vec<DeviceId> = all().into_iter().take(3).collect();
-    if ids.len() < 2 {
-        println!("skipped: DataParallel training needs two devices, found {}", ids.len());
+    if !locus::testing::needs_devices_for(2, "DataParallel training")? {
         return Ok(());
     }
     let x = Tensor::<Cuda<0>>::rand([9, 4], 22)?;

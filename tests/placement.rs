@@ -51,7 +51,7 @@ fn copies_cross_every_pair_of_placements() -> locus::Result<()> {
     assert_eq!(g.to::<Pinned>()?.to_vec()?, data);
     assert_eq!(c.to::<Cuda<0>>()?.to_vec()?, data);
     assert_eq!(g.to::<Cuda<0>>()?.device(), DeviceId::Cuda(0));
-    if locus::device_count()? >= 2 {
+    if locus::testing::needs_devices_for(2, "the copy to cuda:1")? {
         let g1 = g.to::<Cuda<1>>()?;
         assert_eq!(g1.device(), DeviceId::Cuda(1));
         assert_eq!(g1.to_vec()?, data);
@@ -82,9 +82,7 @@ fn dyn_operands_are_checked_at_run_time() -> locus::Result<()> {
 
 #[test]
 fn dyn_events_and_streams_of_two_devices_are_checked_at_run_time() -> locus::Result<()> {
-    let n = locus::device_count()?;
-    if n < 2 {
-        eprintln!("skipped: needs 2 devices, found {n}");
+    if !locus::testing::needs_devices(2)? {
         return Ok(());
     }
     let s1 = Stream::new_on(Dyn::new(DeviceId::Cuda(1)))?;

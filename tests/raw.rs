@@ -117,8 +117,7 @@ fn raw_views_of_host_memory_or_through_another_device_are_errors() -> locus::Res
     // SAFETY: refused before anything is lent.
     let err = unsafe { host.raw_view(&s) }.unwrap_err();
     assert_eq!(err, Error::DeviceMismatch { op: "raw_view", lhs: DeviceId::Cpu, rhs: DeviceId::Cuda(0) });
-    if locus::device_count()? < 2 {
-        eprintln!("skipped the second device's part: one device");
+    if !locus::testing::needs_devices_for(2, "the second device's part")? {
         return Ok(());
     }
     let mut other = Tensor::<Dyn>::zeros_on(Dyn::new(DeviceId::Cuda(1)), [2])?;

@@ -185,3 +185,36 @@ fn an_explicit_event_wait_covers_the_writes_before_the_event_only() -> locus::Re
     assert_eq!(sl.item()?, 3.0 * 65536.0, "the sum ran before `later` was written");
     Ok(())
 }
+
+/// `on_stream` makes a stream current for its own device only: an op on another device
+/// inside it would run on that device's default stream, so it is an `Err` naming both
+/// devices, while ops on the stream's device, host ops and ops of a device whose own
+/// stream is current too still run.
+#[test]
+fn an_op_of_another_device_inside_on_stream_is_an_error_naming_both() -> locus::Result<()> {
+    if !locus::testing::needs_devices(2)? {
+        return Ok(());
+    }
+    let s1 = Stream::<Cuda<1>>::new()?;
+    let x = Tensor::<Cuda<0>>::ones([4])?;
+    for e in [
+        on_stream(&s1, || &x * 2.0).unwrap_err(),
+        on_stream(&s1, || x.matmul(&x.reshape([4, 1])?.t()?.t()?)).unwrap_err(),
+        on_stream(&s1, || Tensor::<Cuda<0>>::zeros([2])).unwrap_err(),
+    ] {
+        let m = e.to_string();
+        assert!(m.contains("cuda:0") && m.contains("cuda:1") && m.contains("default stream"), "{m}");
+    }
+    let s0 = Stream::<Cuda<0>>::new()?;
+    let both = on_stream(&s1, || on_stream(&s0, || &x * 2.0))?;
+    s0.synchronize()?;
+    assert_eq!(both.to_vec()?, vec![2.0; 4]);
+    let own = on_stream(&s1, || Tensor::<Cuda<1>>::ones([2])? + 1.0)?;
+    s1.synchronize()?;
+    assert_eq!(own.to_vec()?, vec![2.0; 2]);
+    let host = on_stream(&s1, || locus::Tensor::<locus::Cpu>::ones([2])? * 3.0)?;
+    assert_eq!(host.to_vec()?, vec![3.0; 2]);
+    // Out of the scope, the same op runs.
+    assert_eq!((&x * 2.0)?.to_vec()?, vec![2.0; 4]);
+    Ok(())
+}

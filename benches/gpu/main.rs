@@ -104,7 +104,7 @@ fn small_copies() {
     let us: Vec<f64> = t.iter().map(|s| s * 1e6 / 100.0).collect();
     row("item_roundtrip", &us, "us", "item() of a 0-d f32 on cuda:0 (ready), wall time per call");
     // The same with each download path forced (the default takes the inline one).
-    use locus::__private::{default_download_paths, set_download_paths};
+    use locus::tuning::{default_download_paths, set_download_paths};
     for (path, (inline_min, staged_min)) in [("direct", (usize::MAX, usize::MAX)), ("inline", (0, usize::MAX))] {
         set_download_paths(inline_min, staged_min);
         let t = wall_time(|| {
@@ -126,7 +126,7 @@ fn small_copies() {
 /// thresholds in `copy_paths.rs` are chosen from these rows. Then the inline path's knobs
 /// at 1 and 4 MiB: piece size, helper threads and plain stores up, piece size down.
 fn forced_paths() {
-    use locus::__private::{
+    use locus::tuning::{
         default_download_paths, default_inline_download_piece, default_inline_upload, default_pool_spin,
         default_upload_paths, set_download_paths, set_inline_download_piece, set_inline_upload, set_pool_spin,
         set_upload_paths, InlineUpload,

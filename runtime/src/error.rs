@@ -37,6 +37,23 @@ pub enum Error {
         rhs: DeviceId,
     },
 
+    /// An op on one device inside [`on_stream`](crate::on_stream) with a stream of another:
+    /// `on_stream` makes a stream current for its own device only, so the op would run on
+    /// its device's default stream, not the one the caller made current.
+    #[error(
+        "{op} on {device} inside on_stream of a {stream} stream would run on {device}'s default stream, \
+         not that stream: make a stream of {device} current too (an on_stream of it inside this one), \
+         or copy the data to {stream} with .to(..) first"
+    )]
+    StreamOfOtherDevice {
+        /// The op.
+        op: &'static str,
+        /// The device the op runs on.
+        device: DeviceId,
+        /// The device of the stream `on_stream` made current.
+        stream: DeviceId,
+    },
+
     /// A checked conversion to a placement the tensor is not on (`try_into_device`).
     #[error("the tensor is on {actual}, not {expected}; copy it with .to(..) or .to_dyn({expected}) to move it")]
     NotOnDevice {

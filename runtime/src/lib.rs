@@ -22,14 +22,16 @@
 //
 // - foundation: `error` (Error, Result), `element` (element types), `shape` (checked
 //   shapes and layouts), `device_id` (DeviceId, re-exported by `device`).
-// - backend: `backend` and everything under it: the device-level `BackendDevice` and
-//   storage-level `BackendStorage` traits, the host and cuda implementations, the
-//   pinned pool (`backend::pinned_pool`), the current-stream state
-//   (`backend::current_stream`), the stream-ordering books (`backend::ordering`), the
-//   host model's hazard checker (`backend::hazard`), the f32 matmul precision
-//   (`backend::precision`). It imports only the foundation.
+// - backend: `backend` and everything under it, one folder per layer (docs/DESIGN.md's
+//   backend map): the contract (`api/`: the `BackendDevice` and `BackendStorage` traits
+//   with their associated types, the f32 matmul precision), the worker pool, the
+//   current-stream stores, ordering books, hazard checker and capture rules (`sync/`),
+//   the pinned pool, the shared copy paths (`transfer/`), the host and cuda
+//   implementations, and the enum layer above them (`dispatch/`). It imports only the
+//   foundation.
 // - placement and memory: `device` (placements), `placement` (the compile-time checks),
-//   `storage` (a buffer with its device and type), `memory` (statistics).
+//   `storage` (a buffer with its device and type), `memory` (statistics), `tuning` (the
+//   copy paths' knobs, for the GPU bench), `testing` (device-count skips for tests).
 // - tensors and streams: `tensor` (ops, factories, conversions), `stream` (Stream,
 //   Event, on_stream), `copy` (pin_memory, async copies, Pending), `unwaited`
 //   (diagnostics for reading a Pending), `guard` (the current device), `to_device`,
@@ -65,7 +67,11 @@ mod shape;
 mod storage;
 mod stream;
 mod tensor;
+#[doc(hidden)]
+pub mod testing;
 mod to_device;
+#[doc(hidden)]
+pub mod tuning;
 mod unwaited;
 
 pub use backend::api::precision::{

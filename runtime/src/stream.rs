@@ -7,6 +7,7 @@
 //! uses one stream records no events at all.
 
 use crate::backend::dispatch::current::{current, with_current};
+use std::cell::RefCell;
 use std::time::Duration;
 
 use crate::backend::{self, AnyEvent, AnyStream};
@@ -108,8 +109,51 @@ impl<D: StaticDevice> Stream<D> {
 
 /// Runs `f` with `stream` current for its device on this thread, then restores the
 /// previous one (also when `f` panics). Ops on that device inside `f` queue on `stream`.
+/// An op inside `f` on another device, whose own stream nothing made current, would run
+/// on that device's default stream: it is `Err(Error::StreamOfOtherDevice)` instead,
+/// naming both devices (nest an `on_stream` of that device to run it on a stream of its
+/// own). Copies and host placements are not checked.
 pub fn on_stream<D: Device, R>(stream: &Stream<D>, f: impl FnOnce() -> R) -> R {
+    let _entered = Entered::push(stream.device());
     with_current(stream.device(), stream.raw.clone(), f)
+}
+
+thread_local! {
+    /// The devices of the streams `on_stream` made current on this thread, innermost last.
+    static ENTERED: RefCell<Vec<DeviceId>> = const { RefCell::new(Vec::new()) };
+}
+
+/// One `on_stream` scope on this thread's [`ENTERED`], popped on drop (also on a panic).
+struct Entered;
+
+impl Entered {
+    fn push(device: DeviceId) -> Entered {
+        ENTERED.with(|e| e.borrow_mut().push(device));
+        Entered
+    }
+}
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        ENTERED.with(|e| e.borrow_mut().pop());
+    }
+}
+
+/// Checks that `op`, about to be queued on `device`, runs where the caller meant: inside
+/// `on_stream` of another device's stream, with no stream of `device` current, it would
+/// silently run on `device`'s default stream, so it is an `Err` naming both devices. Host
+/// placements have no streams, and outside `on_stream` there is nothing to check.
+pub(crate) fn check_op_stream(op: &'static str, device: DeviceId) -> Result<()> {
+    if !matches!(device, DeviceId::Cuda(_)) {
+        return Ok(());
+    }
+    let Some(stream) = ENTERED.with(|e| e.borrow().last().copied()) else {
+        return Ok(());
+    };
+    if stream == device || current(device).is_some() {
+        return Ok(());
+    }
+    Err(Error::StreamOfOtherDevice { op, device, stream })
 }
 
 /// The stream ops on `D` use on this thread now.

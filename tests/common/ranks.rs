@@ -100,5 +100,13 @@ pub fn run_ranks(test: &str, world: usize, body: Body) {
         })
         .collect();
     wait_all(test, children, log, &dir);
+    // A rank that skipped says why in its log, which goes with the directory: the reason
+    // goes to this test's output first.
+    for r in 0..world {
+        let text = std::fs::read_to_string(log(r)).unwrap_or_default();
+        for line in text.lines().filter(|l| l.starts_with("skipped:")) {
+            eprintln!("rank {r}: {line}");
+        }
+    }
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -1,11 +1,10 @@
 // Copying one operand to the other's GPU makes the add compile.
-// With fewer than two devices it prints that it is skipped and returns.
+// With fewer than two devices it prints that it is skipped and returns (an error
+// under LOCUS_EXPECT_DEVICES=2 or more).
 use locus::{Cuda, Tensor};
 
 fn main() -> locus::Result<()> {
-    let n = locus::device_count()?;
-    if n < 2 {
-        eprintln!("skipped: needs 2 devices, found {n}");
+    if !locus::testing::needs_devices(2)? {
         return Ok(());
     }
     let a = Tensor::<Cuda<0>>::ones([2])?;

@@ -1,11 +1,10 @@
 // With the token of enable_peer_access, ops take one tensor on each GPU.
-// With fewer than two devices it prints that it is skipped and returns.
+// With fewer than two devices it prints that it is skipped and returns (an error
+// under LOCUS_EXPECT_DEVICES=2 or more).
 use locus::{enable_peer_access, Cuda, Tensor};
 
 fn main() -> locus::Result<()> {
-    let n = locus::device_count()?;
-    if n < 2 {
-        eprintln!("skipped: needs 2 devices, found {n}");
+    if !locus::testing::needs_devices(2)? {
         return Ok(());
     }
     let peer = enable_peer_access::<Cuda<0>, Cuda<1>>()?;

@@ -24,10 +24,10 @@ const BATCH: usize = 256 << 20;
 ///
 /// ```
 /// # extern crate locus_runtime as locus;
-/// use locus::{Cuda, Tensor};
+/// use locus::{Cpu, Cuda, Tensor};
 /// let path = std::env::temp_dir().join(format!("locus-doc-load-{}.safetensors", std::process::id()));
-/// locus::save_safetensors(&path, [("x", Tensor::<Cuda<0>, f64>::full([2], 0.5)?)])?;
-/// let ck = locus::load_safetensors::<Cuda<1>>(&path)?;
+/// locus::save_safetensors(&path, [("x", Tensor::<Cpu, f64>::full([2], 0.5)?)])?;
+/// let ck = locus::load_safetensors::<Cuda<0>>(&path)?;
 /// assert_eq!(ck.get::<f64>("x")?.to_vec()?, vec![0.5, 0.5]);
 /// # std::fs::remove_file(&path).ok();
 /// # Ok::<(), locus::Error>(())
@@ -64,7 +64,7 @@ pub fn load_safetensors_on<D: Device>(placement: D, path: impl AsRef<Path>) -> R
 /// placement, straight into the tensors). The tensors are queued on the current stream
 /// of the device, as any op's output; the file may be changed or removed once this
 /// returns. Every tensor is checked before any data moves: a truncated file, a header
-/// that does not parse, a dtype locus does not have (it has f32, f64, i32 and u8), a
+/// that does not parse, a dtype locus does not have (it has f32, f64, i32, u8, bf16 and f16), a
 /// shape that does not match its bytes are `Err`s that name the tensor where there is
 /// one to name. The file must not be truncated or written by another process while it
 /// loads (as with any memory-mapped file).

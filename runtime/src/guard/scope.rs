@@ -26,8 +26,7 @@ use crate::error::{Error, Result};
 /// ```
 /// # extern crate locus_runtime as locus;
 /// use locus::{current_device, DeviceGuard, DeviceId};
-/// # let n = locus::device_count()?;
-/// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
+/// # if !locus::testing::needs_devices(2)? { return Ok(()); }
 /// let outer = DeviceGuard::enter(DeviceId::Cuda(0))?;
 /// {
 ///     let _inner = DeviceGuard::enter("cuda:1".parse()?)?;

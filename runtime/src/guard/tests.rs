@@ -38,7 +38,7 @@ fn backend_current() -> DeviceId {
 /// A second device besides `cuda:0`: `cuda:1` where it exists, else pinned memory
 /// (a host placement the guard enters the same way), so the tests run on one GPU.
 fn second() -> DeviceId {
-    if crate::backend::device_count().unwrap_or(0) >= 2 {
+    if crate::testing::needs_devices_for(2, "cuda:1 (pinned memory stands in for it)").unwrap() {
         DeviceId::Cuda(1)
     } else {
         DeviceId::Pinned

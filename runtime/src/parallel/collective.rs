@@ -21,8 +21,7 @@ use crate::tensor::Tensor;
 /// # extern crate locus_runtime as locus;
 /// use locus::parallel::broadcast;
 /// use locus::{Cpu, Cuda, DeviceId, Tensor};
-/// # let n = locus::device_count()?;
-/// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
+/// # if !locus::testing::needs_devices(2)? { return Ok(()); }
 /// let w = Tensor::<Cpu>::from_vec(vec![1.0, 2.0], [2])?;
 /// let (a, b) = broadcast(&w, (Cuda::<0>, Cuda::<1>))?;
 /// assert_eq!((a.to_vec()?, b.to_vec()?), (vec![1.0, 2.0], vec![1.0, 2.0]));
@@ -59,8 +58,7 @@ pub(crate) fn broadcast_dyn<D: Device, T: Element>(x: &Tensor<D, T>, ids: &[Devi
 /// # extern crate locus_runtime as locus;
 /// use locus::parallel::all_reduce_sum;
 /// use locus::{Cuda, Tensor};
-/// # let n = locus::device_count()?;
-/// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
+/// # if !locus::testing::needs_devices(2)? { return Ok(()); }
 /// let grads = (Tensor::<Cuda<0>>::full([3], 1.0)?, Tensor::<Cuda<1>>::full([3], 2.0)?);
 /// let (g0, g1) = all_reduce_sum(&grads)?;
 /// assert_eq!(g0.to_vec()?, vec![3.0; 3]);
@@ -90,8 +88,7 @@ pub fn all_reduce_sum<P: Parts + ?Sized>(parts: &P) -> Result<P::Owned> {
 /// # extern crate locus_runtime as locus;
 /// use locus::parallel::all_gather;
 /// use locus::{Cuda, Tensor};
-/// # let n = locus::device_count()?;
-/// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
+/// # if !locus::testing::needs_devices(2)? { return Ok(()); }
 /// let parts = vec![Tensor::<Cuda<0>, i32>::full([1], 7)?.into_dyn(), Tensor::<Cuda<1>, i32>::full([2], 8)?.into_dyn()];
 /// let all = all_gather(&parts)?;
 /// assert_eq!(all[0].to_vec()?, vec![7, 8, 8]);

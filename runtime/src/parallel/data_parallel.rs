@@ -86,7 +86,7 @@ pub trait Module<D: Device, T: Element = f32> {
 /// assert_eq!(y.to_vec()?, dp.module().forward(&x.to::<Cuda<0>>()?)?.to_vec()?);
 /// # Ok::<(), locus::Error>(())
 /// ```
-pub struct DataParallel<M: ToDevice, O: Device = Dyn> {
+pub struct DataParallel<M: Replicate, O: Device = Dyn> {
     module: M,
     devices: Vec<DeviceId>,
     output: O,
@@ -105,7 +105,20 @@ struct ReplicaState<R> {
     copies: CopyCache,
 }
 
-impl<M: ToDevice, O: Device> DataParallel<M, O> {
+/// A model [`DataParallel`] can take: any [`ToDevice`] value, by value. Its own trait
+/// only so that a mistake (a reference to the model, the old spelling, or a type that is
+/// not `ToDevice`) is reported as what `DataParallel` needs, not as a field of a derive.
+#[diagnostic::on_unimplemented(
+    message = "`DataParallel` cannot replicate `{Self}`: it takes the model by value, and the model's type must be `ToDevice`",
+    label = "a `{Self}`, not a `ToDevice` model",
+    note = "pass the model itself, not a reference: `DataParallel::new(model, ..)` keeps it (clone it first to keep a copy; `dp.module()` lends it back); a model type gets `ToDevice` from `#[derive(ToDevice)]`"
+)]
+pub trait Replicate: ToDevice {}
+
+#[diagnostic::do_not_recommend]
+impl<M: ToDevice> Replicate for M {}
+
+impl<M: Replicate, O: Device> DataParallel<M, O> {
     /// Takes `module` and replicates it onto each of `devices` (distinct, at least one);
     /// outputs are gathered on `output`.
     ///
@@ -114,8 +127,7 @@ impl<M: ToDevice, O: Device> DataParallel<M, O> {
     /// use locus::parallel::DataParallel;
     /// use locus::{Cpu, Cuda, DeviceId, Tensor};
     /// let w = Tensor::<Cpu>::ones([2])?;
-    /// # let n = locus::device_count()?;
-    /// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
+    /// # if !locus::testing::needs_devices(2)? { return Ok(()); }
     /// let dp = DataParallel::new(w.clone(), &[DeviceId::Cuda(1), DeviceId::Cuda(0)], Cuda::<0>)?;
     /// assert_eq!(dp.devices(), vec![DeviceId::Cuda(1), DeviceId::Cuda(0)]);
     /// assert!(DataParallel::new(w.clone(), &[], Cuda::<0>).is_err());
@@ -185,8 +197,7 @@ impl<M: ToDevice, O: Device> DataParallel<M, O> {
     /// # extern crate locus_runtime as locus;
     /// use locus::parallel::DataParallel;
     /// use locus::{Cpu, DeviceId, Tensor};
-    /// # let n = locus::device_count()?;
-    /// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
+    /// # if !locus::testing::needs_devices(2)? { return Ok(()); }
     /// let dp = DataParallel::new(Tensor::<Cpu>::ones([2])?, &[DeviceId::Cuda(1), DeviceId::Cuda(0)], Cpu)?;
     /// let replicas = dp.replicas()?;
     /// assert_eq!(replicas[0].0, DeviceId::Cuda(1));

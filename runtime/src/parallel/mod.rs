@@ -16,8 +16,7 @@
 //! # extern crate locus_runtime as locus;
 //! use locus::parallel::{gather, scatter};
 //! use locus::{Cpu, Cuda, DeviceId, Tensor};
-//! # let n = locus::device_count()?;
-//! # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
+//! # if !locus::testing::needs_devices(2)? { return Ok(()); }
 //! let batch = Tensor::<Cpu>::rand([7, 3], 1)?;
 //! let (a, b) = scatter(&batch, (Cuda::<0>, Cuda::<1>))?;
 //! assert_eq!((a.shape()[0], b.shape()[0]), (4, 3));
@@ -37,7 +36,7 @@ mod peer;
 mod scatter;
 
 pub use collective::{all_gather, all_reduce_sum, broadcast};
-pub use data_parallel::{DataParallel, Module, Replicas};
+pub use data_parallel::{DataParallel, Module, Replicas, Replicate};
 pub use lists::{DeviceList, Parts};
 pub use peer::{can_access_peer, enable_peer_access, CudaDevice, PeerAccess};
 pub use scatter::{chunk_sizes, gather, reduce_add, scatter, scatter_sizes};

@@ -52,8 +52,7 @@ fn pair(op: &'static str, a: DeviceId, b: DeviceId) -> Result<backend::AnyBacken
 /// use locus::Cuda;
 /// assert!(can_access_peer::<Cuda<0>, Cuda<0>>().is_err());
 /// assert!(can_access_peer::<Cuda<0>, Cuda<99>>().is_err());
-/// # let n = locus::device_count()?;
-/// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
+/// # if !locus::testing::needs_devices(2)? { return Ok(()); }
 /// if locus::backend_name()? == "host" {
 ///     assert!(can_access_peer::<Cuda<0>, Cuda<1>>()?);
 /// }
@@ -72,8 +71,7 @@ pub fn can_access_peer<A: CudaDevice, B: CudaDevice>() -> Result<bool> {
 /// # extern crate locus_runtime as locus;
 /// use locus::parallel::enable_peer_access;
 /// use locus::{Cuda, Tensor};
-/// # let n = locus::device_count()?;
-/// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
+/// # if !locus::testing::needs_devices(2)? { return Ok(()); }
 /// let a = Tensor::<Cuda<0>>::full([2], 1.0)?;
 /// let b = Tensor::<Cuda<1>>::full([2], 2.0)?;
 /// let peer = enable_peer_access::<Cuda<0>, Cuda<1>>()?;
@@ -142,8 +140,7 @@ impl<A: CudaDevice, B: CudaDevice> PeerAccess<A, B> {
     /// # extern crate locus_runtime as locus;
     /// use locus::parallel::enable_peer_access;
     /// use locus::{Cuda, Tensor};
-    /// # let n = locus::device_count()?;
-    /// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
+    /// # if !locus::testing::needs_devices(2)? { return Ok(()); }
     /// let peer = enable_peer_access::<Cuda<1>, Cuda<0>>()?;
     /// let x = Tensor::<Cuda<1>>::ones([1, 2])?;
     /// let w = Tensor::<Cuda<0>>::full([2, 3], 0.5)?;

@@ -36,8 +36,7 @@ pub fn chunk_sizes(len: usize, n: usize) -> Vec<usize> {
 /// # extern crate locus_runtime as locus;
 /// use locus::parallel::scatter;
 /// use locus::{Cpu, Cuda, DeviceId, Tensor};
-/// # let n = locus::device_count()?;
-/// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
+/// # if !locus::testing::needs_devices(2)? { return Ok(()); }
 /// let x = Tensor::<Cpu, i32>::arange(0, 10, 1)?.reshape([5, 2])?;
 /// let (a, b) = scatter(&x, (Cuda::<0>, Cuda::<1>))?;
 /// assert_eq!(a.to_vec()?, vec![0, 1, 2, 3, 4, 5]);
@@ -60,8 +59,7 @@ pub fn scatter<D: Device, T: Element, L: DeviceList>(x: &Tensor<D, T>, devices: 
 /// # extern crate locus_runtime as locus;
 /// use locus::parallel::scatter_sizes;
 /// use locus::{Cuda, Tensor};
-/// # let n = locus::device_count()?;
-/// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
+/// # if !locus::testing::needs_devices(2)? { return Ok(()); }
 /// let x = Tensor::<Cuda<0>>::arange(0.0, 4.0, 1.0)?;
 /// let (a, b) = scatter_sizes(&x, (Cuda::<0>, Cuda::<1>), &[1, 3])?;
 /// assert_eq!((a.to_vec()?, b.to_vec()?), (vec![0.0], vec![1.0, 2.0, 3.0]));
@@ -122,8 +120,7 @@ fn rows_of<D: Device, T: Element>(op: &'static str, x: &Tensor<D, T>) -> Result<
 /// # extern crate locus_runtime as locus;
 /// use locus::parallel::gather;
 /// use locus::{Cpu, Cuda, Tensor};
-/// # let n = locus::device_count()?;
-/// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
+/// # if !locus::testing::needs_devices(2)? { return Ok(()); }
 /// let parts = (Tensor::<Cuda<0>>::ones([1, 2])?, Tensor::<Cuda<1>>::zeros([2, 2])?);
 /// let all = gather(&parts, Cpu)?;
 /// assert_eq!(all.shape(), &[3, 2]);
@@ -154,8 +151,7 @@ pub(crate) fn gather_dyn<T: Element, O: Device>(parts: &[Tensor<Dyn, T>], out: O
 /// # extern crate locus_runtime as locus;
 /// use locus::parallel::reduce_add;
 /// use locus::{Cuda, Tensor};
-/// # let n = locus::device_count()?;
-/// # if n < 2 { eprintln!("skipped: needs 2 devices, found {n}"); return Ok(()); }
+/// # if !locus::testing::needs_devices(2)? { return Ok(()); }
 /// let parts = [Tensor::<Cuda<0>>::full([2], 1.0)?.into_dyn(), Tensor::<Cuda<1>>::full([2], 2.0)?.into_dyn()];
 /// assert_eq!(reduce_add(&parts, Cuda::<1>)?.to_vec()?, vec![3.0, 3.0]);
 /// # Ok::<(), locus::Error>(())

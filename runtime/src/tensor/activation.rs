@@ -1,12 +1,27 @@
-//! The float activations: `log`, `tanh`, `sigmoid`, `gelu` and `gelu_tanh`. Each is one
-//! elementwise backend call ([`UnaryOp`]); the GPU computes in the element's float type
+//! The activations: `relu`, for every element type, and the float ones, `log`, `tanh`,
+//! `sigmoid`, `gelu` and `gelu_tanh`. Each is one elementwise backend call ([`UnaryOp`]); the GPU computes in the element's float type
 //! (`logf`, `erff`, ... for f32), the host backend in f64, rounded once.
 
 use super::Tensor;
 use crate::backend::UnaryOp;
 use crate::device::Device;
-use crate::element::Float;
+use crate::element::{Element, Float};
 use crate::error::Result;
+
+impl<D: Device, T: Element> Tensor<D, T> {
+    /// `max(x, 0)` elementwise.
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
+    /// let t = Tensor::<Cpu>::from_vec(vec![-1.0, 2.0], [2])?;
+    /// assert_eq!(t.relu()?.to_vec()?, vec![0.0, 2.0]);
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn relu(&self) -> Result<Self> {
+        self.unary(UnaryOp::Relu)
+    }
+}
 
 impl<D: Device, T: Float> Tensor<D, T> {
     /// The natural logarithm elementwise: `log(0)` is `-inf`, the log of a negative

@@ -17,17 +17,17 @@ impl<D: Device, T: Element> Tensor<D, T> {
         let name = op.name();
         self.same_device(name, rhs)?;
         let (out_shape, layout) = shape::broadcast(name, &self.shape, &rhs.shape, T::DTYPE)?;
-        let buf = self.buffer().binary(rhs.buffer(), op, T::DTYPE, &out_shape, &layout)?;
+        let buf = self.queued("an elementwise op")?.binary(rhs.buffer(), op, T::DTYPE, &out_shape, &layout)?;
         Ok(self.with_buffer(buf, out_shape))
     }
 
     pub(crate) fn binary_scalar(&self, op: BinaryOp, rhs: T) -> Result<Self> {
-        let buf = self.buffer().binary_scalar(op, T::DTYPE, self.numel(), rhs.to_scalar())?;
+        let buf = self.queued("an elementwise op")?.binary_scalar(op, T::DTYPE, self.numel(), rhs.to_scalar())?;
         Ok(self.with_buffer(buf, self.shape.clone()))
     }
 
     pub(crate) fn unary(&self, op: UnaryOp) -> Result<Self> {
-        let buf = self.buffer().unary(op, T::DTYPE, self.numel())?;
+        let buf = self.queued("an elementwise op")?.unary(op, T::DTYPE, self.numel())?;
         Ok(self.with_buffer(buf, self.shape.clone()))
     }
 }

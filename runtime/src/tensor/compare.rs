@@ -16,12 +16,12 @@ impl<D: Device, T: Element> Tensor<D, T> {
         let name = op.name();
         self.same_device(name, rhs)?;
         let (out_shape, layout) = shape::broadcast(name, &self.shape, &rhs.shape, DType::U8)?;
-        let buf = self.buffer().compare(rhs.buffer(), op, T::DTYPE, &out_shape, &layout)?;
+        let buf = self.queued("a comparison")?.compare(rhs.buffer(), op, T::DTYPE, &out_shape, &layout)?;
         Ok(Tensor::from_buffer(self.placement, buf, out_shape))
     }
 
     fn compare_scalar(&self, op: CompareOp, value: T) -> Result<Tensor<D, u8>> {
-        let buf = self.buffer().compare_scalar(op, T::DTYPE, self.numel(), value.to_scalar())?;
+        let buf = self.queued("a comparison")?.compare_scalar(op, T::DTYPE, self.numel(), value.to_scalar())?;
         let out = shape::Shape::new(op.name(), self.shape.to_vec(), DType::U8)?;
         Ok(Tensor::from_buffer(self.placement, buf, out))
     }
@@ -244,7 +244,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
         mask.same_device_as("where", b.device())?;
         let (out_shape, strides) = shape::broadcast_all("where", &[&mask.shape, &a.shape, &b.shape], T::DTYPE)?;
         let strides = [&strides[0][..], &strides[1][..], &strides[2][..]];
-        let buf = mask.buffer().select_where(a.buffer(), b.buffer(), T::DTYPE, &out_shape, strides)?;
+        let buf = mask.queued("where_")?.select_where(a.buffer(), b.buffer(), T::DTYPE, &out_shape, strides)?;
         Ok(Tensor::from_buffer(mask.placement, buf, out_shape))
     }
 }

@@ -1,13 +1,16 @@
 //! Conversions between static placements and `Dyn` that never copy: erasing the
 //! placement (`into_dyn`, `From`) and checking it back (`try_into_device`, `TryFrom`),
-//! as a HAL steps a typed pin down to an erased one and back.
+//! as a HAL steps a typed pin down to an erased one and back; and the one conversion of
+//! the element type, `to_dtype`, which copies on the same device.
 
 use std::marker::PhantomData;
 
 use super::Tensor;
+
 use crate::device::{Device, Dyn, StaticDevice};
 use crate::element::Element;
 use crate::error::{Error, Result};
+use crate::shape::Shape;
 
 impl<D: Device, T: Element> Tensor<D, T> {
     /// The same tensor typed with `U`, which the caller knows to be its element type.
@@ -42,6 +45,31 @@ impl<D: Device, T: Element> Tensor<D, T> {
             return Err(Error::NotOnDevice { expected: E::ID, actual: self.device() });
         }
         Ok(Tensor { storage: self.storage, shape: self.shape, placement: E::default(), _elem: PhantomData })
+    }
+
+    /// The elements converted to `U`, on the same device (PyTorch's `.to(dtype)`). Float
+    /// to integer truncates toward zero and saturates, NaN becomes 0; integer to integer
+    /// wraps (as Rust's `as`); to a float type rounds to nearest, ties to even, once. The
+    /// same type gives a tensor sharing this one's memory (copy-on-write), as PyTorch
+    /// returns `self`.
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{bf16, Cpu, Tensor};
+    /// let t = Tensor::<Cpu>::from_vec(vec![1.0, 2.5, -3.7, 1e9], [4])?;
+    /// assert_eq!(t.to_dtype::<i32>()?.to_vec()?, vec![1, 2, -3, 1_000_000_000]);
+    /// let h = t.to_dtype::<bf16>()?;
+    /// assert_eq!(h.to_vec()?[1], bf16::from_f32(2.5));
+    /// assert_eq!(h.to_dtype::<f32>()?.to_vec()?[3], 998_244_352.0); // 8 bits of mantissa
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn to_dtype<U: Element>(&self) -> Result<Tensor<D, U>> {
+        if let Ok(same) = self.clone().retyped::<U>() {
+            return Ok(same);
+        }
+        let buf = self.queued("to_dtype")?.cast(T::DTYPE, U::DTYPE, self.numel())?;
+        let shape = Shape::new("to_dtype", self.shape.to_vec(), U::DTYPE)?;
+        Ok(Tensor::from_buffer(self.placement(), buf, shape))
     }
 }
 

@@ -1,5 +1,5 @@
 //! Elementwise ops beyond the operators of `arith`: a scalar on the left of `+ - * /`
-//! (`2.0 * x`), `abs`, `square`, `pow` and `clamp`. Each is one backend call over the
+//! (`2.0 * x`), `abs`, `square`, `pow`, `clamp`, `exp` and `sqrt`. Each is one backend call over the
 //! whole buffer; the ones with a parameter go through [`ParamOp`].
 
 use std::ops::{Add, Div, Mul, Sub};
@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 impl<D: Device, T: Element> Tensor<D, T> {
     /// `lhs op self`, elementwise: the scalar on the left.
     pub(crate) fn scalar_lhs(&self, op: BinaryOp, lhs: T) -> Result<Self> {
-        let buf = self.buffer().scalar_binary(op, T::DTYPE, lhs.to_scalar(), self.numel())?;
+        let buf = self.queued("an elementwise op")?.scalar_binary(op, T::DTYPE, lhs.to_scalar(), self.numel())?;
         Ok(self.with_buffer(buf, self.shape.clone()))
     }
 
@@ -67,7 +67,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
     }
 
     fn param(&self, op: ParamOp) -> Result<Self> {
-        let buf = self.buffer().unary_param(op, T::DTYPE, self.numel())?;
+        let buf = self.queued("an elementwise op")?.unary_param(op, T::DTYPE, self.numel())?;
         Ok(self.with_buffer(buf, self.shape.clone()))
     }
 }
@@ -85,6 +85,30 @@ impl<D: Device, T: Float> Tensor<D, T> {
     /// ```
     pub fn pow(&self, exponent: T) -> Result<Self> {
         self.param(ParamOp::Pow(exponent.to_scalar()))
+    }
+
+    /// `e^x` elementwise.
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
+    /// assert_eq!(Tensor::<Cpu>::zeros([1])?.exp()?.to_vec()?, vec![1.0]);
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn exp(&self) -> Result<Self> {
+        self.unary(UnaryOp::Exp)
+    }
+
+    /// The square root elementwise (NaN for negative values).
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
+    /// assert_eq!(Tensor::<Cpu>::full([1], 9.0)?.sqrt()?.to_vec()?, vec![3.0]);
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn sqrt(&self) -> Result<Self> {
+        self.unary(UnaryOp::Sqrt)
     }
 }
 

@@ -15,6 +15,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
         f: impl FnOnce(backend::AnyBackend, usize) -> Result<Buffer>,
     ) -> Result<Self> {
         let shape = Shape::new(op, shape, T::DTYPE)?;
+        crate::stream::check_op_stream(op, device.id())?;
         let buf = f(backend::for_device(device.id())?, shape.numel())?;
         Ok(Self::from_buffer(device, buf, shape))
     }

@@ -72,7 +72,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
             inner: shape::product(OP, &self.shape[dim + 1..])?,
             count,
         };
-        let buf = self.buffer().index_select(index.buffer(), T::DTYPE, g)?;
+        let buf = self.queued("index_select")?.index_select(index.buffer(), T::DTYPE, g)?;
         Ok(self.with_buffer(buf, out))
     }
 }

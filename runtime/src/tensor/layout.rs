@@ -1,7 +1,10 @@
-//! Layout ops along any dim: narrowing, selecting, concatenating and stacking. Each is
-//! a strided block copy ([`BackendStorage::copy_blocks`]): for a row-major tensor,
+//! Layout ops: concatenating along dim 0 (`cat`, `concat`) and chunking it (`chunk`), and
+//! along any dim narrowing, selecting, concatenating and stacking. Those along any dim are
+//! each a strided block copy (`Buffer::copy_blocks` of the backend): for a row-major tensor,
 //! everything below a dim is one contiguous run, so a part is `count` blocks of one
 //! size at a fixed stride.
+
+use std::marker::PhantomData;
 
 use super::Tensor;
 use crate::backend::{Blocks, Buffer};
@@ -88,7 +91,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
     fn assembled(&self, op: &'static str, shape: Vec<usize>, len: usize, parts: &[Blocks<'_, Buffer>]) -> Result<Self> {
         let shape = Shape::new(op, shape, T::DTYPE)?;
         debug_assert_eq!(shape.numel(), len);
-        let buf = self.buffer().copy_blocks(T::DTYPE, len, parts)?;
+        let buf = self.queued(op)?.copy_blocks(T::DTYPE, len, parts)?;
         Ok(self.with_buffer(buf, shape))
     }
 
@@ -226,6 +229,125 @@ impl<D: Device, T: Element> Tensor<D, T> {
             })
             .collect();
         first.assembled(op, out_shape, out_len, &blocks)
+    }
+
+    /// `self` followed by `rhs` along dim 0; the other dims must agree.
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cuda, Tensor};
+    /// let a = Tensor::<Cuda<0>>::zeros([1, 2])?;
+    /// let b = Tensor::<Cuda<0>>::ones([2, 2])?;
+    /// assert_eq!(a.cat(&b)?.to_vec()?, vec![0.0, 0.0, 1.0, 1.0, 1.0, 1.0]);
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn cat<E: Device>(&self, rhs: &Tensor<E, T>) -> Result<Self>
+    where
+        D: SamePlacement<E>,
+    {
+        let rhs = self.seen_here("cat", rhs)?;
+        Self::concat(&[self, &rhs])
+    }
+
+    /// `rhs`, checked at run time to be on this tensor's device, under this placement
+    /// (for two-tensor ops whose placements the compiler already matched).
+    pub(super) fn seen_here<E: Device>(&self, op: &'static str, rhs: &Tensor<E, T>) -> Result<Self> {
+        self.same_device(op, rhs)?;
+        Ok(Tensor {
+            storage: rhs.storage.clone(),
+            shape: rhs.shape.clone(),
+            placement: self.placement,
+            _elem: PhantomData,
+        })
+    }
+
+    /// The tensors one after another along dim 0 (PyTorch's `torch.cat(list)`); all
+    /// on one device, with equal trailing dims.
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
+    /// let parts = [Tensor::<Cpu>::ones([1])?, Tensor::<Cpu>::zeros([2])?];
+    /// let all = Tensor::concat(&[&parts[0], &parts[1]])?;
+    /// assert_eq!(all.to_vec()?, vec![1.0, 0.0, 0.0]);
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn concat(parts: &[&Self]) -> Result<Self> {
+        let Some(first) = parts.first() else {
+            return Err(Error::InvalidArgument { op: "cat", reason: "no tensors to concatenate".into() });
+        };
+        first.check_nonscalar("cat")?;
+        let mut rows = Some(0usize);
+        for p in parts {
+            first.same_device("cat", p)?;
+            p.check_nonscalar("cat")?;
+            if p.shape[1..] != first.shape[1..] {
+                return Err(Error::ShapeMismatch { op: "cat", lhs: first.shape.to_vec(), rhs: p.shape.to_vec() });
+            }
+            rows = rows.and_then(|r| r.checked_add(p.shape[0]));
+        }
+        let inputs: Vec<&[usize]> = parts.iter().map(|p| p.shape()).collect();
+        let Some(rows) = rows else {
+            return Err(Error::InvalidArgument {
+                op: "cat",
+                reason: format!("the result of {} would have more than usize::MAX rows", shape::operands(&inputs)),
+            });
+        };
+        let mut shape = first.shape.to_vec();
+        shape[0] = rows;
+        // The parts' element counts add up to the result's, which is checked here.
+        let out = Shape::result("cat", shape, T::DTYPE, &inputs)?;
+        first.queued("cat")?;
+        let bufs: Vec<_> = parts.iter().map(|p| (p.buffer(), p.numel())).collect();
+        let buf = Buffer::concat(T::DTYPE, &bufs)?;
+        Ok(first.with_buffer(buf, out))
+    }
+
+    fn check_nonscalar(&self, op: &'static str) -> Result<()> {
+        if self.rank() == 0 {
+            return Err(Error::InvalidArgument { op, reason: "a 0-d tensor has no dim 0".into() });
+        }
+        Ok(())
+    }
+
+    /// Splits along dim 0 into at most `n` pieces of `ceil(len / n)` rows, the last one
+    /// smaller if need be (PyTorch's `chunk`).
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
+    /// let t = Tensor::<Cpu, i32>::arange(0, 5, 1)?;
+    /// let parts: Vec<Vec<i32>> = t.chunk(2)?.iter().map(|p| p.to_vec()).collect::<Result<_, _>>()?;
+    /// assert_eq!(parts, vec![vec![0, 1, 2], vec![3, 4]]);
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn chunk(&self, n: usize) -> Result<Vec<Self>> {
+        self.check_nonscalar("chunk")?;
+        if n == 0 {
+            return Err(Error::InvalidArgument { op: "chunk", reason: "cannot split into 0 chunks".into() });
+        }
+        let len = self.shape[0];
+        let step = len.div_ceil(n).max(1);
+        let row = shape::product("chunk", &self.shape[1..])?;
+        // Rows of no elements cost no memory, so only the list itself bounds their count.
+        let parts = len.div_ceil(step);
+        let mut out = Vec::new();
+        out.try_reserve_exact(parts).map_err(|_| Error::InvalidArgument {
+            op: "chunk",
+            reason: format!("{n} chunks of shape {:?} are {parts} tensors, more than memory holds", self.shape()),
+        })?;
+        let mut start = 0;
+        while start < len {
+            let rows = step.min(len - start);
+            let mut shape = self.shape.to_vec();
+            shape[0] = rows;
+            let shape = Shape::new("chunk", shape, T::DTYPE)?;
+            let offset = shape::mul("chunk", start, row)?;
+            let buf = self.buffer().slice(T::DTYPE, offset, shape.numel())?;
+            out.push(self.with_buffer(buf, shape));
+            start += rows;
+        }
+        Ok(out)
     }
 }
 

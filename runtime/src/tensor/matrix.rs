@@ -66,7 +66,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
         };
         let out = Shape::result("matmul", dims, T::DTYPE, &[l, r])?;
         let g = Gemm { precision: float32_matmul_precision(), ..g };
-        let buf = self.buffer().matmul(rhs.buffer(), T::DTYPE, g)?;
+        let buf = self.queued("matmul")?.matmul(rhs.buffer(), T::DTYPE, g)?;
         Ok(self.with_buffer(buf, out))
     }
 
@@ -87,7 +87,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
         self.check_rank("t", 2)?;
         let (rows, cols) = (self.shape[0], self.shape[1]);
         let out = Shape::new("t", [cols, rows], T::DTYPE)?;
-        let buf = self.buffer().transpose(T::DTYPE, rows, cols)?;
+        let buf = self.queued("t")?.transpose(T::DTYPE, rows, cols)?;
         Ok(self.with_buffer(buf, out))
     }
 
@@ -115,7 +115,17 @@ impl<D: Device, T: Element> Tensor<D, T> {
         dims.swap(d0, d1);
         let out = Shape::new("transpose", dims, T::DTYPE)?;
         let p = Permute::new("transpose", &self.shape, &perm)?;
-        let buf = self.buffer().permute(T::DTYPE, &p)?;
+        let buf = self.queued("transpose")?.permute(T::DTYPE, &p)?;
         Ok(self.with_buffer(buf, out))
+    }
+
+    pub(super) fn check_rank(&self, op: &'static str, rank: usize) -> Result<()> {
+        if self.rank() != rank {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!("needs a {rank}-d tensor, got shape {:?}", self.shape()),
+            });
+        }
+        Ok(())
     }
 }

@@ -12,7 +12,6 @@ mod layout;
 mod matrix;
 #[cfg(feature = "ndarray")]
 mod ndarray;
-mod ops;
 mod reduce_dim;
 mod softmax;
 
@@ -87,6 +86,14 @@ impl<D: Device, T: Element> Tensor<D, T> {
 
     pub(crate) fn buffer(&self) -> &Buffer {
         &self.storage.buf
+    }
+
+    /// The buffer, for an op about to be queued on this tensor's device: an `Err` where
+    /// `on_stream` made a stream of another device current and none of this one (the op
+    /// would run on this device's default stream, not the one the caller chose).
+    pub(crate) fn queued(&self, op: &'static str) -> Result<&Buffer> {
+        crate::stream::check_op_stream(op, self.device())?;
+        Ok(&self.storage.buf)
     }
 
     pub(crate) fn storage(&self) -> &Storage {
@@ -262,5 +269,15 @@ impl<D: Device, T: Element> Tensor<D, T> {
         } else {
             Err(Error::DeviceMismatch { op, lhs: self.device(), rhs: other })
         }
+    }
+
+    pub(super) fn check_dim(&self, op: &'static str, dim: usize) -> Result<()> {
+        if dim >= self.rank() {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!("dim {dim} is out of range for a tensor of shape {:?}", self.shape()),
+            });
+        }
+        Ok(())
     }
 }

@@ -1,5 +1,6 @@
-//! Reductions over one dim beyond `sum_dim`: `mean_dim`, `max_dim` (values and indices)
-//! and `argmax`, each dropping the dim or, with `keepdim`, keeping it as a dim of 1, as
+//! Reductions: of all elements (`sum`, `max`, `mean`, each a 0-d tensor) and over one dim
+//! (`sum_dim`, `mean_dim`, `max_dim` (values and indices) and `argmax`), each of the
+//! latter dropping the dim or, with `keepdim`, keeping it as a dim of 1, as
 //! PyTorch's `keepdim=True` does.
 
 use super::Tensor;
@@ -10,6 +11,59 @@ use crate::error::{Error, Result};
 use crate::shape::{Reduction, Shape};
 
 impl<D: Device, T: Element> Tensor<D, T> {
+    pub(super) fn reduce(&self, op: ReduceOp, r: Reduction, shape: Shape) -> Result<Self> {
+        let buf = self.queued("a reduction")?.reduce(op, T::DTYPE, r)?;
+        Ok(self.with_buffer(buf, shape))
+    }
+
+    /// The sum of all elements, as a 0-d tensor on the same device (integers wrap).
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cuda, Tensor};
+    /// let t = Tensor::<Cuda<0>, i32>::arange(1, 5, 1)?;
+    /// assert_eq!(t.sum()?.item()?, 10);
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn sum(&self) -> Result<Self> {
+        self.reduce(ReduceOp::Sum, Reduction::all(self.numel()), Shape::scalar())
+    }
+
+    /// Sums over `dim` (integers wrap), which is removed from the shape, or kept as a dim
+    /// of 1 with `keepdim` (PyTorch's `sum(dim, keepdim)`).
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
+    /// let t = Tensor::<Cpu>::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [2, 3])?;
+    /// assert_eq!(t.sum_dim(0, false)?.to_vec()?, vec![5.0, 7.0, 9.0]);
+    /// assert_eq!(t.sum_dim(1, false)?.to_vec()?, vec![6.0, 15.0]);
+    /// let kept = t.sum_dim(1, true)?;
+    /// assert_eq!((kept.shape(), kept.to_vec()?), (&[2, 1][..], vec![6.0, 15.0]));
+    /// assert!(t.sum_dim(2, false).is_err());
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn sum_dim(&self, dim: usize, keepdim: bool) -> Result<Self> {
+        let shape = self.reduced_shape("sum_dim", dim, keepdim, T::DTYPE)?;
+        self.reduce(ReduceOp::Sum, Reduction::over("sum_dim", &self.shape, dim)?, shape)
+    }
+
+    /// The largest element, as a 0-d tensor; an empty tensor is an error. NaN wins.
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
+    /// let t = Tensor::<Cpu, i32>::from_vec(vec![3, -7, 5], [3])?;
+    /// assert_eq!(t.max()?.item()?, 5);
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn max(&self) -> Result<Self> {
+        if self.numel() == 0 {
+            return Err(Error::InvalidArgument { op: "max", reason: "an empty tensor has no maximum".into() });
+        }
+        self.reduce(ReduceOp::Max, Reduction::all(self.numel()), Shape::scalar())
+    }
+
     /// The shape left after reducing `dim` (checked), of `dtype` elements: without the
     /// dim, or with it as 1 when `keepdim`.
     pub(super) fn reduced_shape(&self, op: &'static str, dim: usize, keepdim: bool, dtype: DType) -> Result<Shape> {
@@ -44,7 +98,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
             });
         }
         let r = Reduction::over(op, &self.shape, dim)?;
-        let (idx, vals) = self.buffer().argmax(T::DTYPE, r, values)?;
+        let (idx, vals) = self.queued("argmax")?.argmax(T::DTYPE, r, values)?;
         let vals = match vals {
             Some(v) => Some(self.with_buffer(v, self.reduced_shape(op, dim, keepdim, T::DTYPE)?)),
             None => None,
@@ -95,6 +149,18 @@ impl<D: Device, T: Element> Tensor<D, T> {
 }
 
 impl<D: Device, T: Float> Tensor<D, T> {
+    /// The mean of all elements, as a 0-d tensor (NaN for an empty tensor, as in PyTorch).
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
+    /// assert_eq!(Tensor::<Cpu>::arange(1.0, 5.0, 1.0)?.mean()?.item()?, 2.5);
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn mean(&self) -> Result<Self> {
+        self.reduce(ReduceOp::Mean, Reduction::all(self.numel()), Shape::scalar())
+    }
+
     /// The mean over `dim`, dropped or kept as 1 with `keepdim` (float types, as
     /// [`Tensor::mean`]); an empty `dim` gives NaN, as in PyTorch. Sums accumulate in f64.
     ///

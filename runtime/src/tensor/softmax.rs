@@ -57,7 +57,7 @@ impl<D: Device, T: Float> Tensor<D, T> {
             // An error naming the shape for a dim it lacks.
             Reduction::over(op.name(), &self.shape, dim)?
         };
-        let buf = self.buffer().softmax(op, T::DTYPE, r)?;
+        let buf = self.queued("softmax")?.softmax(op, T::DTYPE, r)?;
         Ok(self.with_buffer(buf, self.shape.clone()))
     }
 
@@ -114,7 +114,7 @@ impl<D: Device, T: Float> Tensor<D, T> {
         if targets.shape[0] != n {
             return Err(Error::ShapeMismatch { op: OP, lhs: self.shape.to_vec(), rhs: targets.shape.to_vec() });
         }
-        let losses = self.buffer().cross_entropy_rows(targets.buffer(), T::DTYPE, n, c)?;
+        let losses = self.queued("cross_entropy")?.cross_entropy_rows(targets.buffer(), T::DTYPE, n, c)?;
         let losses = self.with_buffer(losses, Shape::new(OP, [n], T::DTYPE)?);
         losses.mean()
     }

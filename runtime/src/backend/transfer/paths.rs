@@ -15,7 +15,7 @@
 //! `from_slice` and checkpoint loads all upload by it.
 //!
 //! The thresholds are knobs, not constants, so that the GPU bench can force each path at
-//! each size (`__private::set_upload_paths`, `__private::set_download_paths`) and the
+//! each size (`locus::tuning::set_upload_paths`, `locus::tuning::set_download_paths`) and the
 //! defaults can be chosen from its `h2d_pageable_{direct,inline,staged}_*` and
 //! `d2h_pageable_{direct,inline,staged}_*` rows.
 
@@ -82,11 +82,11 @@ static NONTEMPORAL: AtomicBool = AtomicBool::new(INLINE_UPLOAD.nontemporal);
 static DOWNLOAD_PIECE: AtomicUsize = AtomicUsize::new(INLINE_DOWNLOAD_PIECE);
 
 /// How the inline upload path cuts and copies (for the GPU bench, which measures each
-/// setting; see `__private::set_inline_upload`).
+/// setting; see `locus::tuning::set_inline_upload`).
 ///
 /// ```
 /// # extern crate locus_runtime as locus;
-/// use locus::__private::{default_inline_upload, set_inline_upload, InlineUpload};
+/// use locus::tuning::{default_inline_upload, set_inline_upload, InlineUpload};
 /// let old = set_inline_upload(InlineUpload { piece: 128 << 10, helpers: 1, nontemporal: false });
 /// assert_eq!(set_inline_upload(old).piece, 128 << 10);
 /// assert_eq!(default_inline_upload().helpers, 2);
