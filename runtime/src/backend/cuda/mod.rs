@@ -140,13 +140,13 @@ impl BackendDevice for CudaBackend {
     fn record_event(&self, event: &Arc<CudaEvent>, stream: &Arc<CudaStream>) -> Result<()> {
         let (e, s) = (event, stream);
         self.dev(DeviceId::Cuda(s.ordinal))?.bind()?;
-        e.record(&s)
+        e.record(s)
     }
 
     fn wait_event(&self, stream: &Arc<CudaStream>, event: &Arc<CudaEvent>) -> Result<()> {
         let (e, s) = (event, stream);
         self.dev(DeviceId::Cuda(s.ordinal))?.bind()?;
-        driver::graph::joins(&s, e.capture())?;
+        driver::graph::joins(s, e.capture())?;
         s.wait(e)
     }
 
@@ -302,10 +302,10 @@ impl BackendDevice for CudaBackend {
         let mut ptrs = Vec::with_capacity(inputs.len());
         for b in inputs {
             // The stream waits for the inputs' writers now; each replay orders them again.
-            b.use_on(&s)?;
+            b.use_on(s)?;
             ptrs.push(b.ptr());
         }
-        driver::graph::begin(dev, &s, ptrs)
+        driver::graph::begin(dev, s, ptrs)
     }
 
     fn end_capture(&self, stream: &Arc<CudaStream>) -> Result<CudaGraph> {
@@ -337,6 +337,6 @@ impl BackendDevice for CudaBackend {
         if s.ordinal != dev.ordinal {
             return Err(Error::DeviceMismatch { op: kernel.name, lhs: device, rhs: DeviceId::Cuda(s.ordinal) });
         }
-        driver::user_kernel::launch(dev, kernel, &s, grid, args)
+        driver::user_kernel::launch(dev, kernel, s, grid, args)
     }
 }

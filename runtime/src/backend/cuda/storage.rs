@@ -43,19 +43,19 @@ impl BackendStorage for CudaBuffer {
     fn use_on_stream(&self, stream: &Arc<CudaStream>) -> Result<()> {
         let s = stream;
         self.device().bind()?;
-        self.use_on(&s)
+        self.use_on(s)
     }
 
     fn before_write(&self, stream: &Arc<CudaStream>) -> Result<()> {
         let s = stream;
         self.device().bind()?;
-        CudaBuffer::before_write(self, &s)
+        CudaBuffer::before_write(self, s)
     }
 
     fn after_write(&self, stream: &Arc<CudaStream>) -> Result<()> {
         let s = stream;
         self.device().bind()?;
-        CudaBuffer::after_write(self, &s)
+        CudaBuffer::after_write(self, s)
     }
 
     fn lend(&self, stream: &Arc<CudaStream>, write: bool) -> Result<u64> {
@@ -69,12 +69,12 @@ impl BackendStorage for CudaBuffer {
         }
         self.device().bind()?;
         // A reader: `s` waits for the last write, and the free waits for `s`.
-        self.use_on(&s)?;
+        self.use_on(s)?;
         if write {
             // A writer also waits for every read since the last write, and is the writer
             // from now on, whether or not the view's end is marked.
-            CudaBuffer::before_write(self, &s)?;
-            self.claim_writer(&s);
+            CudaBuffer::before_write(self, s)?;
+            self.claim_writer(s);
         }
         Ok(self.ptr())
     }

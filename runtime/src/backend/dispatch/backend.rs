@@ -84,7 +84,7 @@ fn kernel_args<'a, B>(
 ) -> Result<Vec<KernelArg<'a, B>>> {
     args.iter()
         .map(|a| match a {
-            KernelArg::Scalar(s) => Ok(KernelArg::Scalar(s.clone())),
+            KernelArg::Scalar(s) => Ok(KernelArg::Scalar(*s)),
             KernelArg::Read(b, t) => pick(b).map(|b| KernelArg::Read(b, *t)).ok_or_else(|| mismatch("memory")),
             KernelArg::Write(b, t) => pick(b).map(|b| KernelArg::Write(b, *t)).ok_or_else(|| mismatch("memory")),
         })
