@@ -32,7 +32,7 @@ use crate::error::{Error, Result};
 pub(crate) use api::errors::events_not_complete;
 pub(crate) use api::op::{bad_target, Gather, SoftmaxOp};
 pub(crate) use api::op::{
-    float_only, same_length, BinaryOp, Blocks, Collective, CommOp, CommReduce, CompareOp, Gemm, ParamOp, ReduceOp,
+    float_only, same_length, BinaryOp, Blocks, Collective, CommOp, CommReduce, CompareOp, Gemm, ParamOp, ReduceKind,
     UnaryOp,
 };
 pub(crate) use api::permute::{Permute, MAX_DIMS as MAX_PERMUTE_DIMS};

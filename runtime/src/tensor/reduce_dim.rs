@@ -4,14 +4,14 @@
 //! PyTorch's `keepdim=True` does.
 
 use super::Tensor;
-use crate::backend::ReduceOp;
+use crate::backend::ReduceKind;
 use crate::device::Device;
 use crate::element::{DType, Element, Float};
 use crate::error::{Error, Result};
 use crate::shape::{Reduction, Shape};
 
 impl<D: Device, T: Element> Tensor<D, T> {
-    pub(super) fn reduce(&self, op: ReduceOp, r: Reduction, shape: Shape) -> Result<Self> {
+    pub(super) fn reduce(&self, op: ReduceKind, r: Reduction, shape: Shape) -> Result<Self> {
         let buf = self.queued("a reduction")?.reduce(op, T::DTYPE, r)?;
         Ok(self.with_buffer(buf, shape))
     }
@@ -26,7 +26,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn sum(&self) -> Result<Self> {
-        self.reduce(ReduceOp::Sum, Reduction::all(self.numel()), Shape::scalar())
+        self.reduce(ReduceKind::Sum, Reduction::all(self.numel()), Shape::scalar())
     }
 
     /// Sums over `dim` (integers wrap), which is removed from the shape, or kept as a dim
@@ -45,7 +45,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// ```
     pub fn sum_dim(&self, dim: usize, keepdim: bool) -> Result<Self> {
         let shape = self.reduced_shape("sum_dim", dim, keepdim, T::DTYPE)?;
-        self.reduce(ReduceOp::Sum, Reduction::over("sum_dim", &self.shape, dim)?, shape)
+        self.reduce(ReduceKind::Sum, Reduction::over("sum_dim", &self.shape, dim)?, shape)
     }
 
     /// The largest element, as a 0-d tensor; an empty tensor is an error. NaN wins.
@@ -61,7 +61,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
         if self.numel() == 0 {
             return Err(Error::InvalidArgument { op: "max", reason: "an empty tensor has no maximum".into() });
         }
-        self.reduce(ReduceOp::Max, Reduction::all(self.numel()), Shape::scalar())
+        self.reduce(ReduceKind::Max, Reduction::all(self.numel()), Shape::scalar())
     }
 
     /// The shape left after reducing `dim` (checked), of `dtype` elements: without the
@@ -158,7 +158,7 @@ impl<D: Device, T: Float> Tensor<D, T> {
     /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn mean(&self) -> Result<Self> {
-        self.reduce(ReduceOp::Mean, Reduction::all(self.numel()), Shape::scalar())
+        self.reduce(ReduceKind::Mean, Reduction::all(self.numel()), Shape::scalar())
     }
 
     /// The mean over `dim`, dropped or kept as 1 with `keepdim` (float types, as
@@ -175,6 +175,6 @@ impl<D: Device, T: Float> Tensor<D, T> {
     /// ```
     pub fn mean_dim(&self, dim: usize, keepdim: bool) -> Result<Self> {
         let shape = self.reduced_shape("mean_dim", dim, keepdim, T::DTYPE)?;
-        self.reduce(ReduceOp::Mean, Reduction::over("mean_dim", &self.shape, dim)?, shape)
+        self.reduce(ReduceKind::Mean, Reduction::over("mean_dim", &self.shape, dim)?, shape)
     }
 }

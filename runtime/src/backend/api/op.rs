@@ -96,12 +96,12 @@ impl ParamOp {
     }
 }
 
-impl ReduceOp {
+impl ReduceKind {
     pub(crate) fn name(self) -> &'static str {
         match self {
-            ReduceOp::Sum => "sum",
-            ReduceOp::Mean => "mean",
-            ReduceOp::Max => "max",
+            ReduceKind::Sum => "sum",
+            ReduceKind::Mean => "mean",
+            ReduceKind::Max => "max",
         }
     }
 }
@@ -167,9 +167,9 @@ impl BinaryOp {
     }
 }
 
-/// A reduction.
+/// What a tensor reduction computes (not `dist::ReduceOp`, which combines ranks).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ReduceOp {
+pub(crate) enum ReduceKind {
     Sum,
     Mean,
     Max,

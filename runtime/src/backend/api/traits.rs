@@ -25,7 +25,7 @@ use std::time::Duration;
 use crate::backend::api::fence::Fence;
 use crate::backend::api::user_kernel::{Grid, KernelArg, KernelSource};
 use crate::backend::{
-    BinaryOp, Blocks, Collective, CommOp, CompareOp, Gather, Gemm, ParamOp, Permute, ReduceOp, Release, SoftmaxOp,
+    BinaryOp, Blocks, Collective, CommOp, CompareOp, Gather, Gemm, ParamOp, Permute, ReduceKind, Release, SoftmaxOp,
     UnaryOp,
 };
 use crate::device_id::DeviceId;
@@ -287,7 +287,7 @@ pub(crate) trait BackendStorage: Sized + Debug {
     /// `lhs op self[i]` for each of the `len` elements (a scalar on the left).
     fn scalar_binary(&self, op: BinaryOp, dtype: DType, lhs: Scalar, len: usize) -> Result<Self>;
     /// `op` over the dim `r` describes.
-    fn reduce(&self, op: ReduceOp, dtype: DType, r: Reduction) -> Result<Self>;
+    fn reduce(&self, op: ReduceKind, dtype: DType, r: Reduction) -> Result<Self>;
     /// `self @ rhs`, row-major, of the shapes `g` gives.
     fn matmul(&self, rhs: &Self, dtype: DType, g: Gemm) -> Result<Self>;
     /// The transpose of a row-major `[rows, cols]` matrix.

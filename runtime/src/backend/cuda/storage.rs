@@ -10,7 +10,7 @@ use crate::backend::cuda::ops::{elementwise, gather, gemm, matrix, permute, redu
 use crate::backend::cuda::transfer;
 use crate::backend::cuda::{CudaEvent, CudaStream};
 use crate::backend::{
-    BackendStorage, BinaryOp, Blocks, CompareOp, Gather, Gemm, HostBuffer, ParamOp, Permute, ReduceOp, SoftmaxOp,
+    BackendStorage, BinaryOp, Blocks, CompareOp, Gather, Gemm, HostBuffer, ParamOp, Permute, ReduceKind, SoftmaxOp,
     UnaryOp,
 };
 use crate::device_id::DeviceId;
@@ -111,7 +111,7 @@ impl BackendStorage for CudaBuffer {
         elementwise::scalar_binary(lhs, self, op, dtype, len)
     }
 
-    fn reduce(&self, op: ReduceOp, dtype: DType, r: Reduction) -> Result<Self> {
+    fn reduce(&self, op: ReduceKind, dtype: DType, r: Reduction) -> Result<Self> {
         reduce::reduce(self, op, dtype, r)
     }
 

@@ -7,8 +7,8 @@ use crate::backend::api::traits::BackendStorage;
 use crate::backend::cuda::CudaBuffer;
 use crate::backend::dispatch::capture;
 use crate::backend::{
-    AnyEvent, AnyStream, BinaryOp, Blocks, CompareOp, Gather, Gemm, HostBuffer, ParamOp, Permute, ReduceOp, SoftmaxOp,
-    UnaryOp,
+    AnyEvent, AnyStream, BinaryOp, Blocks, CompareOp, Gather, Gemm, HostBuffer, ParamOp, Permute, ReduceKind,
+    SoftmaxOp, UnaryOp,
 };
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
@@ -226,7 +226,7 @@ impl Buffer {
         }
     }
 
-    pub(crate) fn reduce(&self, op: ReduceOp, dtype: DType, r: Reduction) -> Result<Buffer> {
+    pub(crate) fn reduce(&self, op: ReduceKind, dtype: DType, r: Reduction) -> Result<Buffer> {
         capture::on_device(op.name(), self.device_id())?;
         match self {
             Buffer::Host(h) => h.reduce(op, dtype, r).map(Buffer::Host),

@@ -14,7 +14,7 @@ use crate::backend::host::{HostEvent, HostStream};
 use crate::backend::transfer::paths::{self, CopyPath};
 use crate::backend::Permute;
 use crate::backend::{
-    float_only, same_length, BackendStorage, BinaryOp, Blocks, CompareOp, Gather, Gemm, ParamOp, ReduceOp, SoftmaxOp,
+    float_only, same_length, BackendStorage, BinaryOp, Blocks, CompareOp, Gather, Gemm, ParamOp, ReduceKind, SoftmaxOp,
     UnaryOp,
 };
 use crate::device_id::DeviceId;
@@ -225,14 +225,14 @@ impl BackendStorage for HostBuffer {
         self.with_scalar(op, dtype, len, lhs, true)
     }
 
-    fn reduce(&self, op: ReduceOp, dtype: DType, r: Reduction) -> Result<Self> {
-        if op == ReduceOp::Mean {
+    fn reduce(&self, op: ReduceKind, dtype: DType, r: Reduction) -> Result<Self> {
+        if op == ReduceKind::Mean {
             float_only("mean", dtype)?;
         }
         let name = match op {
-            ReduceOp::Sum => "sum",
-            ReduceOp::Mean => "mean",
-            ReduceOp::Max => "max",
+            ReduceKind::Sum => "sum",
+            ReduceKind::Mean => "mean",
+            ReduceKind::Max => "max",
         };
         launch(
             self.op(name, dtype, r.out_len()),

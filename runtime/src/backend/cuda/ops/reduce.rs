@@ -8,19 +8,24 @@ use locus_kernels::Source;
 use crate::backend::cuda::driver::buffer::CudaBuffer;
 use crate::backend::cuda::driver::launch::KernelArgs;
 use crate::backend::cuda::driver::memory::{alloc, done};
-use crate::backend::{float_only, ReduceOp};
+use crate::backend::{float_only, ReduceKind};
 use crate::element::DType;
 use crate::error::Result;
 use crate::shape::Reduction;
 
 /// `op` of `x` over the dim `r` describes.
-pub(in crate::backend::cuda) fn reduce(x: &CudaBuffer, op: ReduceOp, dtype: DType, r: Reduction) -> Result<CudaBuffer> {
+pub(in crate::backend::cuda) fn reduce(
+    x: &CudaBuffer,
+    op: ReduceKind,
+    dtype: DType,
+    r: Reduction,
+) -> Result<CudaBuffer> {
     let opname = match op {
-        ReduceOp::Sum => "sum",
-        ReduceOp::Mean => "mean",
-        ReduceOp::Max => "max",
+        ReduceKind::Sum => "sum",
+        ReduceKind::Mean => "mean",
+        ReduceKind::Max => "max",
     };
-    if op == ReduceOp::Mean {
+    if op == ReduceKind::Mean {
         float_only("mean", dtype)?;
     }
     let dev = x.device();
@@ -42,7 +47,7 @@ pub(in crate::backend::cuda) fn reduce(x: &CudaBuffer, op: ReduceOp, dtype: DTyp
             unsafe { dev.launch(k("single")?, (1, 1, 1), (1024, 1, 1), s, args)? };
         } else {
             // Accumulator width: f64 for float sums and means and for f64 max, else 4 bytes.
-            let acc = if op != ReduceOp::Max && dtype.is_float() || dtype == DType::F64 { 8 } else { 4 };
+            let acc = if op != ReduceKind::Max && dtype.is_float() || dtype == DType::F64 { 8 } else { 4 };
             let blocks = dev.grid(len.div_ceil(16 / dtype.size() as u64), 256);
             let partial = CudaBuffer::alloc(dev, &stream, blocks as usize * acc)?;
             let args = KernelArgs::new().ptr(xb).u64(len).ptr(&partial);

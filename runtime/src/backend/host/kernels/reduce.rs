@@ -4,7 +4,7 @@
 use crate::backend::host::kernels::init::fill;
 use crate::backend::host::kernels::GRAIN;
 use crate::backend::workers::split_mut;
-use crate::backend::ReduceOp;
+use crate::backend::ReduceKind;
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::shape::Reduction;
@@ -62,32 +62,32 @@ enum Acc<T> {
 }
 
 /// `op` over one contiguous row (not empty).
-fn reduce_row<T: Element>(op: ReduceOp, x: &[T]) -> Acc<T> {
+fn reduce_row<T: Element>(op: ReduceKind, x: &[T]) -> Acc<T> {
     match op {
-        ReduceOp::Max => Acc::Elem(x[1..].iter().fold(x[0], |m, &v| m.max_of(v))),
+        ReduceKind::Max => Acc::Elem(x[1..].iter().fold(x[0], |m, &v| m.max_of(v))),
         _ if T::DTYPE.is_float() => Acc::Float(sum_f64(x)),
         _ => Acc::Elem(x.iter().fold(T::ZERO, |s, &v| s.add(v))),
     }
 }
 
 /// Two partial results of `op`, the earlier one first.
-fn combine<T: Element>(op: ReduceOp, a: Acc<T>, b: Acc<T>) -> Acc<T> {
+fn combine<T: Element>(op: ReduceKind, a: Acc<T>, b: Acc<T>) -> Acc<T> {
     match (a, b) {
         (Acc::Float(a), Acc::Float(b)) => Acc::Float(a + b),
-        (Acc::Elem(a), Acc::Elem(b)) if op == ReduceOp::Max => Acc::Elem(a.max_of(b)),
+        (Acc::Elem(a), Acc::Elem(b)) if op == ReduceKind::Max => Acc::Elem(a.max_of(b)),
         (Acc::Elem(a), Acc::Elem(b)) => Acc::Elem(a.add(b)),
         (a, _) => a, // one op gives one kind of partial
     }
 }
 
-fn finish<T: Element>(op: ReduceOp, a: Acc<T>, len: usize) -> T {
+fn finish<T: Element>(op: ReduceKind, a: Acc<T>, len: usize) -> T {
     match a {
-        Acc::Float(s) => T::from_f64(if op == ReduceOp::Mean { s / len as f64 } else { s }),
+        Acc::Float(s) => T::from_f64(if op == ReduceKind::Mean { s / len as f64 } else { s }),
         Acc::Elem(v) => v,
     }
 }
 
-pub(in crate::backend) fn reduce<T: Element>(op: ReduceOp, x: &[T], out: &mut [T], r: Reduction) -> Result<()> {
+pub(in crate::backend) fn reduce<T: Element>(op: ReduceKind, x: &[T], out: &mut [T], r: Reduction) -> Result<()> {
     if out.is_empty() {
         return Ok(());
     }
@@ -95,7 +95,7 @@ pub(in crate::backend) fn reduce<T: Element>(op: ReduceOp, x: &[T], out: &mut [T
         // A sum of nothing is the neutral element (-0.0 for floats, as `Iterator::sum`
         // gives; a mean of nothing is then NaN); the tensor layer refuses `max`.
         return match op {
-            ReduceOp::Max => Err(Error::InvalidArgument { op: "max", reason: "a reduction over nothing".into() }),
+            ReduceKind::Max => Err(Error::InvalidArgument { op: "max", reason: "a reduction over nothing".into() }),
             _ if T::DTYPE.is_float() => fill(out, finish(op, Acc::Float(-0.0), 0)),
             _ => fill(out, T::ZERO),
         };
@@ -129,14 +129,14 @@ pub(in crate::backend) fn reduce<T: Element>(op: ReduceOp, x: &[T], out: &mut [T
 
 /// Outputs `start..start + out.len()` of a reduction over a dim that is not the last:
 /// per output the sequential order over the reduced dim, reading whole runs of `inner`.
-fn reduce_strided<T: Element>(op: ReduceOp, x: &[T], out: &mut [T], start: usize, r: Reduction) -> Result<()> {
+fn reduce_strided<T: Element>(op: ReduceKind, x: &[T], out: &mut [T], start: usize, r: Reduction) -> Result<()> {
     let mut done = 0;
     while done < out.len() {
         let (o, i0) = ((start + done) / r.inner, (start + done) % r.inner);
         let n = (r.inner - i0).min(out.len() - done);
         let run = |j: usize| &x[(o * r.len + j) * r.inner + i0..][..n];
         let dst = &mut out[done..done + n];
-        if op != ReduceOp::Max && T::DTYPE.is_float() {
+        if op != ReduceKind::Max && T::DTYPE.is_float() {
             let mut acc = vec![-0.0f64; n];
             for j in 0..r.len {
                 acc.iter_mut().zip(run(j)).for_each(|(s, v)| *s += v.to_f64());
@@ -144,7 +144,7 @@ fn reduce_strided<T: Element>(op: ReduceOp, x: &[T], out: &mut [T], start: usize
             dst.iter_mut().zip(acc).for_each(|(d, s)| *d = finish(op, Acc::Float(s), r.len));
         } else {
             // Max starts from the first element, an integer sum from zero, as a fold does.
-            let first = if op == ReduceOp::Max {
+            let first = if op == ReduceKind::Max {
                 dst.copy_from_slice(run(0));
                 1
             } else {
@@ -153,7 +153,7 @@ fn reduce_strided<T: Element>(op: ReduceOp, x: &[T], out: &mut [T], start: usize
             };
             for j in first..r.len {
                 for (d, &v) in dst.iter_mut().zip(run(j)) {
-                    *d = if op == ReduceOp::Max { d.max_of(v) } else { d.add(v) };
+                    *d = if op == ReduceKind::Max { d.max_of(v) } else { d.add(v) };
                 }
             }
         }
