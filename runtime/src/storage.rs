@@ -66,7 +66,9 @@ impl Storage {
     /// backends through host memory.
     pub(crate) fn copy_to(&self, dst: DeviceId) -> Result<Storage> {
         let (from, to) = (self.backend()?, backend::for_device(dst)?);
-        let buf = if backend::same(&from, &to) {
+        // Behind the capture gate every copy goes to the gate, which refuses one between
+        // host and device whichever backends hold the two sides.
+        let buf = if backend::same(&from, &to) || to.is_gated() {
             to.copy(&self.buf, dst)?
         } else if let Some(h) = self.buf.as_host() {
             if h.is_pinned() {

@@ -108,6 +108,11 @@ impl AnyBackend {
         AnyBackend { gated: true, ..self }
     }
 
+    /// Whether this is behind the capture gate (picked on a thread that captures).
+    pub(crate) fn is_gated(&self) -> bool {
+        self.gated
+    }
+
     /// Whether both are the same backend.
     pub(crate) fn same(&self, other: &AnyBackend) -> bool {
         match (self.imp, other.imp) {

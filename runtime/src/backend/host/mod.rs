@@ -22,8 +22,8 @@ mod inline;
 pub(in crate::backend) mod kernels;
 mod launch;
 mod queue;
-mod rows;
-mod select;
+
+mod ops;
 mod storage;
 mod streams;
 mod user_kernel;

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use crate::backend::host::buffer::HostBuffer;
 use crate::backend::host::kernels::{self, elementwise, gather, gemm, matrix, reduce, Geometry};
 use crate::backend::host::launch::{launch, queue_copy, typed, typed_mut, Launch};
+use crate::backend::host::ops::{select, softmax};
 use crate::backend::host::streams::{self, current_stream, use_on_stream};
-use crate::backend::host::{rows, select};
 use crate::backend::host::{HostEvent, HostStream};
 use crate::backend::transfer::paths::{self, CopyPath};
 use crate::backend::Permute;
@@ -326,7 +326,7 @@ impl BackendStorage for HostBuffer {
     }
 
     fn softmax(&self, op: SoftmaxOp, dtype: DType, r: Reduction) -> Result<Self> {
-        rows::softmax(self, op, dtype, r)
+        softmax::softmax(self, op, dtype, r)
     }
 
     fn index_select(&self, index: &Self, dtype: DType, g: Gather) -> Result<Self> {
@@ -339,7 +339,7 @@ impl BackendStorage for HostBuffer {
     }
 
     fn cross_entropy_rows(&self, targets: &Self, dtype: DType, n: usize, classes: usize) -> Result<Self> {
-        rows::cross_entropy_rows(self, targets, dtype, n, classes)
+        softmax::cross_entropy_rows(self, targets, dtype, n, classes)
     }
 
     fn compare(&self, rhs: &Self, op: CompareOp, dtype: DType, out_shape: &[usize], layout: &Layout) -> Result<Self> {

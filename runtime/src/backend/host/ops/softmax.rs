@@ -1,5 +1,5 @@
 //! Softmax, log-softmax and cross-entropy's loss per row as jobs on the stream (the loops
-//! are `kernels/softmax.rs`): float types only, the kernel picked before anything is
+//! are `host/kernels/softmax.rs`): float types only, the kernel picked before anything is
 //! queued.
 
 use half::{bf16, f16};

@@ -1,0 +1,7 @@
+//! Host ops as jobs on the stream, where they need more than one loop or a check before
+//! anything is queued (the loops themselves are `host/kernels/`, as the cuda backend's
+//! launches are `cuda/ops/` and its kernels `kernels/cuda/*.cu`): comparisons, `where`
+//! and `argmax` (`select`), softmax and cross-entropy (`softmax`).
+
+pub(in crate::backend::host) mod select;
+pub(in crate::backend::host) mod softmax;
