@@ -13,7 +13,7 @@ use crate::backend::account::MemoryAccount;
 use crate::backend::api::fence::Fence;
 use crate::backend::host::cache::{HostBlock, CACHE};
 use crate::backend::host::graph::HostCapture;
-use crate::backend::host::streams::HostStream;
+use crate::backend::host::streams::{HostEvent, HostStream};
 use crate::backend::pinned_pool::{self as pinned, InFlight, PinnedBlock};
 use crate::backend::sync::hazard::{self, Kind, Region, Track};
 use crate::backend::Release;
@@ -58,27 +58,8 @@ pub(crate) struct HostBuffer {
     pub(in crate::backend::host) graph: Option<Arc<HostCapture>>,
 }
 
-/// Who wrote a buffer of a simulated device last, and who used it.
-#[derive(Debug, Default)]
-pub(in crate::backend::host) struct Uses {
-    /// The stream of the last write; `None` for host placements.
-    pub writer: Option<Arc<HostStream>>,
-    /// The number of that write on its stream.
-    pub written: u64,
-    /// Streams other than the writer that have waited for the last write.
-    pub seen: Vec<Arc<HostStream>>,
-    /// Every stream other than the home stream that used this memory: its free is
-    /// ordered after them.
-    pub users: Vec<Arc<HostStream>>,
-}
-
-impl Uses {
-    pub(in crate::backend::host) fn add_user(&mut self, home: Option<&Arc<HostStream>>, s: &Arc<HostStream>) {
-        if !home.is_some_and(|h| Arc::ptr_eq(h, s)) && !self.users.iter().any(|u| Arc::ptr_eq(u, s)) {
-            self.users.push(Arc::clone(s));
-        }
-    }
-}
+/// Who wrote a host buffer last and who used it (the books both backends keep).
+pub(in crate::backend::host) type Uses = crate::backend::sync::uses::Uses<HostStream, HostEvent>;
 
 // The buffer owns its memory (a Vec, a mapping or a pool block) as a Vec<u8> would; the
 // raw pointer is into that memory. Jobs on other threads reach it only through spans,
@@ -171,7 +152,7 @@ impl HostBuffer {
                 if let Some(c) = &graph {
                     c.count_buffer(true);
                 }
-                let uses = Uses { writer: stream.clone(), written, seen: Vec::new(), users: Vec::new() };
+                let uses = Uses::new(stream.clone(), written);
                 Ok(HostBuffer {
                     ptr,
                     len,
@@ -210,7 +191,7 @@ impl HostBuffer {
         if let Some(c) = &graph {
             c.count_buffer(true);
         }
-        let uses = Uses { writer: stream.clone(), written, seen: Vec::new(), users: Vec::new() };
+        let uses = Uses::new(stream.clone(), written);
         Ok(HostBuffer {
             ptr,
             len,

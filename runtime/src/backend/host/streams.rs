@@ -10,7 +10,7 @@ use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::Instant;
 
 use crate::backend::api::fence::Fence;
-use crate::backend::count_cross_stream_wait;
+use crate::backend::sync::uses::{BookedStream, Wait};
 use crate::backend::host::buffer::HostBuffer;
 use crate::backend::host::graph::{joins, HostCapture};
 use crate::backend::host::queue::{Job, Queue, Stamp};
@@ -192,25 +192,30 @@ pub(in crate::backend::host) fn use_on_stream(h: &HostBuffer, on: &Arc<HostStrea
             return Ok(());
         }
     }
-    let mut u = h.uses();
-    let Some(writer) = u.writer.clone() else { return Ok(()) };
-    if Arc::ptr_eq(&writer, on) {
-        return Ok(());
+    h.uses().read_on(h.home.as_ref(), on, |w| wait_for(on, w))
+}
+
+/// `on` waits for what the books say (`sync/uses.rs`): on the host a stream's queue up to
+/// now, after which `on` is ordered after that stream's write `upto`.
+fn wait_for(on: &Arc<HostStream>, w: Wait<'_, HostStream, HostEvent>) -> Result<()> {
+    match w {
+        Wait::Stream { stream, upto } => {
+            on.wait_stream(stream)?;
+            on.order.note_wait(stream.key, upto);
+            Ok(())
+        }
+        Wait::Event(e) => e.wait_on(on),
     }
-    if u.seen.iter().any(|r| Arc::ptr_eq(r, on)) {
-        ordering::count_skipped();
-        return Ok(());
+}
+
+impl BookedStream for HostStream {
+    fn stream_id(&self) -> u64 {
+        self.key
     }
-    if on.order.has_waited(writer.key, u.written) {
-        ordering::count_skipped();
-    } else {
-        on.wait_stream(&writer)?;
-        on.order.note_wait(writer.key, u.written);
-        count_cross_stream_wait();
+
+    fn order(&self) -> &Order {
+        &self.order
     }
-    u.seen.push(Arc::clone(on));
-    u.add_user(h.home.as_ref(), on);
-    Ok(())
 }
 
 /// Prepares `h` to be written in place on `on`: `on` waits for the last write and for
@@ -219,19 +224,7 @@ pub(in crate::backend::host) fn before_write(h: &HostBuffer, on: &Arc<HostStream
     if h.len() == 0 || h.home.is_none() {
         return Ok(());
     }
-    let mut u = h.uses();
-    if let Some(writer) = u.writer.clone() {
-        if !Arc::ptr_eq(&writer, on)
-            && !u.seen.iter().any(|r| Arc::ptr_eq(r, on))
-            && !on.order.has_waited(writer.key, u.written)
-        {
-            on.wait_stream(&writer)?;
-        }
-    }
-    for r in std::mem::take(&mut u.seen) {
-        on.wait_stream(&r)?;
-    }
-    Ok(())
+    h.uses().write_on(on, |w| wait_for(on, w))
 }
 
 /// `h` was just written in place by work queued on `on`.
@@ -239,20 +232,13 @@ pub(in crate::backend::host) fn after_write(h: &HostBuffer, on: &Arc<HostStream>
     if h.home.is_none() {
         return;
     }
-    let mut u = h.uses();
-    u.writer = Some(Arc::clone(on));
-    u.written = on.order.mark_write();
-    u.seen.clear();
-    u.add_user(h.home.as_ref(), on);
+    h.uses().wrote(h.home.as_ref(), on, None);
 }
 
 /// Forgets the writes a capture recorded: the memory counts as written on its home
 /// stream, where nothing is pending, until a replay writes it.
 pub(in crate::backend::host) fn forget_captured_writes(h: &HostBuffer) {
-    let mut u = h.uses();
-    u.writer = h.home.clone();
-    u.written = 0;
-    u.seen.clear();
+    h.uses().forget_writes(h.home.clone());
 }
 
 /// Where an event was recorded, and what waiting for it means.

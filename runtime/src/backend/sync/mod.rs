@@ -7,6 +7,7 @@ pub(crate) mod capture;
 pub(crate) mod current_stream;
 pub(crate) mod hazard;
 pub(crate) mod ordering;
+pub(crate) mod uses;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -8,6 +8,7 @@ use crate::backend::cuda::driver::device::{driver, DeviceState};
 use crate::backend::cuda::driver::event::CudaEvent;
 use crate::backend::cuda::driver::graph::CudaCapture;
 use crate::backend::cuda::driver::stream::{free_all_cached, CudaStream};
+use crate::backend::sync::uses::Wait;
 use crate::backend::Release;
 use crate::error::{Error, Result};
 
@@ -30,30 +31,8 @@ pub(crate) struct CudaBuffer {
     foreign: Option<Release>,
 }
 
-/// Who wrote a buffer last and who used it.
-struct Uses {
-    /// The stream of the last write (the home stream for a fresh buffer).
-    writer: Arc<CudaStream>,
-    /// Recorded right after that write when the writer is not the device's default
-    /// stream: readers on other streams wait for exactly this write, not for all the
-    /// writer's later work.
-    ready: Option<Arc<CudaEvent>>,
-    /// The number of that write on the writer's stream (0: not known).
-    written: u64,
-    /// Streams other than the writer that have waited for the last write.
-    seen: Vec<Arc<CudaStream>>,
-    /// Every stream other than the home stream that used this memory: the free waits
-    /// for them.
-    users: Vec<Arc<CudaStream>>,
-}
-
-impl Uses {
-    fn add_user(&mut self, home: &Arc<CudaStream>, s: &Arc<CudaStream>) {
-        if !Arc::ptr_eq(home, s) && !self.users.iter().any(|u| Arc::ptr_eq(u, s)) {
-            self.users.push(Arc::clone(s));
-        }
-    }
-}
+/// Who wrote a buffer last and who used it (the books both backends keep).
+type Uses = crate::backend::sync::uses::Uses<CudaStream, CudaEvent>;
 
 /// Buffers up to this size are cached per stream in power-of-two bins (as PyTorch's
 /// caching allocator does), so small ops make no allocation calls to the driver. The
@@ -88,7 +67,7 @@ impl CudaBuffer {
             None => Arc::clone(stream),
         };
         let cap = bin(bytes);
-        let uses = Uses { writer: Arc::clone(stream), ready: None, written: 0, seen: Vec::new(), users: Vec::new() };
+        let uses = Uses::new(Some(Arc::clone(stream)), 0);
         let new = |ptr, mut uses: Uses, home: Arc<CudaStream>| {
             uses.add_user(&home, stream);
             if let Some(c) = &graph {
@@ -147,7 +126,7 @@ impl CudaBuffer {
         bytes: usize,
         release: Release,
     ) -> Result<Self> {
-        let uses = Uses { writer: Arc::clone(stream), ready: None, written: 0, seen: Vec::new(), users: Vec::new() };
+        let uses = Uses::new(Some(Arc::clone(stream)), 0);
         let mut b = CudaBuffer {
             ptr,
             bytes,
@@ -187,7 +166,9 @@ impl CudaBuffer {
     /// Numbers the write that produced this memory, just queued on its stream.
     pub(crate) fn mark_written(&self) {
         let mut u = self.uses();
-        u.written = u.writer.order.mark_write();
+        if let Some(w) = u.writer.clone() {
+            u.written = w.order.mark_write();
+        }
     }
 
     /// Marks the end of the write that produced this memory.
@@ -197,7 +178,7 @@ impl CudaBuffer {
 
     /// The stream that wrote this memory last.
     pub(crate) fn writer(&self) -> Arc<CudaStream> {
-        Arc::clone(&self.uses().writer)
+        self.uses().writer.clone().unwrap_or_else(|| Arc::clone(&self.home))
     }
 
     /// Whether this memory was made in the capture `c`.
@@ -223,26 +204,7 @@ impl CudaBuffer {
                 return c.check_input(self.ptr);
             }
         }
-        let mut u = self.uses();
-        if Arc::ptr_eq(&u.writer, on) {
-            return Ok(());
-        }
-        if u.seen.iter().any(|r| Arc::ptr_eq(r, on)) {
-            crate::backend::sync::ordering::count_skipped();
-            return Ok(());
-        }
-        if on.order.has_waited(u.writer.id, u.written) {
-            crate::backend::sync::ordering::count_skipped();
-        } else {
-            match &u.ready {
-                Some(ev) => wait(on, ev)?,
-                None => wait_for(on, &u.writer)?,
-            }
-            crate::backend::count_cross_stream_wait();
-        }
-        u.seen.push(Arc::clone(on));
-        u.add_user(&self.home, on);
-        Ok(())
+        self.uses().read_on(Some(&self.home), on, |w| wait_books(on, w))
     }
 
     /// Prepares this memory to be written in place on `on`: `on` waits for the last
@@ -251,22 +213,7 @@ impl CudaBuffer {
         if self.ptr == 0 {
             return Ok(());
         }
-        let mut u = self.uses();
-        if !Arc::ptr_eq(&u.writer, on)
-            && !u.seen.iter().any(|r| Arc::ptr_eq(r, on))
-            && !on.order.has_waited(u.writer.id, u.written)
-        {
-            match &u.ready {
-                Some(ev) => wait(on, ev)?,
-                None => wait_for(on, &u.writer)?,
-            }
-        }
-        for r in std::mem::take(&mut u.seen) {
-            if !Arc::ptr_eq(&r, on) {
-                wait_for(on, &r)?;
-            }
-        }
-        Ok(())
+        self.uses().write_on(on, |w| wait_books(on, w))
     }
 
     /// Code outside locus writes this memory on `on` from now on (a raw view): `on`
@@ -275,12 +222,7 @@ impl CudaBuffer {
     /// stream waits for all of `on`'s work queued by the time of its use. A view that is
     /// never ended (`mem::forget`) is still ordered.
     pub(crate) fn claim_writer(&self, on: &Arc<CudaStream>) {
-        let mut u = self.uses();
-        u.writer = Arc::clone(on);
-        u.written = u64::MAX;
-        u.ready = None;
-        u.seen.clear();
-        u.add_user(&self.home, on);
+        self.uses().claim(Some(&self.home), on);
     }
 
     /// This memory was just written in place by work queued on `on` (after
@@ -303,22 +245,23 @@ impl CudaBuffer {
             }
             false => None,
         };
-        u.writer = Arc::clone(on);
-        u.written = on.order.mark_write();
-        u.ready = ready;
-        u.seen.clear();
-        u.add_user(&self.home, on);
+        u.wrote(Some(&self.home), on, ready);
         Ok(())
     }
 
     /// Forgets the writes a capture queued: they have not run, and a replay writes the
     /// memory again (with `before_write` and `after_write` around it).
     pub(crate) fn forget_captured_writes(&self) {
-        let mut u = self.uses();
-        u.writer = Arc::clone(&self.home);
-        u.ready = None;
-        u.written = 0;
-        u.seen.clear();
+        self.uses().forget_writes(Some(Arc::clone(&self.home)));
+    }
+}
+
+/// `on` waits for what the books say (`sync/uses.rs`): the event after the last write,
+/// or all of a stream's work so far.
+fn wait_books(on: &Arc<CudaStream>, w: Wait<'_, CudaStream, CudaEvent>) -> Result<()> {
+    match w {
+        Wait::Event(ev) => wait(on, ev),
+        Wait::Stream { stream, .. } => wait_for(on, stream),
     }
 }
 

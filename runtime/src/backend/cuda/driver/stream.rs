@@ -69,6 +69,16 @@ impl std::fmt::Debug for CudaStream {
     }
 }
 
+impl crate::backend::sync::uses::BookedStream for CudaStream {
+    fn stream_id(&self) -> u64 {
+        self.id
+    }
+
+    fn order(&self) -> &Order {
+        &self.order
+    }
+}
+
 impl CudaStream {
     /// A new non-blocking stream; the device's context must be current.
     pub(crate) fn create(ordinal: u32, ctx: sys::CUcontext) -> Result<Self> {

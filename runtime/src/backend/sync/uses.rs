@@ -1,0 +1,236 @@
+//! Who wrote a buffer last and who used it since: the books both backends keep for each
+//! buffer, and the rules that decide from them when a use on a stream must wait first.
+//! Written once here, so the host backend, whose hazard checker runs in CI, takes the
+//! same decisions the GPU does; each backend only says how to wait (for a stream, or for
+//! the event recorded after a write) and what a capture allows.
+//!
+//! - A read on stream `s` of memory last written on stream `w` waits for that write,
+//!   unless `s` is `w`, `s` already waited for this write, or an earlier wait of `s`
+//!   covers it (`ordering.rs`); the waits and skips are counted.
+//! - A write in place on `s` waits for the last write and for every stream that read the
+//!   memory since.
+//! - Every stream but the home stream that used the memory is a user: its free is
+//!   ordered after them (each backend's free reads [`Uses::users`]).
+
+use std::sync::Arc;
+
+use crate::backend::sync::ordering::{count_skipped, Order};
+use crate::backend::sync::count_cross_stream_wait;
+use crate::error::Result;
+
+/// A stream as the books name it.
+pub(crate) trait BookedStream {
+    /// Its process-unique id (`ordering::new_stream_id`).
+    fn stream_id(&self) -> u64;
+    /// Its ordering books.
+    fn order(&self) -> &Order;
+}
+
+/// What a use must wait for before it is queued.
+pub(crate) enum Wait<'a, S, E> {
+    /// The event recorded right after the last write.
+    Event(&'a Arc<E>),
+    /// Everything queued on `stream` so far; `upto` is the write of it this wait is for
+    /// (0: none in particular, a reader's work).
+    Stream { stream: &'a Arc<S>, upto: u64 },
+}
+
+/// The books of one buffer.
+#[derive(Debug)]
+pub(crate) struct Uses<S, E> {
+    /// The stream of the last write; `None` for host memory no stream writes.
+    pub writer: Option<Arc<S>>,
+    /// The event recorded right after that write, when there is one: readers on other
+    /// streams wait for exactly this write, not for all of the writer's later work.
+    pub ready: Option<Arc<E>>,
+    /// The number of that write on the writer's stream (0: not known).
+    pub written: u64,
+    /// Streams other than the writer that have waited for the last write.
+    pub seen: Vec<Arc<S>>,
+    /// Every stream other than the home stream that used this memory.
+    pub users: Vec<Arc<S>>,
+}
+
+impl<S: BookedStream, E> Uses<S, E> {
+    /// The books of memory last written as write `written` of `writer`.
+    pub(crate) fn new(writer: Option<Arc<S>>, written: u64) -> Self {
+        Uses { writer, ready: None, written, seen: Vec::new(), users: Vec::new() }
+    }
+
+    /// Records `s` as a user, unless it is the home stream.
+    pub(crate) fn add_user(&mut self, home: Option<&Arc<S>>, s: &Arc<S>) {
+        if !home.is_some_and(|h| Arc::ptr_eq(h, s)) && !self.users.iter().any(|u| Arc::ptr_eq(u, s)) {
+            self.users.push(Arc::clone(s));
+        }
+    }
+
+    /// The wait for the last write.
+    fn last_write(&self, writer: &Arc<S>) -> Wait<'_, S, E> {
+        match &self.ready {
+            Some(ev) => Wait::Event(ev),
+            None => Wait::Stream { stream: writer, upto: self.written },
+        }
+    }
+
+    /// Before a read on `on`: waits (through `wait`) for the last write unless nothing
+    /// requires it, then records `on` as a reader and a user.
+    pub(crate) fn read_on(
+        &mut self,
+        home: Option<&Arc<S>>,
+        on: &Arc<S>,
+        wait: impl FnOnce(Wait<'_, S, E>) -> Result<()>,
+    ) -> Result<()> {
+        let Some(writer) = self.writer.clone() else { return Ok(()) };
+        if Arc::ptr_eq(&writer, on) {
+            return Ok(());
+        }
+        if self.seen.iter().any(|r| Arc::ptr_eq(r, on)) {
+            count_skipped();
+            return Ok(());
+        }
+        if on.order().has_waited(writer.stream_id(), self.written) {
+            count_skipped();
+        } else {
+            wait(self.last_write(&writer))?;
+            count_cross_stream_wait();
+        }
+        self.seen.push(Arc::clone(on));
+        self.add_user(home, on);
+        Ok(())
+    }
+
+    /// Before a write in place on `on`: waits (through `wait`) for the last write and
+    /// for every stream that read the memory since.
+    pub(crate) fn write_on(&mut self, on: &Arc<S>, mut wait: impl FnMut(Wait<'_, S, E>) -> Result<()>) -> Result<()> {
+        if let Some(writer) = self.writer.clone() {
+            if !Arc::ptr_eq(&writer, on)
+                && !self.seen.iter().any(|r| Arc::ptr_eq(r, on))
+                && !on.order().has_waited(writer.stream_id(), self.written)
+            {
+                wait(self.last_write(&writer))?;
+            }
+        }
+        for r in std::mem::take(&mut self.seen) {
+            if !Arc::ptr_eq(&r, on) {
+                wait(Wait::Stream { stream: &r, upto: 0 })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The memory was just written in place by work queued on `on`, with `ready` recorded
+    /// right after it (when the backend records one).
+    pub(crate) fn wrote(&mut self, home: Option<&Arc<S>>, on: &Arc<S>, ready: Option<Arc<E>>) {
+        self.writer = Some(Arc::clone(on));
+        self.written = on.order().mark_write();
+        self.ready = ready;
+        self.seen.clear();
+        self.add_user(home, on);
+    }
+
+    /// Code outside locus writes the memory on `on` from now on (a raw view): `on` is the
+    /// writer at once, with a write number no wait covers, so every other stream waits
+    /// for all of `on`'s work until the write's end is marked ([`Uses::wrote`]).
+    pub(crate) fn claim(&mut self, home: Option<&Arc<S>>, on: &Arc<S>) {
+        self.writer = Some(Arc::clone(on));
+        self.written = u64::MAX;
+        self.ready = None;
+        self.seen.clear();
+        self.add_user(home, on);
+    }
+
+    /// Forgets the writes a capture queued (they never ran): the memory counts as
+    /// written on `home`, where nothing is pending, until a replay writes it.
+    pub(crate) fn forget_writes(&mut self, home: Option<Arc<S>>) {
+        self.writer = home;
+        self.ready = None;
+        self.written = 0;
+        self.seen.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::sync::ordering::new_stream_id;
+
+    #[derive(Debug, Default)]
+    struct S {
+        id: u64,
+        order: Order,
+    }
+
+    impl BookedStream for S {
+        fn stream_id(&self) -> u64 {
+            self.id
+        }
+        fn order(&self) -> &Order {
+            &self.order
+        }
+    }
+
+    fn stream() -> Arc<S> {
+        Arc::new(S { id: new_stream_id(), order: Order::default() })
+    }
+
+    /// The waits `f` asks for, by stream id (0 for an event).
+    fn waits(f: impl FnOnce(&mut dyn FnMut(Wait<'_, S, ()>) -> Result<()>) -> Result<()>) -> Vec<u64> {
+        let mut got = Vec::new();
+        f(&mut |w| {
+            got.push(match w {
+                Wait::Event(_) => 0,
+                Wait::Stream { stream, .. } => stream.id,
+            });
+            Ok(())
+        })
+        .unwrap();
+        got
+    }
+
+    #[test]
+    fn a_read_waits_once_for_another_streams_write_and_never_on_the_writer() {
+        let (home, w, r) = (stream(), stream(), stream());
+        let mut u: Uses<S, ()> = Uses::new(Some(Arc::clone(&home)), 0);
+        u.wrote(Some(&home), &w, None);
+        assert_eq!(waits(|f| u.read_on(Some(&home), &w, |x| f(x))), Vec::<u64>::new(), "the writer waits for nothing");
+        assert_eq!(waits(|f| u.read_on(Some(&home), &r, |x| f(x))), vec![w.id], "a reader waits for the writer");
+        assert_eq!(waits(|f| u.read_on(Some(&home), &r, |x| f(x))), Vec::<u64>::new(), "once");
+        assert_eq!(u.users.len(), 2, "both streams are users the free waits for");
+    }
+
+    #[test]
+    fn a_read_covered_by_an_earlier_wait_waits_for_nothing() {
+        let (home, w, r) = (stream(), stream(), stream());
+        let mut u: Uses<S, ()> = Uses::new(Some(Arc::clone(&home)), 0);
+        u.wrote(Some(&home), &w, None);
+        r.order.note_wait(w.id, w.order.writes());
+        assert_eq!(waits(|f| u.read_on(Some(&home), &r, |x| f(x))), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn a_write_waits_for_the_last_write_and_every_reader_since() {
+        let (home, w, r1, r2, next) = (stream(), stream(), stream(), stream(), stream());
+        let mut u: Uses<S, ()> = Uses::new(Some(Arc::clone(&home)), 0);
+        u.wrote(Some(&home), &w, None);
+        waits(|f| u.read_on(Some(&home), &r1, |x| f(x)));
+        waits(|f| u.read_on(Some(&home), &r2, |x| f(x)));
+        let mut got = waits(|f| u.write_on(&next, |x| f(x)));
+        got.sort();
+        let mut want = vec![w.id, r1.id, r2.id];
+        want.sort();
+        assert_eq!(got, want);
+        u.wrote(Some(&home), &next, Some(Arc::new(())));
+        assert_eq!(waits(|f| u.read_on(Some(&home), &w, |x| f(x))), vec![0], "a recorded write is waited for by its event");
+    }
+
+    #[test]
+    fn a_claimed_write_is_covered_by_no_earlier_wait() {
+        let (home, w, r) = (stream(), stream(), stream());
+        let mut u: Uses<S, ()> = Uses::new(Some(Arc::clone(&home)), 0);
+        r.order.note_wait(w.id, u64::MAX - 1);
+        u.claim(Some(&home), &w);
+        assert_eq!(waits(|f| u.read_on(Some(&home), &r, |x| f(x))), vec![w.id]);
+        u.forget_writes(Some(Arc::clone(&home)));
+        assert_eq!(waits(|f| u.read_on(Some(&home), &home, |x| f(x))), Vec::<u64>::new());
+    }
+}
