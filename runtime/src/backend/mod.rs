@@ -44,7 +44,7 @@ pub(crate) use dispatch::backend::{AnyBackend, Imp};
 pub(crate) use dispatch::buffer::Buffer;
 pub(crate) use dispatch::handles::{AnyComm, AnyEvent, AnyGraph, AnyStream};
 pub(crate) use host::HostBuffer;
-pub(crate) use sync::{count_cross_stream_wait, cross_stream_waits, cross_stream_waits_skipped};
+pub(crate) use sync::{cross_stream_waits, cross_stream_waits_skipped};
 
 static SELECTED: OnceLock<Result<AnyBackend>> = OnceLock::new();
 

@@ -10,13 +10,13 @@ use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::Instant;
 
 use crate::backend::api::fence::Fence;
-use crate::backend::sync::uses::{BookedStream, Wait};
 use crate::backend::host::buffer::HostBuffer;
 use crate::backend::host::graph::{joins, HostCapture};
 use crate::backend::host::queue::{Job, Queue, Stamp};
 use crate::backend::sync::current_stream::{self as current, Current};
 use crate::backend::sync::hazard::{self, Agent, Clock, Kind, Region};
 use crate::backend::sync::ordering::{self, Mark, Order};
+use crate::backend::sync::uses::{BookedStream, Wait};
 use crate::device_id::DeviceId;
 use crate::error::Result;
 

@@ -14,8 +14,8 @@
 
 use std::sync::Arc;
 
-use crate::backend::sync::ordering::{count_skipped, Order};
 use crate::backend::sync::count_cross_stream_wait;
+use crate::backend::sync::ordering::{count_skipped, Order};
 use crate::error::Result;
 
 /// A stream as the books name it.
@@ -65,7 +65,7 @@ impl<S: BookedStream, E> Uses<S, E> {
     }
 
     /// The wait for the last write.
-    fn last_write(&self, writer: &Arc<S>) -> Wait<'_, S, E> {
+    fn last_write<'a>(&'a self, writer: &'a Arc<S>) -> Wait<'a, S, E> {
         match &self.ready {
             Some(ev) => Wait::Event(ev),
             None => Wait::Stream { stream: writer, upto: self.written },
@@ -192,9 +192,9 @@ mod tests {
         let (home, w, r) = (stream(), stream(), stream());
         let mut u: Uses<S, ()> = Uses::new(Some(Arc::clone(&home)), 0);
         u.wrote(Some(&home), &w, None);
-        assert_eq!(waits(|f| u.read_on(Some(&home), &w, |x| f(x))), Vec::<u64>::new(), "the writer waits for nothing");
-        assert_eq!(waits(|f| u.read_on(Some(&home), &r, |x| f(x))), vec![w.id], "a reader waits for the writer");
-        assert_eq!(waits(|f| u.read_on(Some(&home), &r, |x| f(x))), Vec::<u64>::new(), "once");
+        assert_eq!(waits(|f| u.read_on(Some(&home), &w, f)), Vec::<u64>::new(), "the writer waits for nothing");
+        assert_eq!(waits(|f| u.read_on(Some(&home), &r, f)), vec![w.id], "a reader waits for the writer");
+        assert_eq!(waits(|f| u.read_on(Some(&home), &r, f)), Vec::<u64>::new(), "once");
         assert_eq!(u.users.len(), 2, "both streams are users the free waits for");
     }
 
@@ -204,7 +204,7 @@ mod tests {
         let mut u: Uses<S, ()> = Uses::new(Some(Arc::clone(&home)), 0);
         u.wrote(Some(&home), &w, None);
         r.order.note_wait(w.id, w.order.writes());
-        assert_eq!(waits(|f| u.read_on(Some(&home), &r, |x| f(x))), Vec::<u64>::new());
+        assert_eq!(waits(|f| u.read_on(Some(&home), &r, f)), Vec::<u64>::new());
     }
 
     #[test]
@@ -212,15 +212,15 @@ mod tests {
         let (home, w, r1, r2, next) = (stream(), stream(), stream(), stream(), stream());
         let mut u: Uses<S, ()> = Uses::new(Some(Arc::clone(&home)), 0);
         u.wrote(Some(&home), &w, None);
-        waits(|f| u.read_on(Some(&home), &r1, |x| f(x)));
-        waits(|f| u.read_on(Some(&home), &r2, |x| f(x)));
-        let mut got = waits(|f| u.write_on(&next, |x| f(x)));
+        waits(|f| u.read_on(Some(&home), &r1, f));
+        waits(|f| u.read_on(Some(&home), &r2, f));
+        let mut got = waits(|f| u.write_on(&next, f));
         got.sort();
         let mut want = vec![w.id, r1.id, r2.id];
         want.sort();
         assert_eq!(got, want);
         u.wrote(Some(&home), &next, Some(Arc::new(())));
-        assert_eq!(waits(|f| u.read_on(Some(&home), &w, |x| f(x))), vec![0], "a recorded write is waited for by its event");
+        assert_eq!(waits(|f| u.read_on(Some(&home), &w, f)), vec![0], "a recorded write is waited for by its event");
     }
 
     #[test]
@@ -229,8 +229,8 @@ mod tests {
         let mut u: Uses<S, ()> = Uses::new(Some(Arc::clone(&home)), 0);
         r.order.note_wait(w.id, u64::MAX - 1);
         u.claim(Some(&home), &w);
-        assert_eq!(waits(|f| u.read_on(Some(&home), &r, |x| f(x))), vec![w.id]);
+        assert_eq!(waits(|f| u.read_on(Some(&home), &r, f)), vec![w.id]);
         u.forget_writes(Some(Arc::clone(&home)));
-        assert_eq!(waits(|f| u.read_on(Some(&home), &home, |x| f(x))), Vec::<u64>::new());
+        assert_eq!(waits(|f| u.read_on(Some(&home), &home, f)), Vec::<u64>::new());
     }
 }

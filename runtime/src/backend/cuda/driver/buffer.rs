@@ -69,7 +69,7 @@ impl CudaBuffer {
         let cap = bin(bytes);
         let uses = Uses::new(Some(Arc::clone(stream)), 0);
         let new = |ptr, mut uses: Uses, home: Arc<CudaStream>| {
-            uses.add_user(&home, stream);
+            uses.add_user(Some(&home), stream);
             if let Some(c) = &graph {
                 c.count_buffer(true);
             }
