@@ -32,8 +32,9 @@ pub enum Here {
     Cuda(u32),
     /// `Cuda<N>` for the const generic `N` of the attribute.
     ConstParam(Ident),
-    /// `Dyn`, for `dyn expr`.
-    Dyn,
+    /// `Dyn`, for `dyn expr`; the expression is still named in the body (it would be
+    /// read by the guard), so its variables raise no unused warning beside the error.
+    Dyn(Box<syn::Expr>),
 }
 
 impl Here {
@@ -66,7 +67,7 @@ impl Here {
         match arg {
             DeviceArg::Literal { ordinal, .. } => Here::Cuda(*ordinal),
             DeviceArg::ConstParam(n) => Here::ConstParam(n.clone()),
-            DeviceArg::Dynamic { .. } => Here::Dyn,
+            DeviceArg::Dynamic { expr, .. } => Here::Dyn(expr.clone()),
         }
     }
 
@@ -75,7 +76,7 @@ impl Here {
         match self {
             Here::Cuda(n) => cuda_type(*n, span),
             Here::ConstParam(n) => quote_spanned!(span=> ::locus::__private::Cuda<#n>),
-            Here::Dyn => quote_spanned!(span=> ::locus::__private::Dyn),
+            Here::Dyn(_) => quote_spanned!(span=> ::locus::__private::Dyn),
         }
     }
 }
@@ -125,6 +126,10 @@ impl ReplaceHere<'_> {
             type Here = #ty;
         };
         block.stmts.insert(0, alias);
+        if let Here::Dyn(expr) = self.here {
+            let read: Stmt = syn::parse_quote! { let _ = &(#expr); };
+            block.stmts.insert(1, read);
+        }
     }
 }
 
