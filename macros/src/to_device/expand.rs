@@ -27,8 +27,6 @@ pub fn expand(model: &DeriveModel) -> TokenStream {
             }
         }
     }
-    let (impl_generics, ty_generics, where_clause) = generics.split_for_impl();
-
     let fields = model.fields.iter().map(|f| match f {
         FieldKind::Placement(m) => quote!(#m: ::locus::__private::move_placement(#placement)?),
         // Every token at the type's first token, the type included, so that a field
@@ -41,17 +39,34 @@ pub fn expand(model: &DeriveModel) -> TokenStream {
         FieldKind::Cloned(m, ty) => quote_spanned!(ty.span()=> #m: ::core::clone::Clone::clone(&self.#m)),
     });
 
+    let body = quote!(::core::result::Result::Ok(#name { #(#fields,)* }));
+    impl_to_device(&model.input, &generics, &target, &on, &placement, &body)
+}
+
+/// The `ToDevice` impl of `input` (with `generics`, its own or with added bounds):
+/// `type On<E> = on`, and `to_placement(&self, placement: E)` returning `body`.
+pub fn impl_to_device(
+    input: &syn::DeriveInput,
+    generics: &syn::Generics,
+    target: &Ident,
+    on: &TokenStream,
+    placement: &Ident,
+    body: &TokenStream,
+) -> TokenStream {
+    let name = &input.ident;
+    let (impl_generics, ty_generics, where_clause) = generics.split_for_impl();
     quote! {
         const _: () = {
             #[automatically_derived]
             impl #impl_generics ::locus::__private::ToDevice for #name #ty_generics #where_clause {
                 type On<#target: ::locus::__private::Device> = #on;
 
+                #[allow(unused_variables)]
                 fn to_placement<#target: ::locus::__private::Device>(
                     &self,
                     #placement: #target,
                 ) -> ::locus::__private::Result<Self::On<#target>> {
-                    ::core::result::Result::Ok(#name { #(#fields,)* })
+                    #body
                 }
             }
         };

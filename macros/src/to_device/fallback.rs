@@ -19,28 +19,17 @@ use super::{expand, validate};
 
 /// `error`, and a `ToDevice` impl for `input` whose method is never called.
 pub fn expand(input: &DeriveInput, error: syn::Error) -> TokenStream {
-    let name = &input.ident;
     let target = Ident::new("__LocusE", Span::call_site());
+    let placement = Ident::new("__locus_placement", Span::mixed_site());
     let on = match validate::device_params(input).first() {
         Some(device) => expand::on_type(input, device, &target),
         None => quote!(Self),
     };
-    let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
+    let body = quote!(::core::panic!("`#[derive(ToDevice)]` rejected this type"));
     let error = error.to_compile_error();
+    let imp = expand::impl_to_device(input, &input.generics, &target, &on, &placement, &body);
     quote! {
         #error
-        const _: () = {
-            #[automatically_derived]
-            impl #impl_generics ::locus::__private::ToDevice for #name #ty_generics #where_clause {
-                type On<#target: ::locus::__private::Device> = #on;
-
-                fn to_placement<#target: ::locus::__private::Device>(
-                    &self,
-                    _: #target,
-                ) -> ::locus::__private::Result<Self::On<#target>> {
-                    ::core::panic!("`#[derive(ToDevice)]` rejected this type")
-                }
-            }
-        };
+        #imp
     }
 }
