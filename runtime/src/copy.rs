@@ -224,11 +224,11 @@ impl<D: HostPlacement, T: Element> Tensor<D, T> {
     /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn as_mut_slice(&mut self) -> Result<&mut [T]> {
-        if Arc::get_mut(self.storage_mut()).is_none() {
+        if Arc::get_mut(self.storage_mut("as_mut_slice")).is_none() {
             let copy = self.storage().copy_to(self.device())?;
-            *self.storage_mut() = Arc::new(copy);
+            *self.storage_mut("as_mut_slice") = Arc::new(copy);
         }
-        match Arc::get_mut(self.storage_mut()).map(Storage::buf_mut) {
+        match Arc::get_mut(self.storage_mut("as_mut_slice")).map(Storage::buf_mut) {
             // Pinned memory that a copy still reads (a plain `.to()`, or a `Transfer`
             // that was forgotten or failed to wait) is written only after that copy.
             Some(Buffer::Host(h)) => h.writable(),

@@ -224,6 +224,14 @@ pub enum Error {
         message: String,
     },
 
+    /// A backward pass that cannot run: no tape, a tape freed by an earlier pass, a value
+    /// written in place after an op read it.
+    #[error("backward: {reason}")]
+    Backward {
+        /// What is wrong, and what to do about it.
+        reason: String,
+    },
+
     /// The operating system refused to start a worker thread.
     #[error("could not start a thread: {message}")]
     Thread {

@@ -104,7 +104,7 @@ impl<'a, D: Device> KernelLaunch<'a, D> {
     /// The next parameter, a `T*` the kernel may read and write.
     #[doc(hidden)]
     pub fn output<P: Device, T: Element>(&mut self, t: &'a mut Tensor<P, T>) {
-        self.args.push(Arg::Output(t.storage_mut()));
+        self.args.push(Arg::Output(t.storage_mut("a kernel launch")));
     }
 
     /// Launches over `grid` instead of the default [`Grid::linear`] of the first output.

@@ -32,7 +32,8 @@
 // - placement and memory: `device` (placements), `placement` (the compile-time checks),
 //   `storage` (a buffer with its device and type), `memory` (statistics), `tuning` (the
 //   copy paths' knobs, for the GPU bench), `testing` (device-count skips for tests).
-// - tensors and streams: `tensor` (ops, factories, conversions), `stream` (Stream,
+// - tensors and streams: `tensor` (ops, factories, conversions), `autograd` (the tape,
+//   `Param`, backward, no_grad), `stream` (Stream,
 //   Event, on_stream), `copy` (pin_memory, async copies, Pending), `unwaited`
 //   (diagnostics for reading a Pending), `guard` (the current device), `to_device`,
 //   `graph` (captured graphs and their replays), `raw` (tensors lent to and taken from
@@ -46,6 +47,7 @@
 // tests/layers.rs checks against every `crate::` import. Known exception, left for the
 // backend rebuild: `storage`/`copy` take host memory (`Buffer::as_host`, the host
 // backend's `alloc_for_overwrite`) for copies from and into host placements.
+mod autograd;
 mod backend;
 mod checkpoint;
 mod copy;
@@ -74,6 +76,7 @@ mod to_device;
 pub mod tuning;
 mod unwaited;
 
+pub use autograd::{enable_grad, is_grad_enabled, no_grad, GradLeaf, NoGrad, Param};
 pub use backend::api::precision::{
     float32_matmul_precision, set_float32_matmul_precision, with_float32_matmul_precision, MatmulPrecision,
 };

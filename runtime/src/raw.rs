@@ -273,11 +273,11 @@ impl<D: Device, T: Element> Tensor<D, T> {
             "raw_view_mut",
             "code outside locus cannot be recorded into a graph; take the view outside the capture",
         )?;
-        if Arc::get_mut(self.storage_mut()).is_none() {
+        if Arc::get_mut(self.storage_mut("RawViewMut")).is_none() {
             let copy = self.storage().copy_to(self.device())?;
-            *self.storage_mut() = Arc::new(copy);
+            *self.storage_mut("RawViewMut") = Arc::new(copy);
         }
-        let Some(storage) = Arc::get_mut(self.storage_mut()) else {
+        let Some(storage) = Arc::get_mut(self.storage_mut("RawViewMut")) else {
             return Err(Error::InvalidArgument { op: "raw_view_mut", reason: "the tensor's memory is shared".into() });
         };
         // A new contents id: copies made from the old contents are stale now.

@@ -84,9 +84,9 @@ impl<D: Device, T: Element> TensorList for &mut Tensor<D, T> {
     }
 
     fn own_memory(&mut self) -> Result<()> {
-        if Arc::get_mut(self.storage_mut()).is_none() {
+        if Arc::get_mut(self.storage_mut("Graph::capture")).is_none() {
             let copy = self.storage().copy_to(self.device())?;
-            *self.storage_mut() = Arc::new(copy);
+            *self.storage_mut("Graph::capture") = Arc::new(copy);
         }
         Ok(())
     }

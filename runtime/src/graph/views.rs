@@ -105,7 +105,7 @@ impl<'g, D: Device, T: Element> InputMut<'g, D, T> {
 
     /// The input's memory, to be written in place: its contents get a new id.
     fn target(&mut self) -> Result<&crate::backend::Buffer> {
-        match Arc::get_mut(self.t.storage_mut()) {
+        match Arc::get_mut(self.t.storage_mut("InputMut write")) {
             Some(s) => Ok(Storage::buf_mut(s)),
             None => Err(Error::InvalidArgument {
                 op: "copy_from",

@@ -18,17 +18,76 @@ impl<D: Device, T: Element> Tensor<D, T> {
         self.same_device(name, rhs)?;
         let (out_shape, layout) = shape::broadcast(name, &self.shape, &rhs.shape, T::DTYPE)?;
         let buf = self.queued("an elementwise op")?.binary(rhs.buffer(), op, T::DTYPE, &out_shape, &layout)?;
-        Ok(self.with_buffer(buf, out_shape))
+        let out = self.with_buffer(buf, out_shape);
+        let (a, b) = (self.saved(), rhs.saved());
+        Ok(self.track2(rhs, out, name, move |g, [da, db]| {
+            let (ga, gb) = match op {
+                BinaryOp::Add => (g.clone(), g),
+                BinaryOp::Sub => (g.clone(), g.unary(UnaryOp::Neg)?),
+                BinaryOp::Mul => (if da { g.times(&b)? } else { g.clone() }, if db { g.times(&a)? } else { g }),
+                // d(a/b)/db = -a/b²
+                BinaryOp::Div => {
+                    let gb = if db { g.times(&a)?.over(&b)?.over(&b)?.unary(UnaryOp::Neg)? } else { g.clone() };
+                    (if da { g.over(&b)? } else { g }, gb)
+                }
+            };
+            let ga = if da { Some(ga.sum_to(a.shape())?) } else { None };
+            let gb = if db { Some(gb.sum_to(b.shape())?.placed(b.placement())?) } else { None };
+            Ok((ga, gb))
+        }))
     }
 
     pub(crate) fn binary_scalar(&self, op: BinaryOp, rhs: T) -> Result<Self> {
         let buf = self.queued("an elementwise op")?.binary_scalar(op, T::DTYPE, self.numel(), rhs.to_scalar())?;
-        Ok(self.with_buffer(buf, self.shape.clone()))
+        let out = self.with_buffer(buf, self.shape.clone());
+        Ok(self.track1(out, op.name(), move |g| match op {
+            BinaryOp::Add | BinaryOp::Sub => Ok(g),
+            BinaryOp::Mul => g.binary_scalar(BinaryOp::Mul, rhs),
+            BinaryOp::Div => g.binary_scalar(BinaryOp::Div, rhs),
+        }))
     }
 
     pub(crate) fn unary(&self, op: UnaryOp) -> Result<Self> {
         let buf = self.queued("an elementwise op")?.unary(op, T::DTYPE, self.numel())?;
-        Ok(self.with_buffer(buf, self.shape.clone()))
+        let out = self.with_buffer(buf, self.shape.clone());
+        let (x, y) = (self.saved(), out.saved());
+        Ok(self.track1(out, op.name(), move |g| unary_grad(op, g, &x, &y)))
+    }
+}
+
+/// The gradient of `y = op(x)` given the gradient `g` of `y`.
+fn unary_grad<D: Device, T: Element>(op: UnaryOp, g: Tensor<D, T>, x: &Tensor<D, T>, y: &Tensor<D, T>) -> Result<Tensor<D, T>> {
+    const FRAC_1_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
+    match op {
+        UnaryOp::Neg => g.unary(UnaryOp::Neg),
+        UnaryOp::Relu => g.masked(&x.gt_scalar(T::ZERO)?),
+        UnaryOp::Exp => g.times(y),
+        UnaryOp::Sqrt => g.over(y)?.scaled(0.5),
+        // sign(x): 0 at 0, as PyTorch's.
+        UnaryOp::Abs => g.masked(&x.gt_scalar(T::ZERO)?)?.binary(BinaryOp::Sub, &g.masked(&x.lt_scalar(T::ZERO)?)?),
+        UnaryOp::Square => g.times(x)?.scaled(2.0),
+        UnaryOp::Log => g.over(x),
+        UnaryOp::Tanh => g.times(&y.unary(UnaryOp::Square)?.from_minus(1.0)?),
+        UnaryOp::Sigmoid => g.times(y)?.times(&y.from_minus(1.0)?),
+        // gelu(x) = x Φ(x), so Φ(x) = y / x (½ at 0), and gelu'(x) = Φ(x) + x φ(x).
+        UnaryOp::Gelu => {
+            let cdf = Tensor::where_(&x.eq_scalar(T::ZERO)?, &Tensor::full_on(x.placement(), [], T::from_f64(0.5))?, &y.over(x)?)?;
+            let pdf = x.unary(UnaryOp::Square)?.scaled(-0.5)?.unary(UnaryOp::Exp)?.scaled(FRAC_1_SQRT_2PI)?;
+            g.times(&cdf.binary(BinaryOp::Add, &x.times(&pdf)?)?)
+        }
+        // y = ½x(1 + tanh u), u = √(2/π)(x + 0.044715x³):
+        // y' = ½(1 + t) + ½x(1 − t²)·√(2/π)(1 + 3·0.044715x²).
+        UnaryOp::GeluTanh => {
+            const K: f64 = 0.797_884_560_802_865_4;
+            const C: f64 = 0.044_715;
+            let x2 = x.unary(UnaryOp::Square)?;
+            let u = x.times(&x2.scaled(C)?.shifted(1.0)?)?.scaled(K)?;
+            let t = u.unary(UnaryOp::Tanh)?;
+            let left = t.shifted(1.0)?.scaled(0.5)?;
+            let du = x2.scaled(3.0 * C)?.shifted(1.0)?.scaled(K)?;
+            let right = x.times(&t.unary(UnaryOp::Square)?.from_minus(1.0)?)?.times(&du)?.scaled(0.5)?;
+            g.times(&left.binary(BinaryOp::Add, &right)?)
+        }
     }
 }
 

@@ -16,7 +16,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// The same tensor typed with `U`, which the caller knows to be its element type.
     pub(crate) fn relabeled<U: Element>(self) -> Tensor<D, U> {
         debug_assert_eq!(T::DTYPE, U::DTYPE);
-        Tensor { storage: self.storage, shape: self.shape, placement: self.placement, _elem: PhantomData }
+        Tensor { storage: self.storage, shape: self.shape, placement: self.placement, _elem: PhantomData, grad_fn: self.grad_fn }
     }
 
     /// The same tensor typed with `U`, if `U` is its element type (no copy); else itself.
@@ -24,7 +24,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
         if T::DTYPE != U::DTYPE {
             return Err(self);
         }
-        Ok(Tensor { storage: self.storage, shape: self.shape, placement: self.placement, _elem: PhantomData })
+        Ok(Tensor { storage: self.storage, shape: self.shape, placement: self.placement, _elem: PhantomData, grad_fn: self.grad_fn })
     }
 
     /// The same tensor typed for the static placement `E`, if that is where it is: a
@@ -44,7 +44,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
         if self.device() != E::ID {
             return Err(Error::NotOnDevice { expected: E::ID, actual: self.device() });
         }
-        Ok(Tensor { storage: self.storage, shape: self.shape, placement: E::default(), _elem: PhantomData })
+        Ok(Tensor { storage: self.storage, shape: self.shape, placement: E::default(), _elem: PhantomData, grad_fn: self.grad_fn })
     }
 
     /// The elements converted to `U`, on the same device (PyTorch's `.to(dtype)`). Float
@@ -69,7 +69,8 @@ impl<D: Device, T: Element> Tensor<D, T> {
         }
         let buf = self.queued("to_dtype")?.cast(T::DTYPE, U::DTYPE, self.numel())?;
         let shape = Shape::new("to_dtype", self.shape.to_vec(), U::DTYPE)?;
-        Ok(Tensor::from_buffer(self.placement(), buf, shape))
+        let out = Tensor::from_buffer(self.placement(), buf, shape);
+        Ok(self.track1(out, "to_dtype", |g| g.to_dtype::<T>()))
     }
 }
 

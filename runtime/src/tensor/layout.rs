@@ -69,7 +69,10 @@ impl<D: Device, T: Element> Tensor<D, T> {
         out_shape[dim] = len;
         let out_len = shape::numel(op, &out_shape, T::DTYPE)?;
         if out_len == 0 {
-            return self.assembled(op, out_shape, 0, &[]);
+            let out = self.assembled(op, out_shape, 0, &[])?;
+            let shape = self.shape.clone();
+            // Nothing was read: a gradient of zeros.
+            return Ok(self.track1(out, op, move |g| Tensor::zeros_on(g.placement(), &shape)));
         }
         // The output is non-empty, so every factor of its size fits in usize, and so do
         // the input's (its element count fits).
@@ -84,7 +87,8 @@ impl<D: Device, T: Element> Tensor<D, T> {
             count: outer,
             block: len * inner,
         };
-        self.assembled(op, out_shape, out_len, &[part])
+        let out = self.assembled(op, out_shape.clone(), out_len, &[part])?;
+        Ok(self.track1(out, op, move |g| g.reshape(&out_shape)?.padded(dim, start, size)))
     }
 
     /// A new tensor of `shape` (`len` elements) on this tensor's device, written by `parts`.
@@ -200,6 +204,27 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// Writes `parts` one after another along `dim` of `out_shape`, part `j` taking
     /// `sizes[j]` places of that dim.
     fn joined(op: &'static str, parts: &[&Self], dim: usize, sizes: &[usize], out_shape: Vec<usize>) -> Result<Self> {
+        let out = Self::joined_values(op, parts, dim, sizes, out_shape)?;
+        // Each part's gradient is its slice of the output's, in its own shape.
+        let pieces: Vec<(usize, usize, Shape)> = parts
+            .iter()
+            .zip(sizes)
+            .scan(0, |at, (p, &n)| {
+                let piece = (*at, n, p.shape.clone());
+                *at += n;
+                Some(piece)
+            })
+            .collect();
+        Ok(Self::track_all(parts, out, op, move |g, needs| {
+            pieces
+                .iter()
+                .zip(needs)
+                .map(|((at, n, shape), &need)| need.then(|| g.narrow(dim, *at, *n)?.reshape(&**shape)).transpose())
+                .collect()
+        }))
+    }
+
+    fn joined_values(op: &'static str, parts: &[&Self], dim: usize, sizes: &[usize], out_shape: Vec<usize>) -> Result<Self> {
         let first = parts[0];
         let out_len = shape::numel(op, &out_shape, T::DTYPE)?;
         if out_len == 0 {
@@ -258,6 +283,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
             shape: rhs.shape.clone(),
             placement: self.placement,
             _elem: PhantomData,
+            grad_fn: rhs.grad_fn.clone(),
         })
     }
 
@@ -300,7 +326,19 @@ impl<D: Device, T: Element> Tensor<D, T> {
         first.queued("cat")?;
         let bufs: Vec<_> = parts.iter().map(|p| (p.buffer(), p.numel())).collect();
         let buf = Buffer::concat(T::DTYPE, &bufs)?;
-        Ok(first.with_buffer(buf, out))
+        let out = first.with_buffer(buf, out);
+        let rows: Vec<usize> = parts.iter().map(|p| p.shape[0]).collect();
+        Ok(Self::track_all(parts, out, "cat", move |g, needs| {
+            let mut at = 0;
+            rows.iter()
+                .zip(needs)
+                .map(|(&n, &need)| {
+                    let piece = need.then(|| g.narrow(0, at, n)).transpose();
+                    at += n;
+                    piece
+                })
+                .collect()
+        }))
     }
 
     fn check_nonscalar(&self, op: &'static str) -> Result<()> {
@@ -344,7 +382,8 @@ impl<D: Device, T: Element> Tensor<D, T> {
             let shape = Shape::new("chunk", shape, T::DTYPE)?;
             let offset = shape::mul("chunk", start, row)?;
             let buf = self.buffer().slice(T::DTYPE, offset, shape.numel())?;
-            out.push(self.with_buffer(buf, shape));
+            let piece = self.with_buffer(buf, shape);
+            out.push(self.track1(piece, "chunk", move |g| g.padded(0, start, len)));
             start += rows;
         }
         Ok(out)

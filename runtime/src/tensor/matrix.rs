@@ -41,6 +41,13 @@ impl<D: Device, T: Element> Tensor<D, T> {
     where
         D: SamePlacement<E>,
     {
+        self.matmul_any(rhs)
+    }
+
+    /// [`matmul`](Self::matmul) without the compile-time placement check (the operands'
+    /// device is checked at run time): for backward rules, whose operands are typed by
+    /// their inputs.
+    pub(crate) fn matmul_any<E: Device>(&self, rhs: &Tensor<E, T>) -> Result<Self> {
         self.same_device("matmul", rhs)?;
         let (l, r) = (self.shape(), rhs.shape());
         let mismatch = || Error::ShapeMismatch { op: "matmul", lhs: l.to_vec(), rhs: r.to_vec() };
@@ -67,7 +74,26 @@ impl<D: Device, T: Element> Tensor<D, T> {
         let out = Shape::result("matmul", dims, T::DTYPE, &[l, r])?;
         let g = Gemm { precision: float32_matmul_precision(), ..g };
         let buf = self.queued("matmul")?.matmul(rhs.buffer(), T::DTYPE, g)?;
-        Ok(self.with_buffer(buf, out))
+        let out = self.with_buffer(buf, out);
+        let (a, b) = (self.saved(), rhs.saved());
+        Ok(self.track2(rhs, out, "matmul", move |g, [da, db]| {
+            // C = A B: dA = dC Bᵀ, dB = Aᵀ dC (summed over the batch for a shared rhs).
+            let ga = match (da, b.rank()) {
+                (false, _) => None,
+                (true, 2) => Some(g.matmul_any(&b.t()?)?),
+                (true, _) => Some(g.matmul_any(&b.transpose(1, 2)?)?),
+            };
+            let gb = match (db, a.rank(), b.rank()) {
+                (false, ..) => None,
+                (true, 2, _) => Some(a.t()?.matmul_any(&g)?),
+                (true, 3, 3) => Some(a.transpose(1, 2)?.matmul_any(&g)?),
+                (true, ..) => {
+                    let (rows, k, n) = (a.shape()[0] * a.shape()[1], a.shape()[2], g.shape()[2]);
+                    Some(a.reshape([rows, k])?.t()?.matmul_any(&g.reshape([rows, n])?)?)
+                }
+            };
+            Ok((ga, gb.map(|gb| gb.placed(b.placement())).transpose()?))
+        }))
     }
 
     /// The transpose of a 2-d tensor (PyTorch's `t`); other ranks are an error. For any
@@ -88,7 +114,8 @@ impl<D: Device, T: Element> Tensor<D, T> {
         let (rows, cols) = (self.shape[0], self.shape[1]);
         let out = Shape::new("t", [cols, rows], T::DTYPE)?;
         let buf = self.queued("t")?.transpose(T::DTYPE, rows, cols)?;
-        Ok(self.with_buffer(buf, out))
+        let out = self.with_buffer(buf, out);
+        Ok(self.track1(out, "t", |g| g.t()))
     }
 
     /// A contiguous copy with dims `d0` and `d1` swapped (PyTorch's `transpose`), for a
@@ -116,7 +143,8 @@ impl<D: Device, T: Element> Tensor<D, T> {
         let out = Shape::new("transpose", dims, T::DTYPE)?;
         let p = Permute::new("transpose", &self.shape, &perm)?;
         let buf = self.queued("transpose")?.permute(T::DTYPE, &p)?;
-        Ok(self.with_buffer(buf, out))
+        let out = self.with_buffer(buf, out);
+        Ok(self.track1(out, "transpose", move |g| g.transpose(d0, d1)))
     }
 
     pub(super) fn check_rank(&self, op: &'static str, rank: usize) -> Result<()> {

@@ -19,6 +19,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
+use crate::autograd::Node;
 use crate::backend::{self, Buffer};
 use crate::device::{Device, DeviceId, Dyn, StaticDevice};
 use crate::element::Element;
@@ -47,6 +48,49 @@ pub struct Tensor<D: Device, T: Element = f32> {
     shape: Shape,
     placement: D,
     _elem: PhantomData<T>,
+    /// The autograd node of this value: `Some` for a parameter and for the result of an
+    /// op on tensors that track gradients (docs/DESIGN.md, section 5c).
+    grad_fn: Option<Arc<Node>>,
+}
+
+/// A tensor with its placement and element type erased: the gradients flowing along the
+/// tape's edges, whose types each rule restores with [`Erased::typed`].
+#[derive(Clone)]
+pub(crate) struct Erased {
+    storage: Arc<Storage>,
+    shape: Shape,
+}
+
+impl Erased {
+    /// The tensor on `placement` with elements `T`; the tape guarantees both, and a
+    /// mismatch is an internal error, not a reinterpretation.
+    pub(crate) fn typed<D: Device, T: Element>(self, placement: D) -> Result<Tensor<D, T>> {
+        if self.storage.dtype != T::DTYPE || self.storage.device != placement.id() {
+            return Err(Error::InvalidArgument {
+                op: "backward",
+                reason: format!(
+                    "internal: a gradient of {} on {} where {} on {} was expected",
+                    self.storage.dtype,
+                    self.storage.device,
+                    T::DTYPE,
+                    placement.id()
+                ),
+            });
+        }
+        Ok(Tensor { storage: self.storage, shape: self.shape, placement, _elem: PhantomData, grad_fn: None })
+    }
+
+    pub(crate) fn device(&self) -> DeviceId {
+        self.storage.device
+    }
+
+    pub(crate) fn dtype(&self) -> crate::element::DType {
+        self.storage.dtype
+    }
+
+    pub(crate) fn shape(&self) -> &[usize] {
+        &self.shape
+    }
 }
 
 impl<D: Device, T: Element> Clone for Tensor<D, T> {
@@ -57,6 +101,7 @@ impl<D: Device, T: Element> Clone for Tensor<D, T> {
             shape: self.shape.clone(),
             placement: self.placement,
             _elem: PhantomData,
+            grad_fn: self.grad_fn.clone(),
         }
     }
 }
@@ -71,7 +116,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// A tensor of `shape` over `buf`, a buffer on `placement` of the shape's element count.
     pub(crate) fn from_buffer(placement: D, buf: Buffer, shape: Shape) -> Self {
         let storage = Storage::new(buf, placement.id(), T::DTYPE, shape.numel());
-        Tensor { storage: Arc::new(storage), shape, placement, _elem: PhantomData }
+        Tensor { storage: Arc::new(storage), shape, placement, _elem: PhantomData, grad_fn: None }
     }
 
     /// A tensor of `shape` over a new buffer on this tensor's device.
@@ -100,8 +145,33 @@ impl<D: Device, T: Element> Tensor<D, T> {
         &self.storage
     }
 
-    pub(crate) fn storage_mut(&mut self) -> &mut Arc<Storage> {
+    /// The storage, for `op` to write in place (after a copy where it is shared). A
+    /// tensor that tracks gradients records the write: ops that read it before make
+    /// their backward an error, and so does a backward pass through the value written.
+    pub(crate) fn storage_mut(&mut self, op: &'static str) -> &mut Arc<Storage> {
+        if let Some(node) = &self.grad_fn {
+            node.bump(op);
+            if !node.is_leaf() && !node.is_written() {
+                self.grad_fn = Some(Node::written(op, node));
+            }
+        }
         &mut self.storage
+    }
+
+    /// The autograd node, if this tensor tracks gradients.
+    pub(crate) fn grad_fn(&self) -> Option<&Arc<Node>> {
+        self.grad_fn.as_ref()
+    }
+
+    /// This tensor with `node` as its autograd node.
+    pub(crate) fn with_grad_fn(mut self, node: Option<Arc<Node>>) -> Self {
+        self.grad_fn = node;
+        self
+    }
+
+    /// The value with its placement and element type erased, and no autograd node.
+    pub(crate) fn erase(self) -> Erased {
+        Erased { storage: self.storage, shape: self.shape }
     }
 
     pub(crate) fn shared_storage(&self) -> &Arc<Storage> {
@@ -112,7 +182,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
     pub(crate) fn over_storage<E: Device>(&self, placement: E, storage: Arc<Storage>) -> Tensor<E, T> {
         debug_assert_eq!(storage.device, placement.id());
         debug_assert_eq!(storage.dtype, T::DTYPE);
-        Tensor { storage, shape: self.shape.clone(), placement, _elem: PhantomData }
+        Tensor { storage, shape: self.shape.clone(), placement, _elem: PhantomData, grad_fn: None }
     }
 
     /// The dims, outermost first. A scalar (0-d) tensor has none.
@@ -210,7 +280,9 @@ impl<D: Device, T: Element> Tensor<D, T> {
                 ),
             });
         }
-        Ok(Tensor { shape, ..self.clone() })
+        let out = Tensor { shape, grad_fn: None, ..self.clone() };
+        let from = self.shape.clone();
+        Ok(self.track1(out, "reshape", move |g| g.reshape(&*from)))
     }
 
     /// A copy on placement `E`: the one op that crosses placements (PyTorch's `copy_`).
@@ -240,7 +312,10 @@ impl<D: Device, T: Element> Tensor<D, T> {
         } else {
             Arc::new(self.storage.copy_to(dst.id())?)
         };
-        Ok(Tensor { storage, shape: self.shape.clone(), placement: dst, _elem: PhantomData })
+        let out = Tensor { storage, shape: self.shape.clone(), placement: dst, _elem: PhantomData, grad_fn: None };
+        // The gradient of a copy flows back to the source's placement (typed both ways).
+        let src = self.placement;
+        Ok(self.track1(out, "to", move |g| g.copy_to(src)))
     }
 
     /// The same tensor with its placement checked at run time from now on (no copy).
@@ -254,7 +329,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// ```
     pub fn into_dyn(self) -> Tensor<Dyn, T> {
         let placement = Dyn::new(self.device());
-        Tensor { storage: self.storage, shape: self.shape, placement, _elem: PhantomData }
+        Tensor { storage: self.storage, shape: self.shape, placement, _elem: PhantomData, grad_fn: self.grad_fn }
     }
 
     /// Checks that the operands share a placement at run time (always true for two

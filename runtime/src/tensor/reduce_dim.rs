@@ -26,7 +26,9 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn sum(&self) -> Result<Self> {
-        self.reduce(ReduceKind::Sum, Reduction::all(self.numel()), Shape::scalar())
+        let out = self.reduce(ReduceKind::Sum, Reduction::all(self.numel()), Shape::scalar())?;
+        let shape = self.shape.clone();
+        Ok(self.track1(out, "sum", move |g| g.unreduce(&shape, None)))
     }
 
     /// Sums over `dim` (integers wrap), which is removed from the shape, or kept as a dim
@@ -45,7 +47,9 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// ```
     pub fn sum_dim(&self, dim: usize, keepdim: bool) -> Result<Self> {
         let shape = self.reduced_shape("sum_dim", dim, keepdim, T::DTYPE)?;
-        self.reduce(ReduceKind::Sum, Reduction::over("sum_dim", &self.shape, dim)?, shape)
+        let out = self.reduce(ReduceKind::Sum, Reduction::over("sum_dim", &self.shape, dim)?, shape)?;
+        let shape = self.shape.clone();
+        Ok(self.track1(out, "sum_dim", move |g| g.unreduce(&shape, Some(dim))))
     }
 
     /// The largest element, as a 0-d tensor; an empty tensor is an error. NaN wins.
@@ -61,7 +65,14 @@ impl<D: Device, T: Element> Tensor<D, T> {
         if self.numel() == 0 {
             return Err(Error::InvalidArgument { op: "max", reason: "an empty tensor has no maximum".into() });
         }
-        self.reduce(ReduceKind::Max, Reduction::all(self.numel()), Shape::scalar())
+        let out = self.reduce(ReduceKind::Max, Reduction::all(self.numel()), Shape::scalar())?;
+        let (x, m) = (self.saved(), out.saved());
+        // Shared evenly among the elements equal to the maximum, as PyTorch's.
+        Ok(self.track1(out, "max", move |g| {
+            let mask = x.eq(&m)?.to_dtype::<T>()?;
+            let share = g.over(&mask.sum()?)?;
+            mask.times(&share)
+        }))
     }
 
     /// The shape left after reducing `dim` (checked), of `dtype` elements: without the
@@ -127,7 +138,24 @@ impl<D: Device, T: Element> Tensor<D, T> {
     pub fn max_dim(&self, dim: usize, keepdim: bool) -> Result<(Self, Tensor<D, i32>)> {
         let (idx, vals) = self.arg_reduce("max_dim", dim, keepdim, true)?;
         match vals {
-            Some(v) => Ok((v, idx)),
+            Some(v) => {
+                // The gradient goes to the element each index names.
+                let (shape, at) = (self.shape.clone(), idx.saved());
+                let v = self.track1(v, "max_dim", move |g| {
+                    let mut line = vec![1; shape.len()];
+                    line[dim] = shape[dim];
+                    let len = i32::try_from(shape[dim]).map_err(|_| Error::InvalidArgument {
+                        op: "max_dim",
+                        reason: "dim too long".into(),
+                    })?;
+                    let positions = Tensor::<D, i32>::arange_on(at.placement(), 0, len, 1)?.reshape(&line)?;
+                    let mut kept = shape.to_vec();
+                    kept[dim] = 1;
+                    let hit = positions.eq(&at.reshape(&kept)?)?;
+                    g.reshape(&kept)?.expand_to(&shape)?.masked(&hit)
+                });
+                Ok((v, idx))
+            }
             None => Err(Error::InvalidArgument { op: "max_dim", reason: "the backend returned no values".into() }),
         }
     }
@@ -158,7 +186,9 @@ impl<D: Device, T: Float> Tensor<D, T> {
     /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn mean(&self) -> Result<Self> {
-        self.reduce(ReduceKind::Mean, Reduction::all(self.numel()), Shape::scalar())
+        let out = self.reduce(ReduceKind::Mean, Reduction::all(self.numel()), Shape::scalar())?;
+        let shape = self.shape.clone();
+        Ok(self.track1(out, "mean", move |g| g.scaled(1.0 / shape.numel() as f64)?.unreduce(&shape, None)))
     }
 
     /// The mean over `dim`, dropped or kept as 1 with `keepdim` (float types, as
@@ -175,6 +205,8 @@ impl<D: Device, T: Float> Tensor<D, T> {
     /// ```
     pub fn mean_dim(&self, dim: usize, keepdim: bool) -> Result<Self> {
         let shape = self.reduced_shape("mean_dim", dim, keepdim, T::DTYPE)?;
-        self.reduce(ReduceKind::Mean, Reduction::over("mean_dim", &self.shape, dim)?, shape)
+        let out = self.reduce(ReduceKind::Mean, Reduction::over("mean_dim", &self.shape, dim)?, shape)?;
+        let shape = self.shape.clone();
+        Ok(self.track1(out, "mean_dim", move |g| g.scaled(1.0 / shape[dim] as f64)?.unreduce(&shape, Some(dim))))
     }
 }

@@ -1,0 +1,26 @@
+//! Reverse-mode automatic differentiation typed to devices (docs/DESIGN.md, section 5c).
+//!
+//! Ops on a [`Param`] (and on results of ops on one) record a tape; `loss.backward()`
+//! walks it back and adds each parameter's gradient to [`Param::grad`], a tensor on the
+//! parameter's own placement. Each rule runs on the stream its op ran on, so streams
+//! order backward as they ordered forward. [`no_grad`] turns recording off.
+//!
+//! - `node`: the tape's nodes (leaves hold gradients, ops hold rules), freed without
+//!   recursion.
+//! - `mode`: the per-thread recording switch and its guard.
+//! - `record`: how an op joins the tape (`track1`, `track2`, `track_all`).
+//! - `engine`: the backward pass and `Tensor::backward`.
+//! - `param`: `Param`, `detach`, `tracks_grad`.
+//! - `grad_math`: the small expressions rules are written in (a gradient summed back
+//!   over broadcast dims, scalar factors, masks).
+
+mod engine;
+mod mode;
+mod node;
+mod param;
+mod record;
+mod grad_math;
+
+pub use mode::{enable_grad, is_grad_enabled, no_grad, NoGrad};
+pub(crate) use node::Node;
+pub use param::{GradLeaf, Param};
