@@ -72,7 +72,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
             let out = self.assembled(op, out_shape, 0, &[])?;
             let shape = self.shape.clone();
             // Nothing was read: a gradient of zeros.
-            return Ok(self.track1(out, op, move |g| Tensor::zeros_on(g.placement(), &shape)));
+            return Ok(self.track1(out, op, move |g| Tensor::zeros_on(g.placement(), &*shape)));
         }
         // The output is non-empty, so every factor of its size fits in usize, and so do
         // the input's (its element count fits).
