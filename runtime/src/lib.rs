@@ -38,7 +38,9 @@
 //   (diagnostics for reading a Pending), `guard` (the current device), `to_device`,
 //   `graph` (captured graphs and their replays), `raw` (tensors lent to and taken from
 //   code written against cudarc or raw CUDA).
-// - on top: `loader`, `parallel` (peer access, collectives, DataParallel), `checkpoint`
+// - on top: `nn` (blocks of models and their named parameters), `optim` (optimizers,
+//   gradient clipping, learning-rate schedules), `loader`, `parallel` (peer access,
+//   collectives, DataParallel), `checkpoint`
 //   (safetensors files loaded to and saved from any placement), `dist`
 //   (several processes: launch, store, process groups), `kernel` (launches of the user's
 //   `#[locus::kernel]` fns), `macro_support` (what the macros expand to).
@@ -62,6 +64,8 @@ mod kernel;
 mod loader;
 mod macro_support;
 mod memory;
+pub mod nn;
+pub mod optim;
 pub mod parallel;
 mod placement;
 mod raw;

@@ -163,6 +163,16 @@ impl<X: ToDevice> ToDevice for Option<X> {
     }
 }
 
+/// A pair moves as one: `(model, optimizer).to::<Cuda<1>>()` moves a model and its
+/// optimizer's state in one call.
+impl<A: ToDevice, B: ToDevice> ToDevice for (A, B) {
+    type On<E: Device> = (A::On<E>, B::On<E>);
+
+    fn to_placement<E: Device>(&self, placement: E) -> Result<Self::On<E>> {
+        Ok((self.0.to_placement(placement)?, self.1.to_placement(placement)?))
+    }
+}
+
 impl<X: ToDevice> ToDevice for Box<X> {
     type On<E: Device> = Box<X::On<E>>;
 

@@ -140,7 +140,7 @@ impl<D: Device, T: Float> ToDevice for Param<D, T> {
     /// (PyTorch's `module.to(device)`); on the same placement, a parameter sharing the
     /// values but with a gradient of its own.
     fn to_placement<E: Device>(&self, placement: E) -> Result<Param<E, T>> {
-        Ok(Param::new(self.detach().copy_to(placement)?))
+        Ok(Param::new(self.detach().to_placement(placement)?))
     }
 }
 

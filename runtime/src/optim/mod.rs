@@ -1,0 +1,27 @@
+//! Optimizers whose state lives on their parameters' placement (PyTorch's `torch.optim`):
+//! [`Sgd`] (momentum, Nesterov, weight decay) and [`AdamW`], gradient clipping by global
+//! norm ([`clip_grad_norm`]) and a cosine learning-rate schedule with warm-up
+//! ([`CosineWithWarmup`]).
+//!
+//! An optimizer is typed by its placement: `AdamW<Cuda<0>>` steps models whose
+//! [`Parameters`](crate::nn::Parameters) are on `Cuda<0>` and holds its moments there, so
+//! stepping a model on `Cuda<1>` does not compile, and moving a model and its optimizer
+//! is one call, `(model, opt).to::<Cuda<1>>()`. State is kept by parameter name and saves
+//! to and loads from safetensors by name (`state.{name}.{exp_avg,exp_avg_sq,step}` for
+//! AdamW, `state.{name}.momentum_buffer` for SGD).
+//!
+//! - `sgd`, `adamw`: the optimizers.
+//! - `clip`: `clip_grad_norm`.
+//! - `schedule`: `CosineWithWarmup`.
+//! - `state`: the per-name state both optimizers keep, its moves and files.
+
+mod adamw;
+mod clip;
+mod schedule;
+mod sgd;
+mod state;
+
+pub use adamw::AdamW;
+pub use clip::clip_grad_norm;
+pub use schedule::CosineWithWarmup;
+pub use sgd::Sgd;

@@ -1,0 +1,294 @@
+//! Training blocks and optimizers (issue 33): SGD (momentum, Nesterov, weight decay) and
+//! AdamW against plain-Rust f64 references of PyTorch's update rules over several steps,
+//! gradient clipping, the cosine schedule, optimizer state saved and loaded by name and
+//! moved with its model in one call, strict state-dict loads, `Linear`, `LayerNorm`,
+//! `Dropout` and `Sequential`.
+
+use locus::nn::{self, Dropout, LayerNorm, Linear, Module, Parameters, Sequential};
+use locus::optim::{clip_grad_norm, AdamW, CosineWithWarmup, Sgd};
+use locus::{Cpu, Cuda, DeviceId, Param, Tensor, ToDevice};
+
+type G = Cuda<0>;
+
+/// A model of one parameter `w`, whose loss `Σ c·w²/2` has the gradient `c·w`.
+struct Quad<D: locus::Device> {
+    w: Param<D, f64>,
+}
+
+impl<D: locus::Device> Parameters<D, f64> for Quad<D> {
+    fn visit_params(&self, prefix: &str, f: &mut dyn FnMut(&str, &Param<D, f64>)) {
+        self.w.visit_params(&nn::join(prefix, "w"), f)
+    }
+    fn visit_params_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut Param<D, f64>)) {
+        self.w.visit_params_mut(&nn::join(prefix, "w"), f)
+    }
+}
+
+const C: [f64; 3] = [1.0, -2.0, 0.5];
+const W0: [f64; 3] = [0.3, -0.7, 1.1];
+
+fn backward(m: &Quad<G>) -> locus::Result<()> {
+    m.w.zero_grad();
+    let c = Tensor::<G, f64>::from_vec(C.to_vec(), [3])?;
+    ((&m.w.square()? * &c)? * 0.5)?.sum()?.backward()
+}
+
+fn close(a: &[f64], b: &[f64], what: &str) {
+    for (x, y) in a.iter().zip(b) {
+        assert!((x - y).abs() <= 1e-12 * (1.0 + y.abs()), "{what}: {a:?} vs {b:?}");
+    }
+}
+
+#[test]
+fn sgd_matches_the_update_rule() -> locus::Result<()> {
+    for (momentum, dampening, nesterov, wd) in [(0.0, 0.0, false, 0.0), (0.9, 0.0, false, 0.1), (0.9, 0.0, true, 0.01), (0.5, 0.3, false, 0.0)] {
+        let mut m = Quad { w: Param::new(Tensor::<G, f64>::from_vec(W0.to_vec(), [3])?) };
+        let mut opt = Sgd::new(0.1).momentum(momentum).dampening(dampening).nesterov(nesterov).weight_decay(wd);
+        let (mut w, mut buf) = (W0.to_vec(), None::<Vec<f64>>);
+        for step in 0..4 {
+            backward(&m)?;
+            opt.step(&mut m)?;
+            let g: Vec<f64> = (0..3).map(|i| C[i] * w[i] + wd * w[i]).collect();
+            let g = if momentum != 0.0 {
+                let b: Vec<f64> = match &buf {
+                    None => g.clone(),
+                    Some(b) => (0..3).map(|i| momentum * b[i] + (1.0 - dampening) * g[i]).collect(),
+                };
+                let g = if nesterov { (0..3).map(|i| g[i] + momentum * b[i]).collect() } else { b.clone() };
+                buf = Some(b);
+                g
+            } else {
+                g
+            };
+            w = (0..3).map(|i| w[i] - 0.1 * g[i]).collect();
+            close(&m.w.to_vec()?, &w, &format!("sgd m={momentum} n={nesterov} wd={wd} step {step}"));
+        }
+    }
+    let bad = Sgd::<G, f64>::new(0.1).nesterov(true).step(&mut Quad { w: Param::new(Tensor::zeros([1])?) });
+    assert!(bad.is_err(), "Nesterov without momentum is refused");
+    Ok(())
+}
+
+#[test]
+fn adamw_matches_the_update_rule() -> locus::Result<()> {
+    let (lr, b1, b2, eps, wd) = (0.01, 0.8, 0.99, 1e-8, 0.1);
+    let mut m = Quad { w: Param::new(Tensor::<G, f64>::from_vec(W0.to_vec(), [3])?) };
+    let mut opt = AdamW::new(lr).betas(b1, b2).eps(eps).weight_decay(wd);
+    let (mut w, mut mm, mut vv) = (W0.to_vec(), [0.0; 3], [0.0; 3]);
+    for t in 1..=5 {
+        backward(&m)?;
+        opt.step(&mut m)?;
+        for i in 0..3 {
+            let g = C[i] * w[i];
+            w[i] *= 1.0 - lr * wd;
+            mm[i] = b1 * mm[i] + (1.0 - b1) * g;
+            vv[i] = b2 * vv[i] + (1.0 - b2) * g * g;
+            let (bc1, bc2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
+            w[i] -= lr / bc1 * mm[i] / (vv[i].sqrt() / bc2.sqrt() + eps);
+        }
+        close(&m.w.to_vec()?, &w, &format!("adamw step {t}"));
+        assert_eq!(opt.steps_of("w")?, t as u64);
+    }
+    // A parameter without a gradient is left alone and takes no step.
+    m.w.zero_grad();
+    let before = m.w.to_vec()?;
+    opt.step(&mut m)?;
+    assert_eq!(m.w.to_vec()?, before);
+    assert_eq!(opt.steps_of("w")?, 5);
+    Ok(())
+}
+
+#[test]
+fn clipping_scales_only_above_the_norm() -> locus::Result<()> {
+    let m = Quad { w: Param::new(Tensor::<G, f64>::from_vec(W0.to_vec(), [3])?) };
+    assert!(clip_grad_norm(&m, 1.0)?.is_none(), "no gradient, no norm");
+    backward(&m)?;
+    let g: Vec<f64> = (0..3).map(|i| C[i] * W0[i]).collect();
+    let norm = g.iter().map(|x| x * x).sum::<f64>().sqrt();
+    assert!((clip_grad_norm(&m, 10.0)?.unwrap().item()? - norm).abs() < 1e-12);
+    close(&m.w.grad().unwrap().to_vec()?, &g, "under the limit: unchanged");
+    clip_grad_norm(&m, 0.5)?;
+    let k = 0.5 / (norm + 1e-6);
+    close(&m.w.grad().unwrap().to_vec()?, &g.iter().map(|x| x * k).collect::<Vec<_>>(), "clipped");
+    Ok(())
+}
+
+#[test]
+fn the_schedule_warms_up_then_decays() {
+    let s = CosineWithWarmup { peak: 1.0, floor: 0.0, warmup: 4, total: 14 };
+    let lrs: Vec<f64> = (0..16).map(|k| s.lr(k)).collect();
+    assert_eq!(&lrs[..4], &[0.25, 0.5, 0.75, 1.0]);
+    assert!(lrs[4..14].windows(2).all(|w| w[1] < w[0]), "{lrs:?}");
+    assert!((lrs[9] - 0.5).abs() < 1e-12);
+    assert_eq!(lrs[15], 0.0);
+}
+
+/// Two linear layers with a tanh between: a model that moves (`ToDevice`).
+struct Mlp<D: locus::Device> {
+    l1: Linear<D>,
+    l2: Linear<D>,
+}
+
+impl<D: locus::Device> Mlp<D> {
+    fn forward(&self, x: &Tensor<D>) -> locus::Result<Tensor<D>> {
+        self.l2.forward(&self.l1.forward(x)?.tanh()?)
+    }
+}
+
+impl<D: locus::Device> Parameters<D> for Mlp<D> {
+    fn visit_params(&self, prefix: &str, f: &mut dyn FnMut(&str, &Param<D>)) {
+        self.l1.visit_params(&nn::join(prefix, "l1"), f);
+        self.l2.visit_params(&nn::join(prefix, "l2"), f);
+    }
+    fn visit_params_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut Param<D>)) {
+        self.l1.visit_params_mut(&nn::join(prefix, "l1"), f);
+        self.l2.visit_params_mut(&nn::join(prefix, "l2"), f);
+    }
+}
+
+impl<D: locus::Device> ToDevice for Mlp<D> {
+    type On<E: locus::Device> = Mlp<E>;
+    fn to_placement<E: locus::Device>(&self, placement: E) -> locus::Result<Mlp<E>> {
+        Ok(Mlp { l1: self.l1.to_placement(placement)?, l2: self.l2.to_placement(placement)? })
+    }
+}
+
+fn mlp<D: locus::StaticDevice>(seed: u64) -> locus::Result<Mlp<D>> {
+    Ok(Mlp { l1: Linear::new(3, 4, seed)?, l2: Linear::new(4, 1, seed + 1)? })
+}
+
+fn step<D: locus::StaticDevice>(model: &mut Mlp<D>, opt: &mut AdamW<D>) -> locus::Result<()> {
+    nn::zero_grad(model);
+    let x = Tensor::<D>::from_vec((0..6).map(|i| i as f32 / 6.0).collect(), [2, 3])?;
+    model.forward(&x)?.square()?.mean()?.backward()?;
+    opt.step(model)
+}
+
+fn trained_pair() -> locus::Result<(Mlp<G>, AdamW<G>)> {
+    let (mut model, mut opt) = (mlp(1)?, AdamW::new(0.01));
+    for _ in 0..2 {
+        step(&mut model, &mut opt)?;
+    }
+    Ok((model, opt))
+}
+
+fn same_params<D: locus::Device, E: locus::Device>(a: &Mlp<D>, b: &Mlp<E>, tol: f32) -> locus::Result<()> {
+    for ((n, x), (_, y)) in nn::named_parameters(a).into_iter().zip(nn::named_parameters(b)) {
+        let (x, y) = (x.to_vec()?, y.to_vec()?);
+        assert!(x.iter().zip(&y).all(|(p, q)| (p - q).abs() <= tol), "{n}: {x:?} vs {y:?}");
+    }
+    Ok(())
+}
+
+#[test]
+fn optimizer_state_saves_and_loads_by_name() -> locus::Result<()> {
+    let dir = std::env::temp_dir();
+    let (model_path, opt_path) = (
+        dir.join(format!("locus-train-model-{}.safetensors", std::process::id())),
+        dir.join(format!("locus-train-opt-{}.safetensors", std::process::id())),
+    );
+    let (mut model, mut opt) = trained_pair()?;
+    nn::save_state_dict(&model, &model_path)?;
+    opt.save_state(&opt_path)?;
+    let names: Vec<String> = locus::load_safetensors::<Cpu>(&opt_path)?.names().map(String::from).collect();
+    assert!(names.contains(&"state.l1.weight.exp_avg".into()) && names.contains(&"state.l2.bias.step".into()), "{names:?}");
+    // A fresh model and optimizer loaded from the files continue exactly as the originals.
+    let mut fresh = mlp::<G>(9)?;
+    nn::load_state_dict(&mut fresh, &locus::load_safetensors::<G>(&model_path)?)?;
+    let mut opt2 = AdamW::new(0.01);
+    opt2.load_state(&locus::load_safetensors::<G>(&opt_path)?)?;
+    step(&mut model, &mut opt)?;
+    step(&mut fresh, &mut opt2)?;
+    same_params(&model, &fresh, 0.0)?;
+    // Without the optimizer state the step differs, so the comparison can fail.
+    let mut lost = mlp::<G>(9)?;
+    nn::load_state_dict(&mut lost, &locus::load_safetensors::<G>(&model_path)?)?;
+    step(&mut lost, &mut AdamW::new(0.01))?;
+    assert_ne!(nn::state_dict(&lost)[0].1.to_vec()?, nn::state_dict(&model)[0].1.to_vec()?);
+    std::fs::remove_file(&model_path).ok();
+    std::fs::remove_file(&opt_path).ok();
+    Ok(())
+}
+
+#[test]
+fn a_model_and_its_optimizer_move_in_one_call() -> locus::Result<()> {
+    let (mut model, mut opt) = trained_pair()?;
+    let (mut on_host, mut opt_host): (Mlp<Cpu>, AdamW<Cpu>) = (model.to::<G>()?, opt.to::<G>()?).to::<Cpu>()?;
+    step(&mut model, &mut opt)?;
+    step(&mut on_host, &mut opt_host)?;
+    assert_eq!(nn::named_parameters(&on_host)[0].1.device(), DeviceId::Cpu);
+    same_params(&model, &on_host, 1e-6)?;
+    Ok(())
+}
+
+#[test]
+fn a_strict_load_changes_nothing_on_error() -> locus::Result<()> {
+    let path = std::env::temp_dir().join(format!("locus-train-strict-{}.safetensors", std::process::id()));
+    let mut model = mlp::<G>(3)?;
+    let before = nn::state_dict(&model)[0].1.to_vec()?;
+    // A missing tensor, an extra one, a wrong shape.
+    let w = Tensor::<G>::zeros([4, 3])?;
+    let cases: [Vec<(&str, Tensor<G>)>; 3] = [
+        vec![("l1.weight", w.clone())],
+        nn::state_dict(&mlp::<G>(4)?).into_iter().map(|(n, t)| (if n == "l2.bias" { "l2.biass" } else { leak(n) }, t)).collect(),
+        vec![("l1.weight", Tensor::zeros([3, 4])?)],
+    ];
+    for (k, list) in cases.into_iter().enumerate() {
+        locus::save_safetensors(&path, list)?;
+        let e = nn::load_state_dict(&mut model, &locus::load_safetensors::<G>(&path)?);
+        assert!(e.is_err(), "case {k}");
+        assert_eq!(nn::state_dict(&model)[0].1.to_vec()?, before, "case {k} changed a parameter");
+    }
+    std::fs::remove_file(&path).ok();
+    Ok(())
+}
+
+fn leak(s: String) -> &'static str {
+    Box::leak(s.into_boxed_str())
+}
+
+#[test]
+fn blocks_compute_what_pytorch_does() -> locus::Result<()> {
+    // Linear: x Wᵀ + b, for 2-d and batched 3-d inputs.
+    let l = Linear::<G>::new(2, 3, 5)?;
+    let x = Tensor::<G>::from_vec(vec![1.0, 2.0, -1.0, 0.5], [2, 2])?;
+    let (w, b) = (l.weight.to_vec()?, l.bias.as_ref().unwrap().to_vec()?);
+    assert!(w.iter().all(|v| v.abs() <= 1.0 / 2f32.sqrt()), "PyTorch's init range");
+    let y = l.forward(&x)?.to_vec()?;
+    let xs = x.to_vec()?;
+    for r in 0..2 {
+        for o in 0..3 {
+            let want = xs[r * 2] * w[o * 2] + xs[r * 2 + 1] * w[o * 2 + 1] + b[o];
+            assert!((y[r * 3 + o] - want).abs() < 1e-6);
+        }
+    }
+    assert_eq!(l.forward(&Tensor::<G>::ones([4, 5, 2])?)?.shape(), &[4, 5, 3]);
+    assert!(l.forward(&Tensor::<G>::ones([4, 3])?).is_err());
+    // LayerNorm: rows of mean 0 and variance 1 (biased), then scaled and shifted.
+    let mut norm = LayerNorm::<G>::new(4)?;
+    norm.weight.set(Tensor::full([4], 2.0)?)?;
+    norm.bias.set(Tensor::full([4], 1.0)?)?;
+    let y = norm.forward(&Tensor::<G>::from_vec(vec![1.0, 2.0, 3.0, 4.0, 0.0, 0.0, 0.0, 8.0], [2, 4])?)?.to_vec()?;
+    for row in y.chunks(4) {
+        let z: Vec<f32> = row.iter().map(|v| (v - 1.0) / 2.0).collect();
+        let mean = z.iter().sum::<f32>() / 4.0;
+        let var = z.iter().map(|v| (v - mean).powi(2)).sum::<f32>() / 4.0;
+        assert!(mean.abs() < 1e-5 && (var - 1.0).abs() < 1e-3, "{row:?}");
+    }
+    assert!(norm.forward(&Tensor::<G>::ones([2, 3])?).is_err());
+    // Dropout: repeatable per seed and call, scaled, the identity in evaluation.
+    let (d1, d2) = (Dropout::<G>::new(0.25, 7)?, Dropout::<G>::new(0.25, 7)?);
+    let x = Tensor::<G>::ones([4000])?;
+    let (a, b) = (d1.forward(&x)?.to_vec()?, d2.forward(&x)?.to_vec()?);
+    assert_eq!(a, b);
+    assert_ne!(a, d1.forward(&x)?.to_vec()?, "each call draws a new mask");
+    assert!(a.iter().all(|v| *v == 0.0 || (*v - 4.0 / 3.0).abs() < 1e-6));
+    let kept = a.iter().filter(|v| **v != 0.0).count();
+    assert!((2800..3200).contains(&kept), "{kept}");
+    assert!(Dropout::<G>::new(1.0, 0).is_err());
+    // Sequential: names by position.
+    let s = Sequential::<G>::new().add(Linear::new(2, 2, 0)?).add(nn::Relu::new()).add(Linear::new(2, 1, 1)?.without_bias());
+    let names: Vec<String> = nn::named_parameters(&s).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["0.weight", "0.bias", "2.weight"]);
+    Ok(())
+}
