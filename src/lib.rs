@@ -39,7 +39,7 @@
 //! Without a GPU, locus runs on its host backend, which simulates `LOCUS_HOST_DEVICES`
 //! (default 2) CUDA devices in host memory; `LOCUS_BACKEND=host|cuda|auto` chooses.
 
-pub use locus_macros::{kernel, on_device, with_device, ToDevice};
+pub use locus_macros::{kernel, on_device, with_device, Parameters, ToDevice};
 pub use locus_runtime::*;
 
 #[doc(hidden)]

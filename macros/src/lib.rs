@@ -7,6 +7,7 @@
 mod fallback;
 mod kernel;
 mod on_device;
+mod parameters;
 mod to_device;
 
 use proc_macro::TokenStream;
@@ -414,4 +415,46 @@ pub fn derive_to_device(input: TokenStream) -> TokenStream {
 #[proc_macro_attribute]
 pub fn kernel(args: TokenStream, item: TokenStream) -> TokenStream {
     kernel::attribute(args.into(), item.into()).into()
+}
+
+/// Implements `locus::nn::Parameters` for a struct generic over one placement
+/// `D: Device`: its parameters by name, for optimizers and state dicts (PyTorch's
+/// `named_parameters()`).
+///
+/// Each field whose type mentions `D` is visited under its name (`encoder.weight`):
+/// a `Param<D>`, a block of `locus::nn`, another `Parameters` struct, or an `Option`,
+/// `Vec` (named by index), `Box` or array of them. Plain tensors (`Tensor<D>`, buffers
+/// that are no parameters) and `PhantomData` are skipped, and so is every field that does
+/// not mention `D`. The parameters' element type is `f32`, or the struct's type parameter
+/// bounded by `Float`. Derive `ToDevice` too to move the model.
+///
+/// ```
+/// use locus::nn::{self, LayerNorm, Linear, Module};
+/// use locus::optim::AdamW;
+/// use locus::{Cuda, Device, Parameters, Tensor, ToDevice};
+///
+/// #[derive(Parameters, ToDevice)]
+/// struct Block<D: Device> {
+///     norm: LayerNorm<D>,
+///     layers: Vec<Linear<D>>,
+///     mask: Tensor<D>, // a buffer: not a parameter
+/// }
+///
+/// let block = Block::<Cuda<0>> {
+///     norm: LayerNorm::new(4)?,
+///     layers: vec![Linear::new(4, 4, 0)?, Linear::new(4, 2, 1)?],
+///     mask: Tensor::ones([4])?,
+/// };
+/// let names: Vec<String> = nn::named_parameters(&block).into_iter().map(|(n, _)| n).collect();
+/// assert_eq!(names, ["norm.weight", "norm.bias", "layers.0.weight", "layers.0.bias", "layers.1.weight", "layers.1.bias"]);
+/// let mut block = block;
+/// let x = Tensor::<Cuda<0>>::ones([3, 4])?;
+/// let y = block.layers[1].forward(&block.layers[0].forward(&block.norm.forward(&(&x * &block.mask)?)?)?)?;
+/// y.sum()?.backward()?;
+/// AdamW::new(1e-3).step(&mut block)?;
+/// # Ok::<(), locus::Error>(())
+/// ```
+#[proc_macro_derive(Parameters)]
+pub fn derive_parameters(input: TokenStream) -> TokenStream {
+    parameters::derive(input.into()).into()
 }

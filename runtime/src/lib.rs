@@ -101,6 +101,7 @@ pub use half::{bf16, f16};
 pub use kernel::{Grid, KernelLaunch};
 pub use loader::{Batch, Dataset, Loader, LoaderBuilder};
 pub use memory::{max_memory_allocated, memory_allocated, memory_reserved, reset_peak_memory_stats, stream_count};
+pub use nn::Parameters;
 pub use parallel::{can_access_peer, enable_peer_access, DataParallel, Module, PeerAccess};
 pub use placement::{SameEventDevice, SameGraphDevice, SameKernelDevice, SamePlacement, SameStreamDevice};
 pub use raw::{RawView, RawViewMut};
@@ -114,11 +115,13 @@ pub use unwaited::Waited;
 /// Items the macros of `locus-macros` expand to. Not public API.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::autograd::Param;
     pub use crate::device::{Cuda, Device, DeviceId, StaticDevice};
     pub use crate::error::{Error, Result};
     pub use crate::guard::{DeviceGuard, OnDevice};
     pub use crate::kernel::{HostCall, HostKernel, KernelFallback, KernelLaunch, KernelScalar, KernelSource};
     pub use crate::macro_support::*;
+    pub use crate::nn::{join as join_param_name, Parameters};
     pub use crate::placement::SameKernelDevice;
     pub use crate::placement::Unplaced;
     pub use crate::tensor::Tensor;

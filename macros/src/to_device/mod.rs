@@ -3,9 +3,9 @@
 //! error when the input is rejected, so that `.to::<..>()` on the type raises nothing
 //! of its own).
 
-mod expand;
+pub(crate) mod expand;
 mod fallback;
-mod validate;
+pub(crate) mod validate;
 
 use proc_macro2::TokenStream;
 use syn::DeriveInput;

@@ -71,7 +71,11 @@ fn check(root: &Arc<Node>) -> Result<Vec<Arc<Node>>> {
         for edge in node.edges.iter().flatten() {
             let now = edge.node.version();
             if now != edge.version {
-                let what = if edge.node.is_leaf() { "a parameter".to_string() } else { format!("the result of `{}`", edge.node.op) };
+                let what = if edge.node.is_leaf() {
+                    "a parameter".to_string()
+                } else {
+                    format!("the result of `{}`", edge.node.op)
+                };
                 return Err(err(format!(
                     "`{}` read {what}, which `{}` wrote in place afterwards (version {} → {now}); its gradient \
                      would be computed from the new values. Run backward before the write (an optimizer step \
@@ -222,7 +226,11 @@ impl<D: crate::device::Device, T: crate::element::Float> Tensor<D, T> {
             Some(g) => {
                 self.same_device("backward", g)?;
                 if g.shape() != self.shape() {
-                    return Err(Error::ShapeMismatch { op: "backward", lhs: self.shape().to_vec(), rhs: g.shape().to_vec() });
+                    return Err(Error::ShapeMismatch {
+                        op: "backward",
+                        lhs: self.shape().to_vec(),
+                        rhs: g.shape().to_vec(),
+                    });
                 }
                 g.saved()
             }

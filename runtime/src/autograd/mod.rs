@@ -15,11 +15,11 @@
 //!   over broadcast dims, scalar factors, masks).
 
 mod engine;
+mod grad_math;
 mod mode;
 mod node;
 mod param;
 mod record;
-mod grad_math;
 
 pub use mode::{enable_grad, is_grad_enabled, no_grad, NoGrad};
 pub(crate) use node::Node;

@@ -58,7 +58,12 @@ impl Node {
         Arc::new(Node::new("a parameter", Kind::Leaf { grad: Mutex::new(None) }, Vec::new()))
     }
 
-    pub(crate) fn op(op: &'static str, edges: Vec<Option<Edge>>, rule: Rule, stream: Option<(DeviceId, AnyStream)>) -> Arc<Node> {
+    pub(crate) fn op(
+        op: &'static str,
+        edges: Vec<Option<Edge>>,
+        rule: Rule,
+        stream: Option<(DeviceId, AnyStream)>,
+    ) -> Arc<Node> {
         Arc::new(Node::new(op, Kind::Op { rule: Mutex::new(Some(rule)), stream }, edges))
     }
 

@@ -18,7 +18,12 @@ fn edge<D: Device, T: Element>(t: &Tensor<D, T>) -> Option<Edge> {
     t.grad_fn().map(|node| Edge { node: Arc::clone(node), version: node.version() })
 }
 
-fn attach<O: Device, U: Element>(out: Tensor<O, U>, op: &'static str, edges: Vec<Option<Edge>>, rule: Rule) -> Tensor<O, U> {
+fn attach<O: Device, U: Element>(
+    out: Tensor<O, U>,
+    op: &'static str,
+    edges: Vec<Option<Edge>>,
+    rule: Rule,
+) -> Tensor<O, U> {
     let device = out.device();
     let stream = current::current(device).map(|s| (device, s));
     out.with_grad_fn(Some(Node::op(op, edges, rule, stream)))

@@ -17,13 +17,24 @@ use crate::tensor::Tensor;
 /// assert!(t.to_vec()?.iter().all(|v| (-0.5..0.5).contains(v)));
 /// # Ok::<(), locus::Error>(())
 /// ```
-pub fn uniform_on<D: Device, T: Float>(device: D, shape: impl AsRef<[usize]>, lo: f64, hi: f64, seed: u64) -> Result<Tensor<D, T>> {
+pub fn uniform_on<D: Device, T: Float>(
+    device: D,
+    shape: impl AsRef<[usize]>,
+    lo: f64,
+    hi: f64,
+    seed: u64,
+) -> Result<Tensor<D, T>> {
     Tensor::<D, T>::rand_on(device, shape, seed)?.scaled(hi - lo)?.shifted(lo)
 }
 
 /// PyTorch's default for a layer reading `fan_in` inputs (`Linear`'s weight and bias,
 /// Kaiming-uniform with `a = √5`): uniform in `±1/√fan_in` (0 for `fan_in = 0`).
-pub fn fan_in_uniform_on<D: Device, T: Float>(device: D, shape: impl AsRef<[usize]>, fan_in: usize, seed: u64) -> Result<Tensor<D, T>> {
+pub fn fan_in_uniform_on<D: Device, T: Float>(
+    device: D,
+    shape: impl AsRef<[usize]>,
+    fan_in: usize,
+    seed: u64,
+) -> Result<Tensor<D, T>> {
     let bound = if fan_in == 0 { 0.0 } else { 1.0 / (fan_in as f64).sqrt() };
     uniform_on(device, shape, -bound, bound, seed)
 }

@@ -58,7 +58,11 @@ impl<D: Device, T: Float> Module<D, T> for LayerNorm<D, T> {
             reason: "a 0-d tensor has no dim to normalise".into(),
         })?;
         if x.shape()[dim] != self.weight.numel() {
-            return Err(Error::ShapeMismatch { op: "LayerNorm", lhs: x.shape().to_vec(), rhs: self.weight.shape().to_vec() });
+            return Err(Error::ShapeMismatch {
+                op: "LayerNorm",
+                lhs: x.shape().to_vec(),
+                rhs: self.weight.shape().to_vec(),
+            });
         }
         let centered = (x - &x.mean_dim(dim, true)?)?;
         let var = centered.square()?.mean_dim(dim, true)?;
@@ -81,6 +85,10 @@ impl<D: Device, T: Float> Parameters<D, T> for LayerNorm<D, T> {
 impl<D: Device, T: Float> ToDevice for LayerNorm<D, T> {
     type On<E: Device> = LayerNorm<E, T>;
     fn to_placement<E: Device>(&self, placement: E) -> Result<LayerNorm<E, T>> {
-        Ok(LayerNorm { weight: self.weight.to_placement(placement)?, bias: self.bias.to_placement(placement)?, eps: self.eps })
+        Ok(LayerNorm {
+            weight: self.weight.to_placement(placement)?,
+            bias: self.bias.to_placement(placement)?,
+            eps: self.eps,
+        })
     }
 }

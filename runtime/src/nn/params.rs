@@ -156,7 +156,10 @@ pub fn save_state_dict<D: Device, T: Float>(model: &impl Parameters<D, T>, path:
 /// `load_state_dict(strict=True)`): a missing name, an extra one, or a shape or type that
 /// differs is an `Err` naming the tensor, and then no parameter has changed. Each load
 /// counts as a write of the parameter (ops that read the old values cannot run backward).
-pub fn load_state_dict<D: Device, T: Float>(model: &mut impl Parameters<D, T>, checkpoint: &Checkpoint<D>) -> Result<()> {
+pub fn load_state_dict<D: Device, T: Float>(
+    model: &mut impl Parameters<D, T>,
+    checkpoint: &Checkpoint<D>,
+) -> Result<()> {
     let mut values = Vec::new();
     let mut first_err = None;
     model.visit_params("", &mut |name, p| {
@@ -168,7 +171,11 @@ pub fn load_state_dict<D: Device, T: Float>(model: &mut impl Parameters<D, T>, c
             Ok(t) => {
                 first_err = Some(Error::InvalidArgument {
                     op: "load_state_dict",
-                    reason: format!("`{name}` has shape {:?} in the checkpoint but {:?} in the model", t.shape(), p.shape()),
+                    reason: format!(
+                        "`{name}` has shape {:?} in the checkpoint but {:?} in the model",
+                        t.shape(),
+                        p.shape()
+                    ),
                 })
             }
             Err(e) => first_err = Some(e),

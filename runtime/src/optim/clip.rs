@@ -24,7 +24,10 @@ use crate::tensor::Tensor;
 /// assert!((g[0] - 0.6).abs() < 1e-5 && (g[1] - 0.8).abs() < 1e-5);
 /// # Ok::<(), locus::Error>(())
 /// ```
-pub fn clip_grad_norm<D: Device, T: Float>(model: &impl Parameters<D, T>, max_norm: f64) -> Result<Option<Tensor<D, T>>> {
+pub fn clip_grad_norm<D: Device, T: Float>(
+    model: &impl Parameters<D, T>,
+    max_norm: f64,
+) -> Result<Option<Tensor<D, T>>> {
     let _off = no_grad();
     let mut total: Option<Result<Tensor<D, T>>> = None;
     model.visit_params("", &mut |_, p| {

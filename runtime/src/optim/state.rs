@@ -63,7 +63,10 @@ impl<D: Device, T: Float> State<D, T> {
             let Some((param, key)) = parsed else {
                 return Err(Error::InvalidArgument {
                     op: "load_state",
-                    reason: format!("`{name}` is no optimizer state of this kind (expected state.<param>.<{}>)", keys.join("|")),
+                    reason: format!(
+                        "`{name}` is no optimizer state of this kind (expected state.<param>.<{}>)",
+                        keys.join("|")
+                    ),
                 });
             };
             slots.entry(param.to_string()).or_default().insert(key, ckpt.get::<T>(name)?);

@@ -56,7 +56,12 @@ impl<D: Device, T: Element> Tensor<D, T> {
 }
 
 /// The gradient of `y = op(x)` given the gradient `g` of `y`.
-fn unary_grad<D: Device, T: Element>(op: UnaryOp, g: Tensor<D, T>, x: &Tensor<D, T>, y: &Tensor<D, T>) -> Result<Tensor<D, T>> {
+fn unary_grad<D: Device, T: Element>(
+    op: UnaryOp,
+    g: Tensor<D, T>,
+    x: &Tensor<D, T>,
+    y: &Tensor<D, T>,
+) -> Result<Tensor<D, T>> {
     const FRAC_1_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
     match op {
         UnaryOp::Neg => g.unary(UnaryOp::Neg),
@@ -71,7 +76,11 @@ fn unary_grad<D: Device, T: Element>(op: UnaryOp, g: Tensor<D, T>, x: &Tensor<D,
         UnaryOp::Sigmoid => g.times(y)?.times(&y.from_minus(1.0)?),
         // gelu(x) = x Φ(x), so Φ(x) = y / x (½ at 0), and gelu'(x) = Φ(x) + x φ(x).
         UnaryOp::Gelu => {
-            let cdf = Tensor::where_(&x.eq_scalar(T::ZERO)?, &Tensor::full_on(x.placement(), [], T::from_f64(0.5))?, &y.over(x)?)?;
+            let cdf = Tensor::where_(
+                &x.eq_scalar(T::ZERO)?,
+                &Tensor::full_on(x.placement(), [], T::from_f64(0.5))?,
+                &y.over(x)?,
+            )?;
             let pdf = x.unary(UnaryOp::Square)?.scaled(-0.5)?.unary(UnaryOp::Exp)?.scaled(FRAC_1_SQRT_2PI)?;
             g.times(&cdf.binary(BinaryOp::Add, &x.times(&pdf)?)?)
         }

@@ -16,7 +16,13 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// The same tensor typed with `U`, which the caller knows to be its element type.
     pub(crate) fn relabeled<U: Element>(self) -> Tensor<D, U> {
         debug_assert_eq!(T::DTYPE, U::DTYPE);
-        Tensor { storage: self.storage, shape: self.shape, placement: self.placement, _elem: PhantomData, grad_fn: self.grad_fn }
+        Tensor {
+            storage: self.storage,
+            shape: self.shape,
+            placement: self.placement,
+            _elem: PhantomData,
+            grad_fn: self.grad_fn,
+        }
     }
 
     /// The same tensor typed with `U`, if `U` is its element type (no copy); else itself.
@@ -24,7 +30,13 @@ impl<D: Device, T: Element> Tensor<D, T> {
         if T::DTYPE != U::DTYPE {
             return Err(self);
         }
-        Ok(Tensor { storage: self.storage, shape: self.shape, placement: self.placement, _elem: PhantomData, grad_fn: self.grad_fn })
+        Ok(Tensor {
+            storage: self.storage,
+            shape: self.shape,
+            placement: self.placement,
+            _elem: PhantomData,
+            grad_fn: self.grad_fn,
+        })
     }
 
     /// The same tensor typed for the static placement `E`, if that is where it is: a
@@ -44,7 +56,13 @@ impl<D: Device, T: Element> Tensor<D, T> {
         if self.device() != E::ID {
             return Err(Error::NotOnDevice { expected: E::ID, actual: self.device() });
         }
-        Ok(Tensor { storage: self.storage, shape: self.shape, placement: E::default(), _elem: PhantomData, grad_fn: self.grad_fn })
+        Ok(Tensor {
+            storage: self.storage,
+            shape: self.shape,
+            placement: E::default(),
+            _elem: PhantomData,
+            grad_fn: self.grad_fn,
+        })
     }
 
     /// The elements converted to `U`, on the same device (PyTorch's `.to(dtype)`). Float

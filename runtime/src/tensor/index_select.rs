@@ -78,12 +78,10 @@ impl<D: Device, T: Element> Tensor<D, T> {
         Ok(self.track1(out, OP, move |g| {
             // dx[.., s, ..] = Σ_c [idx[c] = s] g[.., c, ..]: the one-hot matrix M[s, c]
             // times the gradient's slices.
-            let (outer, size, inner) = (
-                shape[..dim].iter().product::<usize>(),
-                shape[dim],
-                shape[dim + 1..].iter().product::<usize>(),
-            );
-            let len = i32::try_from(size).map_err(|_| Error::InvalidArgument { op: OP, reason: "dim too long".into() })?;
+            let (outer, size, inner) =
+                (shape[..dim].iter().product::<usize>(), shape[dim], shape[dim + 1..].iter().product::<usize>());
+            let len =
+                i32::try_from(size).map_err(|_| Error::InvalidArgument { op: OP, reason: "dim too long".into() })?;
             let rows = Tensor::<E, i32>::arange_on(idx.placement(), 0, len, 1)?.reshape([size, 1])?;
             let m = rows.eq(&idx.reshape([1, count])?)?.to_dtype::<T>()?;
             let dx = if outer == 1 {

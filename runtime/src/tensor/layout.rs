@@ -224,7 +224,13 @@ impl<D: Device, T: Element> Tensor<D, T> {
         }))
     }
 
-    fn joined_values(op: &'static str, parts: &[&Self], dim: usize, sizes: &[usize], out_shape: Vec<usize>) -> Result<Self> {
+    fn joined_values(
+        op: &'static str,
+        parts: &[&Self],
+        dim: usize,
+        sizes: &[usize],
+        out_shape: Vec<usize>,
+    ) -> Result<Self> {
         let first = parts[0];
         let out_len = shape::numel(op, &out_shape, T::DTYPE)?;
         if out_len == 0 {

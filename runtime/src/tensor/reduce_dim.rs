@@ -144,10 +144,8 @@ impl<D: Device, T: Element> Tensor<D, T> {
                 let v = self.track1(v, "max_dim", move |g| {
                     let mut line = vec![1; shape.len()];
                     line[dim] = shape[dim];
-                    let len = i32::try_from(shape[dim]).map_err(|_| Error::InvalidArgument {
-                        op: "max_dim",
-                        reason: "dim too long".into(),
-                    })?;
+                    let len = i32::try_from(shape[dim])
+                        .map_err(|_| Error::InvalidArgument { op: "max_dim", reason: "dim too long".into() })?;
                     let positions = Tensor::<D, i32>::arange_on(at.placement(), 0, len, 1)?.reshape(&line)?;
                     let mut kept = shape.to_vec();
                     kept[dim] = 1;

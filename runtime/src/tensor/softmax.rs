@@ -139,8 +139,10 @@ impl<D: Device, T: Float> Tensor<D, T> {
         // d loss_i / d x_i = softmax(x_i) − onehot(t_i)
         let (x, t) = (self.saved(), targets.saved());
         let losses = self.track1(losses, OP, move |g| {
-            let classes = i32::try_from(c).map_err(|_| Error::InvalidArgument { op: OP, reason: "too many classes".into() })?;
-            let onehot = Tensor::<E, i32>::arange_on(t.placement(), 0, classes, 1)?.reshape([1, c])?.eq(&t.reshape([n, 1])?)?;
+            let classes =
+                i32::try_from(c).map_err(|_| Error::InvalidArgument { op: OP, reason: "too many classes".into() })?;
+            let onehot =
+                Tensor::<E, i32>::arange_on(t.placement(), 0, classes, 1)?.reshape([1, c])?.eq(&t.reshape([n, 1])?)?;
             let p = x.softmax_op(SoftmaxOp::Softmax, 1)?;
             p.binary(BinaryOp::Sub, &onehot.to_dtype::<T>()?)?.times(&g.reshape([n, 1])?)
         });
