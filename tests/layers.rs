@@ -142,7 +142,10 @@ fn imports(me: &[String], source: &str) -> Vec<Import> {
         let bytes = code.as_bytes();
         let mut at = 0;
         while at < code.len() {
-            let starts_word = at == 0 || !(bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_');
+            // `$crate::` in a `macro_rules!` body names the public API from the user's
+            // crate: no import of the module it is written in.
+            let starts_word =
+                at == 0 || !(bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_' || bytes[at - 1] == b'$');
             let rest = &code[at..];
             let (prefix_len, base) = if starts_word && rest.starts_with("crate::") {
                 ("crate::".len(), Vec::new())

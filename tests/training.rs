@@ -41,7 +41,9 @@ fn close(a: &[f64], b: &[f64], what: &str) {
 
 #[test]
 fn sgd_matches_the_update_rule() -> locus::Result<()> {
-    for (momentum, dampening, nesterov, wd) in [(0.0, 0.0, false, 0.0), (0.9, 0.0, false, 0.1), (0.9, 0.0, true, 0.01), (0.5, 0.3, false, 0.0)] {
+    for (momentum, dampening, nesterov, wd) in
+        [(0.0, 0.0, false, 0.0), (0.9, 0.0, false, 0.1), (0.9, 0.0, true, 0.01), (0.5, 0.3, false, 0.0)]
+    {
         let mut m = Quad { w: Param::new(Tensor::<G, f64>::from_vec(W0.to_vec(), [3])?) };
         let mut opt = Sgd::new(0.1).momentum(momentum).dampening(dampening).nesterov(nesterov).weight_decay(wd);
         let (mut w, mut buf) = (W0.to_vec(), None::<Vec<f64>>);
@@ -191,7 +193,10 @@ fn optimizer_state_saves_and_loads_by_name() -> locus::Result<()> {
     nn::save_state_dict(&model, &model_path)?;
     opt.save_state(&opt_path)?;
     let names: Vec<String> = locus::load_safetensors::<Cpu>(&opt_path)?.names().map(String::from).collect();
-    assert!(names.contains(&"state.l1.weight.exp_avg".into()) && names.contains(&"state.l2.bias.step".into()), "{names:?}");
+    assert!(
+        names.contains(&"state.l1.weight.exp_avg".into()) && names.contains(&"state.l2.bias.step".into()),
+        "{names:?}"
+    );
     // A fresh model and optimizer loaded from the files continue exactly as the originals.
     let mut fresh = mlp::<G>(9)?;
     nn::load_state_dict(&mut fresh, &locus::load_safetensors::<G>(&model_path)?)?;
@@ -230,7 +235,10 @@ fn a_strict_load_changes_nothing_on_error() -> locus::Result<()> {
     let w = Tensor::<G>::zeros([4, 3])?;
     let cases: [Vec<(&str, Tensor<G>)>; 3] = [
         vec![("l1.weight", w.clone())],
-        nn::state_dict(&mlp::<G>(4)?).into_iter().map(|(n, t)| (if n == "l2.bias" { "l2.biass" } else { leak(n) }, t)).collect(),
+        nn::state_dict(&mlp::<G>(4)?)
+            .into_iter()
+            .map(|(n, t)| (if n == "l2.bias" { "l2.biass" } else { leak(n) }, t))
+            .collect(),
         vec![("l1.weight", Tensor::zeros([3, 4])?)],
     ];
     for (k, list) in cases.into_iter().enumerate() {
@@ -287,7 +295,10 @@ fn blocks_compute_what_pytorch_does() -> locus::Result<()> {
     assert!((2800..3200).contains(&kept), "{kept}");
     assert!(Dropout::<G>::new(1.0, 0).is_err());
     // Sequential: names by position.
-    let s = Sequential::<G>::new().add(Linear::new(2, 2, 0)?).add(nn::Relu::new()).add(Linear::new(2, 1, 1)?.without_bias());
+    let s = Sequential::<G>::new()
+        .add(Linear::new(2, 2, 0)?)
+        .add(nn::Relu::new())
+        .add(Linear::new(2, 1, 1)?.without_bias());
     let names: Vec<String> = nn::named_parameters(&s).into_iter().map(|(n, _)| n).collect();
     assert_eq!(names, ["0.weight", "0.bias", "2.weight"]);
     Ok(())

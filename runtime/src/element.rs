@@ -146,6 +146,11 @@ pub trait Element:
 }
 
 /// A floating-point element type: `f32`, `f64`, `bf16` or `f16`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is no float element type",
+    label = "this needs `f32`, `f64`, `bf16` or `f16`",
+    note = "gradients, parameters and the float-only ops exist for float tensors: convert first with `.to_dtype::<f32>()`"
+)]
 pub trait Float: Element {
     #[doc(hidden)]
     fn exp(self) -> Self;

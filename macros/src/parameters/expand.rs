@@ -47,12 +47,15 @@ pub fn expand(model: &DeriveModel) -> TokenStream {
             _ => None,
         })
         .collect();
+    let (device, elem) = (&model.device, element(&model.input));
     let visit = |method: &str, reference: TokenStream| {
         let method = Ident::new(method, Span::call_site());
         let calls = fields.iter().map(|(m, ty)| {
             let name = name_of(m);
-            // At the field's type, so a field that has no parameters reports there.
-            quote_spanned!(ty.span()=> ::locus::__private::Parameters::#method(#reference self.#m, &::locus::__private::join_param_name(__locus_prefix, #name), __locus_f);)
+            // At the field's type, so a field that has no parameters reports there,
+            // naming the placement and element type.
+            let bound = quote_spanned!(ty.span()=> <#ty as ::locus::__private::Parameters<#device, #elem>>);
+            quote!(#bound::#method(#reference self.#m, &::locus::__private::join_param_name(__locus_prefix, #name), __locus_f);)
         });
         quote!(#(#calls)*)
     };

@@ -29,9 +29,9 @@ use crate::tensor::Tensor;
 /// # Ok::<(), locus::Error>(())
 /// ```
 #[diagnostic::on_unimplemented(
-    message = "`{Self}` has no parameters on `{D}`",
-    label = "these parameters are not on `{D}`",
-    note = "an optimizer steps the parameters of its own placement: make the optimizer for the model's placement, or move both with one call, `(model, optimizer).to::<..>()`"
+    message = "`{Self}` lists no parameters on `{D}`",
+    label = "no parameters on `{D}` here",
+    note = "an optimizer steps the parameters of its own placement: make it for the model's placement, or move a model and its optimizer with one call, `(model, optimizer).to::<..>()`; a type of your own lists its parameters with `#[derive(Parameters)]`"
 )]
 pub trait Parameters<D: Device, T: Float = f32> {
     /// Calls `f` with each parameter's name (under `prefix`) and the parameter.
