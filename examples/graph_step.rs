@@ -1,5 +1,5 @@
-//! One SGD step of a small MLP as a CUDA graph: the forward pass, the gradients written
-//! out by hand and the update, captured once and replayed each step, against the same
+//! One SGD step of a small MLP as a CUDA graph: the forward pass, the backward pass of
+//! autograd and the update, captured once and replayed each step, against the same
 //! step run eagerly op by op. Both runs start from the same weights and see the same
 //! batches; the example checks that they end with the same weights and losses, and
 //! prints the time per step of each.
@@ -15,7 +15,7 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use locus::{on_stream, Cuda, Graph, Stream, Tensor};
+use locus::{on_stream, Cuda, Graph, Param, Stream, Tensor};
 
 type G = Cuda<0>;
 
@@ -68,30 +68,21 @@ fn sgd_step(
     w2: &Tensor<G>,
     b2: &Tensor<G>,
 ) -> locus::Result<(Params, Tensor<G>)> {
-    // Forward.
-    let h = (x.matmul(w1)? + b1)?; // [1, HIDDEN]
-    let a = h.relu()?;
-    let y = (a.matmul(w2)? + b2)?; // [1, OUT]
-    let err = (&y - target)?;
-    let loss = (err.square()?.sum()? * 0.5)?;
+    // The weights as parameters of this step: autograd computes their gradients.
+    let p = [w1, b1, w2, b2].map(|t| Param::new(t.clone()));
+    let h = (x.matmul(&p[0])? + &*p[1])?; // [1, HIDDEN]
+    let y = (h.relu()?.matmul(&p[2])? + &*p[3])?; // [1, OUT]
+    let loss = ((&y - target)?.square()?.sum()? * 0.5)?;
+    loss.backward()?;
 
-    // Backward: dloss/dy = err.
-    let grad_w2 = a.t()?.matmul(&err)?; // [HIDDEN, OUT]
-    let grad_b2 = err.sum_dim(0, false)?;
-    let grad_a = err.matmul(&w2.t()?)?; // [1, HIDDEN]
-                                        // relu' is 1 where h > 0 and 0 elsewhere: the comparison's u8 mask, as f32.
-    let relu_grad = h.gt_scalar(0.0)?.to_dtype::<f32>()?;
-    let grad_h = (&grad_a * &relu_grad)?;
-    let grad_w1 = x.t()?.matmul(&grad_h)?; // [IN, HIDDEN]
-    let grad_b1 = grad_h.sum_dim(0, false)?;
-
-    // The update.
-    let next = Params {
-        w1: (w1 - (grad_w1 * LEARNING_RATE)?)?,
-        b1: (b1 - (grad_b1 * LEARNING_RATE)?)?,
-        w2: (w2 - (grad_w2 * LEARNING_RATE)?)?,
-        b2: (b2 - (grad_b2 * LEARNING_RATE)?)?,
+    // The update, recording nothing.
+    let _off = locus::no_grad();
+    let step = |p: &Param<G>| -> locus::Result<Tensor<G>> {
+        let g = p.grad().ok_or_else(|| locus::Error::Backward { reason: "a weight got no gradient".into() })?;
+        &p.detach() - (g * LEARNING_RATE)?
     };
+    let next = Params { w1: step(&p[0])?, b1: step(&p[1])?, w2: step(&p[2])?, b2: step(&p[3])? };
+    let loss = loss.detach();
     Ok((next, loss))
 }
 

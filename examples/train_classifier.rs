@@ -1,14 +1,14 @@
 //! A classifier trained in bf16 with f32 master weights, data parallel over every device,
-//! with the gradients written out by hand: the step of a real training loop.
+//! its gradients computed by autograd: the step of a real training loop.
 //!
 //! The data is synthetic: inputs uniform in `[-1, 1)`, labelled by the largest output of
 //! a fixed random linear "teacher". The model is a 2-layer MLP. Each step:
 //! - a `Loader` brings a batch (f32 inputs, i32 labels) to cuda:0 and `scatter` splits it
 //!   over the devices, where a `DataParallel` keeps a replica of the f32 master weights;
-//! - on each device, in its own thread, the replica's weights are cast to bf16 and the
-//!   forward and backward passes run in bf16 (matmuls with f32 accumulation), with the
-//!   loss (`cross_entropy`) and its gradient (`softmax` minus the one-hot labels) in f32;
-//! - `reduce_add` sums the gradients on cuda:0, where SGD with momentum updates the f32
+//! - on each device, in its own thread, the replica's weights become `Param`s, are cast
+//!   to bf16, and the forward pass runs in bf16 (matmuls with f32 accumulation) with the
+//!   loss (`cross_entropy`) in f32; `backward()` gives the f32 gradients of the weights;
+//! - `reduce_add` sums the gradients on cuda:0, where `Sgd` with momentum updates the f32
 //!   master weights through `module_mut()`, which refreshes the replicas.
 //!
 //! It prints the loss and the accuracy of every epoch, and fails unless the accuracy on
@@ -24,7 +24,9 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use locus::parallel::{reduce_add, scatter, DataParallel};
-use locus::{bf16, devices, Cpu, Cuda, Device, DeviceId, Dyn, Loader, Tensor, ToDevice};
+use locus::nn::{self, init};
+use locus::optim::Sgd;
+use locus::{bf16, devices, Cpu, Cuda, Device, DeviceId, Dyn, Loader, Param, Parameters, Tensor, ToDevice};
 
 const SAMPLES: usize = 8192;
 const HELD_OUT: usize = 2048;
@@ -39,19 +41,19 @@ const MOMENTUM: f32 = 0.9;
 const ACCURACY: f32 = 0.9;
 
 /// The f32 master weights: `relu(x @ w1 + b1) @ w2 + b2`.
-#[derive(ToDevice)]
+#[derive(Parameters, ToDevice)]
 struct Mlp<D: Device> {
-    w1: Tensor<D>,
-    b1: Tensor<D>,
-    w2: Tensor<D>,
-    b2: Tensor<D>,
+    w1: Param<D>,
+    b1: Param<D>,
+    w2: Param<D>,
+    b2: Param<D>,
 }
 
 impl Mlp<Cuda<0>> {
     /// Uniform weights in `±1/sqrt(inputs)`, as PyTorch initialises `nn.Linear`.
     fn new(seed: u64) -> locus::Result<Self> {
         let uniform = |shape: &[usize], inputs: usize, seed| {
-            (Tensor::<Cuda<0>>::rand(shape, seed)? - 0.5)? * (2.0 / (inputs as f32).sqrt())
+            Ok::<_, locus::Error>(Param::new(init::fan_in_uniform_on(Cuda::<0>, shape, inputs, seed)?))
         };
         Ok(Mlp {
             w1: uniform(&[FEATURES, HIDDEN], FEATURES, seed)?,
@@ -59,11 +61,6 @@ impl Mlp<Cuda<0>> {
             w2: uniform(&[HIDDEN, CLASSES], HIDDEN, seed + 2)?,
             b2: uniform(&[CLASSES], HIDDEN, seed + 3)?,
         })
-    }
-
-    fn zeros_like(&self) -> locus::Result<Self> {
-        let z = |t: &Tensor<Cuda<0>>| Tensor::<Cuda<0>>::zeros(t.shape());
-        Ok(Mlp { w1: z(&self.w1)?, b1: z(&self.b1)?, w2: z(&self.w2)?, b2: z(&self.b2)? })
     }
 }
 
@@ -96,31 +93,20 @@ struct Part {
     correct: Tensor<Dyn, i32>,
 }
 
-/// Forward and backward on one device's rows `x` (labels `y`) of a batch of `batch`.
+/// Forward and backward on one device's rows `x` (labels `y`) of a batch of `batch`:
+/// the replica's f32 weights are parameters, and autograd computes their gradients
+/// through the bf16 casts, matmuls, relu and loss.
 fn forward_backward(m: &Mlp<Dyn>, x: &Tensor<Dyn>, y: &Tensor<Dyn, i32>, batch: usize) -> locus::Result<Part> {
     let rows = x.shape()[0];
-    let w = m.bf16()?;
-    let xb = x.to_dtype::<bf16>()?;
-    let (pre, logits) = forward(&w, &xb)?;
-    let hidden = pre.relu()?;
-
+    nn::zero_grad(m);
+    let (_, logits) = forward(&m.bf16()?, &x.to_dtype::<bf16>()?)?;
     let loss_sum = (logits.cross_entropy(y)? * rows as f32)?;
     let correct = logits.argmax(1, false)?.eq(y)?.to_dtype::<i32>()?.sum()?;
-
-    // d(mean loss)/d(logits) = (softmax(logits) - one_hot(y)) / batch.
-    let classes = Tensor::<Dyn, i32>::arange_on(x.placement(), 0, CLASSES as i32, 1)?.reshape([1, CLASSES])?;
-    let one_hot = y.reshape([rows, 1])?.eq(&classes)?.to_dtype::<f32>()?;
-    let d_logits = ((logits.softmax(1)? - &one_hot)? * (1.0 / batch as f32))?;
-    let d_logits_b = d_logits.to_dtype::<bf16>()?;
-
-    let g_w2 = hidden.t()?.matmul(&d_logits_b)?.to_dtype()?;
-    let g_b2 = d_logits.sum_dim(0, false)?;
-    // Back through the relu: the gradient flows where its input was positive.
-    let d_hidden = d_logits_b.matmul(&w.w2.t()?)?;
-    let d_pre = (d_hidden * pre.gt_scalar(bf16::ZERO)?.to_dtype::<bf16>()?)?;
-    let g_w1 = xb.t()?.matmul(&d_pre)?.to_dtype()?;
-    let g_b1 = d_pre.to_dtype::<f32>()?.sum_dim(0, false)?;
-    Ok(Part { grads: [g_w1, g_b1, g_w2, g_b2], loss_sum, correct })
+    // This part's share of the mean loss over the whole batch.
+    (&loss_sum * (1.0 / batch as f32))?.backward()?;
+    let grad = |p: &Param<Dyn>| p.grad().ok_or_else(|| locus::Error::Backward { reason: "a weight got no gradient".into() });
+    let grads = [grad(&m.w1)?, grad(&m.b1)?, grad(&m.w2)?, grad(&m.b2)?];
+    Ok(Part { grads, loss_sum: loss_sum.detach(), correct })
 }
 
 /// `SAMPLES + HELD_OUT` inputs uniform in `[-1, 1)`, labelled by the argmax of a random
@@ -156,7 +142,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let (train_y, test_y) = (Arc::new(y.narrow(0, 0, SAMPLES)?), y.narrow(0, SAMPLES, HELD_OUT)?);
 
     let mut dp = DataParallel::new(Mlp::new(10)?, &ids, Cuda::<0>)?;
-    let mut velocity = dp.module().zeros_like()?;
+    let mut opt = Sgd::new(LEARNING_RATE as f64).momentum(MOMENTUM as f64);
 
     let batches = SAMPLES.div_ceil(BATCH) as u64;
     let bar = ProgressBar::new(EPOCHS * batches);
@@ -196,19 +182,13 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             let hits: Vec<Tensor<Dyn, i32>> = parts.iter().map(|p| p.correct.clone()).collect();
             correct = (correct + reduce_add(&hits, Cuda::<0>)?)?;
 
-            // SGD with momentum on the f32 master weights; the next step's replicas are
-            // copies of the new weights.
-            let [g_w1, g_b1, g_w2, g_b2] = grads;
-            let v = &mut velocity;
-            v.w1 = ((&v.w1 * MOMENTUM)? + g_w1?)?;
-            v.b1 = ((&v.b1 * MOMENTUM)? + g_b1?)?;
-            v.w2 = ((&v.w2 * MOMENTUM)? + g_w2?)?;
-            v.b2 = ((&v.b2 * MOMENTUM)? + g_b2?)?;
+            // SGD with momentum on the f32 master weights, given the summed gradients;
+            // the next step's replicas are copies of the new weights.
             let m = dp.module_mut();
-            m.w1 = (&m.w1 - (&v.w1 * LEARNING_RATE)?)?;
-            m.b1 = (&m.b1 - (&v.b1 * LEARNING_RATE)?)?;
-            m.w2 = (&m.w2 - (&v.w2 * LEARNING_RATE)?)?;
-            m.b2 = (&m.b2 - (&v.b2 * LEARNING_RATE)?)?;
+            for (p, g) in [&m.w1, &m.b1, &m.w2, &m.b2].into_iter().zip(grads) {
+                p.set_grad(Some(g?))?;
+            }
+            opt.step(m)?;
             bar.inc(1);
         }
         let loss = loss_sum.item()? / SAMPLES as f32;
@@ -221,6 +201,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
 
     // Held-out accuracy, in bf16 on cuda:0 as in training.
     let model = dp.into_inner();
+    let _eval = locus::no_grad();
     let (_, logits) = forward(&model.bf16()?, &test_x.to::<Cuda<0>>()?.to_dtype()?)?;
     let hits = logits.argmax(1, false)?.eq(&test_y.to::<Cuda<0>>()?)?.to_dtype::<i32>()?.sum()?.item()?;
     let accuracy = hits as f32 / HELD_OUT as f32;

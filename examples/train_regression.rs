@@ -1,11 +1,10 @@
-//! A first training loop: linear regression by SGD, with the gradients written out by
-//! hand. A `Loader` of (x, y) pairs brings each batch to cuda:0, a `DataParallel` built
-//! once runs the forward pass on every device, and each step updates the model through
-//! `module_mut()`, which refreshes the replicas before the next forward. The loop ends
-//! by checking that the learned weights are those the data was made from.
+//! A first training loop: linear regression by SGD, its gradients computed by autograd.
+//! A `Loader` of (x, y) pairs brings each batch to cuda:0, where the model's parameters
+//! live; `loss.backward()` gives each parameter its gradient on that device, and `Sgd`
+//! steps them. The loop ends by checking that the learned weights are those the data was
+//! made from.
 //!
-//! Runs on the host backend (two simulated GPUs by default; `LOCUS_HOST_DEVICES=4` for
-//! four) and on a GPU machine:
+//! Runs on the host backend and on a GPU machine:
 //!     cargo run --release --example train_regression
 
 use std::process::ExitCode;
@@ -13,8 +12,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use locus::parallel::{DataParallel, Module};
-use locus::{devices, Cpu, Cuda, Device, Loader, Tensor, ToDevice};
+use locus::nn::{self, Module};
+use locus::optim::Sgd;
+use locus::{Cpu, Cuda, Device, Loader, Param, Parameters, Tensor};
 
 const SAMPLES: usize = 4096;
 const FEATURES: usize = 8;
@@ -42,15 +42,15 @@ const W_TRUE: [f32; FEATURES * OUTPUTS] = [
 const B_TRUE: [f32; OUTPUTS] = [0.5, -1.0];
 
 /// `x @ w + b`.
-#[derive(ToDevice)]
+#[derive(Parameters)]
 struct Linear<D: Device> {
-    w: Tensor<D>,
-    b: Tensor<D>,
+    w: Param<D>,
+    b: Param<D>,
 }
 
 impl<D: Device> Module<D> for Linear<D> {
     fn forward(&self, x: &Tensor<D>) -> locus::Result<Tensor<D>> {
-        x.matmul(&self.w)? + &self.b
+        x.matmul(&self.w)? + &*self.b
     }
 }
 
@@ -79,17 +79,17 @@ fn main() -> ExitCode {
 }
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
-    let ids = devices()?;
-    println!("backend: {}; training over {} device(s)", locus::backend_name()?, ids.len());
+    println!("backend: {}", locus::backend_name()?);
 
     // In an Arc, every epoch's loader shares the data instead of copying it.
     let (inputs, targets) = synthetic_data()?;
     let (inputs, targets) = (Arc::new(inputs), Arc::new(targets));
 
-    // A linear model can start at zero. It lives on cuda:0; DataParallel replicates it
-    // onto every device and gathers the outputs back on cuda:0.
-    let model = Linear { w: Tensor::<Cuda<0>>::zeros([FEATURES, OUTPUTS])?, b: Tensor::<Cuda<0>>::zeros([OUTPUTS])? };
-    let mut dp = DataParallel::new(model, &ids, Cuda::<0>)?;
+    // A linear model can start at zero. Its parameters live on cuda:0, and so do their
+    // gradients and the optimizer.
+    let mut model =
+        Linear { w: Param::new(Tensor::<Cuda<0>>::zeros([FEATURES, OUTPUTS])?), b: Param::new(Tensor::zeros([OUTPUTS])?) };
+    let mut opt = Sgd::new(LEARNING_RATE as f64);
 
     let batches = SAMPLES.div_ceil(BATCH) as u64;
     let bar = ProgressBar::new(EPOCHS * batches);
@@ -106,19 +106,12 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         let mut squared_error = Tensor::<Cuda<0>>::zeros([])?;
         for batch in loader {
             let (x, y) = batch?;
-            let err = (dp.forward(&x)? - &y)?;
-            squared_error = (squared_error + (&err * &err)?.sum()?)?;
-
-            // loss = mean(err²) over the batch's elements, so
-            // dloss/dw = xᵀ·err · 2/n and dloss/db = the column sums of err · 2/n.
-            let scale = 2.0 / err.numel() as f32;
-            let grad_w = (x.t()?.matmul(&err)? * scale)?;
-            let grad_b = (err.sum_dim(0, false)? * scale)?;
-
-            // The step; the next forward copies the new weights to every replica.
-            let model = dp.module_mut();
-            model.w = (&model.w - (grad_w * LEARNING_RATE)?)?;
-            model.b = (&model.b - (grad_b * LEARNING_RATE)?)?;
+            let err = (model.forward(&x)? - &y)?;
+            squared_error = (squared_error + err.detach().square()?.sum()?)?;
+            // The step: gradients of the mean squared error, then SGD.
+            nn::zero_grad(&model);
+            err.square()?.mean()?.backward()?;
+            opt.step(&mut model)?;
             bar.inc(1);
         }
         let loss = squared_error.item()? / (SAMPLES * OUTPUTS) as f32;
@@ -130,7 +123,6 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     // Uniform noise in ±NOISE has variance NOISE²/3: the lowest loss a perfect fit gets.
     println!("the loss levels off at the noise's variance, {:.3e}", NOISE * NOISE / 3.0);
 
-    let model = dp.into_inner();
     let (w_err, b_err) = (max_abs_diff(&model.w, &W_TRUE)?, max_abs_diff(&model.b, &B_TRUE)?);
     println!("learned w = {:.3?}", model.w.to_vec()?);
     println!("true    w = {W_TRUE:.3?}");
