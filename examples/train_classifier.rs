@@ -23,9 +23,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use locus::parallel::{reduce_add, scatter, DataParallel};
 use locus::nn::{self, init};
 use locus::optim::Sgd;
+use locus::parallel::{reduce_add, scatter, DataParallel};
 use locus::{bf16, devices, Cpu, Cuda, Device, DeviceId, Dyn, Loader, Param, Parameters, Tensor, ToDevice};
 
 const SAMPLES: usize = 8192;
@@ -104,7 +104,8 @@ fn forward_backward(m: &Mlp<Dyn>, x: &Tensor<Dyn>, y: &Tensor<Dyn, i32>, batch: 
     let correct = logits.argmax(1, false)?.eq(y)?.to_dtype::<i32>()?.sum()?;
     // This part's share of the mean loss over the whole batch.
     (&loss_sum * (1.0 / batch as f32))?.backward()?;
-    let grad = |p: &Param<Dyn>| p.grad().ok_or_else(|| locus::Error::Backward { reason: "a weight got no gradient".into() });
+    let grad =
+        |p: &Param<Dyn>| p.grad().ok_or_else(|| locus::Error::Backward { reason: "a weight got no gradient".into() });
     let grads = [grad(&m.w1)?, grad(&m.b1)?, grad(&m.w2)?, grad(&m.b2)?];
     Ok(Part { grads, loss_sum: loss_sum.detach(), correct })
 }

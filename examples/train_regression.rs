@@ -87,8 +87,10 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
 
     // A linear model can start at zero. Its parameters live on cuda:0, and so do their
     // gradients and the optimizer.
-    let mut model =
-        Linear { w: Param::new(Tensor::<Cuda<0>>::zeros([FEATURES, OUTPUTS])?), b: Param::new(Tensor::zeros([OUTPUTS])?) };
+    let mut model = Linear {
+        w: Param::new(Tensor::<Cuda<0>>::zeros([FEATURES, OUTPUTS])?),
+        b: Param::new(Tensor::zeros([OUTPUTS])?),
+    };
     let mut opt = Sgd::new(LEARNING_RATE as f64);
 
     let batches = SAMPLES.div_ceil(BATCH) as u64;

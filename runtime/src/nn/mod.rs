@@ -12,7 +12,7 @@
 
 mod activation;
 mod dropout;
-
+mod embedding;
 pub mod init;
 mod layer_norm;
 mod linear;
@@ -21,7 +21,7 @@ mod sequential;
 
 pub use activation::{Gelu, Relu, Sigmoid, Tanh};
 pub use dropout::Dropout;
-
+pub use embedding::Embedding;
 pub use layer_norm::LayerNorm;
 pub use linear::Linear;
 #[doc(hidden)]
