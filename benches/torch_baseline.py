@@ -4,7 +4,7 @@
 operation, or the per-operation average over one batch. Prints
 `row<TAB>median<TAB>unit<TAB>note<TAB>min<TAB>max` lines.
 
-    python3 benches/torch_baseline.py [--quick] [--pageable-only | --copies-only | --checkpoint-only]
+    python3 benches/torch_baseline.py [--quick] [--pageable-only | --copies-only | --checkpoint-only | --train-only]
 
 --pageable-only prints the pageable copy rows alone; run with THP_MEM_ALLOC_ENABLE=1 in
 the environment (read by PyTorch at startup: host tensors of 2 MiB and more then get
@@ -302,6 +302,50 @@ class Layer(torch.nn.Module):
         return torch.relu(x @ self.w)
 
 
+def train_rows(name, width, batch, steps, dtype):
+    """4 x Linear(width) + ReLU, MSE, backward, AdamW(foreach=True): as gpu/train.rs."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    layers = []
+    for i in range(4):
+        layers.append(torch.nn.Linear(width, width))
+        if i < 3:
+            layers.append(torch.nn.ReLU())
+    model = torch.nn.Sequential(*layers).to(dev, dtype)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    x = torch.rand(batch, width, device=dev).to(dtype)
+    t = torch.rand(batch, width, device=dev).to(dtype)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = (model(x) - t).square().mean()
+        loss.backward()
+        opt.step()
+
+    step()
+    torch.cuda.synchronize(dev)
+    torch.cuda.reset_peak_memory_stats(dev)
+
+    def sample():
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize(dev)
+        return steps / (time.perf_counter() - start)
+
+    per_sample = samples(sample)
+    peak = torch.cuda.max_memory_allocated(dev) / MIB
+    short = {torch.float32: "f32", torch.bfloat16: "bf16"}[dtype]
+    note = f"4 x Linear({width}) + ReLU, MSE, backward, AdamW(foreach), {batch} rows, {short}, {steps} steps + synchronize per sample, wall"
+    row(f"{name}_steps", per_sample, "steps/s", note)
+    row(f"{name}_peak", [peak], "MiB", "max_memory_allocated over the timed samples")
+
+
+def train():
+    train_rows("train_mlp_f32_w4096_b512", 4096, 512, 10, torch.float32)
+    train_rows("train_mlp_bf16_w4096_b512", 4096, 512, 10, torch.bfloat16)
+    train_rows("train_mlp_f32_w256_b32", 256, 32, 100, torch.float32)
+
+
 def data_parallel():
     torch.backends.cuda.matmul.allow_tf32 = False
     layer = Layer().to(dev)
@@ -411,6 +455,9 @@ if __name__ == "__main__":
     if "--copies-only" in sys.argv:
         copies()
         sys.exit(0)
+    if "--train-only" in sys.argv:
+        train()
+        sys.exit(0)
     if "--checkpoint-only" in sys.argv:
         checkpoint()
         sys.exit(0)
@@ -422,4 +469,5 @@ if __name__ == "__main__":
     matmul()
     guard()
     data_parallel()
+    train()
     checkpoint()

@@ -8,13 +8,17 @@
 //!     gpu pipeline                                                  (the pipeline rows alone)
 //!     gpu checkpoint                                                (the checkpoint row alone)
 //!     gpu copies                                                    (the copy rows alone)
+//!     gpu train                                                     (the training rows alone)
+//!     gpu grads FILE                                                (gradients for benches/torch_grads.py)
 //!
 //! Without the cuda backend it measures nothing and exits with status 1.
 
 mod checkpoint;
+mod grads;
 mod graph;
 mod method;
 mod raw;
+mod train;
 
 use std::time::Instant;
 
@@ -545,6 +549,13 @@ fn data_parallel() {
 }
 
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(at) = args.iter().position(|a| a == "grads") {
+        // `gpu grads FILE`: the gradients benches/torch_grads.py checks (on any backend).
+        let path = args.get(at + 1).map_or("grads.safetensors", String::as_str);
+        grads::dump(path).unwrap();
+        return;
+    }
     match locus::backend_name() {
         Ok("cuda") => {}
         other => {
@@ -566,6 +577,10 @@ fn main() {
         copies(); // the copy rows alone: `gpu copies`
         return;
     }
+    if std::env::args().any(|a| a == "train") {
+        train::steps(); // the training rows alone: `gpu train`
+        return;
+    }
     if std::env::args().any(|a| a == "checkpoint") {
         checkpoint::load(); // the checkpoint row alone: `gpu checkpoint`
         return;
@@ -582,5 +597,6 @@ fn main() {
     pool_steady_state();
     pipeline();
     data_parallel();
+    train::steps();
     checkpoint::load();
 }

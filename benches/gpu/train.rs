@@ -1,0 +1,67 @@
+//! Training steps (issue 33): an MLP of 4 `Linear` layers with ReLU between, an MSE loss,
+//! `backward()` and an `AdamW` step, against the same step in PyTorch eager
+//! (`torch.optim.AdamW(foreach=True)`, benches/torch_baseline.py `train()`).
+//!
+//! A sample is `steps` whole training steps (zero_grad, forward, backward, step) and one
+//! synchronize, in wall time; the row is steps per second. Every row also prints the peak
+//! of `max_memory_allocated` over its samples (MiB), after the same untimed warm-up steps.
+
+use std::time::Instant;
+
+use locus::nn::{self, Linear, Module, Relu, Sequential};
+use locus::optim::AdamW;
+use locus::{bf16, max_memory_allocated, reset_peak_memory_stats, DeviceId, Float, Tensor};
+
+use super::method::{row, samples};
+use super::{sync, G};
+
+fn mlp<T: Float>(width: usize) -> locus::Result<Sequential<G, T>> {
+    let mut s = Sequential::new();
+    for i in 0..4 {
+        s = s.add(Linear::new(width, width, i)?);
+        if i < 3 {
+            s = s.add(Relu::new());
+        }
+    }
+    Ok(s)
+}
+
+fn rows<T: Float>(name: &str, width: usize, batch: usize, steps: usize) -> locus::Result<()> {
+    let model = mlp::<T>(width)?;
+    let mut model = model;
+    let mut opt = AdamW::<G, T>::new(1e-4);
+    let x = Tensor::<G, f32>::rand([batch, width], 1)?.to_dtype::<T>()?;
+    let t = Tensor::<G, f32>::rand([batch, width], 2)?.to_dtype::<T>()?;
+    let mut step = || -> locus::Result<()> {
+        nn::zero_grad(&model);
+        let loss = (model.forward(&x)? - &t)?.square()?.mean()?;
+        loss.backward()?;
+        opt.step(&mut model)
+    };
+    step()?;
+    sync();
+    reset_peak_memory_stats(DeviceId::Cuda(0))?;
+    let per_sample = samples(|| {
+        let start = Instant::now();
+        for _ in 0..steps {
+            step().unwrap();
+        }
+        sync();
+        steps as f64 / start.elapsed().as_secs_f64()
+    });
+    let peak = max_memory_allocated(DeviceId::Cuda(0))? as f64 / (1 << 20) as f64;
+    let note = format!(
+        "4 x Linear({width}) + ReLU, MSE, backward, AdamW, {batch} rows, {} per step, {steps} steps + synchronize per sample, wall",
+        T::DTYPE
+    );
+    row(&format!("{name}_steps"), &per_sample, "steps/s", &note);
+    row(&format!("{name}_peak"), &[peak], "MiB", "max_memory_allocated over the timed samples");
+    Ok(())
+}
+
+/// The training rows.
+pub(crate) fn steps() {
+    rows::<f32>("train_mlp_f32_w4096_b512", 4096, 512, 10).unwrap();
+    rows::<bf16>("train_mlp_bf16_w4096_b512", 4096, 512, 10).unwrap();
+    rows::<f32>("train_mlp_f32_w256_b32", 256, 32, 100).unwrap();
+}
