@@ -192,7 +192,7 @@ fn index_select_and_layout_ops() {
     check("reshape", &[input(&[3, 4], 5)], |x| x[0].reshape([2, 6]));
     check("cat", &[input(&[2, 3], 6), input(&[1, 3], 7)], |x| x[0].cat(x[1]));
     check("cat_dim", &[input(&[2, 3], 8), input(&[2, 1], 9)], |x| x[0].cat_dim(x[1], 1));
-    check("concat", &[input(&[1, 2], 10), input(&[0, 2], 11), input(&[2, 2], 12)], |x| T::concat(x));
+    check("concat", &[input(&[1, 2], 10), input(&[0, 2], 11), input(&[2, 2], 12)], T::concat);
     check("concat_dim", &[input(&[2, 1], 13), input(&[2, 2], 14)], |x| T::concat_dim(x, 1));
     check("stack", &[input(&[2, 3], 15), input(&[2, 3], 16)], |x| T::stack(x, 1));
     check("chunk", &[input(&[5, 2], 17)], |x| {

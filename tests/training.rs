@@ -89,14 +89,14 @@ fn adamw_matches_the_update_rule() -> locus::Result<()> {
             w[i] -= lr / bc1 * mm[i] / (vv[i].sqrt() / bc2.sqrt() + eps);
         }
         close(&m.w.to_vec()?, &w, &format!("adamw step {t}"));
-        assert_eq!(opt.steps_of("w")?, t as u64);
+        assert_eq!(opt.steps_of("w"), t as u64);
     }
     // A parameter without a gradient is left alone and takes no step.
     m.w.zero_grad();
     let before = m.w.to_vec()?;
     opt.step(&mut m)?;
     assert_eq!(m.w.to_vec()?, before);
-    assert_eq!(opt.steps_of("w")?, 5);
+    assert_eq!(opt.steps_of("w"), 5);
     Ok(())
 }
 
@@ -296,10 +296,51 @@ fn blocks_compute_what_pytorch_does() -> locus::Result<()> {
     assert!(Dropout::<G>::new(1.0, 0).is_err());
     // Sequential: names by position.
     let s = Sequential::<G>::new()
-        .add(Linear::new(2, 2, 0)?)
-        .add(nn::Relu::new())
-        .add(Linear::new(2, 1, 1)?.without_bias());
+        .append(Linear::new(2, 2, 0)?)
+        .append(nn::Relu::new())
+        .append(Linear::new(2, 1, 1)?.without_bias());
     let names: Vec<String> = nn::named_parameters(&s).into_iter().map(|(n, _)| n).collect();
     assert_eq!(names, ["0.weight", "0.bias", "2.weight"]);
     Ok(())
+}
+
+/// The fused update (one kernel per parameter on cuda:0) against the same update as
+/// tensor ops (on the host placement) for the 16-bit types: equal within a few of their
+/// ulps (the kernel rounds once, the ops after each op).
+fn fused_matches_ops<T: locus::Float>(tol: f64) -> locus::Result<()> {
+    let w0: Vec<T> = W0.iter().chain(&C).map(|v| T::from_f64(*v)).collect();
+    let run = |steps: usize| -> locus::Result<(Vec<T>, Vec<T>)> {
+        let mut on_gpu = Param::new(Tensor::<G, T>::from_vec(w0.clone(), [6])?);
+        let mut on_host = Param::new(Tensor::<Cpu, T>::from_vec(w0.clone(), [6])?);
+        let (mut a, mut b) = (AdamW::<G, T>::new(0.01), AdamW::<Cpu, T>::new(0.01));
+        let (mut sa, mut sb) = (Sgd::<G, T>::new(0.1).momentum(0.9), Sgd::<Cpu, T>::new(0.1).momentum(0.9));
+        for k in 0..steps {
+            on_gpu.zero_grad();
+            on_gpu.square()?.sum()?.backward()?;
+            on_host.zero_grad();
+            on_host.square()?.sum()?.backward()?;
+            if k % 2 == 0 {
+                a.step(&mut on_gpu)?;
+                b.step(&mut on_host)?;
+            } else {
+                sa.step(&mut on_gpu)?;
+                sb.step(&mut on_host)?;
+            }
+        }
+        Ok((on_gpu.to_vec()?, on_host.to_vec()?))
+    };
+    let (x, y) = run(6)?;
+    for (p, q) in x.iter().zip(&y) {
+        let (p, q) = (p.to_f64(), q.to_f64());
+        assert!((p - q).abs() <= tol * (1.0 + q.abs()), "{}: {x:?} vs {y:?}", T::DTYPE);
+    }
+    Ok(())
+}
+
+#[test]
+fn fused_updates_match_the_ops_in_every_float_type() -> locus::Result<()> {
+    fused_matches_ops::<f32>(1e-6)?;
+    fused_matches_ops::<f64>(1e-12)?;
+    fused_matches_ops::<locus::bf16>(3e-2)?;
+    fused_matches_ops::<locus::f16>(4e-3)
 }

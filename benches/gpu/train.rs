@@ -18,9 +18,9 @@ use super::{sync, G};
 fn mlp<T: Float>(width: usize) -> locus::Result<Sequential<G, T>> {
     let mut s = Sequential::new();
     for i in 0..4 {
-        s = s.add(Linear::new(width, width, i)?);
+        s = s.append(Linear::new(width, width, i)?);
         if i < 3 {
-            s = s.add(Relu::new());
+            s = s.append(Relu::new());
         }
     }
     Ok(s)

@@ -66,7 +66,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
     }
 
     /// `v - self`.
-    pub(crate) fn from_minus(&self, v: f64) -> Result<Self> {
+    pub(crate) fn rsub(&self, v: f64) -> Result<Self> {
         self.scalar_lhs(BinaryOp::Sub, T::from_f64(v))
     }
 

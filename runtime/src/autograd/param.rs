@@ -105,6 +105,14 @@ impl<D: Device, T: Float> Param<D, T> {
     }
 }
 
+impl<D: Device, T: Float> Param<D, T> {
+    /// The values, for an optimizer's kernel to write in place: counts as a write by `op`.
+    pub(crate) fn values_mut(&mut self, op: &'static str) -> &mut Tensor<D, T> {
+        self.leaf.bump(op);
+        &mut self.tensor
+    }
+}
+
 impl<D: HostPlacement, T: Float> Param<D, T> {
     /// The elements of a parameter in host memory, written in place: counts as a write
     /// as [`set`](Param::set) does.

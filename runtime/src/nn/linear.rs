@@ -55,9 +55,9 @@ impl<D: Device, T: Float> Linear<D, T> {
     }
 
     /// `x Wᵀ + b` for `x` on a placement that may meet this layer's.
-    pub fn apply<E: Device>(&self, x: &Tensor<E, T>) -> Result<Tensor<E, T>>
+    pub fn apply<E>(&self, x: &Tensor<E, T>) -> Result<Tensor<E, T>>
     where
-        E: SamePlacement<D>,
+        E: Device + SamePlacement<D>,
     {
         let y = x.matmul(&self.weight.t()?)?;
         match &self.bias {

@@ -21,9 +21,9 @@ impl<D: Device, T: Float, L: Module<D, T> + Parameters<D, T> + Send + Sync> Laye
 /// use locus::nn::{self, Linear, Module, Relu, Sequential};
 /// use locus::{Cuda, Tensor};
 /// let mlp = Sequential::<Cuda<0>>::new()
-///     .add(Linear::new(4, 8, 1)?)
-///     .add(Relu::new())
-///     .add(Linear::new(8, 1, 2)?);
+///     .append(Linear::new(4, 8, 1)?)
+///     .append(Relu::new())
+///     .append(Linear::new(8, 1, 2)?);
 /// let y = mlp.forward(&Tensor::ones([5, 4])?)?;
 /// assert_eq!(y.shape(), &[5, 1]);
 /// let names: Vec<String> = nn::named_parameters(&mlp).into_iter().map(|(n, _)| n).collect();
@@ -47,7 +47,7 @@ impl<D: Device, T: Float> Sequential<D, T> {
     }
 
     /// This container with `layer` last.
-    pub fn add(mut self, layer: impl Layer<D, T> + 'static) -> Self {
+    pub fn append(mut self, layer: impl Layer<D, T> + 'static) -> Self {
         self.layers.push(Box::new(layer));
         self
     }

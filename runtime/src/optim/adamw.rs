@@ -3,10 +3,11 @@
 
 use std::path::Path;
 
+use super::fused::{self, AdamWStep};
 use super::state::State;
 use crate::autograd::no_grad;
 use crate::checkpoint::Checkpoint;
-use crate::device::Device;
+use crate::device::{Device, DeviceId};
 use crate::element::Float;
 use crate::error::Result;
 use crate::nn::Parameters;
@@ -77,14 +78,12 @@ impl<D: Device, T: Float> AdamW<D, T> {
     }
 
     /// The number of steps taken for parameter `name` (0 before its first).
-    pub fn steps_of(&self, name: &str) -> Result<u64> {
-        Ok(match self.state.get(name, "step") {
-            Some(t) => t.item()?.to_f64() as u64,
-            None => 0,
-        })
+    pub fn steps_of(&self, name: &str) -> u64 {
+        self.state.steps.get(name).copied().unwrap_or(0)
     }
 
-    /// One update of every parameter of `model` that has a gradient.
+    /// One update of every parameter of `model` that has a gradient: one kernel per
+    /// parameter, in place (PyTorch's fused AdamW), with no wait for the device.
     pub fn step(&mut self, model: &mut impl Parameters<D, T>) -> Result<()> {
         let _off = no_grad();
         let (b1, b2) = self.betas;
@@ -95,21 +94,34 @@ impl<D: Device, T: Float> AdamW<D, T> {
             }
             let Some(g) = p.grad() else { return };
             result = (|| {
-                let t = self.steps_of(name)? + 1;
-                let (m, v) = match (self.state.get(name, "exp_avg"), self.state.get(name, "exp_avg_sq")) {
-                    (Some(m), Some(v)) => (m.clone(), v.clone()),
-                    _ => (Tensor::zeros_on(p.placement(), p.shape())?, Tensor::zeros_on(p.placement(), p.shape())?),
-                };
-                let m = (&m.scaled(b1)? + &g.scaled(1.0 - b1)?)?;
-                let v = (&v.scaled(b2)? + &g.square()?.scaled(1.0 - b2)?)?;
+                let t = self.steps_of(name) + 1;
+                let at = p.placement();
+                let shape = p.shape().to_vec();
                 let (bc1, bc2) = (1.0 - b1.powi(t as i32), 1.0 - b2.powi(t as i32));
-                let denom = v.sqrt()?.scaled(1.0 / bc2.sqrt())?.shifted(self.eps)?;
-                let update = (&m / &denom)?.scaled(self.lr / bc1)?;
-                let decayed = p.detach().scaled(1.0 - self.lr * self.weight_decay)?;
-                p.set((&decayed - &update)?)?;
-                self.state.set(name, "exp_avg", m);
-                self.state.set(name, "exp_avg_sq", v);
-                self.state.set(name, "step", Tensor::full_on(p.placement(), [], T::from_f64(t as f64))?);
+                let s = AdamWStep {
+                    decay: 1.0 - self.lr * self.weight_decay,
+                    b1,
+                    b2,
+                    eps: self.eps,
+                    step: self.lr / bc1,
+                    bc2_sqrt: bc2.sqrt(),
+                };
+                let mut m = self.state.slot(name, "exp_avg", || Tensor::zeros_on(at, &shape))?.clone();
+                let mut v = self.state.slot(name, "exp_avg_sq", || Tensor::zeros_on(at, &shape))?.clone();
+                // The state's handles are moved out and back, so the kernel's outputs are
+                // not shared (a shared output would be copied first).
+                self.state.slots.entry(name.to_string()).or_default().clear();
+                if matches!(at.id(), DeviceId::Cuda(_)) {
+                    fused::adamw(p.values_mut("AdamW::step"), &g, &mut m, &mut v, &s)?;
+                } else {
+                    let (np, nm, nv) = fused::adamw_by_ops(&p.detach(), &g, &m, &v, &s)?;
+                    p.set(np)?;
+                    (m, v) = (nm, nv);
+                }
+                let keys = self.state.slots.entry(name.to_string()).or_default();
+                keys.insert("exp_avg", m);
+                keys.insert("exp_avg_sq", v);
+                self.state.steps.insert(name.to_string(), t);
                 Ok(())
             })();
         });
@@ -124,7 +136,7 @@ impl<D: Device, T: Float> AdamW<D, T> {
     /// Loads state saved by [`save_state`](Self::save_state), onto this optimizer's
     /// placement (load the file with `load_safetensors::<D>`).
     pub fn load_state(&mut self, checkpoint: &Checkpoint<D>) -> Result<()> {
-        self.state.load(checkpoint, &["exp_avg", "exp_avg_sq", "step"])
+        self.state.load(checkpoint, &["exp_avg", "exp_avg_sq"])
     }
 }
 

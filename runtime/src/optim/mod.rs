@@ -13,10 +13,12 @@
 //! - `sgd`, `adamw`: the optimizers.
 //! - `clip`: `clip_grad_norm`.
 //! - `schedule`: `CosineWithWarmup`.
+//! - `fused`: each update as one kernel per parameter, in place (CUDA C and host).
 //! - `state`: the per-name state both optimizers keep, its moves and files.
 
 mod adamw;
 mod clip;
+mod fused;
 mod schedule;
 mod sgd;
 mod state;

@@ -3,13 +3,15 @@
 
 use std::path::Path;
 
+use super::fused::{self, SgdStep};
 use super::state::State;
 use crate::autograd::no_grad;
 use crate::checkpoint::Checkpoint;
-use crate::device::Device;
+use crate::device::{Device, DeviceId};
 use crate::element::Float;
 use crate::error::{Error, Result};
 use crate::nn::Parameters;
+use crate::tensor::Tensor;
 use crate::to_device::ToDevice;
 
 /// SGD on placement `D`: for each parameter with a gradient `g`,
@@ -99,16 +101,33 @@ impl<D: Device, T: Float> Sgd<D, T> {
             }
             let Some(g) = p.grad() else { return };
             result = (|| {
-                let mut g = if self.weight_decay != 0.0 { (&g + &p.detach().scaled(self.weight_decay)?)? } else { g };
-                if self.momentum != 0.0 {
-                    let buf = match self.state.get(name, "momentum_buffer") {
-                        Some(b) => (&b.scaled(self.momentum)? + &g.scaled(1.0 - self.dampening)?)?,
-                        None => g.clone(),
-                    };
-                    g = if self.nesterov { (&g + &buf.scaled(self.momentum)?)? } else { buf.clone() };
-                    self.state.set(name, "momentum_buffer", buf);
+                let first = self.state.get(name, "momentum_buffer").is_none();
+                let s = SgdStep {
+                    lr: self.lr,
+                    weight_decay: self.weight_decay,
+                    momentum: self.momentum,
+                    dampening: self.dampening,
+                    nesterov: self.nesterov,
+                    first,
+                };
+                let (at, shape) = (p.placement(), p.shape().to_vec());
+                // Without momentum the buffer is a zero-size stand-in the kernel never reads.
+                let mut buf = match self.state.slots.get_mut(name).and_then(|k| k.remove("momentum_buffer")) {
+                    Some(b) => b,
+                    None if self.momentum != 0.0 => Tensor::zeros_on(at, &shape)?,
+                    None => Tensor::zeros_on(at, [0])?,
+                };
+                if matches!(at.id(), DeviceId::Cuda(_)) {
+                    fused::sgd(p.values_mut("Sgd::step"), &g, &mut buf, &s)?;
+                } else {
+                    let (np, nb) = fused::sgd_by_ops(&p.detach(), &g, &buf, &s)?;
+                    p.set(np)?;
+                    buf = nb;
                 }
-                p.set((&p.detach() - &g.scaled(self.lr)?)?)
+                if self.momentum != 0.0 {
+                    self.state.slots.entry(name.to_string()).or_default().insert("momentum_buffer", buf);
+                }
+                Ok(())
             })();
         });
         result

@@ -72,8 +72,8 @@ fn unary_grad<D: Device, T: Element>(
         UnaryOp::Abs => g.masked(&x.gt_scalar(T::ZERO)?)?.binary(BinaryOp::Sub, &g.masked(&x.lt_scalar(T::ZERO)?)?),
         UnaryOp::Square => g.times(x)?.scaled(2.0),
         UnaryOp::Log => g.over(x),
-        UnaryOp::Tanh => g.times(&y.unary(UnaryOp::Square)?.from_minus(1.0)?),
-        UnaryOp::Sigmoid => g.times(y)?.times(&y.from_minus(1.0)?),
+        UnaryOp::Tanh => g.times(&y.unary(UnaryOp::Square)?.rsub(1.0)?),
+        UnaryOp::Sigmoid => g.times(y)?.times(&y.rsub(1.0)?),
         // gelu(x) = x Φ(x), so Φ(x) = y / x (½ at 0), and gelu'(x) = Φ(x) + x φ(x).
         UnaryOp::Gelu => {
             let cdf = Tensor::where_(
@@ -94,7 +94,7 @@ fn unary_grad<D: Device, T: Element>(
             let t = u.unary(UnaryOp::Tanh)?;
             let left = t.shifted(1.0)?.scaled(0.5)?;
             let du = x2.scaled(3.0 * C)?.shifted(1.0)?.scaled(K)?;
-            let right = x.times(&t.unary(UnaryOp::Square)?.from_minus(1.0)?)?.times(&du)?.scaled(0.5)?;
+            let right = x.times(&t.unary(UnaryOp::Square)?.rsub(1.0)?)?.times(&du)?.scaled(0.5)?;
             g.times(&left.binary(BinaryOp::Add, &right)?)
         }
     }
