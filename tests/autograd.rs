@@ -134,6 +134,8 @@ fn unary_ops_and_activations() {
     check("gelu", &[input(&s, 9)], |x| x[0].gelu());
     check("gelu at 0", &[Input { shape: vec![1], data: vec![0.0] }], |x| x[0].gelu());
     check("gelu_tanh", &[input(&s, 10)], |x| x[0].gelu_tanh());
+    check("sin", &[input_away(&s, 15, 1.0)], |x| x[0].sin());
+    check("cos", &[input_away(&s, 16, 1.0)], |x| x[0].cos());
     check("pow 3", &[input(&s, 11)], |x| x[0].pow(3.0));
     check("pow 0.5", &[positive(&s, 12)], |x| x[0].pow(0.5));
     check("clamp", &[input(&s, 13)], |x| x[0].clamp(-0.5, 0.5));
