@@ -355,3 +355,93 @@ proptest! {
         prop_assert_eq!(got.to_vec().unwrap(), ref_cat(&parts, dim));
     }
 }
+
+/// SplitMix64 of a counter and Box-Muller, written out again from the documented
+/// definition (not the runtime's code): element `i` of `randn(seed)`, in f64.
+fn ref_randn(seed: u64, i: u64) -> f64 {
+    let bits = |j: u64| {
+        let mut z = (seed ^ 0x6A09_E667_F3BC_C908).wrapping_add((j + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let k = i - i % 2;
+    let u1 = ((bits(k) >> 11) + 1) as f64 / 2f64.powi(53);
+    let u2 = (bits(k + 1) >> 11) as f64 / 2f64.powi(53);
+    let (s, c) = (2.0 * std::f64::consts::PI * u2).sin_cos();
+    (-2.0 * u1.ln()).sqrt() * if i % 2 == 0 { c } else { s }
+}
+
+/// Mean, standard deviation, and the shares beyond 1, 2 and 3 standard deviations.
+fn moments(v: &[f64]) -> (f64, f64, [f64; 3]) {
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    let std = (v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n).sqrt();
+    let beyond = |k: f64| v.iter().filter(|x| x.abs() > k).count() as f64 / n;
+    (mean, std, [beyond(1.0), beyond(2.0), beyond(3.0)])
+}
+
+#[test]
+fn randn_is_standard_normal_for_every_float_type() -> locus::Result<()> {
+    const N: usize = 200_003;
+    let samples: [(&str, Vec<f64>); 4] = [
+        ("f32", Tensor::<G>::randn([N], 3)?.to_vec()?.into_iter().map(f64::from).collect()),
+        ("f64", Tensor::<G, f64>::randn([N], 3)?.to_vec()?),
+        ("bf16", Tensor::<G, locus::bf16>::randn([N], 3)?.to_vec()?.into_iter().map(f64::from).collect()),
+        ("f16", Tensor::<G, locus::f16>::randn([N], 3)?.to_vec()?.into_iter().map(f64::from).collect()),
+    ];
+    for (name, v) in &samples {
+        let (mean, std, beyond) = moments(v);
+        // The standard error of the mean is 1/√N ≈ 0.0022, of the std ≈ 0.0016.
+        assert!(mean.abs() < 0.01, "{name}: mean {mean}");
+        assert!((std - 1.0).abs() < 0.01, "{name}: std {std}");
+        // The normal's tails: 31.73 %, 4.55 % and 0.27 % beyond 1, 2 and 3.
+        for (got, want) in beyond.iter().zip([0.3173, 0.0455, 0.0027]) {
+            assert!((got - want).abs() < 0.1 * want, "{name}: share beyond a bound {got}, want {want}");
+        }
+        assert!(v.iter().all(|x| x.is_finite() && x.abs() < 8.6), "{name}: a value out of range");
+    }
+    // The cosine and sine halves of each pair are uncorrelated.
+    let v = &samples[1].1;
+    let corr = v.chunks_exact(2).map(|p| p[0] * p[1]).sum::<f64>() / (N / 2) as f64;
+    assert!(corr.abs() < 0.01, "pairs correlate: {corr}");
+    Ok(())
+}
+
+#[test]
+fn randn_is_reproducible_and_the_same_on_every_placement() -> locus::Result<()> {
+    let a = Tensor::<G, f64>::randn([4, 1001], 11)?.to_vec()?;
+    assert_eq!(a, Tensor::<G, f64>::randn([4, 1001], 11)?.to_vec()?, "the same seed twice");
+    assert_ne!(a, Tensor::<G, f64>::randn([4, 1001], 12)?.to_vec()?, "another seed");
+    // Element i depends on the seed and i alone: a prefix under another shape.
+    assert_eq!(&a[..10], &Tensor::<G, f64>::randn([10], 11)?.to_vec()?[..]);
+    // Not rand's bits again: a pair's squared radius would be -2 ln(u + 2^-53) of rand's u.
+    let u = Tensor::<G, f64>::rand([8], 11)?.to_vec()?;
+    for k in (0..8).step_by(2) {
+        let (r2, reused) = (a[k] * a[k] + a[k + 1] * a[k + 1], -2.0 * (u[k] + 2f64.powi(-53)).ln());
+        assert!((r2 - reused).abs() > 1e-9 * reused, "randn reuses rand's bits at pair {k}");
+    }
+    // The documented definition, on cuda:0 and on the host placements, to f64's last bits.
+    let host_backend = locus::backend_name().is_ok_and(|b| b == "host");
+    for (name, v) in [("cuda:0", a.clone()), ("cpu", Tensor::<Cpu, f64>::randn([4004], 11)?.to_vec()?)] {
+        for (i, &x) in v.iter().enumerate() {
+            let want = ref_randn(11, i as u64);
+            assert!((x - want).abs() <= 1e-14 * want.abs().max(1.0), "{name}: element {i} is {x}, want {want}");
+        }
+    }
+    let f = Tensor::<G>::randn([5000], 5)?.to_vec()?;
+    let c = Tensor::<Cpu>::randn([5000], 5)?.to_vec()?;
+    let d = Tensor::<Dyn>::randn_on(Dyn::new(DeviceId::Pinned), [5000], 5)?.to_vec()?;
+    assert_eq!(c, d, "two host placements differ");
+    let differ = f.iter().zip(&c).filter(|(a, b)| a != b).count();
+    if host_backend {
+        assert_eq!(differ, 0, "cuda:0 and cpu of the host backend differ");
+    } else {
+        // f64 math of two libraries, rounded to f32: a rare last-bit difference.
+        assert!(differ <= 5, "{differ} of 5000 differ between the GPU and the host");
+        assert!(f.iter().zip(&c).all(|(a, b)| (a - b).abs() <= 1e-6 * a.abs().max(1.0)));
+    }
+    assert_eq!(Tensor::<G>::randn([0, 3], 1)?.shape(), &[0, 3]);
+    assert_eq!(Tensor::<G>::randn([], 1)?.to_vec()?.len(), 1);
+    Ok(())
+}
