@@ -150,6 +150,8 @@ fn matmul_all_forms_and_transposes() {
     check("matmul k = 0", &[input(&[3, 0], 7), input(&[0, 2], 8)], |x| x[0].matmul(x[1]));
     check("t", &[input(&[3, 4], 9)], |x| x[0].t());
     check("transpose", &[input(&[2, 3, 4], 10)], |x| x[0].transpose(0, 2));
+    check("unsqueeze", &[input(&[3, 4], 11)], |x| x[0].unsqueeze(1)?.exp());
+    check("squeeze", &[input(&[3, 1, 4], 12)], |x| x[0].squeeze(1)?.exp());
 }
 
 #[test]

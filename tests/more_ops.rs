@@ -445,3 +445,33 @@ fn randn_is_reproducible_and_the_same_on_every_placement() -> locus::Result<()> 
     assert_eq!(Tensor::<G>::randn([], 1)?.to_vec()?.len(), 1);
     Ok(())
 }
+
+#[test]
+fn unsqueeze_and_squeeze_move_dims_of_one() -> locus::Result<()> {
+    let t = Tensor::<G, i32>::arange(0, 6, 1)?.reshape([2, 3])?;
+    for (dim, shape) in [(0, [1, 2, 3]), (1, [2, 1, 3]), (2, [2, 3, 1])] {
+        let u = t.unsqueeze(dim)?;
+        assert_eq!(u.shape(), &shape, "unsqueeze({dim})");
+        assert_eq!(u.to_vec()?, t.to_vec()?, "unsqueeze keeps the elements");
+        let back = u.squeeze(dim)?;
+        assert_eq!((back.shape(), back.to_vec()?), (&[2, 3][..], t.to_vec()?), "squeeze({dim}) undoes it");
+    }
+    // A dim that is not 1 stays, as PyTorch's squeeze(dim).
+    assert_eq!(t.squeeze(0)?.shape(), &[2, 3]);
+    assert_eq!(Tensor::<G>::zeros([1, 0, 1])?.squeeze(2)?.shape(), &[1, 0]);
+    // 0-d: unsqueeze(0) makes [1], squeeze(0) leaves it.
+    let s = Tensor::<Cpu>::full([], 2.5)?;
+    assert_eq!((s.unsqueeze(0)?.shape(), s.squeeze(0)?.shape()), (&[1][..], &[][..]));
+    assert_eq!(s.unsqueeze(0)?.squeeze(0)?.item()?, 2.5);
+    let errors = [
+        ("unsqueeze(3)", t.unsqueeze(3).err()),
+        ("squeeze(2)", t.squeeze(2).err()),
+        ("0-d squeeze(1)", s.squeeze(1).err()),
+    ];
+    for (what, e) in errors {
+        let e = e.unwrap_or_else(|| panic!("{what} is no error"));
+        assert!(matches!(e, Error::InvalidArgument { op: "unsqueeze" | "squeeze", .. }), "{what}: {e}");
+        assert!(e.to_string().contains("out of range"), "{what}: {e}");
+    }
+    Ok(())
+}

@@ -14,6 +14,7 @@ mod matrix;
 mod ndarray;
 mod reduce_dim;
 mod softmax;
+mod squeeze;
 
 use std::fmt;
 use std::marker::PhantomData;
