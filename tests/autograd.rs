@@ -166,6 +166,9 @@ fn reductions() {
     check("max", &[input(&s, 6)], |x| x[0].max());
     check("max_dim", &[input(&[2, 3, 4], 7)], |x| Ok(x[0].max_dim(1, false)?.0));
     check("max_dim keep", &[input(&s, 8)], |x| Ok(x[0].max_dim(0, true)?.0));
+    check("min", &[input(&s, 9)], |x| x[0].min());
+    check("min_dim", &[input(&[2, 3, 4], 10)], |x| Ok(x[0].min_dim(1, false)?.0));
+    check("min_dim keep", &[input(&s, 11)], |x| Ok(x[0].min_dim(0, true)?.0));
 }
 
 #[test]
@@ -173,6 +176,16 @@ fn max_of_ties_shares_the_gradient() {
     let w = Param::new(T::from_vec(vec![1.0, 3.0, 3.0], [3]).unwrap());
     w.max().unwrap().backward().unwrap();
     assert_eq!(w.grad().unwrap().to_vec().unwrap(), vec![0.0, 0.5, 0.5]);
+}
+
+#[test]
+fn min_of_ties_shares_the_gradient_and_min_dim_picks_the_first() {
+    let w = Param::new(T::from_vec(vec![-1.0, 3.0, -1.0, 2.0], [2, 2]).unwrap());
+    w.min().unwrap().backward().unwrap();
+    assert_eq!(w.grad().unwrap().to_vec().unwrap(), vec![0.5, 0.0, 0.5, 0.0]);
+    let v = Param::new(T::from_vec(vec![1.0, 1.0, 0.0, 5.0, 0.0, 0.0], [2, 3]).unwrap());
+    v.min_dim(1, false).unwrap().0.sum().unwrap().backward().unwrap();
+    assert_eq!(v.grad().unwrap().to_vec().unwrap(), vec![0.0, 0.0, 1.0, 0.0, 1.0, 0.0]);
 }
 
 #[test]
