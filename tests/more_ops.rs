@@ -475,3 +475,40 @@ fn unsqueeze_and_squeeze_move_dims_of_one() -> locus::Result<()> {
     }
     Ok(())
 }
+
+#[test]
+fn one_hot_against_a_loop_for_several_element_types() -> locus::Result<()> {
+    let idx: Vec<i32> = (0..2 * 3 * 5).map(|i| (i * 7 + 3) % 6).collect();
+    let t = Tensor::<G, i32>::from_slice(&idx, [2, 3, 5])?;
+    let want: Vec<i32> = idx.iter().flat_map(|&i| (0..6).map(move |c| i32::from(c == i))).collect();
+    let f = t.one_hot::<f32>(6)?;
+    assert_eq!(f.shape(), &[2, 3, 5, 6]);
+    assert_eq!(f.to_vec()?, want.iter().map(|&v| v as f32).collect::<Vec<_>>());
+    assert_eq!(t.one_hot::<i32>(6)?.to_vec()?, want);
+    assert_eq!(t.one_hot::<u8>(6)?.to_vec()?, want.iter().map(|&v| v as u8).collect::<Vec<_>>());
+    let b = t.to::<Cpu>()?.one_hot::<locus::bf16>(7)?;
+    assert_eq!(b.shape(), &[2, 3, 5, 7], "more classes than indices use");
+    assert_eq!(b.sum_dim(3, false)?.to_dtype::<f32>()?.to_vec()?, vec![1.0; 30]);
+    // A 0-d index gives one row; an empty tensor gives no rows, of any class count.
+    assert_eq!(Tensor::<G, i32>::full([], 1)?.one_hot::<f64>(3)?.to_vec()?, vec![0.0, 1.0, 0.0]);
+    assert_eq!(Tensor::<G, i32>::zeros([0, 2])?.one_hot::<f32>(0)?.shape(), &[0, 2, 0]);
+    Ok(())
+}
+
+#[test]
+fn one_hot_of_an_index_out_of_range_is_an_error() -> locus::Result<()> {
+    let cases: [(&[i32], usize, &str); 4] = [
+        (&[0, 3, 1], 3, "index 3 is out of range for 3 classes"),
+        (&[0, -1, 1], 3, "index -1 is out of range for 3 classes"),
+        (&[i32::MIN], 3, "index -2147483648 is out of range"),
+        (&[0], 0, "index 0 is out of range for 0 classes"),
+    ];
+    for (idx, n, want) in cases {
+        let e = Tensor::<G, i32>::from_slice(idx, [idx.len()])?.one_hot::<f32>(n).expect_err(want);
+        assert!(matches!(e, Error::InvalidArgument { op: "one_hot", .. }), "{e}");
+        assert!(e.to_string().contains(want), "{e}");
+    }
+    let too_many = Tensor::<G, i32>::zeros([1])?.one_hot::<u8>(i32::MAX as usize + 1).unwrap_err();
+    assert!(too_many.to_string().contains("at most i32::MAX"), "{too_many}");
+    Ok(())
+}

@@ -12,6 +12,7 @@ mod layout;
 mod matrix;
 #[cfg(feature = "ndarray")]
 mod ndarray;
+mod one_hot;
 mod reduce_dim;
 mod softmax;
 mod squeeze;
