@@ -512,3 +512,57 @@ fn one_hot_of_an_index_out_of_range_is_an_error() -> locus::Result<()> {
     assert!(too_many.to_string().contains("at most i32::MAX"), "{too_many}");
     Ok(())
 }
+
+#[test]
+fn debug_prints_the_values_as_pytorch_lays_them_out() -> locus::Result<()> {
+    let t = Tensor::<G, i32>::arange(0, 12, 1)?.reshape([2, 2, 3])?;
+    let want = "tensor([[[ 0,  1,  2],\n         [ 3,  4,  5]],\n\n        [[ 6,  7,  8],\n         [ 9, 10, 11]]], \
+                device=cuda:0, dtype=i32, shape=[2, 2, 3])";
+    assert_eq!(format!("{t:?}"), want);
+    let f = Tensor::<Cpu>::from_vec(vec![1.5, -2.0, f32::NAN], [3])?;
+    assert_eq!(format!("{f:?}"), "tensor([ 1.5, -2.0,  NaN], device=cpu, dtype=f32, shape=[3])");
+    let d = Tensor::<Cpu, locus::bf16>::full([], locus::bf16::from_f32(0.5))?.to_dyn(DeviceId::Cuda(0))?;
+    assert_eq!(format!("{d:?}"), "tensor(0.5, device=cuda:0, dtype=bf16, shape=[])");
+    assert_eq!(format!("{:?}", Tensor::<G, u8>::zeros([0, 4])?), "tensor([], device=cuda:0, dtype=u8, shape=[0, 4])");
+    // Up to 1000 elements all are shown, rows wrapped within 80 columns.
+    let all = format!("{:?}", Tensor::<G, i32>::arange(0, 1000, 1)?);
+    assert!(all.contains(" 999]") && !all.contains("..."), "{all}");
+    assert!(all.lines().all(|l| l.len() <= 80 || l.contains("device=")), "{all}");
+    Ok(())
+}
+
+#[test]
+fn debug_of_a_large_tensor_shows_its_edges() -> locus::Result<()> {
+    let t = Tensor::<G, i32>::arange(0, 10_000, 1)?.reshape([100, 100])?;
+    let want = "tensor([[   0,    1,    2,  ...,   97,   98,   99],
+        [ 100,  101,  102,  ...,  197,  198,  199],
+        [ 200,  201,  202,  ...,  297,  298,  299],
+        ...,
+        [9700, 9701, 9702,  ..., 9797, 9798, 9799],
+        [9800, 9801, 9802,  ..., 9897, 9898, 9899],
+        [9900, 9901, 9902,  ..., 9997, 9998, 9999]], device=cuda:0, dtype=i32, shape=[100, 100])";
+    assert_eq!(format!("{t:?}"), want);
+    // A dim of 6 or fewer is kept whole; 1001 elements are summarised.
+    let narrow = format!("{:?}", Tensor::<Cpu, i32>::arange(0, 1001 * 2, 1)?.reshape([2, 1001])?);
+    assert!(narrow.starts_with("tensor([[   0,    1,    2,  ...,  998,  999, 1000],\n        [1001, "), "{narrow}");
+    Ok(())
+}
+
+#[test]
+fn debug_of_a_tensor_that_cannot_be_read_still_prints() -> locus::Result<()> {
+    let s0 = locus::Stream::<G>::new()?;
+    let mut x = Tensor::<G>::zeros([4])?;
+    let mut text = String::new();
+    locus::Graph::capture(&s0, &mut x, |x| {
+        text = format!("{x:?}");
+        Ok(())
+    })?;
+    assert!(text.starts_with("tensor(<values not read: ") && text.contains("cannot be captured"), "{text}");
+    assert!(text.ends_with(", device=cuda:0, dtype=f32, shape=[4])"), "{text}");
+    // A large tensor is cut down on its device, which a stream of another device refuses.
+    let big = Tensor::<G>::zeros([40, 40])?;
+    let s1 = locus::Stream::<Cuda<1>>::new()?;
+    let text = locus::on_stream(&s1, || Ok::<_, locus::Error>(format!("{big:?}")))?;
+    assert!(text.starts_with("tensor(<values not read: narrow") && text.ends_with("shape=[40, 40])"), "{text}");
+    Ok(())
+}
