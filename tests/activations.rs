@@ -1,4 +1,5 @@
-//! The float activations (`log`, `tanh`, `sigmoid`, `gelu`, `gelu_tanh`), for f32, f64,
+//! The float activations (`log`, `tanh`, `sigmoid`, `gelu`, `gelu_tanh`) and the float
+//! unary ops `sin` and `cos`, for f32, f64,
 //! bf16 and f16, on cuda:0 of
 //! the selected backend and on `Cpu` (the host kernels), each against the other and
 //! against a plain-Rust f64 reference, on random tensors of rank 1 to 4 and on the
@@ -31,9 +32,11 @@ enum Act {
     Sigmoid,
     Gelu,
     GeluTanh,
+    Sin,
+    Cos,
 }
 
-const ALL: [Act; 5] = [Act::Log, Act::Tanh, Act::Sigmoid, Act::Gelu, Act::GeluTanh];
+const ALL: [Act; 7] = [Act::Log, Act::Tanh, Act::Sigmoid, Act::Gelu, Act::GeluTanh, Act::Sin, Act::Cos];
 
 /// erf by definitions independent of the host backend's (which sums a series of
 /// positive terms and a continued fraction): the alternating Maclaurin series below 4.5,
@@ -85,6 +88,8 @@ fn reference(act: Act, x: f64) -> f64 {
         Act::Sigmoid => 1.0 / (1.0 + (-x).exp()),
         Act::Gelu => 0.5 * x * (1.0 + ref_erf(x / 2f64.sqrt())),
         Act::GeluTanh => 0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh()),
+        Act::Sin => x.sin(),
+        Act::Cos => x.cos(),
     }
 }
 
@@ -125,6 +130,8 @@ fn apply<D: locus::Device, T: Float>(act: Act, t: &Tensor<D, T>) -> locus::Resul
         Act::Sigmoid => t.sigmoid(),
         Act::Gelu => t.gelu(),
         Act::GeluTanh => t.gelu_tanh(),
+        Act::Sin => t.sin(),
+        Act::Cos => t.cos(),
     }
 }
 
@@ -293,6 +300,27 @@ fn tanh_and_gelu_special_values() -> locus::Result<()> {
     let far = Tensor::<G, f64>::from_vec(vec![-40.0, 40.0, 1e10], [3])?;
     for g in [far.gelu()?.to_vec()?, far.gelu_tanh()?.to_vec()?] {
         assert!(g[0].abs() < 1e-300 && g[1] == 40.0 && g[2] == 1e10, "{g:?}");
+    }
+    Ok(())
+}
+
+#[test]
+fn sin_and_cos_special_values() -> locus::Result<()> {
+    let x = Tensor::<G>::from_vec(vec![0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN], [5])?;
+    for (s, c) in
+        [(x.sin()?.to_vec()?, x.cos()?.to_vec()?), (x.to::<Cpu>()?.sin()?.to_vec()?, x.to::<Cpu>()?.cos()?.to_vec()?)]
+    {
+        assert!(
+            s[0] == 0.0 && s[0].is_sign_positive() && s[1] == 0.0 && s[1].is_sign_negative(),
+            "sin(±0) is ±0: {s:?}"
+        );
+        assert_eq!(&c[..2], &[1.0, 1.0]);
+        assert!(s[2..].iter().chain(&c[2..]).all(|v| v.is_nan()), "sin and cos of ±inf and NaN are NaN: {s:?} {c:?}");
+    }
+    // A large argument keeps its accuracy (full range reduction, not a fast intrinsic).
+    let big = Tensor::<G, f64>::from_vec(vec![1e6, 1e15], [2])?;
+    for (s, want) in big.sin()?.to_vec()?.into_iter().zip([1e6f64.sin(), 1e15f64.sin()]) {
+        assert!((s - want).abs() <= 1e-12, "sin of a large argument: {s} against {want}");
     }
     Ok(())
 }

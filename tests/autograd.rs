@@ -134,6 +134,8 @@ fn unary_ops_and_activations() {
     check("gelu", &[input(&s, 9)], |x| x[0].gelu());
     check("gelu at 0", &[Input { shape: vec![1], data: vec![0.0] }], |x| x[0].gelu());
     check("gelu_tanh", &[input(&s, 10)], |x| x[0].gelu_tanh());
+    check("sin", &[input_away(&s, 15, 1.0)], |x| x[0].sin());
+    check("cos", &[input_away(&s, 16, 1.0)], |x| x[0].cos());
     check("pow 3", &[input(&s, 11)], |x| x[0].pow(3.0));
     check("pow 0.5", &[positive(&s, 12)], |x| x[0].pow(0.5));
     check("clamp", &[input(&s, 13)], |x| x[0].clamp(-0.5, 0.5));
@@ -148,6 +150,8 @@ fn matmul_all_forms_and_transposes() {
     check("matmul k = 0", &[input(&[3, 0], 7), input(&[0, 2], 8)], |x| x[0].matmul(x[1]));
     check("t", &[input(&[3, 4], 9)], |x| x[0].t());
     check("transpose", &[input(&[2, 3, 4], 10)], |x| x[0].transpose(0, 2));
+    check("unsqueeze", &[input(&[3, 4], 11)], |x| x[0].unsqueeze(1)?.exp());
+    check("squeeze", &[input(&[3, 1, 4], 12)], |x| x[0].squeeze(1)?.exp());
 }
 
 #[test]
@@ -162,6 +166,9 @@ fn reductions() {
     check("max", &[input(&s, 6)], |x| x[0].max());
     check("max_dim", &[input(&[2, 3, 4], 7)], |x| Ok(x[0].max_dim(1, false)?.0));
     check("max_dim keep", &[input(&s, 8)], |x| Ok(x[0].max_dim(0, true)?.0));
+    check("min", &[input(&s, 9)], |x| x[0].min());
+    check("min_dim", &[input(&[2, 3, 4], 10)], |x| Ok(x[0].min_dim(1, false)?.0));
+    check("min_dim keep", &[input(&s, 11)], |x| Ok(x[0].min_dim(0, true)?.0));
 }
 
 #[test]
@@ -169,6 +176,16 @@ fn max_of_ties_shares_the_gradient() {
     let w = Param::new(T::from_vec(vec![1.0, 3.0, 3.0], [3]).unwrap());
     w.max().unwrap().backward().unwrap();
     assert_eq!(w.grad().unwrap().to_vec().unwrap(), vec![0.0, 0.5, 0.5]);
+}
+
+#[test]
+fn min_of_ties_shares_the_gradient_and_min_dim_picks_the_first() {
+    let w = Param::new(T::from_vec(vec![-1.0, 3.0, -1.0, 2.0], [2, 2]).unwrap());
+    w.min().unwrap().backward().unwrap();
+    assert_eq!(w.grad().unwrap().to_vec().unwrap(), vec![0.5, 0.0, 0.5, 0.0]);
+    let v = Param::new(T::from_vec(vec![1.0, 1.0, 0.0, 5.0, 0.0, 0.0], [2, 3]).unwrap());
+    v.min_dim(1, false).unwrap().0.sum().unwrap().backward().unwrap();
+    assert_eq!(v.grad().unwrap().to_vec().unwrap(), vec![0.0, 0.0, 1.0, 0.0, 1.0, 0.0]);
 }
 
 #[test]

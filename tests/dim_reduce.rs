@@ -1,13 +1,14 @@
-//! Reductions over one dim with `keepdim`: `sum_dim`, `mean_dim`, `max_dim` (values and
-//! indices) and `argmax`, on cuda:0 of the selected backend and on `Cpu`, against plain
+//! Reductions over one dim with `keepdim`: `sum_dim`, `mean_dim`, `max_dim` and `min_dim`
+//! (values and indices), `argmax` and `argmin` (and `min` of all elements), on cuda:0 of the selected backend and on `Cpu`, against plain
 //! loops over `Vec`s, for every element type (f32, f64, i32, u8, bf16, f16): random
 //! shapes of rank 1 to 4 and every dim, values drawn from a few so that ties are common,
 //! NaN among the floats. Then the shapes
 //! each GPU kernel path takes (short rows, long rows, long rows cut into segments, rows
 //! that start unaligned, inner dims), and the errors.
 //!
-//! `max_dim` and `argmax` are exact: the index of the first maximum, NaN winning (the first
-//! NaN), and the element at that index, bit for bit. Integer sums wrap and are exact.
+//! `max_dim`, `argmax`, `min_dim`, `argmin` and `min` are exact: the index of the first
+//! maximum (minimum), NaN winning (the first NaN), and the element at that index, bit for
+//! bit, `i32::MIN` and the u8 extremes included. Integer sums wrap and are exact.
 //! Float sums and means accumulate in f64 on both backends: an f32 result is within
 //! `1e-6 * Σ|x|` of the f64 reference (rounding the f64 sum to f32 is the bulk of it), an
 //! f64 result within `1e-12 * Σ|x|`, bf16 and f16 results within two of their ulps
@@ -58,6 +59,20 @@ fn ref_argmax<T: PartialOrd + Copy>(lane: &[T]) -> usize {
     at
 }
 
+/// The index of the first minimum of `lane`, NaN winning, the first NaN.
+fn ref_argmin<T: PartialOrd + Copy>(lane: &[T]) -> usize {
+    if let Some(i) = lane.iter().position(|&v| is_nan(v)) {
+        return i;
+    }
+    let mut at = 0;
+    for (i, &v) in lane.iter().enumerate() {
+        if v < lane[at] {
+            at = i;
+        }
+    }
+    at
+}
+
 fn bits<T: Element>(v: &[T]) -> Vec<u64> {
     v.iter().map(|x| x.to_f64().to_bits()).collect()
 }
@@ -81,6 +96,45 @@ fn check_max<T: Element>(x: &[T], shape: &[usize], dim: usize) -> Result<(), Tes
         for (name, a) in [("cuda:0", arg(&g, dim, keepdim)), ("cpu", arg(&c, dim, keepdim))] {
             prop_assert_eq!(&a.0, &out, "argmax shape on {}", name);
             prop_assert_eq!(&a.1, &want_idx, "argmax({}) on {} of {:?} {:?}", dim, name, shape, x);
+        }
+    }
+    Ok(())
+}
+
+/// `min_dim` and `argmin` over `dim`, and `min` of all, on cuda:0 and on `Cpu` against the
+/// loop, with and without `keepdim`.
+fn check_min<T: Element>(x: &[T], shape: &[usize], dim: usize) -> Result<(), TestCaseError> {
+    let lanes = lanes(x, shape, dim);
+    let want_idx: Vec<i32> = lanes.iter().map(|l| ref_argmin(l) as i32).collect();
+    let want_val: Vec<T> = lanes.iter().zip(&want_idx).map(|(l, &i)| l[i as usize]).collect();
+    let g = Tensor::<G, T>::from_slice(x, shape).unwrap();
+    let c = Tensor::<Cpu, T>::from_slice(x, shape).unwrap();
+    for (name, t) in [("cuda:0", g.clone().into_dyn()), ("cpu", c.clone().into_dyn())] {
+        if x.is_empty() {
+            prop_assert!(matches!(t.min(), Err(Error::InvalidArgument { op: "min", .. })), "min of an empty tensor");
+        } else {
+            let m = t.min().unwrap();
+            prop_assert_eq!(m.shape(), &[] as &[usize]);
+            prop_assert_eq!(bits(&m.to_vec().unwrap()), bits(&[x[ref_argmin(x)]]), "min on {} of {:?}", name, x);
+        }
+        for keepdim in [false, true] {
+            let out = reduced(shape, dim, keepdim);
+            let (v, i) = t.min_dim(dim, keepdim).unwrap();
+            prop_assert_eq!(v.shape(), &out[..], "min_dim values' shape on {}", name);
+            prop_assert_eq!(i.shape(), &out[..], "min_dim indices' shape on {}", name);
+            prop_assert_eq!(
+                &i.to_vec().unwrap(),
+                &want_idx,
+                "min_dim({}) indices on {} of {:?} {:?}",
+                dim,
+                name,
+                shape,
+                x
+            );
+            prop_assert_eq!(bits(&v.to_vec().unwrap()), bits(&want_val), "min_dim({}) values on {}", dim, name);
+            let a = t.argmin(dim, keepdim).unwrap();
+            prop_assert_eq!(a.shape(), &out[..], "argmin shape on {}", name);
+            prop_assert_eq!(&a.to_vec().unwrap(), &want_idx, "argmin({}) on {} of {:?} {:?}", dim, name, shape, x);
         }
     }
     Ok(())
@@ -190,6 +244,7 @@ fn f64s() -> impl Strategy<Value = f64> + Clone {
 /// Runs the max checks when the dim has elements, else checks that both are errors.
 fn check_max_or_error<T: Element>(x: &[T], shape: &[usize], dim: usize) -> Result<(), TestCaseError> {
     if shape[dim] > 0 {
+        check_min(x, shape, dim)?;
         return check_max(x, shape, dim);
     }
     let g = Tensor::<G, T>::from_slice(x, shape).unwrap();
@@ -199,6 +254,11 @@ fn check_max_or_error<T: Element>(x: &[T], shape: &[usize], dim: usize) -> Resul
         prop_assert!(matches!(a, Err(Error::InvalidArgument { op: "argmax", .. })), "argmax of an empty dim");
         let c = g.to::<Cpu>().unwrap();
         prop_assert!(c.max_dim(dim, keepdim).is_err() && c.argmax(dim, keepdim).is_err());
+        let (m, a) = (g.min_dim(dim, keepdim), g.argmin(dim, keepdim));
+        prop_assert!(matches!(m, Err(Error::InvalidArgument { op: "min_dim", .. })), "min_dim of an empty dim");
+        prop_assert!(matches!(a, Err(Error::InvalidArgument { op: "argmin", .. })), "argmin of an empty dim");
+        prop_assert!(c.min_dim(dim, keepdim).is_err() && c.argmin(dim, keepdim).is_err());
+        prop_assert!(matches!(g.min(), Err(Error::InvalidArgument { op: "min", .. })), "min of an empty tensor");
     }
     Ok(())
 }

@@ -355,3 +355,214 @@ proptest! {
         prop_assert_eq!(got.to_vec().unwrap(), ref_cat(&parts, dim));
     }
 }
+
+/// SplitMix64 of a counter and Box-Muller, written out again from the documented
+/// definition (not the runtime's code): element `i` of `randn(seed)`, in f64.
+fn ref_randn(seed: u64, i: u64) -> f64 {
+    let bits = |j: u64| {
+        let mut z = (seed ^ 0x6A09_E667_F3BC_C908).wrapping_add((j + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let k = i - i % 2;
+    let u1 = ((bits(k) >> 11) + 1) as f64 / 2f64.powi(53);
+    let u2 = (bits(k + 1) >> 11) as f64 / 2f64.powi(53);
+    let (s, c) = (2.0 * std::f64::consts::PI * u2).sin_cos();
+    (-2.0 * u1.ln()).sqrt() * if i % 2 == 0 { c } else { s }
+}
+
+/// Mean, standard deviation, and the shares beyond 1, 2 and 3 standard deviations.
+fn moments(v: &[f64]) -> (f64, f64, [f64; 3]) {
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    let std = (v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n).sqrt();
+    let beyond = |k: f64| v.iter().filter(|x| x.abs() > k).count() as f64 / n;
+    (mean, std, [beyond(1.0), beyond(2.0), beyond(3.0)])
+}
+
+#[test]
+fn randn_is_standard_normal_for_every_float_type() -> locus::Result<()> {
+    const N: usize = 200_003;
+    let samples: [(&str, Vec<f64>); 4] = [
+        ("f32", Tensor::<G>::randn([N], 3)?.to_vec()?.into_iter().map(f64::from).collect()),
+        ("f64", Tensor::<G, f64>::randn([N], 3)?.to_vec()?),
+        ("bf16", Tensor::<G, locus::bf16>::randn([N], 3)?.to_vec()?.into_iter().map(f64::from).collect()),
+        ("f16", Tensor::<G, locus::f16>::randn([N], 3)?.to_vec()?.into_iter().map(f64::from).collect()),
+    ];
+    for (name, v) in &samples {
+        let (mean, std, beyond) = moments(v);
+        // The standard error of the mean is 1/√N ≈ 0.0022, of the std ≈ 0.0016.
+        assert!(mean.abs() < 0.01, "{name}: mean {mean}");
+        assert!((std - 1.0).abs() < 0.01, "{name}: std {std}");
+        // The normal's tails: 31.73 %, 4.55 % and 0.27 % beyond 1, 2 and 3.
+        for (got, want) in beyond.iter().zip([0.3173, 0.0455, 0.0027]) {
+            assert!((got - want).abs() < 0.1 * want, "{name}: share beyond a bound {got}, want {want}");
+        }
+        assert!(v.iter().all(|x| x.is_finite() && x.abs() < 8.6), "{name}: a value out of range");
+    }
+    // The cosine and sine halves of each pair are uncorrelated.
+    let v = &samples[1].1;
+    let corr = v.chunks_exact(2).map(|p| p[0] * p[1]).sum::<f64>() / (N / 2) as f64;
+    assert!(corr.abs() < 0.01, "pairs correlate: {corr}");
+    Ok(())
+}
+
+#[test]
+fn randn_is_reproducible_and_the_same_on_every_placement() -> locus::Result<()> {
+    let a = Tensor::<G, f64>::randn([4, 1001], 11)?.to_vec()?;
+    assert_eq!(a, Tensor::<G, f64>::randn([4, 1001], 11)?.to_vec()?, "the same seed twice");
+    assert_ne!(a, Tensor::<G, f64>::randn([4, 1001], 12)?.to_vec()?, "another seed");
+    // Element i depends on the seed and i alone: a prefix under another shape.
+    assert_eq!(&a[..10], &Tensor::<G, f64>::randn([10], 11)?.to_vec()?[..]);
+    // Not rand's bits again: a pair's squared radius would be -2 ln(u + 2^-53) of rand's u.
+    let u = Tensor::<G, f64>::rand([8], 11)?.to_vec()?;
+    for k in (0..8).step_by(2) {
+        let (r2, reused) = (a[k] * a[k] + a[k + 1] * a[k + 1], -2.0 * (u[k] + 2f64.powi(-53)).ln());
+        assert!((r2 - reused).abs() > 1e-9 * reused, "randn reuses rand's bits at pair {k}");
+    }
+    // The documented definition, on cuda:0 and on the host placements, to f64's last bits.
+    let host_backend = locus::backend_name().is_ok_and(|b| b == "host");
+    for (name, v) in [("cuda:0", a.clone()), ("cpu", Tensor::<Cpu, f64>::randn([4004], 11)?.to_vec()?)] {
+        for (i, &x) in v.iter().enumerate() {
+            let want = ref_randn(11, i as u64);
+            assert!((x - want).abs() <= 1e-14 * want.abs().max(1.0), "{name}: element {i} is {x}, want {want}");
+        }
+    }
+    let f = Tensor::<G>::randn([5000], 5)?.to_vec()?;
+    let c = Tensor::<Cpu>::randn([5000], 5)?.to_vec()?;
+    let d = Tensor::<Dyn>::randn_on(Dyn::new(DeviceId::Pinned), [5000], 5)?.to_vec()?;
+    assert_eq!(c, d, "two host placements differ");
+    let differ = f.iter().zip(&c).filter(|(a, b)| a != b).count();
+    if host_backend {
+        assert_eq!(differ, 0, "cuda:0 and cpu of the host backend differ");
+    } else {
+        // f64 math of two libraries, rounded to f32: a rare last-bit difference.
+        assert!(differ <= 5, "{differ} of 5000 differ between the GPU and the host");
+        assert!(f.iter().zip(&c).all(|(a, b)| (a - b).abs() <= 1e-6 * a.abs().max(1.0)));
+    }
+    assert_eq!(Tensor::<G>::randn([0, 3], 1)?.shape(), &[0, 3]);
+    assert_eq!(Tensor::<G>::randn([], 1)?.to_vec()?.len(), 1);
+    Ok(())
+}
+
+#[test]
+fn unsqueeze_and_squeeze_move_dims_of_one() -> locus::Result<()> {
+    let t = Tensor::<G, i32>::arange(0, 6, 1)?.reshape([2, 3])?;
+    for (dim, shape) in [(0, [1, 2, 3]), (1, [2, 1, 3]), (2, [2, 3, 1])] {
+        let u = t.unsqueeze(dim)?;
+        assert_eq!(u.shape(), &shape, "unsqueeze({dim})");
+        assert_eq!(u.to_vec()?, t.to_vec()?, "unsqueeze keeps the elements");
+        let back = u.squeeze(dim)?;
+        assert_eq!((back.shape(), back.to_vec()?), (&[2, 3][..], t.to_vec()?), "squeeze({dim}) undoes it");
+    }
+    // A dim that is not 1 stays, as PyTorch's squeeze(dim).
+    assert_eq!(t.squeeze(0)?.shape(), &[2, 3]);
+    assert_eq!(Tensor::<G>::zeros([1, 0, 1])?.squeeze(2)?.shape(), &[1, 0]);
+    // 0-d: unsqueeze(0) makes [1], squeeze(0) leaves it.
+    let s = Tensor::<Cpu>::full([], 2.5)?;
+    assert_eq!((s.unsqueeze(0)?.shape(), s.squeeze(0)?.shape()), (&[1][..], &[][..]));
+    assert_eq!(s.unsqueeze(0)?.squeeze(0)?.item()?, 2.5);
+    let errors = [
+        ("unsqueeze(3)", t.unsqueeze(3).err()),
+        ("squeeze(2)", t.squeeze(2).err()),
+        ("0-d squeeze(1)", s.squeeze(1).err()),
+    ];
+    for (what, e) in errors {
+        let e = e.unwrap_or_else(|| panic!("{what} is no error"));
+        assert!(matches!(e, Error::InvalidArgument { op: "unsqueeze" | "squeeze", .. }), "{what}: {e}");
+        assert!(e.to_string().contains("out of range"), "{what}: {e}");
+    }
+    Ok(())
+}
+
+#[test]
+fn one_hot_against_a_loop_for_several_element_types() -> locus::Result<()> {
+    let idx: Vec<i32> = (0..2 * 3 * 5).map(|i| (i * 7 + 3) % 6).collect();
+    let t = Tensor::<G, i32>::from_slice(&idx, [2, 3, 5])?;
+    let want: Vec<i32> = idx.iter().flat_map(|&i| (0..6).map(move |c| i32::from(c == i))).collect();
+    let f = t.one_hot::<f32>(6)?;
+    assert_eq!(f.shape(), &[2, 3, 5, 6]);
+    assert_eq!(f.to_vec()?, want.iter().map(|&v| v as f32).collect::<Vec<_>>());
+    assert_eq!(t.one_hot::<i32>(6)?.to_vec()?, want);
+    assert_eq!(t.one_hot::<u8>(6)?.to_vec()?, want.iter().map(|&v| v as u8).collect::<Vec<_>>());
+    let b = t.to::<Cpu>()?.one_hot::<locus::bf16>(7)?;
+    assert_eq!(b.shape(), &[2, 3, 5, 7], "more classes than indices use");
+    assert_eq!(b.sum_dim(3, false)?.to_dtype::<f32>()?.to_vec()?, vec![1.0; 30]);
+    // A 0-d index gives one row; an empty tensor gives no rows, of any class count.
+    assert_eq!(Tensor::<G, i32>::full([], 1)?.one_hot::<f64>(3)?.to_vec()?, vec![0.0, 1.0, 0.0]);
+    assert_eq!(Tensor::<G, i32>::zeros([0, 2])?.one_hot::<f32>(0)?.shape(), &[0, 2, 0]);
+    Ok(())
+}
+
+#[test]
+fn one_hot_of_an_index_out_of_range_is_an_error() -> locus::Result<()> {
+    let cases: [(&[i32], usize, &str); 4] = [
+        (&[0, 3, 1], 3, "index 3 is out of range for 3 classes"),
+        (&[0, -1, 1], 3, "index -1 is out of range for 3 classes"),
+        (&[i32::MIN], 3, "index -2147483648 is out of range"),
+        (&[0], 0, "index 0 is out of range for 0 classes"),
+    ];
+    for (idx, n, want) in cases {
+        let e = Tensor::<G, i32>::from_slice(idx, [idx.len()])?.one_hot::<f32>(n).expect_err(want);
+        assert!(matches!(e, Error::InvalidArgument { op: "one_hot", .. }), "{e}");
+        assert!(e.to_string().contains(want), "{e}");
+    }
+    let too_many = Tensor::<G, i32>::zeros([1])?.one_hot::<u8>(i32::MAX as usize + 1).unwrap_err();
+    assert!(too_many.to_string().contains("at most i32::MAX"), "{too_many}");
+    Ok(())
+}
+
+#[test]
+fn debug_prints_the_values_as_pytorch_lays_them_out() -> locus::Result<()> {
+    let t = Tensor::<G, i32>::arange(0, 12, 1)?.reshape([2, 2, 3])?;
+    let want = "tensor([[[ 0,  1,  2],\n         [ 3,  4,  5]],\n\n        [[ 6,  7,  8],\n         [ 9, 10, 11]]], \
+                device=cuda:0, dtype=i32, shape=[2, 2, 3])";
+    assert_eq!(format!("{t:?}"), want);
+    let f = Tensor::<Cpu>::from_vec(vec![1.5, -2.0, f32::NAN], [3])?;
+    assert_eq!(format!("{f:?}"), "tensor([ 1.5, -2.0,  NaN], device=cpu, dtype=f32, shape=[3])");
+    let d = Tensor::<Cpu, locus::bf16>::full([], locus::bf16::from_f32(0.5))?.to_dyn(DeviceId::Cuda(0))?;
+    assert_eq!(format!("{d:?}"), "tensor(0.5, device=cuda:0, dtype=bf16, shape=[])");
+    assert_eq!(format!("{:?}", Tensor::<G, u8>::zeros([0, 4])?), "tensor([], device=cuda:0, dtype=u8, shape=[0, 4])");
+    // Up to 1000 elements all are shown, rows wrapped within 80 columns.
+    let all = format!("{:?}", Tensor::<G, i32>::arange(0, 1000, 1)?);
+    assert!(all.contains(" 999]") && !all.contains("..."), "{all}");
+    assert!(all.lines().all(|l| l.len() <= 80 || l.contains("device=")), "{all}");
+    Ok(())
+}
+
+#[test]
+fn debug_of_a_large_tensor_shows_its_edges() -> locus::Result<()> {
+    let t = Tensor::<G, i32>::arange(0, 10_000, 1)?.reshape([100, 100])?;
+    let want = "tensor([[   0,    1,    2,  ...,   97,   98,   99],
+        [ 100,  101,  102,  ...,  197,  198,  199],
+        [ 200,  201,  202,  ...,  297,  298,  299],
+        ...,
+        [9700, 9701, 9702,  ..., 9797, 9798, 9799],
+        [9800, 9801, 9802,  ..., 9897, 9898, 9899],
+        [9900, 9901, 9902,  ..., 9997, 9998, 9999]], device=cuda:0, dtype=i32, shape=[100, 100])";
+    assert_eq!(format!("{t:?}"), want);
+    // A dim of 6 or fewer is kept whole; 1001 elements are summarised.
+    let narrow = format!("{:?}", Tensor::<Cpu, i32>::arange(0, 1001 * 2, 1)?.reshape([2, 1001])?);
+    assert!(narrow.starts_with("tensor([[   0,    1,    2,  ...,  998,  999, 1000],\n        [1001, "), "{narrow}");
+    Ok(())
+}
+
+#[test]
+fn debug_of_a_tensor_that_cannot_be_read_still_prints() -> locus::Result<()> {
+    let s0 = locus::Stream::<G>::new()?;
+    let mut x = Tensor::<G>::zeros([4])?;
+    let mut text = String::new();
+    locus::Graph::capture(&s0, &mut x, |x| {
+        text = format!("{x:?}");
+        Ok(())
+    })?;
+    assert!(text.starts_with("tensor(<values not read: ") && text.contains("cannot be captured"), "{text}");
+    assert!(text.ends_with(", device=cuda:0, dtype=f32, shape=[4])"), "{text}");
+    // A large tensor is cut down on its device, which a stream of another device refuses.
+    let big = Tensor::<G>::zeros([40, 40])?;
+    let s1 = locus::Stream::<Cuda<1>>::new()?;
+    let text = locus::on_stream(&s1, || Ok::<_, locus::Error>(format!("{big:?}")))?;
+    assert!(text.starts_with("tensor(<values not read: narrow") && text.ends_with("shape=[40, 40])"), "{text}");
+    Ok(())
+}

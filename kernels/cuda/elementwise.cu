@@ -326,6 +326,10 @@ __device__ __forceinline__ float acc_exp(float v) { return expf(v); }
 __device__ __forceinline__ double acc_exp(double v) { return exp(v); }
 __device__ __forceinline__ float acc_erf(float v) { return erff(v); }
 __device__ __forceinline__ double acc_erf(double v) { return erf(v); }
+__device__ __forceinline__ float acc_sin(float v) { return sinf(v); }
+__device__ __forceinline__ double acc_sin(double v) { return sin(v); }
+__device__ __forceinline__ float acc_cos(float v) { return cosf(v); }
+__device__ __forceinline__ double acc_cos(double v) { return cos(v); }
 
 // log(0) = -inf, log(x < 0) = NaN.
 struct LogOp {
@@ -363,9 +367,18 @@ struct GeluTanhOp {
     }
 };
 
+// sin and cos of radians; full-range argument reduction (sinf, not __sinf), so large
+// arguments keep their accuracy. sin(inf) = NaN.
+struct SinOp {
+    template <typename T> __device__ T operator()(T a) const { return from_acc<T>(acc_sin(to_acc(a))); }
+};
+struct CosOp {
+    template <typename T> __device__ T operator()(T a) const { return from_acc<T>(acc_cos(to_acc(a))); }
+};
+
 #define ACTIVATIONS(T) \
     UNARY(log, LogOp, T) UNARY(tanh, TanhOp, T) UNARY(sigmoid, SigmoidOp, T) UNARY(gelu, GeluOp, T) \
-    UNARY(gelu_tanh, GeluTanhOp, T)
+    UNARY(gelu_tanh, GeluTanhOp, T) UNARY(sin, SinOp, T) UNARY(cos, CosOp, T)
 
 ACTIVATIONS(f32)
 ACTIVATIONS(f64)

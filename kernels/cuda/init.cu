@@ -1,4 +1,4 @@
-// Initialisers: fill, arange and seeded uniform random values.
+// Initialisers: fill, arange and seeded uniform and normal random values.
 
 template <typename T> __device__ void fill(T* out, u64 n, T v) {
     GRID_LOOP(i, n) out[i] = v;
@@ -43,3 +43,24 @@ extern "C" __global__ void rand_bf16(bf16* out, u64 n, u64 seed) {
 extern "C" __global__ void rand_f16(f16* out, u64 n, u64 seed) {
     GRID_LOOP(i, n) out[i] = f16((f32)(rand_bits(seed, i) >> 53) * (1.0f / 2048.0f));
 }
+
+// Box-Muller in f64, the host's `normal` (runtime/src/backend/api/rand.rs) term for term:
+// elements 2k and 2k + 1 are the cosine and sine halves of the pair made of rand_bits 2k
+// (u1 in (0, 1]) and 2k + 1 (u2 in [0, 1)). `seed` is already the normal stream's.
+// No sum to contract into an FMA; the GPU's log, cos and sin are within 2 ulp of the
+// host's, so the values agree to f64's last bits and, after rounding, almost always exactly.
+__device__ __forceinline__ f64 normal(u64 seed, u64 i) {
+    const u64 k = i & ~1ull;
+    const f64 u1 = (f64)((rand_bits(seed, k) >> 11) + 1) * (1.0 / 9007199254740992.0);
+    const f64 u2 = (f64)(rand_bits(seed, k + 1) >> 11) * (1.0 / 9007199254740992.0);
+    const f64 r = sqrt(-2.0 * log(u1));
+    const f64 t = 6.283185307179586 * u2;
+    return r * ((i & 1) ? sin(t) : cos(t));
+}
+
+#define RANDN(T) \
+    extern "C" __global__ void randn_##T(T* out, u64 n, u64 seed) { GRID_LOOP(i, n) out[i] = T(normal(seed, i)); }
+RANDN(f32)
+RANDN(f64)
+RANDN(bf16)
+RANDN(f16)

@@ -13,7 +13,7 @@ pub const COMMON: &str = include_str!("../cuda/common.cuh");
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Source {
     /// Unary and binary elementwise ops: `{neg,relu,abs,square,clamp}_{T}`,
-    /// `{exp,sqrt,pow,log,tanh,sigmoid,gelu,gelu_tanh}_{f32,f64,bf16,f16}`,
+    /// `{exp,sqrt,pow,log,tanh,sigmoid,gelu,gelu_tanh,sin,cos}_{f32,f64,bf16,f16}`,
     /// `{add,sub,mul,div}_{same,scalar,bcast}_{T}`, and `{sub,div}_rscalar_{T}` (the scalar
     /// on the left).
     Elementwise,
@@ -22,7 +22,7 @@ pub enum Source {
     /// `transpose_{T}` (batched), integer `matmul_{T}` (batched), `permute_{T}` (a strided
     /// copy of permuted dims) and `copy_blocks_{T}` (strided block copies).
     Matrix,
-    /// `fill_{T}`, `arange_{T}`, `rand_{f32,f64}`.
+    /// `fill_{T}`, `arange_{T}`, `{rand,randn}_{f32,f64,bf16,f16}`.
     Init,
     /// `{softmax,log_softmax}_{warp4,warp32,vec,block,loop,cols}_{T}` and
     /// `nll_{warp,block}_{T}` (cross-entropy's per-row loss), float `T`.

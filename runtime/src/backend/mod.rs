@@ -37,7 +37,7 @@ pub(crate) use api::op::{
 };
 pub(crate) use api::permute::{Permute, MAX_DIMS as MAX_PERMUTE_DIMS};
 pub(crate) use api::precision::MatmulPrecision;
-pub(crate) use api::rand::rand_bits;
+pub(crate) use api::rand::{normal, normal_seed, rand_bits, Dist};
 pub(crate) use api::release::Release;
 pub(crate) use api::traits::{BackendDevice, BackendStorage};
 pub(crate) use dispatch::backend::{AnyBackend, Imp};

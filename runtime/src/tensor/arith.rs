@@ -72,6 +72,8 @@ fn unary_grad<D: Device, T: Element>(
         UnaryOp::Abs => g.masked(&x.gt_scalar(T::ZERO)?)?.binary(BinaryOp::Sub, &g.masked(&x.lt_scalar(T::ZERO)?)?),
         UnaryOp::Square => g.times(x)?.scaled(2.0),
         UnaryOp::Log => g.over(x),
+        UnaryOp::Sin => g.times(&x.unary(UnaryOp::Cos)?),
+        UnaryOp::Cos => g.times(&x.unary(UnaryOp::Sin)?)?.unary(UnaryOp::Neg),
         UnaryOp::Tanh => g.times(&y.unary(UnaryOp::Square)?.rsub(1.0)?),
         UnaryOp::Sigmoid => g.times(y)?.times(&y.rsub(1.0)?),
         // gelu(x) = x Φ(x), so Φ(x) = y / x (½ at 0), and gelu'(x) = Φ(x) + x φ(x).

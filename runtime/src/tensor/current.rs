@@ -116,4 +116,19 @@ impl<T: Float> Tensor<Dyn, T> {
     pub fn rand_current(shape: impl AsRef<[usize]>, seed: u64) -> Result<Self> {
         Self::rand_on(here(), shape, seed)
     }
+
+    /// Standard normal values on the current device, reproducible from `seed` (see
+    /// [`Tensor::randn`]).
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{DeviceGuard, DeviceId, Dyn, Tensor};
+    /// let _g = DeviceGuard::enter(DeviceId::Cuda(0))?;
+    /// let t = Tensor::<Dyn, f64>::randn_current([3], 9)?;
+    /// assert_eq!((t.device(), t.shape()), (DeviceId::Cuda(0), &[3][..]));
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn randn_current(shape: impl AsRef<[usize]>, seed: u64) -> Result<Self> {
+        Self::randn_on(here(), shape, seed)
+    }
 }

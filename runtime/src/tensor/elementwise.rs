@@ -1,5 +1,5 @@
 //! Elementwise ops beyond the operators of `arith`: a scalar on the left of `+ - * /`
-//! (`2.0 * x`), `abs`, `square`, `pow`, `clamp`, `exp` and `sqrt`. Each is one backend call over the
+//! (`2.0 * x`), `abs`, `square`, `pow`, `clamp`, `exp`, `sqrt`, `sin` and `cos`. Each is one backend call over the
 //! whole buffer; the ones with a parameter go through [`ParamOp`].
 
 use std::ops::{Add, Div, Mul, Sub};
@@ -134,6 +134,35 @@ impl<D: Device, T: Float> Tensor<D, T> {
     /// ```
     pub fn sqrt(&self) -> Result<Self> {
         self.unary(UnaryOp::Sqrt)
+    }
+
+    /// The sine elementwise, of radians (NaN for an infinity). The 16-bit types are
+    /// computed in f32 and rounded once, as every float op.
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
+    /// let t = Tensor::<Cpu, f64>::from_vec(vec![0.0, std::f64::consts::FRAC_PI_2, f64::INFINITY], [3])?;
+    /// let s = t.sin()?.to_vec()?;
+    /// assert_eq!(&s[..2], &[0.0, 1.0]);
+    /// assert!(s[2].is_nan());
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn sin(&self) -> Result<Self> {
+        self.unary(UnaryOp::Sin)
+    }
+
+    /// The cosine elementwise, of radians (NaN for an infinity).
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
+    /// let t = Tensor::<Cpu>::from_vec(vec![0.0, std::f32::consts::PI], [2])?;
+    /// assert_eq!(t.cos()?.to_vec()?, vec![1.0, -1.0]);
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn cos(&self) -> Result<Self> {
+        self.unary(UnaryOp::Cos)
     }
 }
 

@@ -5,6 +5,7 @@ mod arith;
 mod compare;
 mod convert;
 mod current;
+mod debug;
 mod elementwise;
 mod factory;
 mod index_select;
@@ -12,10 +13,11 @@ mod layout;
 mod matrix;
 #[cfg(feature = "ndarray")]
 mod ndarray;
+mod one_hot;
 mod reduce_dim;
 mod softmax;
+mod squeeze;
 
-use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -103,12 +105,6 @@ impl<D: Device, T: Element> Clone for Tensor<D, T> {
             _elem: PhantomData,
             grad_fn: self.grad_fn.clone(),
         }
-    }
-}
-
-impl<D: Device, T: Element> fmt::Debug for Tensor<D, T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Tensor<{}>[{}; {:?}]", self.device(), T::DTYPE, self.shape())
     }
 }
 

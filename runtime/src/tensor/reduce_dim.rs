@@ -1,10 +1,14 @@
-//! Reductions: of all elements (`sum`, `max`, `mean`, each a 0-d tensor) and over one dim
-//! (`sum_dim`, `mean_dim`, `max_dim` (values and indices) and `argmax`), each of the
-//! latter dropping the dim or, with `keepdim`, keeping it as a dim of 1, as
-//! PyTorch's `keepdim=True` does.
+//! Reductions: of all elements (`sum`, `max`, `min`, `mean`, each a 0-d tensor) and over
+//! one dim (`sum_dim`, `mean_dim`, `max_dim` and `min_dim` (values and indices), `argmax`
+//! and `argmin`), each of the latter dropping the dim or, with `keepdim`, keeping it as a
+//! dim of 1, as PyTorch's `keepdim=True` does.
+//!
+//! The minima are the maxima of the elements under an order-reversing map that is exact
+//! and its own inverse ([`Tensor::reversed`]), so `min` and `max` share their kernels,
+//! their NaN rule and their choice among ties.
 
 use super::Tensor;
-use crate::backend::ReduceKind;
+use crate::backend::{BinaryOp, ReduceKind, UnaryOp};
 use crate::device::Device;
 use crate::element::{DType, Element, Float};
 use crate::error::{Error, Result};
@@ -66,13 +70,51 @@ impl<D: Device, T: Element> Tensor<D, T> {
             return Err(Error::InvalidArgument { op: "max", reason: "an empty tensor has no maximum".into() });
         }
         let out = self.reduce(ReduceKind::Max, Reduction::all(self.numel()), Shape::scalar())?;
+        Ok(self.extremum_tracked(out, "max"))
+    }
+
+    /// The smallest element, as a 0-d tensor; an empty tensor is an error. NaN wins, as
+    /// in PyTorch. The gradient is shared evenly among the elements equal to the minimum.
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
+    /// let t = Tensor::<Cpu, i32>::from_vec(vec![3, i32::MIN, 5], [3])?;
+    /// assert_eq!(t.min()?.item()?, i32::MIN);
+    /// assert_eq!(Tensor::<Cpu, u8>::from_vec(vec![7, 0, 255], [3])?.min()?.item()?, 0);
+    /// assert!(Tensor::<Cpu>::zeros([0])?.min().is_err());
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn min(&self) -> Result<Self> {
+        if self.numel() == 0 {
+            return Err(Error::InvalidArgument { op: "min", reason: "an empty tensor has no minimum".into() });
+        }
+        let reversed = self.saved().reversed()?;
+        let out = reversed.reduce(ReduceKind::Max, Reduction::all(self.numel()), Shape::scalar())?.reversed()?;
+        Ok(self.extremum_tracked(out, "min"))
+    }
+
+    /// `out`, the maximum or minimum `m` of all elements, with the gradient shared evenly
+    /// among the elements equal to `m`, as PyTorch's.
+    fn extremum_tracked(&self, out: Self, op: &'static str) -> Self {
         let (x, m) = (self.saved(), out.saved());
-        // Shared evenly among the elements equal to the maximum, as PyTorch's.
-        Ok(self.track1(out, "max", move |g| {
+        self.track1(out, op, move |g| {
             let mask = x.eq(&m)?.to_dtype::<T>()?;
             let share = g.over(&mask.sum()?)?;
             mask.times(&share)
-        }))
+        })
+    }
+
+    /// The elements under an order-reversing map that is exact and its own inverse: `-x`
+    /// for floats (NaN stays NaN, ±0 swap and compare equal), and all-ones minus `x` for
+    /// integers (`!x`: `-1 - x` never overflows an i32, `255 - x` never a u8, where `-x`
+    /// would wrap at `i32::MIN` and for every u8 but 0). Not tracked: the callers track.
+    fn reversed(&self) -> Result<Self> {
+        match T::DTYPE {
+            DType::I32 => self.saved().scalar_lhs(BinaryOp::Sub, T::from_f64(-1.0)),
+            DType::U8 => self.saved().scalar_lhs(BinaryOp::Sub, T::from_f64(255.0)),
+            _ => self.saved().unary(UnaryOp::Neg),
+        }
     }
 
     /// The shape left after reducing `dim` (checked), of `dtype` elements: without the
@@ -89,7 +131,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
     }
 
     /// The indices of the first maxima over `dim` (see [`Tensor::max_dim`]), and with
-    /// `values` the maxima.
+    /// `values` the maxima; `op` names the caller in errors.
     fn arg_reduce(
         &self,
         op: &'static str,
@@ -103,7 +145,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
             return Err(Error::InvalidArgument {
                 op,
                 reason: format!(
-                    "dim {dim} of shape {:?} has {len} elements; a maximum needs 1 to i32::MAX (the index type)",
+                    "dim {dim} of shape {:?} has {len} elements; {op} needs 1 to i32::MAX (the index type)",
                     self.shape()
                 ),
             });
@@ -137,25 +179,53 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// ```
     pub fn max_dim(&self, dim: usize, keepdim: bool) -> Result<(Self, Tensor<D, i32>)> {
         let (idx, vals) = self.arg_reduce("max_dim", dim, keepdim, true)?;
-        match vals {
-            Some(v) => {
-                // The gradient goes to the element each index names.
-                let (shape, at) = (self.shape.clone(), idx.saved());
-                let v = self.track1(v, "max_dim", move |g| {
-                    let mut line = vec![1; shape.len()];
-                    line[dim] = shape[dim];
-                    let len = i32::try_from(shape[dim])
-                        .map_err(|_| Error::InvalidArgument { op: "max_dim", reason: "dim too long".into() })?;
-                    let positions = Tensor::<D, i32>::arange_on(at.placement(), 0, len, 1)?.reshape(&line)?;
-                    let mut kept = shape.to_vec();
-                    kept[dim] = 1;
-                    let hit = positions.eq(&at.reshape(&kept)?)?;
-                    g.reshape(&kept)?.expand_to(&shape)?.masked(&hit)
-                });
-                Ok((v, idx))
-            }
-            None => Err(Error::InvalidArgument { op: "max_dim", reason: "the backend returned no values".into() }),
-        }
+        let v = vals
+            .ok_or_else(|| Error::InvalidArgument { op: "max_dim", reason: "the backend returned no values".into() })?;
+        Ok((self.picked_tracked(v, "max_dim", dim, &idx), idx))
+    }
+
+    /// The smallest elements over `dim` and their indices (PyTorch's `torch.min(x, dim,
+    /// keepdim)`): the index is that of the first minimum, and NaN wins (the first NaN),
+    /// so the value is always the element at the index. Exact for every element type,
+    /// `i32::MIN` and `u8` 0 included. An empty `dim` is an error, as is one longer than
+    /// `i32::MAX` (the index type). The gradient goes to the element each index names.
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cuda, Tensor};
+    /// let t = Tensor::<Cuda<0>>::from_vec(vec![4.0, 1.0, 1.0, 7.0, f32::NAN, -2.0], [2, 3])?;
+    /// let (values, indices) = t.min_dim(1, false)?;
+    /// assert_eq!(indices.to_vec()?, vec![1, 1]);
+    /// let v = values.to_vec()?;
+    /// assert!(v[0] == 1.0 && v[1].is_nan());
+    /// let (vals, cols) = t.min_dim(0, true)?;
+    /// assert_eq!((cols.shape(), cols.to_vec()?), (&[1, 3][..], vec![0, 1, 1]));
+    /// assert!(vals.to_vec()?[1].is_nan());
+    /// assert!(Tensor::<Cuda<0>>::zeros([2, 0])?.min_dim(1, false).is_err());
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn min_dim(&self, dim: usize, keepdim: bool) -> Result<(Self, Tensor<D, i32>)> {
+        let (idx, vals) = self.saved().reversed()?.arg_reduce("min_dim", dim, keepdim, true)?;
+        let v = vals
+            .ok_or_else(|| Error::InvalidArgument { op: "min_dim", reason: "the backend returned no values".into() })?;
+        Ok((self.picked_tracked(v.reversed()?, "min_dim", dim, &idx), idx))
+    }
+
+    /// `out`, the elements of this tensor that `idx` picks along `dim`, with the gradient
+    /// going to the element each index names.
+    fn picked_tracked(&self, out: Self, op: &'static str, dim: usize, idx: &Tensor<D, i32>) -> Self {
+        let (shape, at) = (self.shape.clone(), idx.saved());
+        self.track1(out, op, move |g| {
+            let mut line = vec![1; shape.len()];
+            line[dim] = shape[dim];
+            let len =
+                i32::try_from(shape[dim]).map_err(|_| Error::InvalidArgument { op, reason: "dim too long".into() })?;
+            let positions = Tensor::<D, i32>::arange_on(at.placement(), 0, len, 1)?.reshape(&line)?;
+            let mut kept = shape.to_vec();
+            kept[dim] = 1;
+            let hit = positions.eq(&at.reshape(&kept)?)?;
+            g.reshape(&kept)?.expand_to(&shape)?.masked(&hit)
+        })
     }
 
     /// The index of the first largest element over `dim` (PyTorch's `argmax(dim,
@@ -171,6 +241,21 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// ```
     pub fn argmax(&self, dim: usize, keepdim: bool) -> Result<Tensor<D, i32>> {
         Ok(self.arg_reduce("argmax", dim, keepdim, false)?.0)
+    }
+
+    /// The index of the first smallest element over `dim` (PyTorch's `argmin(dim,
+    /// keepdim)`); NaN wins, the first NaN. An empty `dim` is an error.
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
+    /// let t = Tensor::<Cpu, u8>::from_vec(vec![3, 0, 0, 255, 9, 200], [2, 3])?;
+    /// assert_eq!(t.argmin(1, false)?.to_vec()?, vec![1, 1]);
+    /// assert_eq!(t.argmin(0, true)?.shape(), &[1, 3]);
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn argmin(&self, dim: usize, keepdim: bool) -> Result<Tensor<D, i32>> {
+        Ok(self.saved().reversed()?.arg_reduce("argmin", dim, keepdim, false)?.0)
     }
 }
 

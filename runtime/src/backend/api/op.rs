@@ -26,6 +26,10 @@ pub(crate) enum UnaryOp {
     /// `0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))`, PyTorch's `approximate='tanh'`
     /// (float types only).
     GeluTanh,
+    /// The sine, of radians (float types only).
+    Sin,
+    /// The cosine, of radians (float types only).
+    Cos,
 }
 
 impl UnaryOp {
@@ -42,6 +46,8 @@ impl UnaryOp {
             UnaryOp::Sigmoid => "sigmoid",
             UnaryOp::Gelu => "gelu",
             UnaryOp::GeluTanh => "gelu_tanh",
+            UnaryOp::Sin => "sin",
+            UnaryOp::Cos => "cos",
         }
     }
 

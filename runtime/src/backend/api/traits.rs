@@ -25,8 +25,8 @@ use std::time::Duration;
 use crate::backend::api::fence::Fence;
 use crate::backend::api::user_kernel::{Grid, KernelArg, KernelSource};
 use crate::backend::{
-    BinaryOp, Blocks, Collective, CommOp, CompareOp, Gather, Gemm, ParamOp, Permute, ReduceKind, Release, SoftmaxOp,
-    UnaryOp,
+    BinaryOp, Blocks, Collective, CommOp, CompareOp, Dist, Gather, Gemm, ParamOp, Permute, ReduceKind, Release,
+    SoftmaxOp, UnaryOp,
 };
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
@@ -148,9 +148,10 @@ pub(crate) trait BackendDevice: Send + Sync + 'static {
     fn fill(&self, device: DeviceId, dtype: DType, len: usize, value: Scalar) -> Result<Self::Storage>;
     /// `start + i * step` for i in 0..len, computed in f64 and converted.
     fn arange(&self, device: DeviceId, dtype: DType, len: usize, start: f64, step: f64) -> Result<Self::Storage>;
-    /// Uniform `[0, 1)` values; element i depends only on `seed` and i (see
-    /// [`crate::backend::rand_bits`]).
-    fn rand(&self, device: DeviceId, dtype: DType, len: usize, seed: u64) -> Result<Self::Storage>;
+    /// Random values of a float `dtype` drawn from `dist`: uniform in `[0, 1)` or standard
+    /// normal; element i depends only on `seed` and i (see [`crate::backend::rand_bits`]
+    /// and [`crate::backend::normal`]).
+    fn rand(&self, device: DeviceId, dtype: DType, len: usize, seed: u64, dist: Dist) -> Result<Self::Storage>;
 
     /// Whether `device` can read and write the memory of `peer` directly. The two are
     /// distinct devices of this backend: `parallel::peer` checks that, once.

@@ -47,7 +47,7 @@ pub(crate) use driver::memory::{current_of, with_current};
 pub(crate) use driver::stream::CudaStream;
 
 use crate::backend::api::user_kernel::{Grid, KernelArg, KernelSource};
-use crate::backend::{BackendDevice, Collective, CommOp, HostBuffer, Release};
+use crate::backend::{BackendDevice, Collective, CommOp, Dist, HostBuffer, Release};
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
@@ -245,8 +245,8 @@ impl BackendDevice for CudaBackend {
         ops::init::arange(self.dev(device)?, dtype, len, start, step)
     }
 
-    fn rand(&self, device: DeviceId, dtype: DType, len: usize, seed: u64) -> Result<CudaBuffer> {
-        ops::init::rand(self.dev(device)?, dtype, len, seed)
+    fn rand(&self, device: DeviceId, dtype: DType, len: usize, seed: u64, dist: Dist) -> Result<CudaBuffer> {
+        ops::init::rand(self.dev(device)?, dtype, len, seed, dist)
     }
 
     fn can_access_peer(&self, device: DeviceId, peer: DeviceId) -> Result<bool> {

@@ -11,7 +11,7 @@ use crate::backend::host::HostGraph;
 
 use crate::backend::api::user_kernel::{Grid, KernelArg, KernelSource};
 use crate::backend::transfer::paths::{self, CopyPath};
-use crate::backend::{BackendDevice, BackendStorage, Collective, CommOp, Release};
+use crate::backend::{BackendDevice, BackendStorage, Collective, CommOp, Dist, Release};
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
@@ -200,8 +200,8 @@ impl BackendDevice for HostBackend {
         launch::arange(host().account(device)?, dtype, len, start, step)
     }
 
-    fn rand(&self, device: DeviceId, dtype: DType, len: usize, seed: u64) -> Result<HostBuffer> {
-        launch::rand(host().account(device)?, dtype, len, seed)
+    fn rand(&self, device: DeviceId, dtype: DType, len: usize, seed: u64, dist: Dist) -> Result<HostBuffer> {
+        launch::rand(host().account(device)?, dtype, len, seed, dist)
     }
 
     // Multi-device work: see host_collective.rs.

@@ -7,11 +7,11 @@
 use std::sync::{Arc, Mutex};
 
 use crate::backend::account::MemoryAccount;
-use crate::backend::float_only;
 use crate::backend::host::buffer::{HostBuffer, Span};
 use crate::backend::host::kernels::{self, init};
 use crate::backend::host::streams::{current_stream, use_on_stream, HostEvent, HostStream};
 use crate::backend::sync::hazard::{self, Kind};
+use crate::backend::{float_only, Dist};
 use crate::element::{with_dtype, DType, Element, Scalar};
 use crate::error::{Error, Result};
 
@@ -137,22 +137,24 @@ pub(in crate::backend::host) fn arange(
     )
 }
 
-/// `len` uniform samples in `[0, 1)` of a float `dtype` on `account`'s device.
+/// `len` samples of `dist` (uniform in `[0, 1)` or standard normal) of a float `dtype` on
+/// `account`'s device.
 pub(in crate::backend::host) fn rand(
     account: &'static MemoryAccount,
     dtype: DType,
     len: usize,
     seed: u64,
+    dist: Dist,
 ) -> Result<HostBuffer> {
-    float_only("rand", dtype)?;
+    float_only(dist.name(), dtype)?;
     launch(
-        Launch::new("rand", account, dtype, len),
+        Launch::new(dist.name(), account, dtype, len),
         &[],
         Box::new(move |_, out| match dtype {
-            DType::F64 => init::rand(typed_mut::<f64>(out), seed),
-            DType::BF16 => init::rand(typed_mut::<half::bf16>(out), seed),
-            DType::F16 => init::rand(typed_mut::<half::f16>(out), seed),
-            _ => init::rand(typed_mut::<f32>(out), seed),
+            DType::F64 => init::rand(typed_mut::<f64>(out), seed, dist),
+            DType::BF16 => init::rand(typed_mut::<half::bf16>(out), seed, dist),
+            DType::F16 => init::rand(typed_mut::<half::f16>(out), seed, dist),
+            _ => init::rand(typed_mut::<f32>(out), seed, dist),
         }),
     )
 }

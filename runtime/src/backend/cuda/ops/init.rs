@@ -1,4 +1,4 @@
-//! The ops that make a tensor from nothing: `fill`, `arange` and `rand`, each one launch
+//! The ops that make a tensor from nothing: `fill`, `arange` and `rand` (uniform or normal), each one launch
 //! of a kernel of init.cu that writes a new buffer and reads none.
 
 use locus_kernels::Source;
@@ -6,7 +6,7 @@ use locus_kernels::Source;
 use crate::backend::cuda::driver::buffer::CudaBuffer;
 use crate::backend::cuda::driver::device::DeviceState;
 use crate::backend::cuda::driver::launch::{produce, KernelArgs};
-use crate::backend::float_only;
+use crate::backend::{float_only, normal_seed, Dist};
 use crate::element::{DType, Scalar};
 use crate::error::Result;
 
@@ -44,19 +44,23 @@ pub(in crate::backend::cuda) fn arange(
     }
 }
 
-/// `len` uniform samples in `[0, 1)` of a float `dtype`, the same for a seed on every
-/// backend.
+/// `len` samples of `dist` of a float `dtype`: uniform in `[0, 1)`, the same for a seed
+/// on every backend, or standard normal (the host's expression in the GPU's f64 math).
 pub(in crate::backend::cuda) fn rand(
     dev: &'static DeviceState,
     dtype: DType,
     len: usize,
     seed: u64,
+    dist: Dist,
 ) -> Result<CudaBuffer> {
-    float_only("rand", dtype)?;
+    let op = dist.name();
+    float_only(op, dtype)?;
+    let seed = match dist {
+        Dist::Uniform => seed,
+        Dist::Normal => normal_seed(seed),
+    };
     let n = len as u64;
-    // SAFETY: `rand_{f32,f64}(T* out, u64 n, u64 seed)` (float `dtype` checked above) gets
-    // the output, `n` = `len` (the output's element count) and a `u64`.
-    unsafe {
-        produce(dev, dtype, len, (Source::Init, "rand", n), &[], |out| KernelArgs::new().ptr(out).u64(n).u64(seed))
-    }
+    // SAFETY: `{rand,randn}_{f32,f64,bf16,f16}(T* out, u64 n, u64 seed)` (float `dtype`
+    // checked above) gets the output, `n` = `len` (the output's element count) and a `u64`.
+    unsafe { produce(dev, dtype, len, (Source::Init, op, n), &[], |out| KernelArgs::new().ptr(out).u64(n).u64(seed)) }
 }

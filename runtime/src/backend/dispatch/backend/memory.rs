@@ -4,7 +4,7 @@
 use crate::backend::dispatch::backend::{mismatch, not_capturable, AnyBackend, Imp, HOST_COPY};
 use crate::backend::dispatch::capture::on_device;
 use crate::backend::dispatch::current;
-use crate::backend::{AnyEvent, AnyStream, BackendDevice, Buffer, HostBuffer, Release};
+use crate::backend::{AnyEvent, AnyStream, BackendDevice, Buffer, Dist, HostBuffer, Release};
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::Result;
@@ -151,11 +151,11 @@ impl AnyBackend {
         }
     }
 
-    pub(crate) fn rand(&self, device: DeviceId, dtype: DType, len: usize, seed: u64) -> Result<Buffer> {
-        self.gate_device("rand", device)?;
+    pub(crate) fn rand(&self, device: DeviceId, dtype: DType, len: usize, seed: u64, dist: Dist) -> Result<Buffer> {
+        self.gate_device(dist.name(), device)?;
         match self.imp {
-            Imp::Host(b) => b.rand(device, dtype, len, seed).map(Buffer::Host),
-            Imp::Cuda(b) => b.rand(device, dtype, len, seed).map(Buffer::Cuda),
+            Imp::Host(b) => b.rand(device, dtype, len, seed, dist).map(Buffer::Host),
+            Imp::Cuda(b) => b.rand(device, dtype, len, seed, dist).map(Buffer::Cuda),
         }
     }
 }

@@ -27,6 +27,8 @@ pub(in crate::backend) fn unary<T: Element>(op: UnaryOp, x: &[T], out: &mut [T])
         UnaryOp::Sigmoid => |v| T::from_f64(math::sigmoid(v.to_f64())),
         UnaryOp::Gelu => |v| T::from_f64(math::gelu(v.to_f64())),
         UnaryOp::GeluTanh => |v| T::from_f64(math::gelu_tanh(v.to_f64())),
+        UnaryOp::Sin => |v| T::from_f64(v.to_f64().sin()),
+        UnaryOp::Cos => |v| T::from_f64(v.to_f64().cos()),
     };
     map(x, out, |x, out| out.iter_mut().zip(x).for_each(|(o, &v)| *o = f(v)))
 }
@@ -38,9 +40,13 @@ pub(in crate::backend) fn unary_float<T: Float>(op: UnaryOp, x: &[T], out: &mut 
         // Through f64 (exact both ways) so that -0.0 becomes 0.0.
         UnaryOp::Abs => |v| T::from_f64(v.to_f64().abs()),
         UnaryOp::Neg | UnaryOp::Relu | UnaryOp::Square => return unary(op, x, out),
-        UnaryOp::Log | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Gelu | UnaryOp::GeluTanh => {
-            return unary(op, x, out)
-        }
+        UnaryOp::Log
+        | UnaryOp::Tanh
+        | UnaryOp::Sigmoid
+        | UnaryOp::Gelu
+        | UnaryOp::GeluTanh
+        | UnaryOp::Sin
+        | UnaryOp::Cos => return unary(op, x, out),
     };
     map(x, out, |x, out| out.iter_mut().zip(x).for_each(|(o, &v)| *o = f(v)))
 }
