@@ -44,9 +44,8 @@ pub(crate) fn derive_seed(seed: u64, k: u64) -> u64 {
     seed ^ k.wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
-/// Values normal with mean 0 and standard deviation `std`, from `seed` (made on the host
-/// by Box–Muller over a 64-bit generator and copied once: the same values on every
-/// backend).
+/// Values normal with mean 0 and standard deviation `std`, from `seed`
+/// ([`Tensor::randn_on`], made on the device).
 ///
 /// ```
 /// # extern crate locus_runtime as locus;
@@ -58,35 +57,6 @@ pub(crate) fn derive_seed(seed: u64, k: u64) -> u64 {
 /// assert!(mean.abs() < 0.1 && (var.sqrt() - 2.0).abs() < 0.1);
 /// # Ok::<(), locus::Error>(())
 /// ```
-pub fn normal_on<D: Device, T: Float>(
-    device: D,
-    shape: impl AsRef<[usize]>,
-    std: f64,
-    seed: u64,
-) -> Result<Tensor<D, T>> {
-    let shape = shape.as_ref();
-    let n = crate::shape::numel("normal_on", shape, T::DTYPE)?;
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xd1b5_4a32_d192_ed03;
-    let mut uniform = move || {
-        // splitmix64, then the top 53 bits as a value in (0, 1].
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        ((z >> 11) + 1) as f64 / (1u64 << 53) as f64
-    };
-    let mut values = Vec::new();
-    values.try_reserve_exact(n).map_err(|_| crate::error::Error::InvalidArgument {
-        op: "normal_on",
-        reason: format!("{n} values do not fit in host memory"),
-    })?;
-    while values.len() < n {
-        let (r, theta) = ((-2.0 * uniform().ln()).sqrt(), std::f64::consts::TAU * uniform());
-        values.push(T::from_f64(std * r * theta.cos()));
-        if values.len() < n {
-            values.push(T::from_f64(std * r * theta.sin()));
-        }
-    }
-    Tensor::from_vec_on(device, values, shape)
+pub fn normal_on<D: Device, T: Float>(device: D, shape: impl AsRef<[usize]>, std: f64, seed: u64) -> Result<Tensor<D, T>> {
+    Tensor::<D, T>::randn_on(device, shape, seed)?.scaled(std)
 }
