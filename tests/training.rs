@@ -344,3 +344,61 @@ fn fused_updates_match_the_ops_in_every_float_type() -> locus::Result<()> {
     fused_matches_ops::<locus::bf16>(3e-2)?;
     fused_matches_ops::<locus::f16>(4e-3)
 }
+
+#[test]
+fn linear_gradients_equal_those_of_the_same_ops_written_out() -> locus::Result<()> {
+    for xshape in [vec![3, 4], vec![2, 3, 4]] {
+        let layer = Linear::<G, f64>::new(4, 5, 3)?;
+        let x = Param::new(Tensor::<G, f64>::rand(&xshape, 4)?);
+        let r = Tensor::<G, f64>::rand(layer.apply(&x)?.shape(), 5)?;
+        (&layer.apply(&x)? * &r)?.sum()?.backward()?;
+        let (w2, b2, x2) = (
+            Param::new(layer.weight.detach()),
+            Param::new(layer.bias.as_ref().unwrap().detach()),
+            Param::new(x.detach()),
+        );
+        let y = (x2.matmul(&w2.t()?)? + &*b2)?;
+        (&y * &r)?.sum()?.backward()?;
+        for (a, b, what) in [
+            (layer.weight.grad().unwrap(), w2.grad().unwrap(), "weight"),
+            (layer.bias.as_ref().unwrap().grad().unwrap(), b2.grad().unwrap(), "bias"),
+            (x.grad().unwrap(), x2.grad().unwrap(), "input"),
+        ] {
+            let (a, b) = (a.to_vec()?, b.to_vec()?);
+            assert!(a.iter().zip(&b).all(|(p, q)| (p - q).abs() <= 1e-12), "{what} {xshape:?}: {a:?} vs {b:?}");
+        }
+    }
+    Ok(())
+}
+
+/// The transposed GEMM operands (a `Linear`'s weight read as `Wᵀ`, the backward pass's
+/// `Aᵀ g`) in every float type, against the product of explicit transposes.
+fn transposed_operands<T: locus::Float>(tol: f64) -> locus::Result<()> {
+    let layer = Linear::<G, T>::new(8, 6, 1)?.without_bias();
+    let x = Param::new(Tensor::<G, f32>::rand([2, 5, 8], 2)?.to_dtype::<T>()?);
+    let y = layer.apply(&x)?;
+    y.sum()?.backward()?;
+    let plain = x.detach().matmul(&layer.weight.detach().t()?)?;
+    let close = |a: Vec<T>, b: Vec<T>, what: &str| {
+        for (p, q) in a.iter().zip(&b) {
+            let (p, q) = (p.to_f64(), q.to_f64());
+            assert!((p - q).abs() <= tol * (1.0 + q.abs()), "{} {what}: {p} vs {q}", T::DTYPE);
+        }
+    };
+    close(y.to_vec()?, plain.to_vec()?, "forward");
+    // d(sum)/dW = Σ over rows of x; d(sum)/dx = Σ over outputs of W.
+    let ones = Tensor::<G, T>::ones([2, 5, 6])?;
+    let want_w = ones.reshape([10, 6])?.t()?.matmul(&x.detach().reshape([10, 8])?)?;
+    close(layer.weight.grad().unwrap().to_vec()?, want_w.to_vec()?, "weight gradient");
+    let want_x = ones.matmul(&layer.weight.detach())?;
+    close(x.grad().unwrap().to_vec()?, want_x.to_vec()?, "input gradient");
+    Ok(())
+}
+
+#[test]
+fn transposed_gemm_operands_in_every_float_type() -> locus::Result<()> {
+    transposed_operands::<f32>(1e-5)?;
+    transposed_operands::<f64>(1e-12)?;
+    transposed_operands::<locus::bf16>(2e-2)?;
+    transposed_operands::<locus::f16>(2e-3)
+}

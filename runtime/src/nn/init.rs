@@ -57,6 +57,11 @@ pub(crate) fn derive_seed(seed: u64, k: u64) -> u64 {
 /// assert!(mean.abs() < 0.1 && (var.sqrt() - 2.0).abs() < 0.1);
 /// # Ok::<(), locus::Error>(())
 /// ```
-pub fn normal_on<D: Device, T: Float>(device: D, shape: impl AsRef<[usize]>, std: f64, seed: u64) -> Result<Tensor<D, T>> {
+pub fn normal_on<D: Device, T: Float>(
+    device: D,
+    shape: impl AsRef<[usize]>,
+    std: f64,
+    seed: u64,
+) -> Result<Tensor<D, T>> {
     Tensor::<D, T>::randn_on(device, shape, seed)?.scaled(std)
 }

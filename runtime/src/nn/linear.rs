@@ -59,7 +59,8 @@ impl<D: Device, T: Float> Linear<D, T> {
     where
         E: Device + SamePlacement<D>,
     {
-        let y = x.matmul(&self.weight.t()?)?;
+        // x · Wᵀ, the weight read transposed in place by the GEMM (forward and backward).
+        let y = x.matmul_nt(&*self.weight)?;
         match &self.bias {
             Some(b) => &y + &**b,
             None => Ok(y),

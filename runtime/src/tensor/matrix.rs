@@ -48,12 +48,62 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// device is checked at run time): for backward rules, whose operands are typed by
     /// their inputs.
     pub(crate) fn matmul_any<E: Device>(&self, rhs: &Tensor<E, T>) -> Result<Self> {
+        let out = self.product(rhs, false, false)?;
+        let (a, b) = (self.saved(), rhs.saved());
+        Ok(self.track2(rhs, out, "matmul", move |g, [da, db]| {
+            // C = A B: dA = dC Bᵀ, dB = Aᵀ dC (over the batch rows for a shared rhs), the
+            // transposes read in place by the GEMM.
+            let ga = if da { Some(g.product(&b, false, true)?) } else { None };
+            let gb = match (db, a.rank(), b.rank()) {
+                (false, ..) => None,
+                (true, 3, 2) => {
+                    let (rows, k, n) = (a.shape()[0] * a.shape()[1], a.shape()[2], g.shape()[2]);
+                    Some(a.reshape([rows, k])?.product(&g.reshape([rows, n])?, true, false)?)
+                }
+                (true, ..) => Some(a.product(&g, true, false)?),
+            };
+            Ok((ga, gb.map(|gb| gb.placed(b.placement())).transpose()?))
+        }))
+    }
+
+    /// `self · rhsᵀ` for a rhs stored `[n, k]` (PyTorch's `F.linear` without bias: a
+    /// `Linear` layer's weight as stored), with its gradient, and no transpose copied.
+    pub(crate) fn matmul_nt<E: Device>(&self, rhs: &Tensor<E, T>) -> Result<Self> {
+        let out = self.product(rhs, false, true)?;
+        let (a, b) = (self.saved(), rhs.saved());
+        Ok(self.track2(rhs, out, "matmul", move |g, [da, db]| {
+            // C = A Bᵀ: dA = dC B, dB = dCᵀ A (over the batch rows for a batched lhs).
+            let ga = if da { Some(g.product(&b, false, false)?) } else { None };
+            let gb = match (db, a.rank(), b.rank()) {
+                (false, ..) => None,
+                (true, 3, 2) => {
+                    let (rows, k, n) = (a.shape()[0] * a.shape()[1], a.shape()[2], g.shape()[2]);
+                    Some(g.reshape([rows, n])?.product(&a.reshape([rows, k])?, true, false)?)
+                }
+                (true, ..) => Some(g.product(&a, true, false)?),
+            };
+            Ok((ga, gb.map(|gb| gb.placed(b.placement())).transpose()?))
+        }))
+    }
+
+    /// The product of this tensor and `rhs`, each read transposed (its last two dims
+    /// swapped) where `ta` or `tb` says, by one GEMM: no autograd.
+    pub(crate) fn product<E: Device>(&self, rhs: &Tensor<E, T>, ta: bool, tb: bool) -> Result<Self> {
         self.same_device("matmul", rhs)?;
         let (l, r) = (self.shape(), rhs.shape());
-        let mismatch = || Error::ShapeMismatch { op: "matmul", lhs: l.to_vec(), rhs: r.to_vec() };
+        let logical = |s: &[usize], t: bool| {
+            let mut s = s.to_vec();
+            if t && s.len() >= 2 {
+                let n = s.len();
+                s.swap(n - 2, n - 1);
+            }
+            s
+        };
+        let (ll, lr) = (logical(l, ta), logical(r, tb));
+        let mismatch = || Error::ShapeMismatch { op: "matmul", lhs: ll.clone(), rhs: lr.clone() };
         // Every product of an operand's dims fits a usize (the shapes are checked), so the
         // rhs stride and the `Gemm`'s operand lengths do; the output is checked below.
-        let (g, dims) = match (l, r) {
+        let (g, dims) = match (&ll[..], &lr[..]) {
             (&[m, k], &[k2, n]) if k == k2 => (Gemm::single(m, k, n), vec![m, n]),
             (&[b, m, k], &[b2, k2, n]) if k == k2 && b == b2 => {
                 (Gemm { batch: b, ..Gemm::single(m, k, n) }, vec![b, m, n])
@@ -72,28 +122,9 @@ impl<D: Device, T: Element> Tensor<D, T> {
             }
         };
         let out = Shape::result("matmul", dims, T::DTYPE, &[l, r])?;
-        let g = Gemm { precision: float32_matmul_precision(), ..g };
+        let g = Gemm { precision: float32_matmul_precision(), ta, tb, ..g };
         let buf = self.queued("matmul")?.matmul(rhs.buffer(), T::DTYPE, g)?;
-        let out = self.with_buffer(buf, out);
-        let (a, b) = (self.saved(), rhs.saved());
-        Ok(self.track2(rhs, out, "matmul", move |g, [da, db]| {
-            // C = A B: dA = dC Bᵀ, dB = Aᵀ dC (summed over the batch for a shared rhs).
-            let ga = match (da, b.rank()) {
-                (false, _) => None,
-                (true, 2) => Some(g.matmul_any(&b.t()?)?),
-                (true, _) => Some(g.matmul_any(&b.transpose(1, 2)?)?),
-            };
-            let gb = match (db, a.rank(), b.rank()) {
-                (false, ..) => None,
-                (true, 2, _) => Some(a.t()?.matmul_any(&g)?),
-                (true, 3, 3) => Some(a.transpose(1, 2)?.matmul_any(&g)?),
-                (true, ..) => {
-                    let (rows, k, n) = (a.shape()[0] * a.shape()[1], a.shape()[2], g.shape()[2]);
-                    Some(a.reshape([rows, k])?.t()?.matmul_any(&g.reshape([rows, n])?)?)
-                }
-            };
-            Ok((ga, gb.map(|gb| gb.placed(b.placement())).transpose()?))
-        }))
+        Ok(self.with_buffer(buf, out))
     }
 
     /// The transpose of a 2-d tensor (PyTorch's `t`); other ranks are an error. For any

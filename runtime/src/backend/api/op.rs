@@ -354,12 +354,29 @@ pub(crate) struct Gemm {
     pub rhs_stride: usize,
     /// How an f32 product is computed; other types ignore it.
     pub precision: MatmulPrecision,
+    /// The lhs is stored transposed: each product reads `[k, m]` row-major as its
+    /// `[m, k]` (float types only; a backward pass's `Aᵀ · g` without a copy).
+    pub ta: bool,
+    /// The rhs is stored transposed: `[n, k]` read as `[k, n]` (float types only).
+    pub tb: bool,
 }
 
 impl Gemm {
     /// One `[m, k] x [k, n]` product, exact.
     pub(crate) fn single(m: usize, k: usize, n: usize) -> Gemm {
-        Gemm { batch: 1, m, k, n, rhs_stride: k * n, precision: MatmulPrecision::Highest }
+        Gemm { batch: 1, m, k, n, rhs_stride: k * n, precision: MatmulPrecision::Highest, ta: false, tb: false }
+    }
+
+    /// An `Err` for an integer product with a transposed operand (the float GEMMs take
+    /// strides; the integer kernels do not, and nothing asks them to).
+    pub(crate) fn check_integer(&self, dtype: crate::element::DType) -> crate::error::Result<()> {
+        if (self.ta || self.tb) && !dtype.is_float() {
+            return Err(crate::error::Error::InvalidArgument {
+                op: "matmul",
+                reason: format!("transposed operands are for float products, not {dtype}"),
+            });
+        }
+        Ok(())
     }
 
     /// Elements of the lhs, the rhs and the output; `None` if one overflows (an empty
@@ -376,7 +393,9 @@ impl Gemm {
     /// shared or the rows overflow.
     pub(crate) fn folded(self) -> Gemm {
         match self.batch.checked_mul(self.m) {
-            Some(rows) if self.rhs_stride == 0 => Gemm { batch: 1, m: rows, rhs_stride: self.k * self.n, ..self },
+            Some(rows) if self.rhs_stride == 0 && !self.ta => {
+                Gemm { batch: 1, m: rows, rhs_stride: self.k * self.n, ..self }
+            }
             _ => self,
         }
     }

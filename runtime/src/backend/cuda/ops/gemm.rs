@@ -70,6 +70,7 @@ pub(in crate::backend::cuda) fn matmul(a: &CudaBuffer, b: &CudaBuffer, dtype: DT
             .map_err(driver(dev.ordinal, "cuMemsetD8Async"))?;
         return done(out);
     }
+    g.check_integer(dtype)?;
     if !dtype.is_float() {
         return integer(a, b, &out, dtype, g, &stream).and_then(|()| done(out));
     }
@@ -79,7 +80,7 @@ pub(in crate::backend::cuda) fn matmul(a: &CudaBuffer, b: &CudaBuffer, dtype: DT
         f if f.m <= i32::MAX as usize => f,
         _ => g,
     };
-    let Gemm { batch, m, k, n, rhs_stride, precision } = g;
+    let Gemm { batch, m, k, n, rhs_stride, precision, ta, tb } = g;
     let int = |x: usize| i32::try_from(x).ok();
     let long = |x: usize| i64::try_from(x).ok();
     let (Some(mi), Some(ni), Some(ki), Some(bi)) = (int(m), int(n), int(k), int(batch)) else {
@@ -100,8 +101,14 @@ pub(in crate::backend::cuda) fn matmul(a: &CudaBuffer, b: &CudaBuffer, dtype: DT
     // stream between binding and the gemm.
     let h = stream.blas()?;
     let (ap, bp, op) = (a.ptr(), b.ptr(), out.ptr());
-    // Row-major C = A B is column-major C^T = B^T A^T: swap operands, no transposes.
-    let nn = cublasOperation_t::CUBLAS_OP_N;
+    // Row-major C = A B is column-major C^T = B^T A^T: swap operands. A row-major operand
+    // read column-major is its transpose (no op, leading dim its row length); one stored
+    // transposed is read with CUBLAS_OP_T and the other leading dim.
+    let op_of = |t: bool| if t { cublasOperation_t::CUBLAS_OP_T } else { cublasOperation_t::CUBLAS_OP_N };
+    let (opb, opa) = (op_of(tb), op_of(ta));
+    let (Some(ldb), Some(lda)) = (int(if tb { k } else { n }), int(if ta { m } else { k })) else {
+        return Err(Error::InvalidArgument { op: "matmul", reason: "leading dims beyond i32::MAX".into() });
+    };
     let (one32, zero32, one64, zero64) = (1.0f32, 0.0f32, 1.0f64, 0.0f64);
     let algo = cublasGemmAlgo_t::CUBLAS_GEMM_DFALT;
     let name = match (routine, batch) {
@@ -117,7 +124,7 @@ pub(in crate::backend::cuda) fn matmul(a: &CudaBuffer, b: &CudaBuffer, dtype: DT
     // tensor layer; `len` is the output's), ready and kept alive on `stream` (see `alloc`);
     // product `i` reads at `i * sa` and `i * sb` and writes at `i * sc`, within them.
     // As said above; `h` is `stream`'s own cuBLAS handle, bound to it, and this device's context is current.
-    // The leading dimensions (n, k, n) are those of the row-major operands read as column-major; all dims and the
+    // The leading dimensions (ldb, lda, n) are those of the operands as stored, read as column-major; all dims and the
     // batch fit an `i32` and the strides an `i64` (checked above). `alpha`/`beta` point at locals of the element
     // type the routine reads (f64 for D, f32 for S and for Ex, whose compute types are all 32F), alive for the call.
     // SAFETY: for the reasons in the comment just above.
@@ -126,33 +133,33 @@ pub(in crate::backend::cuda) fn matmul(a: &CudaBuffer, b: &CudaBuffer, dtype: DT
         match (routine, batch) {
             (Routine::S, 1) => blas::sgemm(
                 h,
-                nn,
-                nn,
+                opb,
+                opa,
                 ni,
                 mi,
                 ki,
                 &one32,
                 bp as *const f32,
-                ni,
+                ldb,
                 ap as *const f32,
-                ki,
+                lda,
                 &zero32,
                 op as *mut f32,
                 ni,
             ),
             (Routine::S, _) => blas::sgemm_strided_batched(
                 h,
-                nn,
-                nn,
+                opb,
+                opa,
                 ni,
                 mi,
                 ki,
                 &one32,
                 bp as *const f32,
-                ni,
+                ldb,
                 sb,
                 ap as *const f32,
-                ki,
+                lda,
                 sa,
                 &zero32,
                 op as *mut f32,
@@ -162,33 +169,33 @@ pub(in crate::backend::cuda) fn matmul(a: &CudaBuffer, b: &CudaBuffer, dtype: DT
             ),
             (Routine::D, 1) => blas::dgemm(
                 h,
-                nn,
-                nn,
+                opb,
+                opa,
                 ni,
                 mi,
                 ki,
                 &one64,
                 bp as *const f64,
-                ni,
+                ldb,
                 ap as *const f64,
-                ki,
+                lda,
                 &zero64,
                 op as *mut f64,
                 ni,
             ),
             (Routine::D, _) => blas::dgemm_strided_batched(
                 h,
-                nn,
-                nn,
+                opb,
+                opa,
                 ni,
                 mi,
                 ki,
                 &one64,
                 bp as *const f64,
-                ni,
+                ldb,
                 sb,
                 ap as *const f64,
-                ki,
+                lda,
                 sa,
                 &zero64,
                 op as *mut f64,
@@ -198,18 +205,18 @@ pub(in crate::backend::cuda) fn matmul(a: &CudaBuffer, b: &CudaBuffer, dtype: DT
             ),
             (Routine::Ex { ty, compute }, 1) => blas::gemm_ex(
                 h,
-                nn,
-                nn,
+                opb,
+                opa,
                 ni,
                 mi,
                 ki,
                 (&one32 as *const f32).cast::<c_void>(),
                 bp as *const c_void,
                 ty,
-                ni,
+                ldb,
                 ap as *const c_void,
                 ty,
-                ki,
+                lda,
                 (&zero32 as *const f32).cast::<c_void>(),
                 op as *mut c_void,
                 ty,
@@ -219,19 +226,19 @@ pub(in crate::backend::cuda) fn matmul(a: &CudaBuffer, b: &CudaBuffer, dtype: DT
             ),
             (Routine::Ex { ty, compute }, _) => blas::gemm_strided_batched_ex(
                 h,
-                nn,
-                nn,
+                opb,
+                opa,
                 ni,
                 mi,
                 ki,
                 (&one32 as *const f32).cast::<c_void>(),
                 bp as *const c_void,
                 ty,
-                ni,
+                ldb,
                 sb,
                 ap as *const c_void,
                 ty,
-                ki,
+                lda,
                 sa,
                 (&zero32 as *const f32).cast::<c_void>(),
                 op as *mut c_void,

@@ -55,8 +55,9 @@ fn rounded(x: &[f32], precision: MatmulPrecision) -> Result<Cow<'_, [f32]>> {
     Ok(Cow::Owned(out))
 }
 
-/// One `[m, k] x [k, n]` product of a host GEMM.
-type Single<T> = fn(&[T], &[T], &mut [T], usize, usize, usize) -> Result<()>;
+/// One `[m, k] x [k, n]` product of a host GEMM; the flags say an operand is stored
+/// transposed (`Gemm::ta`, `Gemm::tb`).
+type Single<T> = fn(&[T], &[T], &mut [T], usize, usize, usize, (bool, bool)) -> Result<()>;
 
 /// The products of `g`, each by `single`.
 fn batched<T: Element>(a: &[T], b: &[T], out: &mut [T], g: Gemm, single: Single<T>) -> Result<()> {
@@ -79,7 +80,7 @@ fn batched<T: Element>(a: &[T], b: &[T], out: &mut [T], g: Gemm, single: Single<
     // Every length below is at most an operand's (checked above).
     let (sa, so, sb) = (m * k, m * n, k * n);
     for (i, o) in out.chunks_mut(so).enumerate() {
-        single(&a[i * sa..(i + 1) * sa], &b[i * rhs_stride..i * rhs_stride + sb], o, m, k, n)?;
+        single(&a[i * sa..(i + 1) * sa], &b[i * rhs_stride..i * rhs_stride + sb], o, m, k, n, (g.ta, g.tb))?;
     }
     Ok(())
 }
@@ -124,6 +125,7 @@ pub(in crate::backend) fn matmul_f64(a: &[f64], b: &[f64], out: &mut [f64], g: G
 
 /// `out = a · b` for an integer type (wrapping).
 pub(in crate::backend) fn matmul_int<T: Element>(a: &[T], b: &[T], out: &mut [T], g: Gemm) -> Result<()> {
+    g.check_integer(T::DTYPE)?;
     batched(a, b, out, g, int_gemm::<T>)
 }
 
@@ -139,40 +141,81 @@ fn gemm_sizes<T>(a: &[T], b: &[T], out: &[T], m: usize, k: usize, n: usize) -> R
     })
 }
 
-/// `out = a · b` for row-major `[m, k]` and `[k, n]` f32 matrices, by `matrixmultiply`.
-fn sgemm(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, n: usize) -> Result<()> {
+/// The (row, column) strides of the operands: row-major `[m, k]` and `[k, n]`, or read
+/// from their transposes `[k, m]` and `[n, k]`. Every size fits `isize`: each is at most
+/// the length of a slice of them.
+fn strides(m: usize, k: usize, n: usize, (ta, tb): (bool, bool)) -> ((isize, isize), (isize, isize)) {
+    let a = if ta { (1, m as isize) } else { (k as isize, 1) };
+    let b = if tb { (1, k as isize) } else { (n as isize, 1) };
+    (a, b)
+}
+
+/// `out = a · b` for `[m, k]` and `[k, n]` f32 matrices (row-major, or stored transposed
+/// as `t` says), by `matrixmultiply`.
+fn sgemm(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, n: usize, t: (bool, bool)) -> Result<()> {
     gemm_sizes(a, b, out, m, k, n)?;
     if out.is_empty() || k == 0 {
         out.fill(0.0);
         return Ok(());
     }
-    // Every size fits `isize`: each is at most the length of a slice of them.
-    let (rsa, rsb) = (k as isize, n as isize);
+    let ((rsa, csa), (rsb, csb)) = strides(m, k, n, t);
     // SAFETY: `a` holds `m * k`, `b` `k * n` and `out` `m * n` elements (checked above),
-    // at the row-major strides given; `out` is not read (beta is 0) and is not aliased.
+    // and the strides address each within them (row-major, or its transpose); `out` is
+    // not read (beta is 0) and is not aliased.
     unsafe {
-        matrixmultiply::sgemm(m, k, n, 1.0, a.as_ptr(), rsa, 1, b.as_ptr(), rsb, 1, 0.0, out.as_mut_ptr(), rsb, 1)
+        matrixmultiply::sgemm(
+            m,
+            k,
+            n,
+            1.0,
+            a.as_ptr(),
+            rsa,
+            csa,
+            b.as_ptr(),
+            rsb,
+            csb,
+            0.0,
+            out.as_mut_ptr(),
+            n as isize,
+            1,
+        )
     };
     Ok(())
 }
 
-/// `out = a · b` for row-major `[m, k]` and `[k, n]` f64 matrices, by `matrixmultiply`.
-fn dgemm(a: &[f64], b: &[f64], out: &mut [f64], m: usize, k: usize, n: usize) -> Result<()> {
+/// `out = a · b` for f64 matrices, as `sgemm`.
+fn dgemm(a: &[f64], b: &[f64], out: &mut [f64], m: usize, k: usize, n: usize, t: (bool, bool)) -> Result<()> {
     gemm_sizes(a, b, out, m, k, n)?;
     if out.is_empty() || k == 0 {
         out.fill(0.0);
         return Ok(());
     }
-    let (rsa, rsb) = (k as isize, n as isize);
+    let ((rsa, csa), (rsb, csb)) = strides(m, k, n, t);
     // SAFETY: as in `sgemm`.
     unsafe {
-        matrixmultiply::dgemm(m, k, n, 1.0, a.as_ptr(), rsa, 1, b.as_ptr(), rsb, 1, 0.0, out.as_mut_ptr(), rsb, 1)
+        matrixmultiply::dgemm(
+            m,
+            k,
+            n,
+            1.0,
+            a.as_ptr(),
+            rsa,
+            csa,
+            b.as_ptr(),
+            rsb,
+            csb,
+            0.0,
+            out.as_mut_ptr(),
+            n as isize,
+            1,
+        )
     };
     Ok(())
 }
 
-/// `out = a · b` as a loop (integer types), rows split over the pool.
-fn int_gemm<T: Element>(a: &[T], b: &[T], out: &mut [T], m: usize, k: usize, n: usize) -> Result<()> {
+/// `out = a · b` as a loop (integer types, never transposed: `Gemm::check_integer`), rows
+/// split over the pool.
+fn int_gemm<T: Element>(a: &[T], b: &[T], out: &mut [T], m: usize, k: usize, n: usize, _: (bool, bool)) -> Result<()> {
     gemm_sizes(a, b, out, m, k, n)?;
     if out.is_empty() {
         return Ok(());
