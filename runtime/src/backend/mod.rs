@@ -30,10 +30,10 @@ use crate::device_id::DeviceId;
 use crate::error::{Error, Result};
 
 pub(crate) use api::errors::events_not_complete;
+pub(crate) use api::gemm::Gemm;
 pub(crate) use api::op::{bad_target, Gather, SoftmaxOp};
 pub(crate) use api::op::{
-    float_only, same_length, BinaryOp, Blocks, Collective, CommOp, CommReduce, CompareOp, Gemm, ParamOp, ReduceKind,
-    UnaryOp,
+    float_only, same_length, BinaryOp, Blocks, Collective, CommOp, CommReduce, CompareOp, ParamOp, ReduceKind, UnaryOp,
 };
 pub(crate) use api::permute::{Permute, MAX_DIMS as MAX_PERMUTE_DIMS};
 pub(crate) use api::precision::MatmulPrecision;

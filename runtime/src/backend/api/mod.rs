@@ -4,6 +4,7 @@
 
 pub(crate) mod errors;
 pub(crate) mod fence;
+pub(crate) mod gemm;
 pub(crate) mod op;
 pub(crate) mod permute;
 pub(crate) mod precision;
