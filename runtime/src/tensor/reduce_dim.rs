@@ -186,7 +186,8 @@ impl<D: Device, T: Element> Tensor<D, T> {
 
     /// The smallest elements over `dim` and their indices (PyTorch's `torch.min(x, dim,
     /// keepdim)`): the index is that of the first minimum, and NaN wins (the first NaN),
-    /// so the value is always the element at the index. Exact for every element type,
+    /// so the value is the element at the index (a NaN possibly with another payload: the
+    /// GPU's negation keeps none). Exact for every element type,
     /// `i32::MIN` and `u8` 0 included. An empty `dim` is an error, as is one longer than
     /// `i32::MAX` (the index type). The gradient goes to the element each index names.
     ///
