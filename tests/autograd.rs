@@ -394,3 +394,156 @@ fn backward_runs_on_the_streams_the_forward_ran_on() -> locus::Result<()> {
     assert_eq!(w.grad().unwrap().to_vec()?, g.to_vec()?);
     Ok(())
 }
+
+mod properties {
+    //! The tape's rules as properties over random shapes and op chains: gradients of
+    //! broadcasting ops and reductions (0-size and broadcast dims included) against finite
+    //! differences; accumulation over passes; `no_grad` and `detach` cut exactly the
+    //! recorded path; a write in place between forward and backward is an `Err` exactly
+    //! when it happened, and then no gradient changed.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A shape of up to 3 dims of 0 to 3, and one that broadcasts with it (dims dropped
+    /// from the front or set to 1).
+    fn broadcast_pair() -> impl Strategy<Value = (Vec<usize>, Vec<usize>)> {
+        prop::collection::vec(0usize..4, 0..4).prop_flat_map(|a| {
+            let n = a.len();
+            (Just(a), 0..=n, prop::collection::vec(any::<bool>(), n)).prop_map(|(a, drop, ones)| {
+                let b: Vec<usize> = a.iter().zip(&ones).skip(drop).map(|(&d, &one)| if one { 1 } else { d }).collect();
+                (a, b)
+            })
+        })
+    }
+
+    /// A unary step of a chain and how it is recorded.
+    #[derive(Clone, Copy, Debug)]
+    enum Step {
+        Scale(f64),
+        Shift(f64),
+        Square,
+        Tanh,
+    }
+
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Mode {
+        Recorded,
+        NoGrad,
+        Detached,
+    }
+
+    fn apply(step: Step, x: &T) -> locus::Result<T> {
+        match step {
+            Step::Scale(c) => x * c,
+            Step::Shift(c) => x + c,
+            Step::Square => x.square(),
+            Step::Tanh => x.tanh(),
+        }
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            (-2.0f64..2.0).prop_map(Step::Scale),
+            (-1.0f64..1.0).prop_map(Step::Shift),
+            Just(Step::Square),
+            Just(Step::Tanh)
+        ]
+    }
+
+    fn mode() -> impl Strategy<Value = Mode> {
+        prop_oneof![4 => Just(Mode::Recorded), 1 => Just(Mode::NoGrad), 1 => Just(Mode::Detached)]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+        #[test]
+        fn broadcasting_ops_and_reductions_match_finite_differences((a, b) in broadcast_pair(), seed in 0u64..1000) {
+            let (x, y) = (input(&a, seed), input_away(&b, seed + 1, 0.5));
+            check("add", &[input(&a, seed), input(&b, seed + 2)], |v| v[0] + v[1]);
+            check("mul", &[input(&a, seed), input(&b, seed + 3)], |v| v[0] * v[1]);
+            check("div", &[x, y], |v| v[0] / v[1]);
+            if !a.is_empty() {
+                let d = seed as usize % a.len();
+                check("sum_dim", &[input(&a, seed + 4)], move |v| v[0].sum_dim(d, seed % 2 == 0));
+                check("mean", &[input(&a, seed + 5)], |v| v[0].sum()? + v[0].square()?.sum()?);
+            }
+        }
+
+        #[test]
+        fn gradients_accumulate_over_passes(shape in prop::collection::vec(0usize..4, 0..3), passes in 1usize..4) {
+            let w = Param::new(T::from_vec(values(shape.iter().product(), 7, 1.0), &shape).unwrap());
+            let loss = w.tanh().unwrap().sum().unwrap();
+            for _ in 0..passes {
+                loss.backward_retain_graph().unwrap();
+            }
+            let one = Param::new(w.detach());
+            one.tanh().unwrap().sum().unwrap().backward().unwrap();
+            let (many, single) = (w.grad().unwrap().to_vec().unwrap(), one.grad().unwrap().to_vec().unwrap());
+            for (m, s) in many.iter().zip(&single) {
+                prop_assert!((m - s * passes as f64).abs() <= 1e-12 * (1.0 + m.abs()), "{m} vs {passes} x {s}");
+            }
+        }
+
+        #[test]
+        fn no_grad_and_detach_cut_exactly_the_recorded_path(
+            chain in prop::collection::vec((step(), mode()), 1..6),
+            x0 in prop::collection::vec(-1.0f64..1.0, 3),
+        ) {
+            let w = Param::new(T::from_vec(x0.clone(), [3]).unwrap());
+            let run = |x: &T, record: bool| -> locus::Result<T> {
+                let mut y = x.clone();
+                for &(s, m) in &chain {
+                    y = match (m, record) {
+                        (Mode::Recorded, _) | (_, false) => apply(s, &y)?,
+                        (Mode::NoGrad, true) => locus::no_grad!({ apply(s, &y) })?,
+                        (Mode::Detached, true) => apply(s, &y.detach())?,
+                    };
+                }
+                Ok(y)
+            };
+            let y = run(&w, true).unwrap();
+            let all_recorded = chain.iter().all(|(_, m)| *m == Mode::Recorded);
+            prop_assert_eq!(y.tracks_grad(), all_recorded);
+            if all_recorded {
+                y.sum().unwrap().backward().unwrap();
+                let g = w.grad().unwrap().to_vec().unwrap();
+                for i in 0..3 {
+                    let at = |d: f64| {
+                        let mut v = x0.clone();
+                        v[i] += d;
+                        run(&T::from_vec(v, [3]).unwrap(), false).unwrap().sum().unwrap().item().unwrap()
+                    };
+                    let numeric = (at(1e-6) - at(-1e-6)) / 2e-6;
+                    prop_assert!((g[i] - numeric).abs() <= 1e-5 * (1.0 + numeric.abs()), "{} vs {}", g[i], numeric);
+                }
+            } else {
+                prop_assert!(y.sum().unwrap().backward().is_err());
+                prop_assert!(w.grad().is_none());
+            }
+        }
+
+        #[test]
+        fn a_write_between_forward_and_backward_is_an_err_exactly_when_it_happened(write in any::<bool>(), second in any::<bool>()) {
+            let mut w = Param::new(T::from_vec(vec![0.5, -1.0], [2]).unwrap());
+            let v = Param::new(T::from_vec(vec![2.0, 3.0], [2]).unwrap());
+            let loss = (&*w * &*v).unwrap().sum().unwrap();
+            if write {
+                w.set(T::ones([2]).unwrap()).unwrap();
+            }
+            if second {
+                // A second, untouched parameter keeps no gradient from a failed pass either.
+                v.zero_grad();
+            }
+            let r = loss.backward();
+            prop_assert_eq!(r.is_err(), write);
+            if write {
+                prop_assert!(w.grad().is_none() && v.grad().is_none(), "a failed pass changes no gradient");
+            } else {
+                prop_assert_eq!(w.grad().unwrap().to_vec().unwrap(), vec![2.0, 3.0]);
+                prop_assert_eq!(v.grad().unwrap().to_vec().unwrap(), vec![0.5, -1.0]);
+            }
+        }
+    }
+}
