@@ -547,3 +547,17 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn a_graph_input_written_after_an_op_read_it_makes_backward_an_err() -> locus::Result<()> {
+    let w = Param::new(T::from_vec(vec![1.0, 2.0], [2])?);
+    let mut h = (&*w * 3.0)?; // a result of the tape, then a graph's input
+    let read_before = h.exp()?.sum()?;
+    let s = locus::Stream::<G>::new()?;
+    let mut g = locus::Graph::capture(&s, &mut h, |h| h + 1.0)?;
+    g.inputs_mut().copy_from_slice(&[5.0, 6.0])?;
+    drop(g);
+    let e = backward_err(read_before.backward());
+    assert!(e.contains("`exp`") && e.contains("InputMut"), "{e}");
+    Ok(())
+}

@@ -84,9 +84,10 @@ impl<D: Device, T: Element> TensorList for &mut Tensor<D, T> {
     }
 
     fn own_memory(&mut self) -> Result<()> {
-        if Arc::get_mut(self.storage_mut("Graph::capture")).is_none() {
+        if Arc::strong_count(self.shared_storage()) > 1 {
+            // The same values in memory of its own: no write, so the tape is unchanged.
             let copy = self.storage().copy_to(self.device())?;
-            *self.storage_mut("Graph::capture") = Arc::new(copy);
+            self.replace_storage(Arc::new(copy));
         }
         Ok(())
     }

@@ -154,6 +154,13 @@ impl<D: Device, T: Element> Tensor<D, T> {
         &mut self.storage
     }
 
+    /// This tensor over `storage`, a copy of its own storage's values (no write: its
+    /// autograd node stays).
+    pub(crate) fn replace_storage(&mut self, storage: Arc<Storage>) {
+        debug_assert_eq!(storage.len, self.storage.len);
+        self.storage = storage;
+    }
+
     /// The autograd node, if this tensor tracks gradients.
     pub(crate) fn grad_fn(&self) -> Option<&Arc<Node>> {
         self.grad_fn.as_ref()
