@@ -1,15 +1,19 @@
 //! A classifier trained in bf16 with f32 master weights, data parallel over every device,
-//! its gradients computed by autograd: the step of a real training loop.
+//! with autograd: the step of a real training loop, with no gradient formula, scatter,
+//! thread or reduction written by hand.
 //!
 //! The data is synthetic: inputs uniform in `[-1, 1)`, labelled by the largest output of
-//! a fixed random linear "teacher". The model is a 2-layer MLP. Each step:
-//! - a `Loader` brings a batch (f32 inputs, i32 labels) to cuda:0 and `scatter` splits it
-//!   over the devices, where a `DataParallel` keeps a replica of the f32 master weights;
-//! - on each device, in its own thread, the replica's weights become `Param`s, are cast
-//!   to bf16, and the forward pass runs in bf16 (matmuls with f32 accumulation) with the
-//!   loss (`cross_entropy`) in f32; `backward()` gives the f32 gradients of the weights;
-//! - `reduce_add` sums the gradients on cuda:0, where `Sgd` with momentum updates the f32
-//!   master weights through `module_mut()`, which refreshes the replicas.
+//! a fixed random linear "teacher". The model is a 2-layer MLP whose f32 weights are
+//! `Param`s. Each step:
+//! - a `Loader` brings a batch (f32 inputs, i32 labels) to cuda:0;
+//! - `DataParallel::forward` splits it over the devices, where each replica casts its
+//!   weights to bf16 and runs the forward pass in bf16 (matmuls with f32 accumulation),
+//!   and gathers the f32 logits on cuda:0;
+//! - `cross_entropy(..).backward()` runs back through the gather, each replica's pass on
+//!   its device, and its bf16 casts, adding every replica's gradients to the f32 master
+//!   weights on cuda:0 (PyTorch's `nn.DataParallel` backward);
+//! - `Sgd` with momentum steps the master weights through `module_mut()`, which refreshes
+//!   the replicas for the next forward.
 //!
 //! It prints the loss and the accuracy of every epoch, and fails unless the accuracy on
 //! held-out data ends above `ACCURACY`.
@@ -23,10 +27,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use locus::nn::{self, init};
+use locus::nn::{self, init, Module};
 use locus::optim::Sgd;
-use locus::parallel::{reduce_add, scatter, DataParallel};
-use locus::{bf16, devices, Cpu, Cuda, Device, DeviceId, Dyn, Loader, Param, Parameters, Tensor, ToDevice};
+use locus::parallel::DataParallel;
+use locus::{bf16, devices, Cpu, Cuda, Device, DeviceId, Loader, Param, Parameters, Tensor, ToDevice};
 
 const SAMPLES: usize = 8192;
 const HELD_OUT: usize = 2048;
@@ -85,29 +89,12 @@ fn forward<D: Device>(m: &Bf16<D>, x: &Tensor<D, bf16>) -> locus::Result<(Tensor
     Ok((pre, logits.to_dtype()?))
 }
 
-/// What one device sends back from its part of a batch: f32 gradients of the mean loss
-/// over the whole batch, the sum of its rows' losses, and how many it got right.
-struct Part {
-    grads: [Tensor<Dyn>; 4],
-    loss_sum: Tensor<Dyn>,
-    correct: Tensor<Dyn, i32>,
-}
-
-/// Forward and backward on one device's rows `x` (labels `y`) of a batch of `batch`:
-/// the replica's f32 weights are parameters, and autograd computes their gradients
-/// through the bf16 casts, matmuls, relu and loss.
-fn forward_backward(m: &Mlp<Dyn>, x: &Tensor<Dyn>, y: &Tensor<Dyn, i32>, batch: usize) -> locus::Result<Part> {
-    let rows = x.shape()[0];
-    nn::zero_grad(m);
-    let (_, logits) = forward(&m.bf16()?, &x.to_dtype::<bf16>()?)?;
-    let loss_sum = (logits.cross_entropy(y)? * rows as f32)?;
-    let correct = logits.argmax(1, false)?.eq(y)?.to_dtype::<i32>()?.sum()?;
-    // This part's share of the mean loss over the whole batch.
-    (&loss_sum * (1.0 / batch as f32))?.backward()?;
-    let grad =
-        |p: &Param<Dyn>| p.grad().ok_or_else(|| locus::Error::Backward { reason: "a weight got no gradient".into() });
-    let grads = [grad(&m.w1)?, grad(&m.b1)?, grad(&m.w2)?, grad(&m.b2)?];
-    Ok(Part { grads, loss_sum: loss_sum.detach(), correct })
+/// The module `DataParallel` runs on each device: f32 master weights in, bf16 compute,
+/// f32 logits out.
+impl<D: Device> Module<D> for Mlp<D> {
+    fn forward(&self, x: &Tensor<D>) -> locus::Result<Tensor<D>> {
+        Ok(forward(&self.bf16()?, &x.to_dtype::<bf16>()?)?.1)
+    }
 }
 
 /// `SAMPLES + HELD_OUT` inputs uniform in `[-1, 1)`, labelled by the argmax of a random
@@ -161,35 +148,13 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         for batch in loader {
             let (x, y) = batch?;
             let rows = x.shape()[0];
-            let replicas = dp.replicas()?;
-            let (xs, ys) = (scatter(&x, &ids)?, scatter(&y, &ids)?);
-            // One thread per device, each running its replica on its rows.
-            let parts = std::thread::scope(|s| {
-                let running: Vec<_> = replicas
-                    .iter()
-                    .zip(xs.iter().zip(&ys))
-                    .filter(|(_, (x, _))| x.shape()[0] > 0)
-                    .map(|((_, m), (x, y))| s.spawn(move || forward_backward(m, x, y, rows)))
-                    .collect();
-                running
-                    .into_iter()
-                    .map(|h| h.join().expect("a replica's thread panicked"))
-                    .collect::<Result<Vec<_>, _>>()
-            })?;
-            let sum =
-                |f: &dyn Fn(&Part) -> Tensor<Dyn>| reduce_add(&parts.iter().map(f).collect::<Vec<_>>(), Cuda::<0>);
-            let grads = [0, 1, 2, 3].map(|i| sum(&|p: &Part| p.grads[i].clone()));
-            loss_sum = (loss_sum + sum(&|p: &Part| p.loss_sum.clone())?)?;
-            let hits: Vec<Tensor<Dyn, i32>> = parts.iter().map(|p| p.correct.clone()).collect();
-            correct = (correct + reduce_add(&hits, Cuda::<0>)?)?;
-
-            // SGD with momentum on the f32 master weights, given the summed gradients;
-            // the next step's replicas are copies of the new weights.
-            let m = dp.module_mut();
-            for (p, g) in [&m.w1, &m.b1, &m.w2, &m.b2].into_iter().zip(grads) {
-                p.set_grad(Some(g?))?;
-            }
-            opt.step(m)?;
+            nn::zero_grad(dp.module());
+            let logits = dp.forward(&x)?;
+            let loss = logits.cross_entropy(&y)?;
+            loss.backward()?;
+            opt.step(dp.module_mut())?;
+            loss_sum = (loss_sum + (loss.detach() * rows as f32)?)?;
+            correct = (correct + logits.argmax(1, false)?.eq(&y)?.to_dtype::<i32>()?.sum()?)?;
             bar.inc(1);
         }
         let loss = loss_sum.item()? / SAMPLES as f32;

@@ -402,3 +402,41 @@ fn transposed_gemm_operands_in_every_float_type() -> locus::Result<()> {
     transposed_operands::<locus::bf16>(2e-2)?;
     transposed_operands::<locus::f16>(2e-3)
 }
+
+/// `Module` for the test MLP, so `DataParallel` can run it.
+impl<D: locus::Device> Module<D> for Mlp<D> {
+    fn forward(&self, x: &Tensor<D>) -> locus::Result<Tensor<D>> {
+        Mlp::forward(self, x)
+    }
+}
+
+#[test]
+fn data_parallel_backward_sums_the_replicas_gradients_onto_the_module() -> locus::Result<()> {
+    use locus::parallel::DataParallel;
+    let ids = locus::devices()?;
+    let x = Tensor::<G>::rand([7, 3], 11)?; // 7 rows: parts of 4 and 3 over two devices
+    let t = Tensor::<G>::rand([7, 1], 12)?;
+    // One device, no DataParallel.
+    let single = mlp::<G>(5)?;
+    (single.forward(&x)? - &t)?.square()?.mean()?.backward()?;
+    // Every device: the same loss through DataParallel.
+    let mut dp = DataParallel::new(mlp::<G>(5)?, &ids, Cuda::<0>)?;
+    let loss = (dp.forward(&x)? - &t)?.square()?.mean()?;
+    loss.backward()?;
+    for ((n, a), (_, b)) in nn::named_parameters(&single).into_iter().zip(nn::named_parameters(dp.module())) {
+        let g = b.grad().unwrap_or_else(|| panic!("{n}: DataParallel's backward left no gradient"));
+        assert_eq!(g.device(), DeviceId::Cuda(0), "{n}");
+        let (a, g) = (a.grad().unwrap().to_vec()?, g.to_vec()?);
+        assert!(a.iter().zip(&g).all(|(p, q)| (p - q).abs() <= 1e-6 * (1.0 + p.abs())), "{n}: {a:?} vs {g:?}");
+    }
+    // A step, then the next forward runs on refreshed replicas and backward works again.
+    let before = loss.item()?;
+    let mut opt = AdamW::new(0.05);
+    for _ in 0..20 {
+        nn::zero_grad(dp.module());
+        (dp.forward(&x)? - &t)?.square()?.mean()?.backward()?;
+        opt.step(dp.module_mut())?;
+    }
+    assert!((dp.forward(&x)? - &t)?.square()?.mean()?.item()? < before / 4.0);
+    Ok(())
+}

@@ -112,7 +112,7 @@ fn add(a: Erased, b: Erased) -> Result<Erased> {
 
 /// Runs the rule of `node` on the stream its forward ran on.
 fn run_rule(node: &Node, g: Erased) -> Result<Vec<Option<Erased>>> {
-    let Kind::Op { rule, stream } = &node.kind else {
+    let Kind::Op { rule, stream, .. } = &node.kind else {
         return Ok(Vec::new());
     };
     let rule = rule.lock().unwrap_or_else(PoisonError::into_inner);
@@ -160,7 +160,10 @@ pub(crate) fn backward(root: &Arc<Node>, seed: Erased, retain_graph: bool) -> Re
             }
         }
     }
-    // Every rule ran: now the parameters' gradients change, all or none.
+    // Every rule ran: now the parameters' gradients change, all or none, and one pass at
+    // a time (replicas on several threads add to the same parameters).
+    static ACCUMULATE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = ACCUMULATE.lock().unwrap_or_else(PoisonError::into_inner);
     let mut sums = Vec::with_capacity(leaves.len());
     for (leaf, g) in leaves {
         let sum = match leaf.leaf_grad() {
@@ -174,7 +177,7 @@ pub(crate) fn backward(root: &Arc<Node>, seed: Erased, retain_graph: bool) -> Re
     }
     if !retain_graph {
         for node in all {
-            if let Kind::Op { rule, .. } = &node.kind {
+            if let Kind::Op { rule, keep: false, .. } = &node.kind {
                 rule.lock().unwrap_or_else(PoisonError::into_inner).take();
             }
         }

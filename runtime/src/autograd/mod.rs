@@ -23,4 +23,5 @@ mod record;
 
 pub use mode::{enable_grad, is_grad_enabled, no_grad, NoGrad};
 pub(crate) use node::Node;
+pub(crate) use param::linked_replicas;
 pub use param::{GradLeaf, Param};

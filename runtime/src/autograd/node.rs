@@ -29,8 +29,9 @@ pub(crate) enum Kind {
     /// A parameter: gradients accumulate here across backward passes.
     Leaf { grad: Mutex<Option<Erased>> },
     /// An op's result. The rule is `None` once a backward pass without `retain_graph`
-    /// freed it.
-    Op { rule: Mutex<Option<Rule>>, stream: Option<(DeviceId, AnyStream)> },
+    /// freed it; a `keep` rule (a replica's link to its parameter, which saves nothing)
+    /// serves every pass.
+    Op { rule: Mutex<Option<Rule>>, stream: Option<(DeviceId, AnyStream)>, keep: bool },
     /// A tensor written in place after an op made it: its values are no function of
     /// the op's inputs any more, so a backward pass through it is an error naming `by`.
     Written { by: &'static str },
@@ -64,7 +65,13 @@ impl Node {
         rule: Rule,
         stream: Option<(DeviceId, AnyStream)>,
     ) -> Arc<Node> {
-        Arc::new(Node::new(op, Kind::Op { rule: Mutex::new(Some(rule)), stream }, edges))
+        Arc::new(Node::new(op, Kind::Op { rule: Mutex::new(Some(rule)), stream, keep: false }, edges))
+    }
+
+    /// A node whose rule every backward pass may run (it saves no tensor): the link of a
+    /// replica to the parameter it copies.
+    pub(crate) fn kept(op: &'static str, edge: Edge, rule: Rule) -> Arc<Node> {
+        Arc::new(Node::new(op, Kind::Op { rule: Mutex::new(Some(rule)), stream: None, keep: true }, vec![Some(edge)]))
     }
 
     /// The node of a tensor that `by` wrote in place; `before` was its node.

@@ -2,16 +2,17 @@
 //! with `requires_grad=True`), typed to its placement, and the tensor methods of the
 //! tape (`tracks_grad`, `detach`, and the compile error of a gradient read of a result).
 
+use std::cell::Cell;
 use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
 
-use super::node::Node;
+use super::node::{Edge, Node, Rule};
 use crate::copy::HostPlacement;
-use crate::device::Device;
+use crate::device::{Device, Dyn};
 use crate::element::{Element, Float};
 use crate::error::{Error, Result};
-use crate::tensor::Tensor;
+use crate::tensor::{Erased, Tensor};
 use crate::to_device::ToDevice;
 
 /// A tensor that gradients are computed for: ops on it record the tape, and
@@ -146,10 +147,41 @@ impl<D: Device, T: Float> ToDevice for Param<D, T> {
 
     /// A new parameter on `placement` with a copy of the values and no gradient
     /// (PyTorch's `module.to(device)`); on the same placement, a parameter sharing the
-    /// values but with a gradient of its own.
+    /// values but with a gradient of its own. Inside [`linked_replicas`] (what
+    /// `DataParallel` makes its replicas in), a replica instead: the same values on
+    /// `placement`, whose gradients flow back to this parameter, on its device.
     fn to_placement<E: Device>(&self, placement: E) -> Result<Param<E, T>> {
-        Ok(Param::new(self.detach().to_placement(placement)?))
+        let values = self.detach().to_placement(placement)?;
+        if !LINKED.with(Cell::get) {
+            return Ok(Param::new(values));
+        }
+        let home = self.tensor.placement();
+        let edge = Edge { node: Arc::clone(&self.leaf), version: self.leaf.version() };
+        let rule: Rule = Box::new(move |g: Erased| {
+            let device = g.device();
+            Ok(vec![Some(g.typed::<Dyn, T>(Dyn::new(device))?.copy_to(home)?.erase())])
+        });
+        let link = Node::kept("a replica of a parameter", edge, rule);
+        Ok(Param { tensor: values.with_grad_fn(Some(Arc::clone(&link))), leaf: link })
     }
+}
+
+thread_local! {
+    static LINKED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` with [`Param`]s moved as replicas linked to their originals (gradients of a
+/// replica are added to the original's, on the original's device): how `DataParallel`
+/// replicates a module, so that its backward pass reaches the module's parameters.
+pub(crate) fn linked_replicas<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            LINKED.with(|l| l.set(self.0));
+        }
+    }
+    let _restore = Restore(LINKED.with(|l| l.replace(true)));
+    f()
 }
 
 /// Gradients are kept for [`Param`]s only. No type implements it: it is the bound that

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 
 use super::scatter::{chunk_sizes, gather_dyn, split_to};
+use crate::autograd::linked_replicas;
 use crate::device::{Device, DeviceId, Dyn};
 use crate::element::Element;
 use crate::error::{panic_message, Error, Result};
@@ -209,9 +210,11 @@ impl<M: Replicate, O: Device> DataParallel<M, O> {
         if let Some(current) = &replicas.current {
             return Ok(Arc::clone(current));
         }
-        let made: Vec<_> = replicas
-            .copies
-            .reuse_in(|| self.devices.iter().map(|&d| Ok((d, self.module.to_dyn(d)?))).collect::<Result<_>>())?;
+        // Parameters become replicas linked to the module's: a backward pass through a
+        // replica's output adds its gradients to the module's parameters.
+        let made: Vec<_> = replicas.copies.reuse_in(|| {
+            linked_replicas(|| self.devices.iter().map(|&d| Ok((d, self.module.to_dyn(d)?))).collect::<Result<_>>())
+        })?;
         let made: Arc<[_]> = made.into();
         replicas.current = Some(Arc::clone(&made));
         Ok(made)

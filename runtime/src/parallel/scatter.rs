@@ -95,6 +95,16 @@ pub(crate) fn split_to<D: Device, T: Element>(
     if sizes.len() == 1 {
         return Ok(vec![x.to_dyn(ids[0])?]);
     }
+    if x.tracks_grad() {
+        // Recorded views, so that the parts' gradients reach `x`.
+        let mut start = 0;
+        let mut out = Vec::with_capacity(ids.len());
+        for (&id, &n) in ids.iter().zip(sizes) {
+            out.push(x.narrow(0, start, n)?.to_dyn(id)?);
+            start += n;
+        }
+        return Ok(out);
+    }
     let row = shape::product(op, &x.shape()[1..])?;
     let mut start = 0;
     let mut out = Vec::with_capacity(ids.len());
