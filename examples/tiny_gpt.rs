@@ -1,0 +1,296 @@
+//! A small causal transformer trained on the text of locus's own README and docs, byte
+//! by byte, with autograd, on every device at once.
+//!
+//! The model: token and position embeddings, `LAYERS` blocks of (LayerNorm, multi-head
+//! causal self-attention from batched matmuls and a masked softmax, LayerNorm, a GELU MLP)
+//! with residual connections, a final LayerNorm and a linear head over the 256 byte
+//! values. `DataParallel` splits each batch of sequences over the devices; the loss is
+//! `cross_entropy` of the next byte; AdamW with warm-up and cosine decay, gradients
+//! clipped to norm 1. Halfway, the model and the optimizer are saved to safetensors and
+//! loaded into a fresh model and optimizer, whose next loss must be the uninterrupted
+//! run's. At the end it prints text sampled from the model, and fails unless the loss
+//! fell below `TARGET`.
+//!
+//! Runs on the host backend and on a GPU machine (`TINY_GPT_STEPS=2000` for a longer run):
+//!     cargo run --release --example tiny_gpt
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use locus::nn::{self, Embedding, LayerNorm, Linear, Module};
+use locus::optim::{clip_grad_norm, AdamW, CosineWithWarmup};
+use locus::parallel::DataParallel;
+use locus::{devices, Cpu, Cuda, Device, Param, Parameters, Tensor, ToDevice};
+
+/// Bytes of context.
+const CONTEXT: usize = 32;
+/// Width of the model.
+const WIDTH: usize = 64;
+const HEADS: usize = 4;
+const LAYERS: usize = 2;
+/// Sequences per batch.
+const BATCH: usize = 16;
+const VOCAB: usize = 256;
+/// The loss (nats per byte) the run must end below: a model that learned nothing stays
+/// near ln 256 ≈ 5.5.
+const TARGET: f32 = 3.0;
+
+/// The corpus: the project's own prose, built into the binary.
+const CORPUS: &[&[u8]] = &[include_bytes!("../README.md"), include_bytes!("../docs/DESIGN.md")];
+
+/// Multi-head causal self-attention: one projection to queries, keys and values, one out.
+#[derive(Parameters, ToDevice)]
+struct Attention<D: Device> {
+    qkv: Linear<D>,
+    out: Linear<D>,
+}
+
+impl<D: Device> Attention<D> {
+    fn forward(&self, x: &Tensor<D>, mask: &Tensor<D>) -> locus::Result<Tensor<D>> {
+        let (b, t) = (x.shape()[0], x.shape()[1]);
+        let hd = WIDTH / HEADS;
+        let qkv = self.qkv.forward(x)?; // [b, t, 3 * WIDTH]
+                                        // [b, t, WIDTH] → [b · HEADS, t, hd]
+        let heads = |i: usize| -> locus::Result<Tensor<D>> {
+            qkv.narrow(2, i * WIDTH, WIDTH)?.reshape([b, t, HEADS, hd])?.transpose(1, 2)?.reshape([b * HEADS, t, hd])
+        };
+        let (q, k, v) = (heads(0)?, heads(1)?, heads(2)?);
+        let scores = ((q.matmul(&k.transpose(1, 2)?)? * (1.0 / (hd as f32).sqrt()))? + mask)?;
+        let mixed = scores.softmax(2)?.matmul(&v)?; // [b · HEADS, t, hd]
+        let joined = mixed.reshape([b, HEADS, t, hd])?.transpose(1, 2)?.reshape([b, t, WIDTH])?;
+        self.out.forward(&joined)
+    }
+}
+
+#[derive(Parameters, ToDevice)]
+struct Block<D: Device> {
+    ln1: LayerNorm<D>,
+    attn: Attention<D>,
+    ln2: LayerNorm<D>,
+    fc: Linear<D>,
+    proj: Linear<D>,
+}
+
+impl<D: Device> Block<D> {
+    fn forward(&self, x: &Tensor<D>, mask: &Tensor<D>) -> locus::Result<Tensor<D>> {
+        let x = (x + &self.attn.forward(&self.ln1.forward(x)?, mask)?)?;
+        let h = self.proj.forward(&self.fc.forward(&self.ln2.forward(&x)?)?.gelu()?)?;
+        &x + &h
+    }
+}
+
+#[derive(Parameters, ToDevice)]
+struct Gpt<D: Device> {
+    tokens: Embedding<D>,
+    positions: Param<D>,
+    blocks: Vec<Block<D>>,
+    ln: LayerNorm<D>,
+    head: Linear<D>,
+    /// 0 on and below the diagonal, −∞ above: a byte sees only those before it.
+    mask: Tensor<D>,
+}
+
+impl Gpt<Cuda<0>> {
+    fn new(seed: u64) -> locus::Result<Self> {
+        let mut mask = vec![0.0f32; CONTEXT * CONTEXT];
+        for i in 0..CONTEXT {
+            for j in i + 1..CONTEXT {
+                mask[i * CONTEXT + j] = f32::NEG_INFINITY;
+            }
+        }
+        let blocks = (0..LAYERS as u64)
+            .map(|l| {
+                let s = seed + 10 * (l + 1);
+                Ok(Block {
+                    ln1: LayerNorm::new(WIDTH)?,
+                    attn: Attention { qkv: Linear::new(WIDTH, 3 * WIDTH, s)?, out: Linear::new(WIDTH, WIDTH, s + 1)? },
+                    ln2: LayerNorm::new(WIDTH)?,
+                    fc: Linear::new(WIDTH, 4 * WIDTH, s + 2)?,
+                    proj: Linear::new(4 * WIDTH, WIDTH, s + 3)?,
+                })
+            })
+            .collect::<locus::Result<_>>()?;
+        Ok(Gpt {
+            tokens: Embedding::new(VOCAB, WIDTH, seed)?,
+            positions: Param::new((Tensor::<Cuda<0>>::randn([CONTEXT, WIDTH], seed + 1)? * 0.02f32)?),
+            blocks,
+            ln: LayerNorm::new(WIDTH)?,
+            head: Linear::new(WIDTH, VOCAB, seed + 2)?,
+            mask: Tensor::from_vec(mask, [CONTEXT, CONTEXT])?,
+        })
+    }
+}
+
+/// The logits of the next byte at every position, `[b, t, VOCAB]`, for byte values given
+/// as f32 (exact below 2^24), `[b, t]`: `DataParallel` hands a module one element type.
+impl<D: Device> Module<D> for Gpt<D> {
+    fn forward(&self, bytes: &Tensor<D>) -> locus::Result<Tensor<D>> {
+        let (b, t) = (bytes.shape()[0], bytes.shape()[1]);
+        let ids = bytes.to_dtype::<i32>()?;
+        let mut x = (self.tokens.forward(&ids)? + &self.positions.narrow(0, 0, t)?)?;
+        let mask = self.mask.narrow(0, 0, t)?.narrow(1, 0, t)?;
+        for block in &self.blocks {
+            x = block.forward(&x, &mask)?;
+        }
+        let logits = self.head.forward(&self.ln.forward(&x)?)?;
+        debug_assert_eq!(logits.shape(), &[b, t, VOCAB]);
+        Ok(logits)
+    }
+}
+
+/// A deterministic stream of batch offsets (a 64-bit LCG).
+struct Offsets(u64);
+
+impl Offsets {
+    fn next(&mut self, below: usize) -> usize {
+        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        ((self.0 >> 33) as usize) % below
+    }
+}
+
+/// `BATCH` windows of the corpus: inputs and the bytes after them (targets), on cuda:0.
+fn batch(corpus: &[u8], offsets: &mut Offsets) -> locus::Result<(Tensor<Cuda<0>>, Tensor<Cuda<0>, i32>)> {
+    let (mut x, mut y) = (Vec::with_capacity(BATCH * CONTEXT), Vec::with_capacity(BATCH * CONTEXT));
+    for _ in 0..BATCH {
+        let at = offsets.next(corpus.len() - CONTEXT - 1);
+        x.extend(corpus[at..at + CONTEXT].iter().map(|&c| c as f32));
+        y.extend(corpus[at + 1..at + CONTEXT + 1].iter().map(|&c| c as i32));
+    }
+    let x = Tensor::<Cpu>::from_vec(x, [BATCH, CONTEXT])?.to::<Cuda<0>>()?;
+    let y = Tensor::<Cpu, i32>::from_vec(y, [BATCH * CONTEXT])?.to::<Cuda<0>>()?;
+    Ok((x, y))
+}
+
+/// One training step: the loss before it, on cuda:0 (not read back).
+fn step(
+    dp: &mut DataParallel<Gpt<Cuda<0>>, Cuda<0>>,
+    opt: &mut AdamW<Cuda<0>>,
+    lr: f64,
+    (x, y): &(Tensor<Cuda<0>>, Tensor<Cuda<0>, i32>),
+) -> locus::Result<Tensor<Cuda<0>>> {
+    nn::zero_grad(dp.module());
+    let logits = dp.forward(x)?;
+    let loss = logits.reshape([BATCH * CONTEXT, VOCAB])?.cross_entropy(y)?;
+    loss.backward()?;
+    clip_grad_norm(dp.module(), 1.0)?;
+    opt.set_lr(lr);
+    opt.step(dp.module_mut())?;
+    Ok(loss.detach())
+}
+
+/// `n` bytes sampled after `prompt`, from the model's softmax at temperature 0.8.
+fn sample(model: &Gpt<Cuda<0>>, prompt: &[u8], n: usize, seed: u64) -> locus::Result<String> {
+    let _off = locus::no_grad();
+    let mut text = prompt.to_vec();
+    let mut rng = Offsets(seed);
+    for _ in 0..n {
+        let window = &text[text.len().saturating_sub(CONTEXT)..];
+        let x = Tensor::<Cuda<0>>::from_vec(window.iter().map(|&c| c as f32).collect(), [1, window.len()])?;
+        let logits = model.forward(&x)?.select(1, window.len() - 1)?; // [1, VOCAB]
+        let p = (logits * (1.0 / 0.8))?.softmax(1)?.to_vec()?;
+        let u = rng.next(1 << 24) as f32 / (1 << 24) as f32;
+        let mut acc = 0.0;
+        let next = p.iter().position(|&q| {
+            acc += q;
+            acc > u
+        });
+        text.push(next.unwrap_or(b' ' as usize) as u8);
+    }
+    Ok(String::from_utf8_lossy(&text).into_owned())
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tiny_gpt: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let steps: usize = match std::env::var("TINY_GPT_STEPS") {
+        Ok(v) => v.parse().map_err(|_| format!("TINY_GPT_STEPS={v:?} is not a number of steps"))?,
+        Err(_) => 300,
+    };
+    if steps < 2 {
+        return Err("TINY_GPT_STEPS must be at least 2 (the resume check runs halfway)".into());
+    }
+    let corpus: Vec<u8> = CORPUS.concat();
+    let ids = devices()?;
+    println!(
+        "backend: {}; a {LAYERS}-layer, {WIDTH}-wide, {HEADS}-head byte transformer on {} bytes of locus's docs, \
+         data parallel over {} device(s)",
+        locus::backend_name()?,
+        corpus.len(),
+        ids.len()
+    );
+    let model = Gpt::new(1)?;
+    let params: usize = nn::named_parameters(&model).iter().map(|(_, p)| p.numel()).sum();
+    println!("{params} parameters");
+    let mut dp = DataParallel::new(model, &ids, Cuda::<0>)?;
+    let mut opt = AdamW::new(3e-3).weight_decay(0.01);
+    let schedule = CosineWithWarmup { peak: 3e-3, floor: 3e-4, warmup: steps as u64 / 10, total: steps as u64 };
+    let mut offsets = Offsets(7);
+    let batches: Vec<_> = (0..steps).map(|_| batch(&corpus, &mut offsets)).collect::<locus::Result<_>>()?;
+
+    let bar = ProgressBar::new(steps as u64);
+    if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} steps  {msg}") {
+        bar.set_style(style);
+    }
+    let dir = std::env::temp_dir();
+    let (weights, moments) = (
+        dir.join(format!("tiny_gpt-{}-weights.safetensors", std::process::id())),
+        dir.join(format!("tiny_gpt-{}-adamw.safetensors", std::process::id())),
+    );
+    let halfway = steps / 2;
+    let (mut first, mut last, mut resumed_loss) = (None, 0.0, None);
+    let start = Instant::now();
+    for (k, b) in batches.iter().enumerate() {
+        if k == halfway {
+            // Save, and check that a fresh model and optimizer loaded from the files take
+            // the same next step as the running ones.
+            nn::save_state_dict(dp.module(), &weights)?;
+            opt.save_state(&moments)?;
+            let mut fresh = Gpt::new(99)?;
+            nn::load_state_dict(&mut fresh, &locus::load_safetensors::<Cuda<0>>(&weights)?)?;
+            let mut fresh_opt = AdamW::new(3e-3).weight_decay(0.01);
+            fresh_opt.load_state(&locus::load_safetensors::<Cuda<0>>(&moments)?)?;
+            let mut fresh_dp = DataParallel::new(fresh, &ids, Cuda::<0>)?;
+            resumed_loss = Some(step(&mut fresh_dp, &mut fresh_opt, schedule.lr(k as u64), b)?.item()?);
+        }
+        let loss = step(&mut dp, &mut opt, schedule.lr(k as u64), b)?;
+        if k == halfway {
+            let (resumed, running) = (resumed_loss.unwrap_or(f32::NAN), loss.item()?);
+            bar.suspend(|| {
+                println!("step {k}: resumed from the checkpoint: loss {resumed:.6}, uninterrupted {running:.6}")
+            });
+            if resumed != running {
+                return Err(format!("the resumed run's loss {resumed} is not the uninterrupted run's {running}").into());
+            }
+        }
+        if k % 25 == 0 || k + 1 == steps {
+            last = loss.item()?;
+            first.get_or_insert(last);
+            bar.set_message(format!("loss {last:.3}"));
+        }
+        bar.inc(1);
+    }
+    bar.finish();
+    std::fs::remove_file(&weights).ok();
+    std::fs::remove_file(&moments).ok();
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "{steps} steps in {secs:.1} s ({:.0} tokens/s); loss {:.3} → {last:.3} (target below {TARGET})",
+        (steps * BATCH * CONTEXT) as f64 / secs,
+        first.unwrap_or(f32::NAN)
+    );
+    let model = dp.into_inner();
+    println!("sample: {:?}", sample(&model, b"locus ", 80, 3)?);
+    if !(last < TARGET) {
+        return Err(format!("the loss ended at {last}, not below {TARGET}").into());
+    }
+    Ok(())
+}
