@@ -289,7 +289,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     );
     let model = dp.into_inner();
     println!("sample: {:?}", sample(&model, b"locus ", 80, 3)?);
-    if !(last < TARGET) {
+    if last.is_nan() || last >= TARGET {
         return Err(format!("the loss ended at {last}, not below {TARGET}").into());
     }
     Ok(())
