@@ -35,17 +35,22 @@ fn typed<O: Device, U: Element>(g: Erased, placement: O) -> Result<Tensor<O, U>>
 }
 
 impl<D: Device, T: Element> Tensor<D, T> {
-    /// `out`, the result of `op` on this tensor alone; `rule` maps the gradient of `out`
-    /// to this tensor's.
-    pub(crate) fn track1<O: Device, U: Element>(
+    /// `out`, the result of `op` on this tensor alone; `make` gives (from `out`) the rule that maps
+    /// the gradient of `out` to this tensor's. `make` runs (saving what the rule needs)
+    /// only when the op is recorded: an op on tensors that track nothing saves nothing.
+    pub(crate) fn track1<O: Device, U: Element, R>(
         &self,
         out: Tensor<O, U>,
         op: &'static str,
-        rule: impl Fn(Tensor<O, U>) -> Result<Tensor<D, T>> + Send + Sync + 'static,
-    ) -> Tensor<O, U> {
+        make: impl FnOnce(&Tensor<O, U>) -> R,
+    ) -> Tensor<O, U>
+    where
+        R: Fn(Tensor<O, U>) -> Result<Tensor<D, T>> + Send + Sync + 'static,
+    {
         if self.grad_fn().is_none() || !is_grad_enabled() {
             return out;
         }
+        let rule = make(&out);
         let at = out.placement();
         let rule: Rule = Box::new(move |g| Ok(vec![Some(rule(typed(g, at)?)?.erase())]));
         attach(out, op, vec![edge(self)], rule)
@@ -55,19 +60,20 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// `out` and which of the two track gradients, and gives theirs (`None` for one that
     /// tracks none).
     #[allow(clippy::type_complexity)]
-    pub(crate) fn track2<E: Device, V: Element, O: Device, U: Element>(
+    pub(crate) fn track2<E: Device, V: Element, O: Device, U: Element, R>(
         &self,
         rhs: &Tensor<E, V>,
         out: Tensor<O, U>,
         op: &'static str,
-        rule: impl Fn(Tensor<O, U>, [bool; 2]) -> Result<(Option<Tensor<D, T>>, Option<Tensor<E, V>>)>
-            + Send
-            + Sync
-            + 'static,
-    ) -> Tensor<O, U> {
+        make: impl FnOnce(&Tensor<O, U>) -> R,
+    ) -> Tensor<O, U>
+    where
+        R: Fn(Tensor<O, U>, [bool; 2]) -> Result<(Option<Tensor<D, T>>, Option<Tensor<E, V>>)> + Send + Sync + 'static,
+    {
         if (self.grad_fn().is_none() && rhs.grad_fn().is_none()) || !is_grad_enabled() {
             return out;
         }
+        let rule = make(&out);
         let at = out.placement();
         let needs = [self.grad_fn().is_some(), rhs.grad_fn().is_some()];
         let rule: Rule = Box::new(move |g| {
@@ -80,15 +86,19 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// `out`, the result of `op` on `inputs` (one placement and type); `rule` gets the
     /// gradient of `out` and which inputs track gradients, and gives one gradient per
     /// input.
-    pub(crate) fn track_all<O: Device, U: Element>(
+    pub(crate) fn track_all<O: Device, U: Element, R>(
         inputs: &[&Self],
         out: Tensor<O, U>,
         op: &'static str,
-        rule: impl Fn(Tensor<O, U>, &[bool]) -> Result<Vec<Option<Tensor<D, T>>>> + Send + Sync + 'static,
-    ) -> Tensor<O, U> {
+        make: impl FnOnce(&Tensor<O, U>) -> R,
+    ) -> Tensor<O, U>
+    where
+        R: Fn(Tensor<O, U>, &[bool]) -> Result<Vec<Option<Tensor<D, T>>>> + Send + Sync + 'static,
+    {
         if inputs.iter().all(|t| t.grad_fn().is_none()) || !is_grad_enabled() {
             return out;
         }
+        let rule = make(&out);
         let at = out.placement();
         let needs: Vec<bool> = inputs.iter().map(|t| t.grad_fn().is_some()).collect();
         let rule: Rule = Box::new(move |g| {

@@ -19,39 +19,47 @@ impl<D: Device, T: Element> Tensor<D, T> {
         let (out_shape, layout) = shape::broadcast(name, &self.shape, &rhs.shape, T::DTYPE)?;
         let buf = self.queued("an elementwise op")?.binary(rhs.buffer(), op, T::DTYPE, &out_shape, &layout)?;
         let out = self.with_buffer(buf, out_shape);
-        let (a, b) = (self.saved(), rhs.saved());
-        Ok(self.track2(rhs, out, name, move |g, [da, db]| {
-            let (ga, gb) = match op {
-                BinaryOp::Add => (g.clone(), g),
-                BinaryOp::Sub => (g.clone(), g.unary(UnaryOp::Neg)?),
-                BinaryOp::Mul => (if da { g.times(&b)? } else { g.clone() }, if db { g.times(&a)? } else { g }),
-                // d(a/b)/db = -a/b²
-                BinaryOp::Div => {
-                    let gb = if db { g.times(&a)?.over(&b)?.over(&b)?.unary(UnaryOp::Neg)? } else { g.clone() };
-                    (if da { g.over(&b)? } else { g }, gb)
+        Ok(self.track2(rhs, out, name, |_| {
+            let (a, b) = (self.saved(), rhs.saved());
+            {
+                move |g: Tensor<_, _>, [da, db]: [bool; 2]| {
+                    let (ga, gb) = match op {
+                        BinaryOp::Add => (g.clone(), g),
+                        BinaryOp::Sub => (g.clone(), g.unary(UnaryOp::Neg)?),
+                        BinaryOp::Mul => (if da { g.times(&b)? } else { g.clone() }, if db { g.times(&a)? } else { g }),
+                        // d(a/b)/db = -a/b²
+                        BinaryOp::Div => {
+                            let gb = if db { g.times(&a)?.over(&b)?.over(&b)?.unary(UnaryOp::Neg)? } else { g.clone() };
+                            (if da { g.over(&b)? } else { g }, gb)
+                        }
+                    };
+                    let ga = if da { Some(ga.sum_to(a.shape())?) } else { None };
+                    let gb = if db { Some(gb.sum_to(b.shape())?.placed(b.placement())?) } else { None };
+                    Ok((ga, gb))
                 }
-            };
-            let ga = if da { Some(ga.sum_to(a.shape())?) } else { None };
-            let gb = if db { Some(gb.sum_to(b.shape())?.placed(b.placement())?) } else { None };
-            Ok((ga, gb))
+            }
         }))
     }
 
     pub(crate) fn binary_scalar(&self, op: BinaryOp, rhs: T) -> Result<Self> {
         let buf = self.queued("an elementwise op")?.binary_scalar(op, T::DTYPE, self.numel(), rhs.to_scalar())?;
         let out = self.with_buffer(buf, self.shape.clone());
-        Ok(self.track1(out, op.name(), move |g| match op {
-            BinaryOp::Add | BinaryOp::Sub => Ok(g),
-            BinaryOp::Mul => g.binary_scalar(BinaryOp::Mul, rhs),
-            BinaryOp::Div => g.binary_scalar(BinaryOp::Div, rhs),
+        Ok(self.track1(out, op.name(), |_| {
+            move |g: Tensor<_, _>| match op {
+                BinaryOp::Add | BinaryOp::Sub => Ok(g),
+                BinaryOp::Mul => g.binary_scalar(BinaryOp::Mul, rhs),
+                BinaryOp::Div => g.binary_scalar(BinaryOp::Div, rhs),
+            }
         }))
     }
 
     pub(crate) fn unary(&self, op: UnaryOp) -> Result<Self> {
         let buf = self.queued("an elementwise op")?.unary(op, T::DTYPE, self.numel())?;
         let out = self.with_buffer(buf, self.shape.clone());
-        let (x, y) = (self.saved(), out.saved());
-        Ok(self.track1(out, op.name(), move |g| unary_grad(op, g, &x, &y)))
+        Ok(self.track1(out, op.name(), |out| {
+            let (x, y) = (self.saved(), out.saved());
+            move |g: Tensor<_, _>| unary_grad(op, g, &x, &y)
+        }))
     }
 }
 

@@ -246,12 +246,16 @@ impl<D: Device, T: Element> Tensor<D, T> {
         let strides = [&strides[0][..], &strides[1][..], &strides[2][..]];
         let buf = mask.queued("where_")?.select_where(a.buffer(), b.buffer(), T::DTYPE, &out_shape, strides)?;
         let out: Self = Tensor::from_buffer(mask.placement, buf, out_shape);
-        let (m, sa, sb, a_at, b_at) = (mask.saved(), a.shape.clone(), b.shape.clone(), a.placement, b.placement);
-        Ok(a.track2(b, out, "where", move |g, [da, db]| {
-            let zero = Tensor::zeros_on(g.placement(), [])?;
-            let ga = da.then(|| Tensor::where_(&m, &g, &zero)?.sum_to(&sa)).transpose()?;
-            let gb = db.then(|| Tensor::where_(&m, &zero, &g)?.sum_to(&sb)).transpose()?;
-            Ok((ga.map(|x| x.placed(a_at)).transpose()?, gb.map(|x| x.placed(b_at)).transpose()?))
+        Ok(a.track2(b, out, "where", |_| {
+            let (m, sa, sb, a_at, b_at) = (mask.saved(), a.shape.clone(), b.shape.clone(), a.placement, b.placement);
+            {
+                move |g: Tensor<_, _>, [da, db]: [bool; 2]| {
+                    let zero = Tensor::zeros_on(g.placement(), [])?;
+                    let ga = da.then(|| Tensor::where_(&m, &g, &zero)?.sum_to(&sa)).transpose()?;
+                    let gb = db.then(|| Tensor::where_(&m, &zero, &g)?.sum_to(&sb)).transpose()?;
+                    Ok((ga.map(|x| x.placed(a_at)).transpose()?, gb.map(|x| x.placed(b_at)).transpose()?))
+                }
+            }
         }))
     }
 }

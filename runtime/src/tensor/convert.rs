@@ -88,7 +88,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
         let buf = self.queued("to_dtype")?.cast(T::DTYPE, U::DTYPE, self.numel())?;
         let shape = Shape::new("to_dtype", self.shape.to_vec(), U::DTYPE)?;
         let out = Tensor::from_buffer(self.placement(), buf, shape);
-        Ok(self.track1(out, "to_dtype", |g| g.to_dtype::<T>()))
+        Ok(self.track1(out, "to_dtype", |_| |g: Tensor<_, _>| g.to_dtype::<T>()))
     }
 }
 

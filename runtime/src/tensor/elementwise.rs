@@ -15,13 +15,17 @@ impl<D: Device, T: Element> Tensor<D, T> {
     pub(crate) fn scalar_lhs(&self, op: BinaryOp, lhs: T) -> Result<Self> {
         let buf = self.queued("an elementwise op")?.scalar_binary(op, T::DTYPE, lhs.to_scalar(), self.numel())?;
         let out = self.with_buffer(buf, self.shape.clone());
-        let x = self.saved();
-        Ok(self.track1(out, op.name(), move |g| match op {
-            BinaryOp::Add => Ok(g),
-            BinaryOp::Sub => g.unary(UnaryOp::Neg),
-            BinaryOp::Mul => g.binary_scalar(BinaryOp::Mul, lhs),
-            // d(s/x)/dx = -s/x²
-            BinaryOp::Div => g.binary_scalar(BinaryOp::Mul, lhs)?.over(&x)?.over(&x)?.unary(UnaryOp::Neg),
+        Ok(self.track1(out, op.name(), |_| {
+            let x = self.saved();
+            {
+                move |g: Tensor<_, _>| match op {
+                    BinaryOp::Add => Ok(g),
+                    BinaryOp::Sub => g.unary(UnaryOp::Neg),
+                    BinaryOp::Mul => g.binary_scalar(BinaryOp::Mul, lhs),
+                    // d(s/x)/dx = -s/x²
+                    BinaryOp::Div => g.binary_scalar(BinaryOp::Mul, lhs)?.over(&x)?.over(&x)?.unary(UnaryOp::Neg),
+                }
+            }
         }))
     }
 
@@ -77,21 +81,25 @@ impl<D: Device, T: Element> Tensor<D, T> {
     fn param(&self, op: ParamOp) -> Result<Self> {
         let buf = self.queued("an elementwise op")?.unary_param(op, T::DTYPE, self.numel())?;
         let out = self.with_buffer(buf, self.shape.clone());
-        let x = self.saved();
         let name = match op {
             ParamOp::Pow(_) => "pow",
             ParamOp::Clamp(..) => "clamp",
         };
-        Ok(self.track1(out, name, move |g| match op {
-            // d(x^e)/dx = e x^(e-1)
-            ParamOp::Pow(e) => {
-                let e = T::from_scalar(e);
-                let e1 = T::from_f64(e.to_f64() - 1.0);
-                g.times(&x.param(ParamOp::Pow(e1.to_scalar()))?)?.binary_scalar(BinaryOp::Mul, e)
-            }
-            // 1 inside [min, max], as PyTorch's
-            ParamOp::Clamp(lo, hi) => {
-                g.masked(&x.ge_scalar(T::from_scalar(lo))?)?.masked(&x.le_scalar(T::from_scalar(hi))?)
+        Ok(self.track1(out, name, |_| {
+            let x = self.saved();
+            {
+                move |g: Tensor<_, _>| match op {
+                    // d(x^e)/dx = e x^(e-1)
+                    ParamOp::Pow(e) => {
+                        let e = T::from_scalar(e);
+                        let e1 = T::from_f64(e.to_f64() - 1.0);
+                        g.times(&x.param(ParamOp::Pow(e1.to_scalar()))?)?.binary_scalar(BinaryOp::Mul, e)
+                    }
+                    // 1 inside [min, max], as PyTorch's
+                    ParamOp::Clamp(lo, hi) => {
+                        g.masked(&x.ge_scalar(T::from_scalar(lo))?)?.masked(&x.le_scalar(T::from_scalar(hi))?)
+                    }
+                }
             }
         }))
     }

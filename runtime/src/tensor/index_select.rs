@@ -74,24 +74,31 @@ impl<D: Device, T: Element> Tensor<D, T> {
         };
         let buf = self.queued("index_select")?.index_select(index.buffer(), T::DTYPE, g)?;
         let out = self.with_buffer(buf, out);
-        let (shape, idx) = (self.shape.clone(), index.saved());
-        Ok(self.track1(out, OP, move |g| {
-            // dx[.., s, ..] = Σ_c [idx[c] = s] g[.., c, ..]: the one-hot matrix M[s, c]
-            // times the gradient's slices.
-            let (outer, size, inner) =
-                (shape[..dim].iter().product::<usize>(), shape[dim], shape[dim + 1..].iter().product::<usize>());
-            let len =
-                i32::try_from(size).map_err(|_| Error::InvalidArgument { op: OP, reason: "dim too long".into() })?;
-            let rows = Tensor::<E, i32>::arange_on(idx.placement(), 0, len, 1)?.reshape([size, 1])?;
-            let m = rows.eq(&idx.reshape([1, count])?)?.to_dtype::<T>()?;
-            let dx = if outer == 1 {
-                m.matmul_any(&g.reshape([count, inner])?)?
-            } else {
-                // [outer, inner, count] x Mᵀ [count, size] → [outer, inner, size]
-                let gt = g.reshape([outer, count, inner])?.transpose(1, 2)?;
-                gt.matmul_any(&m.t()?)?.transpose(1, 2)?.placed(idx.placement())?
-            };
-            dx.reshape(&*shape)?.placed(g.placement())
+        Ok(self.track1(out, OP, |_| {
+            let (shape, idx) = (self.shape.clone(), index.saved());
+            {
+                move |g: Tensor<_, _>| {
+                    // dx[.., s, ..] = Σ_c [idx[c] = s] g[.., c, ..]: the one-hot matrix M[s, c]
+                    // times the gradient's slices.
+                    let (outer, size, inner) = (
+                        shape[..dim].iter().product::<usize>(),
+                        shape[dim],
+                        shape[dim + 1..].iter().product::<usize>(),
+                    );
+                    let len = i32::try_from(size)
+                        .map_err(|_| Error::InvalidArgument { op: OP, reason: "dim too long".into() })?;
+                    let rows = Tensor::<E, i32>::arange_on(idx.placement(), 0, len, 1)?.reshape([size, 1])?;
+                    let m = rows.eq(&idx.reshape([1, count])?)?.to_dtype::<T>()?;
+                    let dx = if outer == 1 {
+                        m.matmul_any(&g.reshape([count, inner])?)?
+                    } else {
+                        // [outer, inner, count] x Mᵀ [count, size] → [outer, inner, size]
+                        let gt = g.reshape([outer, count, inner])?.transpose(1, 2)?;
+                        gt.matmul_any(&m.t()?)?.transpose(1, 2)?.placed(idx.placement())?
+                    };
+                    dx.reshape(&*shape)?.placed(g.placement())
+                }
+            }
         }))
     }
 }

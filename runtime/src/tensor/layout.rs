@@ -70,9 +70,11 @@ impl<D: Device, T: Element> Tensor<D, T> {
         let out_len = shape::numel(op, &out_shape, T::DTYPE)?;
         if out_len == 0 {
             let out = self.assembled(op, out_shape, 0, &[])?;
-            let shape = self.shape.clone();
             // Nothing was read: a gradient of zeros.
-            return Ok(self.track1(out, op, move |g| Tensor::zeros_on(g.placement(), &*shape)));
+            return Ok(self.track1(out, op, |_| {
+                let shape = self.shape.clone();
+                move |g: Tensor<_, _>| Tensor::zeros_on(g.placement(), &*shape)
+            }));
         }
         // The output is non-empty, so every factor of its size fits in usize, and so do
         // the input's (its element count fits).
@@ -87,8 +89,12 @@ impl<D: Device, T: Element> Tensor<D, T> {
             count: outer,
             block: len * inner,
         };
-        let out = self.assembled(op, out_shape.clone(), out_len, &[part])?;
-        Ok(self.track1(out, op, move |g| g.reshape(&out_shape)?.padded(dim, start, size)))
+        let out = self.assembled(op, out_shape, out_len, &[part])?;
+        Ok(self.track1(out, op, |out| {
+            // `select` drops the dim after this; its gradient comes in this shape again.
+            let narrowed = out.shape().to_vec();
+            move |g: Tensor<_, _>| g.reshape(&narrowed)?.padded(dim, start, size)
+        }))
     }
 
     /// A new tensor of `shape` (`len` elements) on this tensor's device, written by `parts`.
@@ -215,12 +221,14 @@ impl<D: Device, T: Element> Tensor<D, T> {
                 Some(piece)
             })
             .collect();
-        Ok(Self::track_all(parts, out, op, move |g, needs| {
-            pieces
-                .iter()
-                .zip(needs)
-                .map(|((at, n, shape), &need)| need.then(|| g.narrow(dim, *at, *n)?.reshape(&**shape)).transpose())
-                .collect()
+        Ok(Self::track_all(parts, out, op, |_| {
+            move |g: Tensor<_, _>, needs: &[bool]| {
+                pieces
+                    .iter()
+                    .zip(needs)
+                    .map(|((at, n, shape), &need)| need.then(|| g.narrow(dim, *at, *n)?.reshape(&**shape)).transpose())
+                    .collect()
+            }
         }))
     }
 
@@ -333,17 +341,21 @@ impl<D: Device, T: Element> Tensor<D, T> {
         let bufs: Vec<_> = parts.iter().map(|p| (p.buffer(), p.numel())).collect();
         let buf = Buffer::concat(T::DTYPE, &bufs)?;
         let out = first.with_buffer(buf, out);
-        let rows: Vec<usize> = parts.iter().map(|p| p.shape[0]).collect();
-        Ok(Self::track_all(parts, out, "cat", move |g, needs| {
-            let mut at = 0;
-            rows.iter()
-                .zip(needs)
-                .map(|(&n, &need)| {
-                    let piece = need.then(|| g.narrow(0, at, n)).transpose();
-                    at += n;
-                    piece
-                })
-                .collect()
+        Ok(Self::track_all(parts, out, "cat", |_| {
+            let rows: Vec<usize> = parts.iter().map(|p| p.shape[0]).collect();
+            {
+                move |g: Tensor<_, _>, needs: &[bool]| {
+                    let mut at = 0;
+                    rows.iter()
+                        .zip(needs)
+                        .map(|(&n, &need)| {
+                            let piece = need.then(|| g.narrow(0, at, n)).transpose();
+                            at += n;
+                            piece
+                        })
+                        .collect()
+                }
+            }
         }))
     }
 
@@ -389,7 +401,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
             let offset = shape::mul("chunk", start, row)?;
             let buf = self.buffer().slice(T::DTYPE, offset, shape.numel())?;
             let piece = self.with_buffer(buf, shape);
-            out.push(self.track1(piece, "chunk", move |g| g.padded(0, start, len)));
+            out.push(self.track1(piece, "chunk", |_| move |g: Tensor<_, _>| g.padded(0, start, len)));
             start += rows;
         }
         Ok(out)

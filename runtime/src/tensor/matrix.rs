@@ -49,20 +49,22 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// their inputs.
     pub(crate) fn matmul_any<E: Device>(&self, rhs: &Tensor<E, T>) -> Result<Self> {
         let out = self.product(rhs, false, false)?;
-        let (a, b) = (self.saved(), rhs.saved());
-        Ok(self.track2(rhs, out, "matmul", move |g, [da, db]| {
-            // C = A B: dA = dC Bᵀ, dB = Aᵀ dC (over the batch rows for a shared rhs), the
-            // transposes read in place by the GEMM.
-            let ga = if da { Some(g.product(&b, false, true)?) } else { None };
-            let gb = match (db, a.rank(), b.rank()) {
-                (false, ..) => None,
-                (true, 3, 2) => {
-                    let (rows, k, n) = (a.shape()[0] * a.shape()[1], a.shape()[2], g.shape()[2]);
-                    Some(a.reshape([rows, k])?.product(&g.reshape([rows, n])?, true, false)?)
-                }
-                (true, ..) => Some(a.product(&g, true, false)?),
-            };
-            Ok((ga, gb.map(|gb| gb.placed(b.placement())).transpose()?))
+        Ok(self.track2(rhs, out, "matmul", |_| {
+            let (a, b) = (self.saved(), rhs.saved());
+            move |g: Tensor<D, T>, [da, db]: [bool; 2]| {
+                // C = A B: dA = dC Bᵀ, dB = Aᵀ dC (over the batch rows for a shared rhs), the
+                // transposes read in place by the GEMM.
+                let ga = if da { Some(g.product(&b, false, true)?) } else { None };
+                let gb = match (db, a.rank(), b.rank()) {
+                    (false, ..) => None,
+                    (true, 3, 2) => {
+                        let (rows, k, n) = (a.shape()[0] * a.shape()[1], a.shape()[2], g.shape()[2]);
+                        Some(a.reshape([rows, k])?.product(&g.reshape([rows, n])?, true, false)?)
+                    }
+                    (true, ..) => Some(a.product(&g, true, false)?),
+                };
+                Ok((ga, gb.map(|gb| gb.placed(b.placement())).transpose()?))
+            }
         }))
     }
 
@@ -70,19 +72,21 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// `Linear` layer's weight as stored), with its gradient, and no transpose copied.
     pub(crate) fn matmul_nt<E: Device>(&self, rhs: &Tensor<E, T>) -> Result<Self> {
         let out = self.product(rhs, false, true)?;
-        let (a, b) = (self.saved(), rhs.saved());
-        Ok(self.track2(rhs, out, "matmul", move |g, [da, db]| {
-            // C = A Bᵀ: dA = dC B, dB = dCᵀ A (over the batch rows for a batched lhs).
-            let ga = if da { Some(g.product(&b, false, false)?) } else { None };
-            let gb = match (db, a.rank(), b.rank()) {
-                (false, ..) => None,
-                (true, 3, 2) => {
-                    let (rows, k, n) = (a.shape()[0] * a.shape()[1], a.shape()[2], g.shape()[2]);
-                    Some(g.reshape([rows, n])?.product(&a.reshape([rows, k])?, true, false)?)
-                }
-                (true, ..) => Some(g.product(&a, true, false)?),
-            };
-            Ok((ga, gb.map(|gb| gb.placed(b.placement())).transpose()?))
+        Ok(self.track2(rhs, out, "matmul", |_| {
+            let (a, b) = (self.saved(), rhs.saved());
+            move |g: Tensor<D, T>, [da, db]: [bool; 2]| {
+                // C = A Bᵀ: dA = dC B, dB = dCᵀ A (over the batch rows for a batched lhs).
+                let ga = if da { Some(g.product(&b, false, false)?) } else { None };
+                let gb = match (db, a.rank(), b.rank()) {
+                    (false, ..) => None,
+                    (true, 3, 2) => {
+                        let (rows, k, n) = (a.shape()[0] * a.shape()[1], a.shape()[2], g.shape()[2]);
+                        Some(g.reshape([rows, n])?.product(&a.reshape([rows, k])?, true, false)?)
+                    }
+                    (true, ..) => Some(g.product(&a, true, false)?),
+                };
+                Ok((ga, gb.map(|gb| gb.placed(b.placement())).transpose()?))
+            }
         }))
     }
 
@@ -146,7 +150,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
         let out = Shape::new("t", [cols, rows], T::DTYPE)?;
         let buf = self.queued("t")?.transpose(T::DTYPE, rows, cols)?;
         let out = self.with_buffer(buf, out);
-        Ok(self.track1(out, "t", |g| g.t()))
+        Ok(self.track1(out, "t", |_| |g: Self| g.t()))
     }
 
     /// A contiguous copy with dims `d0` and `d1` swapped (PyTorch's `transpose`), for a
@@ -175,7 +179,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
         let p = Permute::new("transpose", &self.shape, &perm)?;
         let buf = self.queued("transpose")?.permute(T::DTYPE, &p)?;
         let out = self.with_buffer(buf, out);
-        Ok(self.track1(out, "transpose", move |g| g.transpose(d0, d1)))
+        Ok(self.track1(out, "transpose", |_| move |g: Self| g.transpose(d0, d1)))
     }
 
     pub(super) fn check_rank(&self, op: &'static str, rank: usize) -> Result<()> {

@@ -284,8 +284,10 @@ impl<D: Device, T: Element> Tensor<D, T> {
             });
         }
         let out = Tensor { shape, grad_fn: None, ..self.clone() };
-        let from = self.shape.clone();
-        Ok(self.track1(out, "reshape", move |g| g.reshape(&*from)))
+        Ok(self.track1(out, "reshape", |_| {
+            let from = self.shape.clone();
+            move |g: Tensor<_, _>| g.reshape(&*from)
+        }))
     }
 
     /// A copy on placement `E`: the one op that crosses placements (PyTorch's `copy_`).
@@ -318,7 +320,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
         let out = Tensor { storage, shape: self.shape.clone(), placement: dst, _elem: PhantomData, grad_fn: None };
         // The gradient of a copy flows back to the source's placement (typed both ways).
         let src = self.placement;
-        Ok(self.track1(out, "to", move |g| g.copy_to(src)))
+        Ok(self.track1(out, "to", |_| move |g: Tensor<_, _>| g.copy_to(src)))
     }
 
     /// The same tensor with its placement checked at run time from now on (no copy).

@@ -31,8 +31,10 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// ```
     pub fn sum(&self) -> Result<Self> {
         let out = self.reduce(ReduceKind::Sum, Reduction::all(self.numel()), Shape::scalar())?;
-        let shape = self.shape.clone();
-        Ok(self.track1(out, "sum", move |g| g.unreduce(&shape, None)))
+        Ok(self.track1(out, "sum", |_| {
+            let shape = self.shape.clone();
+            move |g: Tensor<_, _>| g.unreduce(&shape, None)
+        }))
     }
 
     /// Sums over `dim` (integers wrap), which is removed from the shape, or kept as a dim
@@ -52,8 +54,10 @@ impl<D: Device, T: Element> Tensor<D, T> {
     pub fn sum_dim(&self, dim: usize, keepdim: bool) -> Result<Self> {
         let shape = self.reduced_shape("sum_dim", dim, keepdim, T::DTYPE)?;
         let out = self.reduce(ReduceKind::Sum, Reduction::over("sum_dim", &self.shape, dim)?, shape)?;
-        let shape = self.shape.clone();
-        Ok(self.track1(out, "sum_dim", move |g| g.unreduce(&shape, Some(dim))))
+        Ok(self.track1(out, "sum_dim", |_| {
+            let shape = self.shape.clone();
+            move |g: Tensor<_, _>| g.unreduce(&shape, Some(dim))
+        }))
     }
 
     /// The largest element, as a 0-d tensor; an empty tensor is an error. NaN wins.
@@ -97,11 +101,15 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// `out`, the maximum or minimum `m` of all elements, with the gradient shared evenly
     /// among the elements equal to `m`, as PyTorch's.
     fn extremum_tracked(&self, out: Self, op: &'static str) -> Self {
-        let (x, m) = (self.saved(), out.saved());
-        self.track1(out, op, move |g| {
-            let mask = x.eq(&m)?.to_dtype::<T>()?;
-            let share = g.over(&mask.sum()?)?;
-            mask.times(&share)
+        self.track1(out, op, |out| {
+            let (x, m) = (self.saved(), out.saved());
+            {
+                move |g: Tensor<_, _>| {
+                    let mask = x.eq(&m)?.to_dtype::<T>()?;
+                    let share = g.over(&mask.sum()?)?;
+                    mask.times(&share)
+                }
+            }
         })
     }
 
@@ -215,17 +223,21 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// `out`, the elements of this tensor that `idx` picks along `dim`, with the gradient
     /// going to the element each index names.
     fn picked_tracked(&self, out: Self, op: &'static str, dim: usize, idx: &Tensor<D, i32>) -> Self {
-        let (shape, at) = (self.shape.clone(), idx.saved());
-        self.track1(out, op, move |g| {
-            let mut line = vec![1; shape.len()];
-            line[dim] = shape[dim];
-            let len =
-                i32::try_from(shape[dim]).map_err(|_| Error::InvalidArgument { op, reason: "dim too long".into() })?;
-            let positions = Tensor::<D, i32>::arange_on(at.placement(), 0, len, 1)?.reshape(&line)?;
-            let mut kept = shape.to_vec();
-            kept[dim] = 1;
-            let hit = positions.eq(&at.reshape(&kept)?)?;
-            g.reshape(&kept)?.expand_to(&shape)?.masked(&hit)
+        self.track1(out, op, |_| {
+            let (shape, at) = (self.shape.clone(), idx.saved());
+            {
+                move |g: Tensor<_, _>| {
+                    let mut line = vec![1; shape.len()];
+                    line[dim] = shape[dim];
+                    let len = i32::try_from(shape[dim])
+                        .map_err(|_| Error::InvalidArgument { op, reason: "dim too long".into() })?;
+                    let positions = Tensor::<D, i32>::arange_on(at.placement(), 0, len, 1)?.reshape(&line)?;
+                    let mut kept = shape.to_vec();
+                    kept[dim] = 1;
+                    let hit = positions.eq(&at.reshape(&kept)?)?;
+                    g.reshape(&kept)?.expand_to(&shape)?.masked(&hit)
+                }
+            }
         })
     }
 
@@ -271,8 +283,12 @@ impl<D: Device, T: Float> Tensor<D, T> {
     /// ```
     pub fn mean(&self) -> Result<Self> {
         let out = self.reduce(ReduceKind::Mean, Reduction::all(self.numel()), Shape::scalar())?;
-        let shape = self.shape.clone();
-        Ok(self.track1(out, "mean", move |g| g.scaled(1.0 / shape.numel() as f64)?.unreduce(&shape, None)))
+        Ok(self.track1(out, "mean", |_| {
+            let shape = self.shape.clone();
+            {
+                move |g: Tensor<_, _>| g.scaled(1.0 / shape.numel() as f64)?.unreduce(&shape, None)
+            }
+        }))
     }
 
     /// The mean over `dim`, dropped or kept as 1 with `keepdim` (float types, as
@@ -290,7 +306,11 @@ impl<D: Device, T: Float> Tensor<D, T> {
     pub fn mean_dim(&self, dim: usize, keepdim: bool) -> Result<Self> {
         let shape = self.reduced_shape("mean_dim", dim, keepdim, T::DTYPE)?;
         let out = self.reduce(ReduceKind::Mean, Reduction::over("mean_dim", &self.shape, dim)?, shape)?;
-        let shape = self.shape.clone();
-        Ok(self.track1(out, "mean_dim", move |g| g.scaled(1.0 / shape[dim] as f64)?.unreduce(&shape, Some(dim))))
+        Ok(self.track1(out, "mean_dim", |_| {
+            let shape = self.shape.clone();
+            {
+                move |g: Tensor<_, _>| g.scaled(1.0 / shape[dim] as f64)?.unreduce(&shape, Some(dim))
+            }
+        }))
     }
 }

@@ -59,23 +59,27 @@ impl<D: Device, T: Float> Tensor<D, T> {
         };
         let buf = self.queued("softmax")?.softmax(op, T::DTYPE, r)?;
         let out = self.with_buffer(buf, self.shape.clone());
-        let y = out.saved();
-        Ok(self.track1(out, op.name(), move |g| {
-            if y.rank() == 0 {
-                // A one-element slice: the output is constant.
-                return g.scaled(0.0);
-            }
-            match op {
-                // dx = y (g − Σ g y)
-                SoftmaxOp::Softmax => {
-                    let gy = g.times(&y)?;
-                    let s = gy.sum_dim(dim, true)?;
-                    gy.binary(BinaryOp::Sub, &y.times(&s)?)
-                }
-                // dx = g − softmax(x) Σ g
-                SoftmaxOp::LogSoftmax => {
-                    let s = g.sum_dim(dim, true)?;
-                    g.binary(BinaryOp::Sub, &y.unary(UnaryOp::Exp)?.times(&s)?)
+        Ok(self.track1(out, op.name(), |out| {
+            let y = out.saved();
+            {
+                move |g: Tensor<_, _>| {
+                    if y.rank() == 0 {
+                        // A one-element slice: the output is constant.
+                        return g.scaled(0.0);
+                    }
+                    match op {
+                        // dx = y (g − Σ g y)
+                        SoftmaxOp::Softmax => {
+                            let gy = g.times(&y)?;
+                            let s = gy.sum_dim(dim, true)?;
+                            gy.binary(BinaryOp::Sub, &y.times(&s)?)
+                        }
+                        // dx = g − softmax(x) Σ g
+                        SoftmaxOp::LogSoftmax => {
+                            let s = g.sum_dim(dim, true)?;
+                            g.binary(BinaryOp::Sub, &y.unary(UnaryOp::Exp)?.times(&s)?)
+                        }
+                    }
                 }
             }
         }))
@@ -137,14 +141,19 @@ impl<D: Device, T: Float> Tensor<D, T> {
         let losses = self.queued("cross_entropy")?.cross_entropy_rows(targets.buffer(), T::DTYPE, n, c)?;
         let losses = self.with_buffer(losses, Shape::new(OP, [n], T::DTYPE)?);
         // d loss_i / d x_i = softmax(x_i) − onehot(t_i)
-        let (x, t) = (self.saved(), targets.saved());
-        let losses = self.track1(losses, OP, move |g| {
-            let classes =
-                i32::try_from(c).map_err(|_| Error::InvalidArgument { op: OP, reason: "too many classes".into() })?;
-            let onehot =
-                Tensor::<E, i32>::arange_on(t.placement(), 0, classes, 1)?.reshape([1, c])?.eq(&t.reshape([n, 1])?)?;
-            let p = x.softmax_op(SoftmaxOp::Softmax, 1)?;
-            p.binary(BinaryOp::Sub, &onehot.to_dtype::<T>()?)?.times(&g.reshape([n, 1])?)
+        let losses = self.track1(losses, OP, |_| {
+            let (x, t) = (self.saved(), targets.saved());
+            {
+                move |g: Tensor<_, _>| {
+                    let classes = i32::try_from(c)
+                        .map_err(|_| Error::InvalidArgument { op: OP, reason: "too many classes".into() })?;
+                    let onehot = Tensor::<E, i32>::arange_on(t.placement(), 0, classes, 1)?
+                        .reshape([1, c])?
+                        .eq(&t.reshape([n, 1])?)?;
+                    let p = x.softmax_op(SoftmaxOp::Softmax, 1)?;
+                    p.binary(BinaryOp::Sub, &onehot.to_dtype::<T>()?)?.times(&g.reshape([n, 1])?)
+                }
+            }
         });
         losses.mean()
     }
