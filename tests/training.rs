@@ -440,3 +440,37 @@ fn data_parallel_backward_sums_the_replicas_gradients_onto_the_module() -> locus
     assert!((dp.forward(&x)? - &t)?.square()?.mean()?.item()? < before / 4.0);
     Ok(())
 }
+
+#[test]
+fn the_grad_scaler_unscales_skips_overflowing_steps_and_adapts() -> locus::Result<()> {
+    use locus::optim::GradScaler;
+    let mut scaler = GradScaler::with(1024.0, 2.0, 0.5, 2)?;
+    let mut m = Quad { w: Param::new(Tensor::<G, f64>::from_vec(W0.to_vec(), [3])?) };
+    let mut opt = Sgd::new(0.1);
+    let c = Tensor::<G, f64>::from_vec(C.to_vec(), [3])?;
+    let loss_of = |m: &Quad<G>| -> locus::Result<Tensor<G, f64>> { ((&m.w.square()? * &c)? * 0.5)?.sum() };
+    // A finite step: the unscaled gradient is the true one, and the step runs.
+    m.w.zero_grad();
+    let grads = scaler.backward(&loss_of(&m)?, &mut m)?.unscale()?;
+    assert!(grads.is_finite());
+    close(&grads.model().w.grad().unwrap().to_vec()?, &(0..3).map(|i| C[i] * W0[i]).collect::<Vec<_>>(), "unscaled");
+    assert!(scaler.step(&mut opt, grads)?);
+    let after_one = m.w.to_vec()?;
+    assert_ne!(after_one, W0.to_vec());
+    // A second good step doubles the scale (interval 2).
+    m.w.zero_grad();
+    let grads = scaler.backward(&loss_of(&m)?, &mut m)?.unscale()?;
+    assert!(scaler.step(&mut opt, grads)?);
+    assert_eq!(scaler.scale(), 2048.0);
+    // An overflowing gradient: the step is skipped and the scale halves.
+    let before = m.w.to_vec()?;
+    m.w.zero_grad();
+    let inf = (&m.w.square()? * f64::INFINITY)?.sum()?;
+    let grads = scaler.backward(&inf, &mut m)?.unscale()?;
+    assert!(!grads.is_finite());
+    assert!(!scaler.step(&mut opt, grads)?);
+    assert_eq!(m.w.to_vec()?, before, "a skipped step changes no weight");
+    assert_eq!(scaler.scale(), 1024.0);
+    assert!(GradScaler::with(0.0, 2.0, 0.5, 1).is_err());
+    Ok(())
+}

@@ -12,6 +12,8 @@
 //!
 //! - `sgd`, `adamw`: the optimizers.
 //! - `clip`: `clip_grad_norm`.
+//! - `scaler`: `GradScaler` and the typed states of scaled gradients (`Scaled`,
+//!   `Unscaled`), the `Optimizer` trait it steps.
 //! - `schedule`: `CosineWithWarmup`.
 //! - `fused`: each update as one kernel per parameter, in place (CUDA C and host).
 //! - `state`: the per-name state both optimizers keep, its moves and files.
@@ -19,11 +21,13 @@
 mod adamw;
 mod clip;
 mod fused;
+mod scaler;
 mod schedule;
 mod sgd;
 mod state;
 
 pub use adamw::AdamW;
 pub use clip::clip_grad_norm;
+pub use scaler::{GradScaler, Optimizer, Scaled, StillScaled, Unscaled};
 pub use schedule::CosineWithWarmup;
 pub use sgd::Sgd;
