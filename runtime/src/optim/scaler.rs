@@ -42,7 +42,7 @@ impl<D: Device, T: Float> Optimizer<D, T> for AdamW<D, T> {
 /// use locus::{f16, Cuda, Tensor};
 /// let mut model = Linear::<Cuda<0>, f16>::new(4, 1, 0)?;
 /// let mut opt = Sgd::new(0.1);
-/// let mut scaler = GradScaler::new();
+/// let mut scaler = GradScaler::with(1024.0, 2.0, 0.5, 2000)?;
 /// let x = Tensor::<Cuda<0>, f16>::ones([8, 4])?;
 /// nn::zero_grad(&model);
 /// let loss = model.forward(&x)?.square()?.mean()?;
@@ -50,6 +50,15 @@ impl<D: Device, T: Float> Optimizer<D, T> for AdamW<D, T> {
 /// let grads = scaled.unscale()?;                    // and back to their true values
 /// locus::optim::clip_grad_norm(grads.model(), 1.0)?;
 /// assert!(scaler.step(&mut opt, grads)?);           // finite: the step ran
+/// // With the default scale, 65536, f16 gradients overflow: the step is skipped and
+/// // the scale halves, as PyTorch's first steps do.
+/// let mut scaler = GradScaler::new();
+/// nn::zero_grad(&model);
+/// let loss = model.forward(&x)?.square()?.mean()?;
+/// let grads = scaler.backward(&loss, &mut model)?.unscale()?;
+/// if !scaler.step(&mut opt, grads)? {
+///     assert_eq!(scaler.scale(), 32768.0);
+/// }
 /// # Ok::<(), locus::Error>(())
 /// ```
 #[derive(Clone, Debug, PartialEq)]
@@ -174,7 +183,7 @@ impl<'m, M> Scaled<'m, M> {
         let _off = no_grad();
         let inverse = T::from_f64(1.0 / self.scale);
         let mut result = Ok(());
-        // Σ (g − g) over every gradient: 0 when all are finite, NaN otherwise.
+        // Σ 0·g over every gradient: 0 when all are finite, NaN otherwise.
         let mut check: Option<Tensor<D, T>> = None;
         self.model.visit_params("", &mut |_, p| {
             let Some(g) = p.grad() else { return };
@@ -183,7 +192,7 @@ impl<'m, M> Scaled<'m, M> {
             }
             result = (|| {
                 let g = g.binary_scalar(crate::backend::BinaryOp::Mul, inverse)?;
-                let nan_if_not_finite = (&g - &g)?.sum()?;
+                let nan_if_not_finite = g.scaled(0.0)?.sum()?;
                 check = Some(match check.take() {
                     Some(c) => (&c + &nan_if_not_finite)?,
                     None => nan_if_not_finite,
