@@ -474,3 +474,37 @@ fn the_grad_scaler_unscales_skips_overflowing_steps_and_adapts() -> locus::Resul
     assert!(GradScaler::with(0.0, 2.0, 0.5, 1).is_err());
     Ok(())
 }
+
+/// `autocast::<H>`: the product and its gradients are those of the explicit casts to `H`
+/// and back, bit for bit; outside the scope, the exact f32 product.
+fn autocast_is_the_explicit_casts<H: locus::HalfFloat + locus::Float>() -> locus::Result<()> {
+    let layer = Linear::<G>::new(16, 8, 3)?;
+    let x = Param::new(Tensor::<G>::rand([4, 16], 5)?);
+    let y = locus::autocast::<H, _>(|| layer.apply(&x))?;
+    let r = Tensor::<G>::rand([4, 8], 6)?;
+    (&y * &r)?.sum()?.backward()?;
+    let (w2, b2, x2) =
+        (Param::new(layer.weight.detach()), Param::new(layer.bias.as_ref().unwrap().detach()), Param::new(x.detach()));
+    let prod = x2.to_dtype::<H>()?.matmul(&w2.to_dtype::<H>()?.t()?)?.to_dtype::<f32>()?;
+    let want = (prod + &*b2)?;
+    (&want * &r)?.sum()?.backward()?;
+    // Within one unit in the last place of `H`: the GEMM reads the weight transposed in
+    // place where the reference copies it, which may change the order of the sums.
+    let ulp = if H::DTYPE == locus::DType::BF16 { 1.0 / 128.0 } else { 1.0 / 1024.0 };
+    let near = |a: Vec<f32>, b: Vec<f32>, what: &str| {
+        let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+        assert!(a.iter().zip(&b).all(|(p, q)| (p - q).abs() <= ulp * scale), "{} {what}: {a:?} vs {b:?}", H::DTYPE);
+    };
+    near(y.to_vec()?, want.to_vec()?, "forward");
+    near(layer.weight.grad().unwrap().to_vec()?, w2.grad().unwrap().to_vec()?, "weight gradient");
+    near(x.grad().unwrap().to_vec()?, x2.grad().unwrap().to_vec()?, "input gradient");
+    let exact = layer.apply(&x.detach())?.to_vec()?;
+    assert_ne!(exact, y.to_vec()?, "outside the scope the product is f32's (and differs)");
+    Ok(())
+}
+
+#[test]
+fn autocast_computes_products_in_the_half_type_forward_and_backward() -> locus::Result<()> {
+    autocast_is_the_explicit_casts::<locus::bf16>()?;
+    autocast_is_the_explicit_casts::<locus::f16>()
+}

@@ -80,7 +80,7 @@ mod to_device;
 pub mod tuning;
 mod unwaited;
 
-pub use autograd::{enable_grad, is_grad_enabled, no_grad, GradLeaf, NoGrad, Param};
+pub use autograd::{autocast, enable_grad, is_grad_enabled, no_grad, GradLeaf, HalfFloat, NoGrad, Param};
 pub use backend::api::precision::{
     float32_matmul_precision, set_float32_matmul_precision, with_float32_matmul_precision, MatmulPrecision,
 };

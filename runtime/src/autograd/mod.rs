@@ -8,12 +8,14 @@
 //! - `node`: the tape's nodes (leaves hold gradients, ops hold rules), freed without
 //!   recursion.
 //! - `mode`: the per-thread recording switch and its guard.
+//! - `autocast`: f32 products computed in a 16-bit type inside a scope.
 //! - `record`: how an op joins the tape (`track1`, `track2`, `track_all`).
 //! - `engine`: the backward pass and `Tensor::backward`.
 //! - `param`: `Param`, `detach`, `tracks_grad`.
 //! - `grad_math`: the small expressions rules are written in (a gradient summed back
 //!   over broadcast dims, scalar factors, masks).
 
+mod autocast;
 mod engine;
 mod grad_math;
 mod mode;
@@ -21,6 +23,8 @@ mod node;
 mod param;
 mod record;
 
+pub(crate) use autocast::autocast_type;
+pub use autocast::{autocast, HalfFloat};
 pub use mode::{enable_grad, is_grad_enabled, no_grad, NoGrad};
 pub(crate) use node::Node;
 pub(crate) use param::linked_replicas;

@@ -5,10 +5,11 @@ use super::Tensor;
 use crate::backend::api::precision::float32_matmul_precision;
 use crate::backend::{Gemm, Permute};
 use crate::device::Device;
-use crate::element::Element;
+use crate::element::{DType, Element};
 use crate::error::{Error, Result};
 use crate::placement::SamePlacement;
 use crate::shape::Shape;
+use half::{bf16, f16};
 
 impl<D: Device, T: Element> Tensor<D, T> {
     /// The matrix product. Takes `[m, k] x [k, n] -> [m, n]`, a batch
@@ -48,6 +49,9 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// device is checked at run time): for backward rules, whose operands are typed by
     /// their inputs.
     pub(crate) fn matmul_any<E: Device>(&self, rhs: &Tensor<E, T>) -> Result<Self> {
+        if let Some(half) = self.autocast_to() {
+            return self.autocast_product(rhs, half, false);
+        }
         let out = self.product(rhs, false, false)?;
         Ok(self.track2(rhs, out, "matmul", |_| {
             let (a, b) = (self.saved(), rhs.saved());
@@ -71,6 +75,9 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// `self · rhsᵀ` for a rhs stored `[n, k]` (PyTorch's `F.linear` without bias: a
     /// `Linear` layer's weight as stored), with its gradient, and no transpose copied.
     pub(crate) fn matmul_nt<E: Device>(&self, rhs: &Tensor<E, T>) -> Result<Self> {
+        if let Some(half) = self.autocast_to() {
+            return self.autocast_product(rhs, half, true);
+        }
         let out = self.product(rhs, false, true)?;
         Ok(self.track2(rhs, out, "matmul", |_| {
             let (a, b) = (self.saved(), rhs.saved());
@@ -88,6 +95,33 @@ impl<D: Device, T: Element> Tensor<D, T> {
                 Ok((ga, gb.map(|gb| gb.placed(b.placement())).transpose()?))
             }
         }))
+    }
+
+    /// The 16-bit type an f32 product computes in here, inside [`crate::autocast`].
+    fn autocast_to(&self) -> Option<DType> {
+        match crate::autograd::autocast_type() {
+            Some(half) if T::DTYPE == DType::F32 => Some(half),
+            _ => None,
+        }
+    }
+
+    /// `self · rhs` (`nt`: `self · rhsᵀ`) computed in `half`: both operands cast to it,
+    /// multiplied, the result cast back (each step recorded, so the backward pass runs in
+    /// `half` too).
+    fn autocast_product<E: Device>(&self, rhs: &Tensor<E, T>, half: DType, nt: bool) -> Result<Self> {
+        fn run<D: Device, E: Device, H: Element, T: Element>(
+            a: &Tensor<D, T>,
+            b: &Tensor<E, T>,
+            nt: bool,
+        ) -> Result<Tensor<D, T>> {
+            let (a, b) = (a.to_dtype::<H>()?, b.to_dtype::<H>()?);
+            let y = if nt { a.matmul_nt(&b)? } else { a.matmul_any(&b)? };
+            y.to_dtype::<T>()
+        }
+        match half {
+            DType::BF16 => run::<D, E, bf16, T>(self, rhs, nt),
+            _ => run::<D, E, f16, T>(self, rhs, nt),
+        }
     }
 
     /// The product of this tensor and `rhs`, each read transposed (its last two dims
