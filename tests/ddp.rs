@@ -137,3 +137,112 @@ fn ddp_example_with_three_processes_equals_one_process() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A small model for the `DistributedDataParallel` ranks.
+struct Net<D: Device> {
+    a: locus::nn::Linear<D>,
+    b: locus::nn::Linear<D>,
+    /// Used only where `use_extra` says, to make a parameter without a gradient.
+    extra: locus::nn::Linear<D>,
+}
+
+impl<D: Device> locus::nn::Parameters<D> for Net<D> {
+    fn visit_params(&self, prefix: &str, f: &mut dyn FnMut(&str, &locus::Param<D>)) {
+        self.a.visit_params(&locus::nn::join(prefix, "a"), f);
+        self.b.visit_params(&locus::nn::join(prefix, "b"), f);
+        self.extra.visit_params(&locus::nn::join(prefix, "extra"), f);
+    }
+    fn visit_params_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut locus::Param<D>)) {
+        self.a.visit_params_mut(&locus::nn::join(prefix, "a"), f);
+        self.b.visit_params_mut(&locus::nn::join(prefix, "b"), f);
+        self.extra.visit_params_mut(&locus::nn::join(prefix, "extra"), f);
+    }
+}
+
+impl Net<Cuda<0>> {
+    fn new(seed: u64) -> locus::Result<Self> {
+        use locus::nn::Linear;
+        Ok(Net { a: Linear::new(4, 8, seed)?, b: Linear::new(8, 1, seed + 1)?, extra: Linear::new(1, 1, seed + 2)? })
+    }
+
+    fn loss(&self, x: &Tensor<Cuda<0>>, t: &Tensor<Cuda<0>>, use_extra: bool) -> locus::Result<Tensor<Cuda<0>>> {
+        use locus::nn::Module;
+        let mut y = self.b.forward(&self.a.forward(x)?.tanh()?)?;
+        if use_extra {
+            y = self.extra.forward(&y)?;
+        }
+        (y - t)?.square()?.mean()
+    }
+}
+
+/// Rank `rank`'s shard of the batch (3 rows each), and the whole batch.
+fn shard(
+    rank: usize,
+    world: usize,
+) -> locus::Result<(Tensor<Cuda<0>>, Tensor<Cuda<0>>, Tensor<Cuda<0>>, Tensor<Cuda<0>>)> {
+    let x = Tensor::<Cuda<0>>::rand([3 * world, 4], 21)?;
+    let t = Tensor::<Cuda<0>>::rand([3 * world, 1], 22)?;
+    Ok((x.narrow(0, 3 * rank, 3)?, t.narrow(0, 3 * rank, 3)?, x, t))
+}
+
+fn ddp_ranks(rank: usize, world: usize, dir: &Path) -> Result<(), String> {
+    use locus::dist::DistributedDataParallel;
+    use locus::nn;
+    use locus::optim::{AdamW, Sgd};
+    let e = |e: locus::Error| e.to_string();
+    let store: Arc<dyn Store> = Arc::new(FileStore::new(dir, LONG).map_err(e)?);
+    let pg = ProcessGroup::new(store, rank, world, LONG).map_err(e)?;
+    let (x, t, all_x, all_t) = shard(rank, world).map_err(e)?;
+    // Every rank starts from its own weights; the wrapper makes them rank 0's.
+    let mut ddp = DistributedDataParallel::new(Net::new(rank as u64 * 100).map_err(e)?, &pg).map_err(e)?;
+    let reference = Net::new(0).map_err(e)?;
+    // One SGD step of the shards' averaged gradients is one step on the whole batch.
+    let mut sgd = Sgd::new(0.1);
+    ddp.backward(&ddp.module().loss(&x, &t, true).map_err(e)?).map_err(e)?;
+    sgd.step(ddp.module_mut()).map_err(e)?;
+    let mut single = reference;
+    single.loss(&all_x, &all_t, true).map_err(e)?.backward().map_err(e)?;
+    Sgd::new(0.1).step(&mut single).map_err(e)?;
+    for ((n, p), (_, q)) in nn::named_parameters(ddp.module()).into_iter().zip(nn::named_parameters(&single)) {
+        let (p, q) = (p.to_vec().map_err(e)?, q.to_vec().map_err(e)?);
+        if p.iter().zip(&q).any(|(a, b)| (a - b).abs() > 1e-6) {
+            return Err(format!("{n}: the DDP step {p:?} is not the whole batch's {q:?}"));
+        }
+    }
+    // AdamW steps, with accumulation over two micro-batches each: the ranks stay equal, bit
+    // for bit.
+    let mut opt = AdamW::new(0.01);
+    for _ in 0..4 {
+        nn::zero_grad(ddp.module());
+        let (x1, t1) = (x.narrow(0, 0, 1).map_err(e)?, t.narrow(0, 0, 1).map_err(e)?);
+        ddp.backward_no_sync(&ddp.module().loss(&x1, &t1, true).map_err(e)?).map_err(e)?;
+        ddp.backward(&ddp.module().loss(&x, &t, true).map_err(e)?).map_err(e)?;
+        opt.step(ddp.module_mut()).map_err(e)?;
+    }
+    for (n, p) in nn::named_parameters(ddp.module()) {
+        let all = pg.all_gather(&p.detach()).map_err(e)?;
+        let mine = p.to_vec().map_err(e)?;
+        for (r, other) in all.iter().enumerate() {
+            if other.to_vec().map_err(e)? != mine {
+                return Err(format!("{n}: rank {r}'s weights differ from rank {rank}'s"));
+            }
+        }
+    }
+    // A parameter unused on one rank only: every rank gets the error, none hangs.
+    nn::zero_grad(ddp.module());
+    let loss = ddp.module().loss(&x, &t, rank != 1).map_err(e)?;
+    match ddp.backward(&loss) {
+        Err(locus::Error::Dist { reason, .. }) if reason.contains("no gradient") => {
+            if rank == 1 && !reason.contains("`extra.weight`") {
+                return Err(format!("rank 1 should name its parameters: {reason}"));
+            }
+        }
+        other => return Err(format!("an unused parameter on rank 1 gave {other:?} on rank {rank}")),
+    }
+    pg.barrier().map_err(e)
+}
+
+#[test]
+fn distributed_data_parallel_over_three_processes() {
+    run_ranks("distributed_data_parallel_over_three_processes", 3, ddp_ranks);
+}

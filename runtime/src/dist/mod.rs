@@ -5,6 +5,7 @@
 //! On the cuda backend the collectives of a group's device run on NCCL; see docs/DESIGN.md §6b.
 
 mod bucket;
+mod ddp;
 mod group;
 mod init;
 mod launch;
@@ -12,6 +13,7 @@ mod store;
 mod work;
 
 pub use bucket::{all_reduce_avg_bucketed, DEFAULT_BUCKET_BYTES};
+pub use ddp::DistributedDataParallel;
 pub use group::{ProcessGroup, ReduceOp};
 pub use init::{init, init_with, Dist, DEFAULT_TIMEOUT};
 pub use launch::{Launch, LaunchBuilder, DEFAULT_MASTER_PORT};
