@@ -175,11 +175,11 @@ impl Net<Cuda<0>> {
     }
 }
 
+/// A shard's inputs and targets, then the whole batch's.
+type Shards = (Tensor<Cuda<0>>, Tensor<Cuda<0>>, Tensor<Cuda<0>>, Tensor<Cuda<0>>);
+
 /// Rank `rank`'s shard of the batch (3 rows each), and the whole batch.
-fn shard(
-    rank: usize,
-    world: usize,
-) -> locus::Result<(Tensor<Cuda<0>>, Tensor<Cuda<0>>, Tensor<Cuda<0>>, Tensor<Cuda<0>>)> {
+fn shard(rank: usize, world: usize) -> locus::Result<Shards> {
     let x = Tensor::<Cuda<0>>::rand([3 * world, 4], 21)?;
     let t = Tensor::<Cuda<0>>::rand([3 * world, 1], 22)?;
     Ok((x.narrow(0, 3 * rank, 3)?, t.narrow(0, 3 * rank, 3)?, x, t))
