@@ -145,13 +145,7 @@ fn check_min<T: Element>(x: &[T], shape: &[usize], dim: usize) -> Result<(), Tes
             );
             // The element at each index, bit for bit, except a NaN's payload: min is the
             // negated max of the negation, and the GPU's negation keeps no NaN payload.
-            prop_assert_eq!(
-                nan_any(&v.to_vec().unwrap()),
-                nan_any(&want_val),
-                "min_dim({}) values on {}",
-                dim,
-                name
-            );
+            prop_assert_eq!(nan_any(&v.to_vec().unwrap()), nan_any(&want_val), "min_dim({}) values on {}", dim, name);
             let a = t.argmin(dim, keepdim).unwrap();
             prop_assert_eq!(a.shape(), &out[..], "argmin shape on {}", name);
             prop_assert_eq!(&a.to_vec().unwrap(), &want_idx, "argmin({}) on {} of {:?} {:?}", dim, name, shape, x);

@@ -92,7 +92,7 @@ pub use checkpoint::{
 };
 pub use copy::{AsyncSource, HostPlacement, Pending, Transfer};
 pub use device::{devices, Cpu, Cuda, Device, DeviceId, Dyn, Here, Pinned, StaticDevice};
-pub use element::{DType, Element, Float, SameElement, Scalar};
+pub use element::{DType, Element, Float, IndexElement, SameElement, Scalar};
 pub use error::{Error, Result};
 pub use graph::{Graph, GraphInputs, GraphOutputs, InputMut, Output};
 pub use guard::{current_device, DeviceGuard, IntoDeviceId, OnDevice};

@@ -64,7 +64,7 @@ pub fn load_safetensors_on<D: Device>(placement: D, path: impl AsRef<Path>) -> R
 /// placement, straight into the tensors). The tensors are queued on the current stream
 /// of the device, as any op's output; the file may be changed or removed once this
 /// returns. Every tensor is checked before any data moves: a truncated file, a header
-/// that does not parse, a dtype locus does not have (it has f32, f64, i32, u8, bf16 and f16), a
+/// that does not parse, a dtype locus does not have (it has f32, f64, i32, i64, u8, bf16 and f16), a
 /// shape that does not match its bytes are `Err`s that name the tensor where there is
 /// one to name. The file must not be truncated or written by another process while it
 /// loads (as with any memory-mapped file).
@@ -155,6 +155,7 @@ fn tensor<D: Device>(placement: D, e: &Entry, buf: Buffer) -> AnyTensor<D> {
         DType::F32 => AnyTensor::F32(Tensor::from_buffer(placement, buf, shape)),
         DType::F64 => AnyTensor::F64(Tensor::from_buffer(placement, buf, shape)),
         DType::I32 => AnyTensor::I32(Tensor::from_buffer(placement, buf, shape)),
+        DType::I64 => AnyTensor::I64(Tensor::from_buffer(placement, buf, shape)),
         DType::U8 => AnyTensor::U8(Tensor::from_buffer(placement, buf, shape)),
         DType::BF16 => AnyTensor::BF16(Tensor::from_buffer(placement, buf, shape)),
         DType::F16 => AnyTensor::F16(Tensor::from_buffer(placement, buf, shape)),
@@ -167,6 +168,7 @@ pub(super) fn dtype_of(d: Dtype) -> Option<DType> {
         Dtype::F32 => Some(DType::F32),
         Dtype::F64 => Some(DType::F64),
         Dtype::I32 => Some(DType::I32),
+        Dtype::I64 => Some(DType::I64),
         Dtype::U8 => Some(DType::U8),
         Dtype::BF16 => Some(DType::BF16),
         Dtype::F16 => Some(DType::F16),
@@ -180,6 +182,7 @@ pub(super) fn safetensors_dtype(d: DType) -> Dtype {
         DType::F32 => Dtype::F32,
         DType::F64 => Dtype::F64,
         DType::I32 => Dtype::I32,
+        DType::I64 => Dtype::I64,
         DType::U8 => Dtype::U8,
         DType::BF16 => Dtype::BF16,
         DType::F16 => Dtype::F16,
@@ -201,7 +204,7 @@ fn entries(path: &str, meta: &Metadata) -> Result<Vec<Entry>> {
         };
         let dtype = dtype_of(info.dtype).ok_or_else(|| {
             bad(format!(
-                "has dtype {}, which locus does not have (it has f32, f64, i32, u8, bf16, f16); convert the tensor \
+                "has dtype {}, which locus does not have (it has f32, f64, i32, i64, u8, bf16, f16); convert the tensor \
                  to one of those when saving (in PyTorch, `.float()` for {})",
                 info.dtype, info.dtype
             ))
