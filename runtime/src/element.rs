@@ -527,10 +527,14 @@ mod tests {
         // Through an f64 rounded to nearest it would be the tie, which rounds down to even.
         assert_eq!(half::bf16::from_f64(v as f64).to_f64(), (1u64 << 62) as f64);
         for v in [0, 1, -1, 255, -(1 << 24) - 1, i64::MIN, i64::MAX, i64::MIN + 1] {
+            // Exact, or odd and within one step of `v` either way.
             let f = i64_to_f32_odd(v);
-            let exact = f as i128 == v as i128;
-            assert!(exact || f.to_bits() & 1 == 1, "{v}");
-            assert!((f as i128).abs() <= (v as i128).abs(), "{v}");
+            if f as i128 == v as i128 {
+                continue;
+            }
+            let (below, above) = (f32::from_bits(f.to_bits() - 1), f32::from_bits(f.to_bits() + 1));
+            let (lo, hi) = if v < 0 { (above, below) } else { (below, above) };
+            assert!(f.to_bits() & 1 == 1 && (lo as i128) < v as i128 && (v as i128) < hi as i128, "{v}");
         }
     }
 

@@ -9,9 +9,11 @@
 //! Anything wrong is an [`Error::Checkpoint`] naming the file or an
 //! [`Error::CheckpointTensor`] naming the tensor.
 //!
-//! `load.rs` reads (and explains bad files), `save.rs` writes.
+//! `load.rs` reads (and explains bad files), `options.rs` says which tensors a load
+//! keeps and converts ([`LoadOptions`]), `save.rs` writes.
 
 mod load;
+mod options;
 mod save;
 
 use std::collections::BTreeMap;
@@ -22,6 +24,7 @@ use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
 pub use load::{load_safetensors, load_safetensors_on, load_safetensors_with};
+pub use options::LoadOptions;
 pub use save::save_safetensors;
 
 /// A tensor of any element type locus has, on placement `D`: what a checkpoint holds.
