@@ -45,10 +45,13 @@ use crate::error::Result;
 /// # Ok::<(), locus::Error>(())
 /// ```
 pub struct LoadOptions<'a> {
-    skip: Option<Box<dyn Fn(&str, DType) -> bool + 'a>>,
+    skip: Option<SkipFn<'a>>,
     skip_unsupported: bool,
     convert: Vec<(DType, DType)>,
 }
+
+/// The user's choice of tensors to leave out: `(name, dtype in the file) -> skip?`.
+type SkipFn<'a> = Box<dyn Fn(&str, DType) -> bool + 'a>;
 
 impl Default for LoadOptions<'_> {
     fn default() -> Self {
