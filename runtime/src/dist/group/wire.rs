@@ -119,7 +119,7 @@ impl Header {
 pub(super) fn drain(r: &mut TcpStream, h: &Header) {
     let size = match h.dtype {
         0 | 2 => 4,
-        1 => 8,
+        1 | 6 => 8,
         3 => 1,
         _ => return,
     };
