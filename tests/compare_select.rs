@@ -1,6 +1,6 @@
 //! Comparisons (`eq`, `ne`, `lt`, `le`, `gt`, `ge` and their `_scalar` forms) and
 //! `Tensor::where_` on cuda:0 of the selected backend and on `Cpu`, against plain loops
-//! over `Vec`s, for every element type (f32, f64, i32, u8, bf16, f16): random shapes of
+//! over `Vec`s, for every element type (f32, f64, i32, i64, u8, bf16, f16): random shapes of
 //! rank 1 to 4 under NumPy broadcasting, values drawn from a few so that ties are common,
 //! with NaN, ±0.0 and the infinities among the floats. Results are exact (`u8` masks, selected elements compared
 //! by their bits). Then the errors: shapes that do not broadcast, `Dyn` operands on two
@@ -119,6 +119,12 @@ fn i32s() -> impl Strategy<Value = i32> + Clone {
     prop_oneof![6 => -3i32..=3, 1 => prop_oneof![Just(i32::MIN), Just(i32::MAX)]]
 }
 
+/// Small values and the extremes, and values that differ only above bit 31 (an i64
+/// compared through 32 bits anywhere would tie them).
+fn i64s() -> impl Strategy<Value = i64> + Clone {
+    prop_oneof![6 => -3i64..=3, 1 => prop_oneof![Just(i64::MIN), Just(i64::MAX), Just(1 << 40), Just((1 << 40) + 1)]]
+}
+
 fn u8s() -> impl Strategy<Value = u8> + Clone {
     prop_oneof![6 => 0u8..=4, 1 => Just(255u8)]
 }
@@ -233,6 +239,11 @@ proptest! {
     }
 
     #[test]
+    fn comparisons_of_i64((sa, a, sb, b) in operands(i64s())) {
+        check_compare::<i64>(&sa, &a, &sb, &b)?;
+    }
+
+    #[test]
     fn comparisons_of_u8((sa, a, sb, b) in operands(u8s())) {
         check_compare::<u8>(&sa, &a, &sb, &b)?;
     }
@@ -270,6 +281,11 @@ proptest! {
     #[test]
     fn where_of_i32((s, m, a, b) in where_operands(i32s())) {
         check_where::<i32>(&s, &m, &a, &b)?;
+    }
+
+    #[test]
+    fn where_of_i64((s, m, a, b) in where_operands(i64s())) {
+        check_where::<i64>(&s, &m, &a, &b)?;
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Reductions over one dim with `keepdim`: `sum_dim`, `mean_dim`, `max_dim` and `min_dim`
 //! (values and indices), `argmax` and `argmin` (and `min` of all elements), on cuda:0 of the selected backend and on `Cpu`, against plain
-//! loops over `Vec`s, for every element type (f32, f64, i32, u8, bf16, f16): random
+//! loops over `Vec`s, for every element type (f32, f64, i32, i64, u8, bf16, f16): random
 //! shapes of rank 1 to 4 and every dim, values drawn from a few so that ties are common,
 //! NaN among the floats. Then the shapes
 //! each GPU kernel path takes (short rows, long rows, long rows cut into segments, rows
@@ -316,6 +316,12 @@ proptest! {
     fn reductions_of_i32((shape, dim, x) in reduction(prop_oneof![6 => -3i32..=3, 1 => Just(i32::MIN), 1 => Just(i32::MAX)])) {
         check_max_or_error::<i32>(&x, &shape, dim)?;
         check_sums::<i32>(&x, &shape, dim)?;
+    }
+
+    #[test]
+    fn reductions_of_i64((shape, dim, x) in reduction(prop_oneof![6 => -3i64..=3, 1 => Just(i64::MIN), 1 => Just(i64::MAX), 1 => Just(1i64 << 40)])) {
+        check_max_or_error::<i64>(&x, &shape, dim)?;
+        check_sums::<i64>(&x, &shape, dim)?;
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! integer truncates and saturates, NaN becomes 0; integer to integer wraps) and rounds
 //! once to a float type.
 
-use locus::{bf16, f16, Cpu, Cuda, DType, Element, Float, Tensor};
+use locus::{bf16, f16, Cpu, Cuda, DType, Element, Float, Scalar, Tensor};
 use proptest::prelude::*;
 
 type G = Cuda<0>;
@@ -187,15 +187,81 @@ fn factories_and_layout_ops_of_16_bit_floats() -> locus::Result<()> {
     Ok(())
 }
 
-/// The conversion the spec gives for each pair: integer to integer wraps (as `as`);
-/// anything else goes through its exact f64 value, which `as` truncates and saturates
-/// into an integer (NaN to 0) and which rounds once into a float type.
-fn reference<S: Element, U: Element>(v: S) -> U {
-    let x = v.to_f64();
-    if !S::DTYPE.is_float() && U::DTYPE == DType::U8 {
-        return U::from_f64(f64::from(x as i64 as u8));
+/// i64 values no other type's list reaches: the extremes, their neighbours, values past
+/// 2^53 that an f64 rounds, and one just above a bf16 tie that an f64 makes a tie
+/// (`2^62 + 2^54 + 1`: rounded twice it goes down to 2^62, once it goes up).
+fn i64_edges() -> Vec<i64> {
+    vec![
+        i64::MIN,
+        i64::MIN + 1,
+        i64::MAX,
+        i64::MAX - 1,
+        i32::MAX as i64 + 1,
+        i32::MIN as i64 - 1,
+        (1 << 53) + 1,
+        -(1 << 53) - 3,
+        (1 << 62) + (1 << 54) + 1,
+        -(1 << 62) - (1 << 54) - 1,
+        (1 << 60) + (1 << 36) + 1,
+        (1 << 40) + 255,
+        65519,
+        65520,
+        -65536,
+        4294967551,
+    ]
+}
+
+/// The exact integer value of an integer element.
+fn int_of<S: Element>(v: S) -> i128 {
+    match v.to_scalar() {
+        Scalar::I32(i) => i.into(),
+        Scalar::I64(i) => i.into(),
+        Scalar::U8(i) => i.into(),
+        other => panic!("{other:?} is no integer"),
     }
-    U::from_f64(x)
+}
+
+/// `m` rounded to `bits` significant bits, to nearest, ties to even (exact in i128).
+fn round_to_bits(m: i128, bits: u32) -> i128 {
+    let a = m.unsigned_abs();
+    let width = 128 - a.leading_zeros();
+    if width <= bits {
+        return m;
+    }
+    let shift = width - bits;
+    let (mut q, rem, half) = (a >> shift, a & ((1 << shift) - 1), 1u128 << (shift - 1));
+    if rem > half || (rem == half && q & 1 == 1) {
+        q += 1;
+    }
+    let r = (q << shift) as i128;
+    if m < 0 {
+        -r
+    } else {
+        r
+    }
+}
+
+/// The conversion the spec gives for each pair: integer to integer wraps (as `as`);
+/// a float goes through its exact f64 value, which `as` truncates and saturates into an
+/// integer (NaN to 0) and which rounds once into a float type; an integer rounds once into
+/// a float type, computed here in i128 (an i64's f64 may already be rounded).
+fn reference<S: Element, U: Element>(v: S) -> U {
+    if !S::DTYPE.is_float() {
+        let i = int_of(v);
+        return match U::DTYPE {
+            DType::I32 => U::from_scalar(Scalar::I32(i as i32)),
+            DType::I64 => U::from_scalar(Scalar::I64(i as i64)),
+            DType::U8 => U::from_scalar(Scalar::U8(i as u8)),
+            // Rust's own conversions of an integer round once.
+            DType::F32 => U::from_scalar(Scalar::F32(i as f32)),
+            DType::F64 => U::from_scalar(Scalar::F64(i as f64)),
+            // Rounded to 8 or 11 bits in i128, then exact in f32 (65520 and above become
+            // f16's infinity there, as they should).
+            DType::BF16 => U::from_scalar(Scalar::F32(round_to_bits(i, 8) as f32)),
+            DType::F16 => U::from_scalar(Scalar::F32(round_to_bits(i, 11) as f32)),
+        };
+    }
+    U::from_f64(v.to_f64())
 }
 
 fn sources<S: Element>() -> Vec<S> {
@@ -234,6 +300,9 @@ fn sources<S: Element>() -> Vec<S> {
     if S::DTYPE == DType::I32 {
         v.extend([i32::MAX, i32::MIN, 16777217, 16777219, -300].map(|i| S::from_f64(i as f64)));
     }
+    if S::DTYPE == DType::I64 {
+        v.extend(i64_edges().into_iter().map(|i| S::from_scalar(Scalar::I64(i))));
+    }
     if S::DTYPE == DType::U8 {
         v = (0..=255u8).map(|i| S::from_f64(i as f64)).collect();
     }
@@ -257,6 +326,7 @@ macro_rules! each_target {
         check_pair::<$s, f32>()?;
         check_pair::<$s, f64>()?;
         check_pair::<$s, i32>()?;
+        check_pair::<$s, i64>()?;
         check_pair::<$s, u8>()?;
         check_pair::<$s, bf16>()?;
         check_pair::<$s, f16>()?;
@@ -268,9 +338,47 @@ fn to_dtype_converts_between_every_pair_of_types() -> locus::Result<()> {
     each_target!(f32);
     each_target!(f64);
     each_target!(i32);
+    each_target!(i64);
     each_target!(u8);
     each_target!(bf16);
     each_target!(f16);
+    Ok(())
+}
+
+#[test]
+fn i64_extremes_convert_to_every_type_and_back() -> locus::Result<()> {
+    fn there_and_back<U: Element>(v: &[i64]) -> locus::Result<()> {
+        let there: Vec<U> = v.iter().map(|&i| reference::<i64, U>(i)).collect();
+        let back: Vec<i64> = there.iter().map(|&u| reference::<U, i64>(u)).collect();
+        for t in [
+            Tensor::<G, i64>::from_slice(v, [v.len()])?.into_dyn(),
+            Tensor::<Cpu, i64>::from_slice(v, [v.len()])?.into_dyn(),
+        ] {
+            let u = t.to_dtype::<U>()?;
+            same(&u.to_vec()?, &there, &format!("i64 -> {} on {}", U::DTYPE, t.device()));
+            assert_eq!(u.to_dtype::<i64>()?.to_vec()?, back, "i64 -> {} -> i64 on {}", U::DTYPE, t.device());
+        }
+        Ok(())
+    }
+    let v = [i64::MIN, i64::MAX, 0, -1];
+    there_and_back::<f32>(&v)?;
+    there_and_back::<f64>(&v)?;
+    there_and_back::<i32>(&v)?;
+    there_and_back::<i64>(&v)?;
+    there_and_back::<u8>(&v)?;
+    there_and_back::<bf16>(&v)?;
+    there_and_back::<f16>(&v)?;
+    // The values, spelled out: saturating back from 2^63, wrapping to the narrow integers.
+    let t = Tensor::<G, i64>::from_slice(&v, [4])?;
+    assert_eq!(t.to_dtype::<f32>()?.to_dtype::<i64>()?.to_vec()?, vec![i64::MIN, i64::MAX, 0, -1]);
+    assert_eq!(t.to_dtype::<i32>()?.to_vec()?, vec![0, -1, 0, -1]);
+    assert_eq!(t.to_dtype::<u8>()?.to_vec()?, vec![0, 255, 0, 255]);
+    assert_eq!(t.to_dtype::<f16>()?.to_vec()?[..2], [f16::NEG_INFINITY, f16::INFINITY]);
+    let big = Tensor::<G, f64>::from_vec(vec![1e300, -1e300, f64::NAN, -0.9, 9.007199254740993e15], [5])?;
+    assert_eq!(big.to_dtype::<i64>()?.to_vec()?, vec![i64::MAX, i64::MIN, 0, 0, 9007199254740992]);
+    // Just above a bf16 tie: rounded once it goes up.
+    let tie = Tensor::<G, i64>::from_vec(vec![(1 << 62) + (1 << 54) + 1], [1])?;
+    assert_eq!(tie.to_dtype::<bf16>()?.to_vec()?, vec![bf16::from_f64(((1u64 << 62) + (1 << 55)) as f64)]);
     Ok(())
 }
 

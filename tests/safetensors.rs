@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use locus::{bf16, f16, AnyTensor, Checkpoint, Cpu, Cuda, DType, DeviceId, Dyn, Error, Pinned, Tensor};
+use locus::{bf16, f16, AnyTensor, Checkpoint, Cpu, Cuda, DType, DeviceId, Dyn, Error, LoadOptions, Pinned, Tensor};
 
 /// A file in the temp dir, removed when dropped.
 struct TempFile(PathBuf);
@@ -32,6 +32,7 @@ fn every_dtype() -> locus::Result<Vec<(&'static str, AnyTensor<Dyn>)>> {
         ("w.f32", Tensor::<Cuda<0>>::rand([3, 5], 1)?.into_dyn().into()),
         ("w.f64", Tensor::<Cuda<0>, f64>::rand([7], 2)?.into_dyn().into()),
         ("n.i32", (Tensor::<Cuda<0>, i32>::arange(-4, 5, 1)? * 1000)?.into_dyn().into()),
+        ("n.i64", Tensor::<Cuda<0>, i64>::from_vec(vec![i64::MIN, -1, 1 << 40, i64::MAX, 0], [5])?.into_dyn().into()),
         ("mask.u8", Tensor::<Cpu, u8>::from_slice(&[0, 1, 255], [3, 1])?.into_dyn().into()),
         ("scalar", Tensor::<Pinned>::full([], 0.25)?.into_dyn().into()),
         ("h.bf16", Tensor::<Cuda<0>>::rand([5, 3], 3)?.to_dtype::<bf16>()?.into_dyn().into()),
@@ -47,6 +48,7 @@ fn same_contents<A: locus::Device, B: locus::Device>(a: &AnyTensor<A>, b: &AnyTe
             (AnyTensor::F32(x), AnyTensor::F32(y)) => x.to_vec()? == y.to_vec()?,
             (AnyTensor::F64(x), AnyTensor::F64(y)) => x.to_vec()? == y.to_vec()?,
             (AnyTensor::I32(x), AnyTensor::I32(y)) => x.to_vec()? == y.to_vec()?,
+            (AnyTensor::I64(x), AnyTensor::I64(y)) => x.to_vec()? == y.to_vec()?,
             (AnyTensor::U8(x), AnyTensor::U8(y)) => x.to_vec()? == y.to_vec()?,
             (AnyTensor::BF16(x), AnyTensor::BF16(y)) => x.to_vec()? == y.to_vec()?,
             (AnyTensor::F16(x), AnyTensor::F16(y)) => x.to_vec()? == y.to_vec()?,
@@ -194,10 +196,88 @@ fn a_bad_header_is_an_error_naming_the_file() {
 
 #[test]
 fn a_dtype_locus_does_not_have_is_named_with_its_tensor() {
-    let header = r#"{"ok": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "wide": {"dtype": "I64", "shape": [2], "data_offsets": [4, 20]}}"#;
-    let f = raw_file("i64", header, &[0; 20]);
+    let header = r#"{"ok": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "short": {"dtype": "I16", "shape": [2], "data_offsets": [4, 8]}}"#;
+    let f = raw_file("i16", header, &[0; 8]);
     let err = load_err(&f);
-    assert_tensor_err(&err, "wide", "has dtype I64, which locus does not have");
+    assert_tensor_err(&err, "short", "has dtype I16, which locus does not have");
+    assert_tensor_err(&err, "short", "LoadOptions::skip_unsupported");
+    let ck = LoadOptions::new().skip_unsupported().load::<Cuda<0>>(&f.0).unwrap();
+    assert_eq!(ck.names().collect::<Vec<_>>(), vec!["ok"]);
+}
+
+/// A file as PyTorch writes a BatchNorm's state: f32 weights, an i64 `num_batches_tracked`
+/// (a 0-d tensor) and i64 class indices, in name order, with the header bytes written here.
+fn torch_like_file(tag: &str, labels: &[i64]) -> TempFile {
+    let n = labels.len();
+    let header = format!(
+        r#"{{"__metadata__":{{"format":"pt"}},"bn.num_batches_tracked":{{"dtype":"I64","shape":[],"data_offsets":[0,8]}},"bn.weight":{{"dtype":"F32","shape":[3],"data_offsets":[8,20]}},"labels":{{"dtype":"I64","shape":[{n}],"data_offsets":[20,{}]}}}}"#,
+        20 + 8 * n
+    );
+    let mut data = 123i64.to_le_bytes().to_vec();
+    for w in [0.5f32, -1.0, 2.0] {
+        data.extend_from_slice(&w.to_le_bytes());
+    }
+    for l in labels {
+        data.extend_from_slice(&l.to_le_bytes());
+    }
+    raw_file(tag, &header, &data)
+}
+
+#[test]
+fn a_pytorch_file_with_i64_tensors_loads_whole_skipping_or_converting() -> locus::Result<()> {
+    let labels = [2i64, 0, i64::MAX, -5];
+    let f = torch_like_file("torch-i64", &labels);
+    // Whole: the i64 tensors are i64 tensors, the 0-d counter included.
+    let ck = locus::load_safetensors::<Cuda<0>>(&f.0)?;
+    assert_eq!(ck.dtype("labels"), Some(DType::I64));
+    assert_eq!(ck.get::<i64>("labels")?.to_vec()?, labels);
+    let counter = ck.get::<i64>("bn.num_batches_tracked")?;
+    assert_eq!((counter.shape(), counter.item()?), (&[][..], 123));
+    assert_eq!(ck.get::<f32>("bn.weight")?.to_vec()?, vec![0.5, -1.0, 2.0]);
+    assert!(ck.get::<i32>("labels").is_err(), "no implicit conversion");
+
+    // Skipping by name and by dtype: the skip sees the file's dtype.
+    let seen = std::cell::RefCell::new(Vec::new());
+    let ck = LoadOptions::new()
+        .skip(|name, dtype| {
+            seen.borrow_mut().push((name.to_string(), dtype));
+            name.ends_with("num_batches_tracked")
+        })
+        .load_on(Dyn::new(last_device()?), &f.0)?;
+    assert_eq!(ck.names().collect::<Vec<_>>(), vec!["bn.weight", "labels"]);
+    assert_eq!(ck.get::<i64>("labels")?.device(), last_device()?);
+    assert!(seen.borrow().contains(&("bn.num_batches_tracked".to_string(), DType::I64)));
+    let ck = LoadOptions::new().skip(|_, dtype| dtype == DType::I64).load::<Cpu>(&f.0)?;
+    assert_eq!(ck.names().collect::<Vec<_>>(), vec!["bn.weight"]);
+    let mut progress = Vec::new();
+    LoadOptions::new().skip(|_, d| d == DType::F32).load_with(Cpu, &f.0, |a, b| progress.push((a, b)))?;
+    assert_eq!(progress.last(), Some(&(40, 40)), "the bytes of the tensors kept");
+
+    // Converting: a value beyond i32's range is an error naming the tensor, not a wrap.
+    let to_i32 = LoadOptions::new().convert(DType::I64, DType::I32);
+    let err = to_i32.load::<Cuda<0>>(&f.0).map(|_| ()).unwrap_err();
+    assert_tensor_err(&err, "labels", "element 2 is 9223372036854775807");
+    let fits = torch_like_file("torch-i64-fits", &[2, 0, i32::MAX as i64, i32::MIN as i64]);
+    let ck = to_i32.load::<Cuda<0>>(&fits.0)?;
+    assert_eq!(ck.get::<i32>("labels")?.to_vec()?, vec![2, 0, i32::MAX, i32::MIN]);
+    assert_eq!(ck.get::<i32>("bn.num_batches_tracked")?.item()?, 123);
+    assert_eq!(ck.get::<f32>("bn.weight")?.to_vec()?, vec![0.5, -1.0, 2.0]);
+    // To a float type values round; the weights can change type too.
+    let ck =
+        LoadOptions::new().convert(DType::I64, DType::F64).convert(DType::F32, DType::BF16).load::<Cuda<0>>(&f.0)?;
+    assert_eq!(ck.get::<f64>("labels")?.to_vec()?, labels.map(|l| l as f64));
+    assert_eq!(ck.get::<bf16>("bn.weight")?.to_vec()?, [0.5, -1.0, 2.0].map(bf16::from_f32));
+    // The i64 labels index and score directly.
+    let labels = locus::load_safetensors::<Cuda<0>>(&fits.0)?.get::<i64>("labels")?;
+    let table = Tensor::<Cuda<0>>::arange(0.0, 3.0, 1.0)?;
+    let e = table.index_select(0, &labels).unwrap_err();
+    assert!(e.to_string().contains("index 2147483647 (at position 2) is out of range for dim 0 of size 3"), "{e}");
+    let wide = locus::load_safetensors::<Cuda<0>>(&f.0)?.get::<i64>("labels")?;
+    let e = table.index_select(0, &wide).unwrap_err();
+    assert!(e.to_string().contains("index 9223372036854775807 (at position 2) is out of range"), "{e}");
+    let picked = table.index_select(0, &wide.narrow(0, 0, 2)?)?;
+    assert_eq!(picked.to_vec()?, vec![2.0, 0.0]);
+    Ok(())
 }
 
 #[test]

@@ -3,6 +3,7 @@
 typedef float f32;
 typedef double f64;
 typedef int i32;
+typedef long long i64;
 typedef unsigned char u8;
 typedef unsigned long long u64;
 
@@ -36,6 +37,16 @@ __device__ __forceinline__ float f64_to_f32_odd(double d) {
     return f;
 }
 
+// The same for a 64-bit integer, which holds up to 63 significant bits: through a double
+// rounded to nearest it could round twice (2^62 + 2^54 + 1 would become a bf16 tie).
+// Rounded toward zero, the float is an integer of at most 63 bits, so it converts back
+// exactly and tells whether anything was lost.
+__device__ __forceinline__ float i64_to_f32_odd(long long v) {
+    float f = __ll2float_rz(v);
+    if ((long long)f != v) f = __uint_as_float(__float_as_uint(f) | 1u);
+    return f;
+}
+
 #define HALF_TYPE(NAME, TO_F32, FROM_F32)                                               \
     struct NAME {                                                                        \
         unsigned short bits;                                                             \
@@ -44,6 +55,7 @@ __device__ __forceinline__ float f64_to_f32_odd(double d) {
         __device__ explicit NAME(double d) : bits(FROM_F32(f64_to_f32_odd(d))) {}        \
         __device__ explicit NAME(int i) : bits(FROM_F32(f64_to_f32_odd((double)i))) {}   \
         __device__ explicit NAME(unsigned u) : bits(FROM_F32(f64_to_f32_odd((double)u))) {} \
+        __device__ explicit NAME(long long i) : bits(FROM_F32(i64_to_f32_odd(i))) {}     \
         __device__ explicit NAME(unsigned long long u) : bits(FROM_F32(f64_to_f32_odd((double)u))) {} \
         __device__ explicit NAME(unsigned char u) : bits(FROM_F32((float)u)) {}          \
         __device__ operator float() const { return TO_F32(bits); }                      \
@@ -66,18 +78,22 @@ template <typename T> struct alignas(16) Vec16 {
 __device__ __forceinline__ f32 op_add(f32 a, f32 b) { return a + b; }
 __device__ __forceinline__ f64 op_add(f64 a, f64 b) { return a + b; }
 __device__ __forceinline__ i32 op_add(i32 a, i32 b) { return (i32)((unsigned)a + (unsigned)b); }
+__device__ __forceinline__ i64 op_add(i64 a, i64 b) { return (i64)((u64)a + (u64)b); }
 __device__ __forceinline__ u8 op_add(u8 a, u8 b) { return (u8)(a + b); }
 __device__ __forceinline__ f32 op_sub(f32 a, f32 b) { return a - b; }
 __device__ __forceinline__ f64 op_sub(f64 a, f64 b) { return a - b; }
 __device__ __forceinline__ i32 op_sub(i32 a, i32 b) { return (i32)((unsigned)a - (unsigned)b); }
+__device__ __forceinline__ i64 op_sub(i64 a, i64 b) { return (i64)((u64)a - (u64)b); }
 __device__ __forceinline__ u8 op_sub(u8 a, u8 b) { return (u8)(a - b); }
 __device__ __forceinline__ f32 op_mul(f32 a, f32 b) { return a * b; }
 __device__ __forceinline__ f64 op_mul(f64 a, f64 b) { return a * b; }
 __device__ __forceinline__ i32 op_mul(i32 a, i32 b) { return (i32)((unsigned)a * (unsigned)b); }
+__device__ __forceinline__ i64 op_mul(i64 a, i64 b) { return (i64)((u64)a * (u64)b); }
 __device__ __forceinline__ u8 op_mul(u8 a, u8 b) { return (u8)(a * b); }
 __device__ __forceinline__ f32 op_neg(f32 a) { return -a; }
 __device__ __forceinline__ f64 op_neg(f64 a) { return -a; }
 __device__ __forceinline__ i32 op_neg(i32 a) { return (i32)(0u - (unsigned)a); }
+__device__ __forceinline__ i64 op_neg(i64 a) { return (i64)(0ull - (u64)a); }
 __device__ __forceinline__ u8 op_neg(u8 a) { return (u8)(0u - a); }
 
 #define HALF_ARITH(T)                                                                          \
@@ -90,10 +106,15 @@ HALF_ARITH(bf16)
 HALF_ARITH(f16)
 
 // Division: IEEE for floats; for integers a zero divisor sets *err (checked by the
-// host after the launch) and i32::MIN / -1 wraps.
+// host after the launch) and i32::MIN / -1 (i64::MIN / -1) wraps.
 __device__ __forceinline__ f32 op_div(f32 a, f32 b, int*) { return a / b; }
 __device__ __forceinline__ f64 op_div(f64 a, f64 b, int*) { return a / b; }
 __device__ __forceinline__ i32 op_div(i32 a, i32 b, int* err) {
+    if (b == 0) { *err = 1; return 0; }
+    if (b == -1) return op_neg(a);
+    return a / b;
+}
+__device__ __forceinline__ i64 op_div(i64 a, i64 b, int* err) {
     if (b == 0) { *err = 1; return 0; }
     if (b == -1) return op_neg(a);
     return a / b;

@@ -25,11 +25,12 @@ struct SqrtOp {
     __device__ bf16 operator()(bf16 a) const { return bf16(sqrtf(a)); }
     __device__ f16 operator()(f16 a) const { return f16(sqrtf(a)); }
 };
-// Integers wrap: abs(i32::MIN) is i32::MIN, as in torch.abs.
+// Integers wrap: abs(i32::MIN) is i32::MIN (and abs(i64::MIN) i64::MIN), as in torch.abs.
 struct AbsOp {
     __device__ f32 operator()(f32 a) const { return fabsf(a); }
     __device__ f64 operator()(f64 a) const { return fabs(a); }
     __device__ i32 operator()(i32 a) const { return a < 0 ? op_neg(a) : a; }
+    __device__ i64 operator()(i64 a) const { return a < 0 ? op_neg(a) : a; }
     __device__ u8 operator()(u8 a) const { return a; }  // unsigned: already >= 0
     __device__ bf16 operator()(bf16 a) const { return bf16(fabsf(a)); }
     __device__ f16 operator()(f16 a) const { return f16(fabsf(a)); }
@@ -237,6 +238,7 @@ __device__ void binary_small(const T* __restrict__ a, const T* __restrict__ b, T
 ALL_BINARY(f32)
 ALL_BINARY(f64)
 ALL_BINARY(i32)
+ALL_BINARY(i64)
 ALL_BINARY(u8)
 ALL_BINARY(bf16)
 ALL_BINARY(f16)
@@ -249,6 +251,7 @@ UNARY(abs, AbsOp, f32) UNARY(abs, AbsOp, f64) UNARY(abs, AbsOp, i32) UNARY(abs, 
 UNARY(square, SquareOp, f32) UNARY(square, SquareOp, f64) UNARY(square, SquareOp, i32) UNARY(square, SquareOp, u8)
 POW(f32) POW(f64)
 CLAMP(f32) CLAMP(f64) CLAMP(i32) CLAMP(u8)
+UNARY(neg, NegOp, i64) UNARY(relu, ReluOp, i64) UNARY(abs, AbsOp, i64) UNARY(square, SquareOp, i64) CLAMP(i64)
 #define HALF_UNARY(T) UNARY(neg, NegOp, T) UNARY(relu, ReluOp, T) UNARY(exp, ExpOp, T) UNARY(sqrt, SqrtOp, T) \
     UNARY(abs, AbsOp, T) UNARY(square, SquareOp, T) POW(T) CLAMP(T)
 HALF_UNARY(bf16)
@@ -257,9 +260,18 @@ HALF_UNARY(f16)
 // Conversions between element types, `cast_{from}_{to}`, as Rust's `as` and the `half`
 // crate do them on the host: float to integer truncates toward zero and saturates, NaN
 // becomes 0; integer to integer wraps; to a float type rounds to nearest, ties to even,
-// once (f64 and i32 to the 16-bit types through `f64_to_f32_odd`).
+// once (f64 and i32 to the 16-bit types through `f64_to_f32_odd`, i64 through
+// `i64_to_f32_odd`). Integer narrowing goes through the unsigned type of the target's
+// width, which C++ defines as wrapping.
 __device__ __forceinline__ i32 sat_i32(f64 v) {
     return v != v ? 0 : v <= -2147483648.0 ? (i32)0x80000000 : v >= 2147483647.0 ? 2147483647 : (i32)v;
+}
+// 9223372036854775807.0 is 2^63: every double below it converts exactly.
+__device__ __forceinline__ i64 sat_i64(f64 v) {
+    return v != v ? 0
+         : v <= -9223372036854775808.0 ? (i64)0x8000000000000000ull
+         : v >= 9223372036854775807.0 ? (i64)0x7fffffffffffffffull
+         : (i64)v;
 }
 __device__ __forceinline__ u8 sat_u8(f64 v) { return v != v ? 0 : v <= 0.0 ? 0 : v >= 255.0 ? 255 : (u8)v; }
 
@@ -271,6 +283,7 @@ template <> struct Conv<f64> {
     static __device__ f64 from(bf16 v) { return (f32)v; }
     static __device__ f64 from(f16 v) { return (f32)v; }
     static __device__ f64 from(i32 v) { return v; }
+    static __device__ f64 from(i64 v) { return (f64)v; }
     static __device__ f64 from(u8 v) { return v; }
 };
 template <> struct Conv<i32> {
@@ -279,7 +292,17 @@ template <> struct Conv<i32> {
     static __device__ i32 from(bf16 v) { return sat_i32((f32)v); }
     static __device__ i32 from(f16 v) { return sat_i32((f32)v); }
     static __device__ i32 from(i32 v) { return v; }
+    static __device__ i32 from(i64 v) { return (i32)(unsigned)(u64)v; }
     static __device__ i32 from(u8 v) { return v; }
+};
+template <> struct Conv<i64> {
+    static __device__ i64 from(f32 v) { return sat_i64(v); }
+    static __device__ i64 from(f64 v) { return sat_i64(v); }
+    static __device__ i64 from(bf16 v) { return sat_i64((f32)v); }
+    static __device__ i64 from(f16 v) { return sat_i64((f32)v); }
+    static __device__ i64 from(i32 v) { return v; }
+    static __device__ i64 from(i64 v) { return v; }
+    static __device__ i64 from(u8 v) { return v; }
 };
 template <> struct Conv<u8> {
     static __device__ u8 from(f32 v) { return sat_u8(v); }
@@ -287,6 +310,7 @@ template <> struct Conv<u8> {
     static __device__ u8 from(bf16 v) { return sat_u8((f32)v); }
     static __device__ u8 from(f16 v) { return sat_u8((f32)v); }
     static __device__ u8 from(i32 v) { return (u8)v; }
+    static __device__ u8 from(i64 v) { return (u8)v; }
     static __device__ u8 from(u8 v) { return v; }
 };
 #define CONV_HALF(T, OTHER)                                                  \
@@ -294,6 +318,7 @@ template <> struct Conv<u8> {
         static __device__ T from(f32 v) { return T(v); }                     \
         static __device__ T from(f64 v) { return T(v); }                     \
         static __device__ T from(i32 v) { return T(v); }                     \
+        static __device__ T from(i64 v) { return T(v); }                     \
         static __device__ T from(u8 v) { return T(v); }                      \
         static __device__ T from(T v) { return v; }                          \
         static __device__ T from(OTHER v) { return T((f32)v); }              \
@@ -307,10 +332,11 @@ template <typename F, typename T> __device__ void cast(const F* __restrict__ x, 
 
 #define CAST(F, T) \
     extern "C" __global__ void cast_##F##_##T(const F* x, T* out, u64 n) { cast<F, T>(x, out, n); }
-#define CAST_FROM(F) CAST(F, f32) CAST(F, f64) CAST(F, i32) CAST(F, u8) CAST(F, bf16) CAST(F, f16)
+#define CAST_FROM(F) CAST(F, f32) CAST(F, f64) CAST(F, i32) CAST(F, i64) CAST(F, u8) CAST(F, bf16) CAST(F, f16)
 CAST_FROM(f32)
 CAST_FROM(f64)
 CAST_FROM(i32)
+CAST_FROM(i64)
 CAST_FROM(u8)
 CAST_FROM(bf16)
 CAST_FROM(f16)

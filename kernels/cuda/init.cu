@@ -32,6 +32,7 @@ extern "C" __global__ void rand_f64(f64* out, u64 n, u64 seed) {
 INIT(f32)
 INIT(f64)
 INIT(i32)
+INIT(i64)
 INIT(u8)
 INIT(bf16)
 INIT(f16)

@@ -106,6 +106,7 @@ template <typename T> __device__ void permute(const T* __restrict__ x, T* __rest
 MATRIX(f32)
 MATRIX(f64)
 MATRIX(i32)
+MATRIX(i64)
 MATRIX(u8)
 // The 16-bit types: transposes, permutations and block copies (their matmul is cuBLAS's).
 #define MOVES(T)                                                                                          \

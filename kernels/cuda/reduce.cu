@@ -1,11 +1,12 @@
 // Reductions: sum, mean and max over all elements (two passes: per-block partials,
 // then one block) and over one dim of a [outer, len, inner] view.
 //
-// Float sums accumulate in f64 and integer sums in unsigned 32-bit (wrapping), as the
-// host backend does, so both give the same answers.
+// Float sums accumulate in f64 and integer sums in unsigned 32-bit (64-bit for i64),
+// wrapping, as the host backend does, so both give the same answers.
 
 template <typename T> struct SumAcc { typedef f64 A; };
 template <> struct SumAcc<i32> { typedef unsigned A; };
+template <> struct SumAcc<i64> { typedef u64 A; };
 template <> struct SumAcc<u8> { typedef unsigned A; };
 
 template <typename T> struct Sum {
@@ -28,6 +29,7 @@ template <typename T> struct MaxInit { static __device__ T v() { return (T)0; } 
 template <> struct MaxInit<f32> { static __device__ f32 v() { return -__int_as_float(0x7f800000); } };
 template <> struct MaxInit<f64> { static __device__ f64 v() { return -__longlong_as_double(0x7ff0000000000000ll); } };
 template <> struct MaxInit<i32> { static __device__ i32 v() { return (i32)0x80000000; } };
+template <> struct MaxInit<i64> { static __device__ i64 v() { return (i64)0x8000000000000000ull; } };
 
 template <> struct MaxInit<bf16> { static __device__ bf16 v() { return bf16(-__int_as_float(0x7f800000)); } };
 template <> struct MaxInit<f16> { static __device__ f16 v() { return f16(-__int_as_float(0x7f800000)); } };
@@ -137,12 +139,14 @@ template <typename T, typename R> __device__ void reduce_rows(const T* x, T* out
 REDUCE(sum, Sum, f32)
 REDUCE(sum, Sum, f64)
 REDUCE(sum, Sum, i32)
+REDUCE(sum, Sum, i64)
 REDUCE(sum, Sum, u8)
 REDUCE(mean, Mean, f32)
 REDUCE(mean, Mean, f64)
 REDUCE(max, Max, f32)
 REDUCE(max, Max, f64)
 REDUCE(max, Max, i32)
+REDUCE(max, Max, i64)
 REDUCE(max, Max, u8)
 REDUCE(sum, Sum, bf16)
 REDUCE(sum, Sum, f16)

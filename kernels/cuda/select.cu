@@ -407,6 +407,7 @@ __device__ void argmax_tile(const T* x, u64 outer, u64 len, u64 inner, u64 chunk
 ALL_SELECT(f32)
 ALL_SELECT(f64)
 ALL_SELECT(i32)
+ALL_SELECT(i64)
 ALL_SELECT(u8)
 ALL_SELECT(bf16)
 ALL_SELECT(f16)

@@ -3,8 +3,9 @@
 //! once per device for that device's architecture.
 //!
 //! Kernel names follow `{op}_{variant}_{dtype}` (`add_same_f32`, `sum_partial_i32`) or
-//! `{op}_{dtype}` (`relu_f64`, `fill_u8`), with dtype one of `f32`, `f64`, `i32`, `u8`;
-//! copies that move bytes whatever the type are named by width (`index_select_rows_w16`).
+//! `{op}_{dtype}` (`relu_f64`, `fill_u8`), with dtype one of `f32`, `f64`, `i32`, `i64`,
+//! `u8`, `bf16`, `f16`; copies that move bytes whatever the type are named by width
+//! (`index_select_rows_w16`).
 
 /// Definitions every source uses; prepended to each source before compiling.
 pub const COMMON: &str = include_str!("../cuda/common.cuh");

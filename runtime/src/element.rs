@@ -11,6 +11,8 @@ pub enum DType {
     F64,
     /// `i32`, CUDA `int`.
     I32,
+    /// `i64`, CUDA `long long`: PyTorch's index type (class targets, `num_batches_tracked`).
+    I64,
     /// `u8`, CUDA `unsigned char`.
     U8,
     /// [`bf16`](half::bf16), bfloat16: 8 exponent and 7 mantissa bits, stored as 16 bits
@@ -26,7 +28,7 @@ impl DType {
     pub const fn size(self) -> usize {
         match self {
             DType::F32 | DType::I32 => 4,
-            DType::F64 => 8,
+            DType::F64 | DType::I64 => 8,
             DType::U8 => 1,
             DType::BF16 | DType::F16 => 2,
         }
@@ -38,6 +40,7 @@ impl DType {
             DType::F32 => "float",
             DType::F64 => "double",
             DType::I32 => "int",
+            DType::I64 => "long long",
             DType::U8 => "unsigned char",
             DType::BF16 => "bf16",
             DType::F16 => "f16",
@@ -62,6 +65,7 @@ impl DType {
             DType::F32 => "f32",
             DType::F64 => "f64",
             DType::I32 => "i32",
+            DType::I64 => "i64",
             DType::U8 => "u8",
             DType::BF16 => "bf16",
             DType::F16 => "f16",
@@ -84,6 +88,8 @@ pub enum Scalar {
     F64(f64),
     /// An `i32` value.
     I32(i32),
+    /// An `i64` value.
+    I64(i64),
     /// A `u8` value.
     U8(u8),
     /// A `bf16` value.
@@ -96,7 +102,8 @@ mod sealed {
     pub trait Sealed {}
 }
 
-/// An element type: `f32`, `f64`, `i32`, `u8`, [`bf16`](half::bf16) or [`f16`](half::f16).
+/// An element type: `f32`, `f64`, `i32`, `i64`, `u8`, [`bf16`](half::bf16) or
+/// [`f16`](half::f16).
 ///
 /// Integer arithmetic wraps on overflow (as in PyTorch and CUDA); integer division by
 /// zero is an error. `bf16` and `f16` arithmetic is done in f32 and rounded to the
@@ -159,6 +166,53 @@ pub trait Float: Element {
     /// A uniform value in `[0, 1)` from 64 random bits.
     #[doc(hidden)]
     fn from_bits_uniform(bits: u64) -> Self;
+}
+
+/// An element type that indices may have: `i32` or `i64` (PyTorch's index type, so class
+/// targets and index lists read from a PyTorch checkpoint work as they are).
+/// [`index_select`](crate::Tensor::index_select),
+/// [`cross_entropy`](crate::Tensor::cross_entropy) and
+/// [`one_hot`](crate::Tensor::one_hot) take either. The backends read `i32` indices: `i64`
+/// ones are converted first, after their smallest and largest are read back, so an index
+/// that does not fit an `i32` is an `Err` naming it, never a wrapped value.
+///
+/// ```
+/// # extern crate locus_runtime as locus;
+/// use locus::{Cpu, Tensor};
+/// let table = Tensor::<Cpu>::from_vec(vec![0.0, 1.0, 2.0], [3])?;
+/// let picked = table.index_select(0, &Tensor::<Cpu, i64>::from_vec(vec![2, 0], [2])?)?;
+/// assert_eq!(picked.to_vec()?, vec![2.0, 0.0]);
+/// let far = Tensor::<Cpu, i64>::from_vec(vec![1, 1 << 40], [2])?;
+/// let e = table.index_select(0, &far).unwrap_err();
+/// assert!(e.to_string().contains("index 1099511627776 (at position 1) is out of range"));
+/// # Ok::<(), locus::Error>(())
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is no index element type",
+    label = "indices are `i32` or `i64`",
+    note = "convert the indices first, e.g. `.to_dtype::<i64>()`"
+)]
+pub trait IndexElement: Element + index_sealed::Sealed {
+    /// `self as i64` (exact).
+    #[doc(hidden)]
+    fn to_i64(self) -> i64;
+}
+
+mod index_sealed {
+    pub trait Sealed {}
+    impl Sealed for i32 {}
+    impl Sealed for i64 {}
+}
+
+impl IndexElement for i32 {
+    fn to_i64(self) -> i64 {
+        self.into()
+    }
+}
+impl IndexElement for i64 {
+    fn to_i64(self) -> i64 {
+        self
+    }
 }
 
 macro_rules! float_element {
@@ -274,6 +328,21 @@ pub(crate) fn f64_to_f32_odd(d: f64) -> f32 {
     f32::from_bits(f.to_bits() | 1)
 }
 
+/// `v` as an f32 rounded toward zero, with the lowest bit set when that lost anything, as
+/// [`f64_to_f32_odd`] does for an f64: an i64 has up to 63 significant bits, so going
+/// through an f64 rounded to nearest could round twice (`2^62 + 2^54 + 1` would become the
+/// bf16 tie `2^62 + 2^54` and round down). The kernels' `i64_to_f32_odd` is the same.
+pub(crate) fn i64_to_f32_odd(v: i64) -> f32 {
+    let f = v as f32;
+    // Exact in i128: every f32 below 2^64 in magnitude is an integer there.
+    if f as i128 == v as i128 {
+        return f;
+    }
+    // Rounded away from zero: one step back (|f| > |v| > 0, so f is not zero).
+    let f = if (f as i128).abs() > (v as i128).abs() { f32::from_bits(f.to_bits() - 1) } else { f };
+    f32::from_bits(f.to_bits() | 1)
+}
+
 /// `bf16` and `f16`: each op converts to f32 (exact), computes there, and rounds back
 /// once (to nearest, ties to even), as the kernels do.
 macro_rules! half_element {
@@ -291,6 +360,7 @@ macro_rules! half_element {
                     Scalar::F32(v) => half::$t::from_f32(v),
                     Scalar::F64(v) => half::$t::from_f32(f64_to_f32_odd(v)),
                     Scalar::I32(v) => half::$t::from_f32(f64_to_f32_odd(v as f64)),
+                    Scalar::I64(v) => half::$t::from_f32(i64_to_f32_odd(v)),
                     Scalar::U8(v) => half::$t::from_f32(v as f32),
                     Scalar::BF16(v) => half::$t::from_f32(v.to_f32()),
                     Scalar::F16(v) => half::$t::from_f32(v.to_f32()),
@@ -346,6 +416,7 @@ macro_rules! scalar_as {
             Scalar::F32(v) => v as $t,
             Scalar::F64(v) => v as $t,
             Scalar::I32(v) => v as $t,
+            Scalar::I64(v) => v as $t,
             Scalar::U8(v) => v as $t,
             Scalar::BF16(v) => v.to_f32() as $t,
             Scalar::F16(v) => v.to_f32() as $t,
@@ -356,6 +427,7 @@ macro_rules! scalar_as {
 float_element!(f32, F32, 24);
 float_element!(f64, F64, 53);
 int_element!(i32, I32);
+int_element!(i64, I64);
 int_element!(u8, U8);
 half_element!(bf16, BF16, 8);
 half_element!(f16, F16, 11);
@@ -392,7 +464,7 @@ macro_rules! same_element {
         impl SameElement<Untyped> for $t {}
     )*};
 }
-same_element!(f32, f64, i32, u8, half::bf16, half::f16);
+same_element!(f32, f64, i32, i64, u8, half::bf16, half::f16);
 
 /// Runs `$body` with `$t` bound to the Rust type of `$dtype`.
 macro_rules! with_dtype {
@@ -408,6 +480,10 @@ macro_rules! with_dtype {
             }
             $crate::element::DType::I32 => {
                 type $t = i32;
+                $body
+            }
+            $crate::element::DType::I64 => {
+                type $t = i64;
                 $body
             }
             $crate::element::DType::U8 => {
@@ -437,6 +513,29 @@ mod tests {
         assert_eq!(Element::neg(i32::MIN), i32::MIN);
         assert_eq!(Element::div(7i32, 0), None);
         assert_eq!(Element::div(i32::MIN, -1), Some(i32::MIN));
+        assert_eq!(Element::neg(i64::MIN), i64::MIN);
+        assert_eq!(Element::add(i64::MAX, 1), i64::MIN);
+        assert_eq!(Element::div(9i64, 0), None);
+        assert_eq!(Element::div(i64::MIN, -1), Some(i64::MIN));
+    }
+
+    #[test]
+    fn i64_to_a_16_bit_type_rounds_once() {
+        // Just above the bf16 tie between 2^62 and 2^62 + 2^55: rounds up.
+        let v = (1i64 << 62) + (1 << 54) + 1;
+        assert_eq!(half::bf16::from_scalar(Scalar::I64(v)).to_f64(), ((1u64 << 62) + (1 << 55)) as f64);
+        // Through an f64 rounded to nearest it would be the tie, which rounds down to even.
+        assert_eq!(half::bf16::from_f64(v as f64).to_f64(), (1u64 << 62) as f64);
+        for v in [0, 1, -1, 255, -(1 << 24) - 1, i64::MIN, i64::MAX, i64::MIN + 1] {
+            // Exact, or odd and within one step of `v` either way.
+            let f = i64_to_f32_odd(v);
+            if f as i128 == v as i128 {
+                continue;
+            }
+            let (below, above) = (f32::from_bits(f.to_bits() - 1), f32::from_bits(f.to_bits() + 1));
+            let (lo, hi) = if v < 0 { (above, below) } else { (below, above) };
+            assert!(f.to_bits() & 1 == 1 && (lo as i128) < v as i128 && (v as i128) < hi as i128, "{v}");
+        }
     }
 
     #[test]

@@ -88,11 +88,11 @@ pub use backend::host::cache::{host_stats, release_cached_host, HostStats};
 pub use backend::pinned_pool::{pinned_stats, release_cached_pinned, PinnedStats};
 pub use backend::{backend_name, device_count};
 pub use checkpoint::{
-    load_safetensors, load_safetensors_on, load_safetensors_with, save_safetensors, AnyTensor, Checkpoint,
+    load_safetensors, load_safetensors_on, load_safetensors_with, save_safetensors, AnyTensor, Checkpoint, LoadOptions,
 };
 pub use copy::{AsyncSource, HostPlacement, Pending, Transfer};
 pub use device::{devices, Cpu, Cuda, Device, DeviceId, Dyn, Here, Pinned, StaticDevice};
-pub use element::{DType, Element, Float, SameElement, Scalar};
+pub use element::{DType, Element, Float, IndexElement, SameElement, Scalar};
 pub use error::{Error, Result};
 pub use graph::{Graph, GraphInputs, GraphOutputs, InputMut, Output};
 pub use guard::{current_device, DeviceGuard, IntoDeviceId, OnDevice};

@@ -113,7 +113,7 @@ macro_rules! pending_op {
         pending_op!(@rhs $Trait, $method, $op, &Tensor<D, T>, Pending<Tensor<E, T>>);
         pending_op!(@rhs $Trait, $method, $op, Tensor<D, T>, &Pending<Tensor<E, T>>);
         pending_op!(@rhs $Trait, $method, $op, Tensor<D, T>, Pending<Tensor<E, T>>);
-        pending_op!(@scalar $Trait, $method, $op, f32, f64, i32, u8, half::bf16, half::f16);
+        pending_op!(@scalar $Trait, $method, $op, f32, f64, i32, i64, u8, half::bf16, half::f16);
     };
     (@lhs $Trait:ident, $method:ident, $op:expr, $Lhs:ty, $Rhs:ty) => {
         impl<D: Device, E: Device, T: Element> $Trait<$Rhs> for $Lhs

@@ -1,5 +1,6 @@
 //! Loading a safetensors file to a placement, and saying what is wrong with a bad one.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::Path;
@@ -7,6 +8,7 @@ use std::path::Path;
 use safetensors::tensor::{Metadata, TensorInfo};
 use safetensors::{Dtype, SafeTensorError, SafeTensors};
 
+use super::options::{convert, LoadOptions};
 use super::{AnyTensor, Checkpoint};
 use crate::backend::{self, Buffer};
 use crate::device::{Device, StaticDevice};
@@ -64,10 +66,11 @@ pub fn load_safetensors_on<D: Device>(placement: D, path: impl AsRef<Path>) -> R
 /// placement, straight into the tensors). The tensors are queued on the current stream
 /// of the device, as any op's output; the file may be changed or removed once this
 /// returns. Every tensor is checked before any data moves: a truncated file, a header
-/// that does not parse, a dtype locus does not have (it has f32, f64, i32, u8, bf16 and f16), a
-/// shape that does not match its bytes are `Err`s that name the tensor where there is
-/// one to name. The file must not be truncated or written by another process while it
-/// loads (as with any memory-mapped file).
+/// that does not parse, a dtype locus does not have (it has f32, f64, i32, i64, u8, bf16
+/// and f16), a shape that does not match its bytes are `Err`s that name the tensor where
+/// there is one to name. The file must not be truncated or written by another process
+/// while it loads (as with any memory-mapped file). [`LoadOptions`] skips or converts
+/// tensors on the way.
 ///
 /// ```
 /// # extern crate locus_runtime as locus;
@@ -86,8 +89,18 @@ pub fn load_safetensors_with<D: Device>(
     path: impl AsRef<Path>,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<Checkpoint<D>> {
+    load(placement, path.as_ref(), &mut progress, &LoadOptions::new())
+}
+
+/// Every load: the tensors of the file at `path` that `options` keeps, converted as it
+/// says, onto `placement`.
+pub(super) fn load<D: Device>(
+    placement: D,
+    path: &Path,
+    progress: &mut dyn FnMut(usize, usize),
+    options: &LoadOptions<'_>,
+) -> Result<Checkpoint<D>> {
     const OP: &str = "load_safetensors";
-    let path = path.as_ref();
     let shown = path.display().to_string();
     let file_err = |reason: String| Error::Checkpoint { op: OP, path: shown.clone(), reason };
     let device = placement.id();
@@ -102,11 +115,11 @@ pub fn load_safetensors_with<D: Device>(
 
     let (header, meta) = SafeTensors::read_metadata(&map).map_err(|e| explain(&shown, &map, e))?;
     let data = &map[8 + header..];
-    let entries = entries(&shown, &meta)?;
+    let entries = entries(&shown, &meta, options)?;
     let metadata: BTreeMap<String, String> =
         meta.metadata().iter().flatten().map(|(k, v)| (k.clone(), v.clone())).collect();
 
-    let total = data.len();
+    let total = entries.iter().map(Entry::bytes).sum();
     let mut tensors = BTreeMap::new();
     let mut done = 0;
     progress(0, total);
@@ -124,7 +137,22 @@ pub fn load_safetensors_with<D: Device>(
             .count();
         let (batch, next) = rest.split_at(take.max(1));
         rest = next;
-        let parts: Vec<&[u8]> = batch.iter().map(|e| &data[e.start..e.start + e.bytes()]).collect();
+        let parts = batch
+            .iter()
+            .map(|e| {
+                let bytes = &data[e.start..e.start + e.bytes()];
+                if e.from == e.dtype {
+                    return Ok(Cow::Borrowed(bytes));
+                }
+                convert(e.from, e.dtype, bytes).map(Cow::Owned).map_err(|reason| Error::CheckpointTensor {
+                    op: OP,
+                    path: shown.clone(),
+                    tensor: e.name.clone(),
+                    reason,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let parts: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
         let bufs = backend.upload_parts(device, &parts)?;
         for (e, buf) in batch.iter().zip(bufs) {
             done += e.bytes();
@@ -135,17 +163,20 @@ pub fn load_safetensors_with<D: Device>(
     Ok(Checkpoint { path: shown, tensors, metadata })
 }
 
-/// One tensor of the file, checked: where its bytes start in the data, its type, shape.
+/// One tensor of the file, checked: where its bytes start in the data, its type in the
+/// file and the type it is loaded as, its shape.
 struct Entry {
     name: String,
     start: usize,
+    from: DType,
     dtype: DType,
     shape: Shape,
 }
 
 impl Entry {
+    /// Its bytes in the file.
     fn bytes(&self) -> usize {
-        self.shape.numel() * self.dtype.size()
+        self.shape.numel() * self.from.size()
     }
 }
 
@@ -155,6 +186,7 @@ fn tensor<D: Device>(placement: D, e: &Entry, buf: Buffer) -> AnyTensor<D> {
         DType::F32 => AnyTensor::F32(Tensor::from_buffer(placement, buf, shape)),
         DType::F64 => AnyTensor::F64(Tensor::from_buffer(placement, buf, shape)),
         DType::I32 => AnyTensor::I32(Tensor::from_buffer(placement, buf, shape)),
+        DType::I64 => AnyTensor::I64(Tensor::from_buffer(placement, buf, shape)),
         DType::U8 => AnyTensor::U8(Tensor::from_buffer(placement, buf, shape)),
         DType::BF16 => AnyTensor::BF16(Tensor::from_buffer(placement, buf, shape)),
         DType::F16 => AnyTensor::F16(Tensor::from_buffer(placement, buf, shape)),
@@ -167,6 +199,7 @@ pub(super) fn dtype_of(d: Dtype) -> Option<DType> {
         Dtype::F32 => Some(DType::F32),
         Dtype::F64 => Some(DType::F64),
         Dtype::I32 => Some(DType::I32),
+        Dtype::I64 => Some(DType::I64),
         Dtype::U8 => Some(DType::U8),
         Dtype::BF16 => Some(DType::BF16),
         Dtype::F16 => Some(DType::F16),
@@ -180,6 +213,7 @@ pub(super) fn safetensors_dtype(d: DType) -> Dtype {
         DType::F32 => Dtype::F32,
         DType::F64 => Dtype::F64,
         DType::I32 => Dtype::I32,
+        DType::I64 => Dtype::I64,
         DType::U8 => Dtype::U8,
         DType::BF16 => Dtype::BF16,
         DType::F16 => Dtype::F16,
@@ -188,7 +222,7 @@ pub(super) fn safetensors_dtype(d: DType) -> Dtype {
 
 /// Every tensor of a header the crate has validated (offsets contiguous, sizes matching
 /// shapes), in the order of its data, checked against what locus has.
-fn entries(path: &str, meta: &Metadata) -> Result<Vec<Entry>> {
+fn entries(path: &str, meta: &Metadata, options: &LoadOptions<'_>) -> Result<Vec<Entry>> {
     let infos = meta.tensors();
     let mut out = Vec::with_capacity(infos.len());
     for name in meta.offset_keys() {
@@ -199,16 +233,23 @@ fn entries(path: &str, meta: &Metadata) -> Result<Vec<Entry>> {
             tensor: name.clone(),
             reason,
         };
-        let dtype = dtype_of(info.dtype).ok_or_else(|| {
+        let from = dtype_of(info.dtype);
+        if options.skips(&name, from) {
+            continue;
+        }
+        let from = from.ok_or_else(|| {
             bad(format!(
-                "has dtype {}, which locus does not have (it has f32, f64, i32, u8, bf16, f16); convert the tensor \
-                 to one of those when saving (in PyTorch, `.float()` for {})",
+                "has dtype {}, which locus does not have (it has f32, f64, i32, i64, u8, bf16, f16); convert the tensor \
+                 to one of those when saving (in PyTorch, `.float()` for {}), or leave it out with \
+                 `LoadOptions::skip_unsupported`",
                 info.dtype, info.dtype
             ))
         })?;
-        let shape = Shape::new("load_safetensors", info.shape.clone(), dtype)
+        let dtype = options.target(from);
+        let shape = Shape::new("load_safetensors", info.shape.clone(), from)
+            .and_then(|s| Shape::new("load_safetensors", s.to_vec(), dtype))
             .map_err(|e| bad(format!("has shape {:?}, which locus cannot hold: {e}", info.shape)))?;
-        out.push(Entry { name: name.clone(), start: info.data_offsets.0, dtype, shape });
+        out.push(Entry { name: name.clone(), start: info.data_offsets.0, from, dtype, shape });
     }
     Ok(out)
 }

@@ -9,9 +9,11 @@
 //! Anything wrong is an [`Error::Checkpoint`] naming the file or an
 //! [`Error::CheckpointTensor`] naming the tensor.
 //!
-//! `load.rs` reads (and explains bad files), `save.rs` writes.
+//! `load.rs` reads (and explains bad files), `options.rs` says which tensors a load
+//! keeps and converts ([`LoadOptions`]), `save.rs` writes.
 
 mod load;
+mod options;
 mod save;
 
 use std::collections::BTreeMap;
@@ -22,6 +24,7 @@ use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
 pub use load::{load_safetensors, load_safetensors_on, load_safetensors_with};
+pub use options::LoadOptions;
 pub use save::save_safetensors;
 
 /// A tensor of any element type locus has, on placement `D`: what a checkpoint holds.
@@ -45,6 +48,8 @@ pub enum AnyTensor<D: Device> {
     F64(Tensor<D, f64>),
     /// `i32` elements.
     I32(Tensor<D, i32>),
+    /// `i64` elements.
+    I64(Tensor<D, i64>),
     /// `u8` elements.
     U8(Tensor<D, u8>),
     /// `bf16` elements.
@@ -59,6 +64,7 @@ macro_rules! each {
             AnyTensor::F32($t) => $e,
             AnyTensor::F64($t) => $e,
             AnyTensor::I32($t) => $e,
+            AnyTensor::I64($t) => $e,
             AnyTensor::U8($t) => $e,
             AnyTensor::BF16($t) => $e,
             AnyTensor::F16($t) => $e,
@@ -74,6 +80,7 @@ impl<D: Device> AnyTensor<D> {
             AnyTensor::F32(_) => DType::F32,
             AnyTensor::F64(_) => DType::F64,
             AnyTensor::I32(_) => DType::I32,
+            AnyTensor::I64(_) => DType::I64,
             AnyTensor::U8(_) => DType::U8,
             AnyTensor::BF16(_) => DType::BF16,
             AnyTensor::F16(_) => DType::F16,
@@ -101,6 +108,7 @@ impl<D: Device> AnyTensor<D> {
             AnyTensor::F32(t) => t.retyped().map_err(AnyTensor::F32),
             AnyTensor::F64(t) => t.retyped().map_err(AnyTensor::F64),
             AnyTensor::I32(t) => t.retyped().map_err(AnyTensor::I32),
+            AnyTensor::I64(t) => t.retyped().map_err(AnyTensor::I64),
             AnyTensor::U8(t) => t.retyped().map_err(AnyTensor::U8),
             AnyTensor::BF16(t) => t.retyped().map_err(AnyTensor::BF16),
             AnyTensor::F16(t) => t.retyped().map_err(AnyTensor::F16),
@@ -113,6 +121,7 @@ impl<D: Device> AnyTensor<D> {
             AnyTensor::F32(t) => AnyTensor::F32(t.into_dyn()),
             AnyTensor::F64(t) => AnyTensor::F64(t.into_dyn()),
             AnyTensor::I32(t) => AnyTensor::I32(t.into_dyn()),
+            AnyTensor::I64(t) => AnyTensor::I64(t.into_dyn()),
             AnyTensor::U8(t) => AnyTensor::U8(t.into_dyn()),
             AnyTensor::BF16(t) => AnyTensor::BF16(t.into_dyn()),
             AnyTensor::F16(t) => AnyTensor::F16(t.into_dyn()),
@@ -128,6 +137,7 @@ impl<D: Device, T: Element> From<Tensor<D, T>> for AnyTensor<D> {
             DType::F32 => AnyTensor::F32(t.relabeled()),
             DType::F64 => AnyTensor::F64(t.relabeled()),
             DType::I32 => AnyTensor::I32(t.relabeled()),
+            DType::I64 => AnyTensor::I64(t.relabeled()),
             DType::U8 => AnyTensor::U8(t.relabeled()),
             DType::BF16 => AnyTensor::BF16(t.relabeled()),
             DType::F16 => AnyTensor::F16(t.relabeled()),

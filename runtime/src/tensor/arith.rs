@@ -116,7 +116,7 @@ macro_rules! tensor_op {
         tensor_op!(@impl $Trait, $method, $op, Tensor<E, U>, &Tensor<D, T>, |rhs| &rhs);
         tensor_op!(@impl $Trait, $method, $op, &Tensor<E, U>, Tensor<D, T>, |rhs| rhs);
         tensor_op!(@impl $Trait, $method, $op, Tensor<E, U>, Tensor<D, T>, |rhs| &rhs);
-        scalar_op!($Trait, $method, $op, f32, f64, i32, u8, half::bf16, half::f16);
+        scalar_op!($Trait, $method, $op, f32, f64, i32, i64, u8, half::bf16, half::f16);
     };
     (@impl $Trait:ident, $method:ident, $op:expr, $Rhs:ty, $Lhs:ty, |$rhs:ident| $borrow:expr) => {
         // `T: SameElement<U>` holds for `U = T` only; it is a bound (not one `T` on both

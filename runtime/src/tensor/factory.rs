@@ -4,7 +4,7 @@
 use super::Tensor;
 use crate::backend::{self, Buffer, Dist};
 use crate::device::{Device, StaticDevice};
-use crate::element::{Element, Float};
+use crate::element::{DType, Element, Float};
 use crate::error::{Error, Result};
 use crate::shape::Shape;
 
@@ -72,7 +72,9 @@ impl<D: Device, T: Element> Tensor<D, T> {
         Ok(Self::from_buffer(device, buf, shape))
     }
 
-    /// `start, start + step, …` up to but not including `end`, on `device`.
+    /// `start, start + step, …` up to but not including `end`, on `device`. The values
+    /// are computed in f64, so an `i64` range must start and end within ±2^52 (an `Err`
+    /// otherwise).
     pub fn arange_on(device: D, start: T, end: T, step: T) -> Result<Self> {
         let (s, e, st) = (start.to_f64(), end.to_f64(), step.to_f64());
         let bad = |reason: &str| Error::InvalidArgument { op: "arange", reason: reason.into() };
@@ -81,6 +83,12 @@ impl<D: Device, T: Element> Tensor<D, T> {
         }
         if (e - s) * st < 0.0 {
             return Err(bad("the step goes away from end"));
+        }
+        // The values are computed in f64: exact while start and end lie within ±2^52
+        // (then every `start + i * step` and `i * step` does).
+        const EXACT: f64 = (1u64 << 52) as f64;
+        if T::DTYPE == DType::I64 && (s.abs() > EXACT || e.abs() > EXACT) {
+            return Err(bad("an i64 arange is computed in f64: start and end must lie within ±2^52"));
         }
         let n = ((e - s) / st).ceil();
         if n > usize::MAX as f64 / 2.0 {

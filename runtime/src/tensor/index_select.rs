@@ -3,9 +3,9 @@
 //! table). The indices are read where they live, by the backend, which checks each.
 
 use super::Tensor;
-use crate::backend::Gather;
+use crate::backend::{index_out_of_range, Gather};
 use crate::device::Device;
-use crate::element::Element;
+use crate::element::{Element, IndexElement};
 use crate::error::{Error, Result};
 use crate::placement::SamePlacement;
 use crate::shape::{self, Shape};
@@ -16,7 +16,8 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// is 1-d and lives where this tensor does (checked at compile time for static
     /// placements, at run time for `Dyn`). An index outside `[0, size of dim)` is an
     /// `InvalidArgument` naming the first such index and the size, even when the result
-    /// is empty; so is a `dim` out of range.
+    /// is empty; so is a `dim` out of range. The indices are `i32` or `i64` (see
+    /// [`IndexElement`]: `i64` ones are read back once to check they fit an `i32`).
     ///
     /// ```
     /// # extern crate locus_runtime as locus;
@@ -43,18 +44,25 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// let _ = table.index_select(0, &ids)?; // tensors on `Cuda<0>` and `Cuda<1>` cannot be used in one op
     /// # Ok::<(), locus::Error>(())
     /// ```
-    pub fn index_select<E: Device>(&self, dim: usize, index: &Tensor<E, i32>) -> Result<Self>
+    pub fn index_select<E: Device, I: IndexElement>(&self, dim: usize, index: &Tensor<E, I>) -> Result<Self>
     where
         D: SamePlacement<E>,
     {
         const OP: &str = "index_select";
         self.same_device_as(OP, index.device())?;
-        if dim >= self.rank() {
+        let Some(&size) = self.shape.get(dim) else {
             return Err(Error::InvalidArgument {
                 op: OP,
                 reason: format!("dim {dim} is out of range for a tensor of shape {:?}", self.shape()),
             });
-        }
+        };
+        let index = index.as_i32_indices(OP, size, |at, v| index_out_of_range(dim, size, at, v))?;
+        self.index_select_i32(dim, &index)
+    }
+
+    /// [`Tensor::index_select`] with `i32` indices on the same device, `dim` checked.
+    fn index_select_i32<E: Device>(&self, dim: usize, index: &Tensor<E, i32>) -> Result<Self> {
+        const OP: &str = "index_select";
         if index.rank() != 1 {
             return Err(Error::InvalidArgument {
                 op: OP,
@@ -100,5 +108,45 @@ impl<D: Device, T: Element> Tensor<D, T> {
                 }
             }
         }))
+    }
+}
+
+impl<D: Device, I: IndexElement> Tensor<D, I> {
+    /// These indices as the `i32` the backends read. `i32` ones come back as they are (the
+    /// backends check them where they read them); `i64` ones are converted once their
+    /// smallest and largest are read back and found to fit an `i32`. When one does not, the
+    /// first index outside `[0, bound)`, in list order as the backends report one, goes to
+    /// `bad` (its position and value); an index that is in range but past `i32::MAX` (a dim
+    /// longer than `i32::MAX`) is an `Err` of `op`. So a wrapped index is never read.
+    pub(crate) fn as_i32_indices(
+        &self,
+        op: &'static str,
+        bound: usize,
+        bad: impl Fn(usize, i64) -> Error,
+    ) -> Result<Tensor<D, i32>> {
+        let wide = match self.clone().retyped::<i32>() {
+            Ok(narrow) => return Ok(narrow),
+            Err(other) => other,
+        };
+        if wide.numel() > 0 {
+            let (lo, hi) = (wide.min()?.item()?.to_i64(), wide.max()?.item()?.to_i64());
+            if lo < i32::MIN.into() || hi > i32::MAX.into() {
+                let values: Vec<i64> = wide.to_vec()?.into_iter().map(IndexElement::to_i64).collect();
+                let outside = |v: i64| v < 0 || v as u64 >= bound as u64;
+                if let Some((at, &v)) = values.iter().enumerate().find(|(_, &v)| outside(v)) {
+                    return Err(bad(at, v));
+                }
+                let (at, v) =
+                    values.iter().enumerate().find(|(_, &v)| v > i32::MAX.into()).map_or((0, hi), |(a, &v)| (a, v));
+                return Err(Error::InvalidArgument {
+                    op,
+                    reason: format!(
+                        "index {v} (at position {at}) is past i32::MAX, the largest index the backends read; \
+                         dims longer than that cannot be indexed"
+                    ),
+                });
+            }
+        }
+        wide.to_dtype::<i32>()
     }
 }

@@ -4,15 +4,16 @@
 
 use super::Tensor;
 use crate::device::Device;
-use crate::element::Element;
+use crate::element::{Element, IndexElement};
 use crate::error::{Error, Result};
 
-impl<D: Device> Tensor<D, i32> {
+impl<D: Device, I: IndexElement> Tensor<D, I> {
     /// For each index a row of `num_classes` elements of `U`, one at the index and zero
     /// elsewhere: a tensor of shape `[..self.shape(), num_classes]` (PyTorch's
     /// `F.one_hot`, with the class count explicit and the element type chosen). An index
     /// below 0 or not below `num_classes` is an `Err` naming it; finding it reads the
-    /// smallest and largest index back to the host, so this waits for them.
+    /// smallest and largest index back to the host, so this waits for them. The indices
+    /// are `i32` or `i64` ([`IndexElement`]).
     ///
     /// ```
     /// # extern crate locus_runtime as locus;
@@ -22,6 +23,8 @@ impl<D: Device> Tensor<D, i32> {
     /// assert_eq!(hot.shape(), &[3, 3]);
     /// assert_eq!(hot.to_vec()?, vec![0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0]);
     /// assert!(labels.one_hot::<f32>(2).is_err());
+    /// let wide = Tensor::<Cpu, i64>::from_vec(vec![1, 1 << 33], [2])?;
+    /// assert!(wide.one_hot::<u8>(2).unwrap_err().to_string().contains("index 8589934592"));
     /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn one_hot<U: Element>(&self, num_classes: usize) -> Result<Tensor<D, U>> {
@@ -29,14 +32,19 @@ impl<D: Device> Tensor<D, i32> {
         let n = i32::try_from(num_classes)
             .map_err(|_| bad(format!("{num_classes} classes; at most i32::MAX (the index type)")))?;
         if self.numel() > 0 {
-            let (lo, hi) = (self.min()?.item()?, self.max()?.item()?);
+            let (lo, hi) = (self.min()?.item()?.to_i64(), self.max()?.item()?.to_i64());
             for index in [lo, hi] {
-                if index < 0 || index >= n {
+                if index < 0 || index >= n.into() {
                     return Err(bad(format!("index {index} is out of range for {num_classes} classes")));
                 }
             }
         }
+        // Every index is in [0, n), so an i64 one converts exactly.
+        let index = match self.clone().retyped::<i32>() {
+            Ok(narrow) => narrow,
+            Err(wide) => wide.to_dtype::<i32>()?,
+        };
         let classes = Tensor::<D, i32>::arange_on(self.placement(), 0, n, 1)?;
-        self.unsqueeze(self.rank())?.eq(&classes)?.to_dtype::<U>()
+        index.unsqueeze(index.rank())?.eq(&classes)?.to_dtype::<U>()
     }
 }

@@ -115,11 +115,11 @@ impl<D: Device, T: Element> Tensor<D, T> {
 
     /// The elements under an order-reversing map that is exact and its own inverse: `-x`
     /// for floats (NaN stays NaN, ±0 swap and compare equal), and all-ones minus `x` for
-    /// integers (`!x`: `-1 - x` never overflows an i32, `255 - x` never a u8, where `-x`
+    /// integers (`!x`: `-1 - x` never overflows an i32 or i64, `255 - x` never a u8, where `-x`
     /// would wrap at `i32::MIN` and for every u8 but 0). Not tracked: the callers track.
     fn reversed(&self) -> Result<Self> {
         match T::DTYPE {
-            DType::I32 => self.saved().scalar_lhs(BinaryOp::Sub, T::from_f64(-1.0)),
+            DType::I32 | DType::I64 => self.saved().scalar_lhs(BinaryOp::Sub, T::from_f64(-1.0)),
             DType::U8 => self.saved().scalar_lhs(BinaryOp::Sub, T::from_f64(255.0)),
             _ => self.saved().unary(UnaryOp::Neg),
         }

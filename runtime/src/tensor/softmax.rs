@@ -3,9 +3,9 @@
 //! (`shape::Reduction`), computed stably (the slice's maximum subtracted first).
 
 use super::Tensor;
-use crate::backend::{BinaryOp, SoftmaxOp, UnaryOp};
+use crate::backend::{bad_target, BinaryOp, SoftmaxOp, UnaryOp};
 use crate::device::Device;
-use crate::element::Float;
+use crate::element::{Float, IndexElement};
 use crate::error::{Error, Result};
 use crate::placement::SamePlacement;
 use crate::shape::{Reduction, Shape};
@@ -92,7 +92,8 @@ impl<D: Device, T: Float> Tensor<D, T> {
     /// Each row of logits is read once. A target outside `[0, C)` is an
     /// `InvalidArgument` naming the first such sample; a shape other than `[N, C]` and
     /// `[N]` is an error too. The targets live where the logits do (checked at compile
-    /// time for static placements, at run time for `Dyn`).
+    /// time for static placements, at run time for `Dyn`), and are `i32` or `i64`
+    /// (PyTorch's class index type; see [`IndexElement`]).
     ///
     /// ```
     /// # extern crate locus_runtime as locus;
@@ -105,6 +106,8 @@ impl<D: Device, T: Float> Tensor<D, T> {
     /// assert!((loss - want).abs() < 1e-5);
     /// let bad = Tensor::<Cpu, i32>::from_vec(vec![0, 3], [2])?;
     /// assert!(logits.cross_entropy(&bad).is_err());
+    /// let wide = Tensor::<Cpu, i64>::from_vec(vec![2, 1], [2])?;
+    /// assert_eq!(logits.cross_entropy(&wide)?.item()?, loss);
     /// # Ok::<(), locus::Error>(())
     /// ```
     ///
@@ -118,7 +121,7 @@ impl<D: Device, T: Float> Tensor<D, T> {
     /// let _ = logits.cross_entropy(&targets)?; // tensors on `Cuda<0>` and `Cpu` cannot be used in one op
     /// # Ok::<(), locus::Error>(())
     /// ```
-    pub fn cross_entropy<E: Device>(&self, targets: &Tensor<E, i32>) -> Result<Self>
+    pub fn cross_entropy<E: Device, I: IndexElement>(&self, targets: &Tensor<E, I>) -> Result<Self>
     where
         D: SamePlacement<E>,
     {
@@ -138,6 +141,14 @@ impl<D: Device, T: Float> Tensor<D, T> {
         if targets.shape[0] != n {
             return Err(Error::ShapeMismatch { op: OP, lhs: self.shape.to_vec(), rhs: targets.shape.to_vec() });
         }
+        let targets = targets.as_i32_indices(OP, c, |row, t| bad_target(row, t, c))?;
+        self.cross_entropy_i32(&targets, n, c)
+    }
+
+    /// [`Tensor::cross_entropy`] of `[n, c]` logits with `i32` targets on the same device,
+    /// the shapes checked.
+    fn cross_entropy_i32<E: Device>(&self, targets: &Tensor<E, i32>, n: usize, c: usize) -> Result<Self> {
+        const OP: &str = "cross_entropy";
         let losses = self.queued("cross_entropy")?.cross_entropy_rows(targets.buffer(), T::DTYPE, n, c)?;
         let losses = self.with_buffer(losses, Shape::new(OP, [n], T::DTYPE)?);
         // d loss_i / d x_i = softmax(x_i) − onehot(t_i)

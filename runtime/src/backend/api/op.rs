@@ -218,17 +218,21 @@ impl Gather {
     }
 
     /// The error for `index`, found at position `at` of the index list.
-    pub(crate) fn out_of_range(&self, at: usize, index: i32) -> Error {
-        let (dim, size) = (self.dim, self.size);
-        Error::InvalidArgument {
-            op: "index_select",
-            reason: format!("index {index} (at position {at}) is out of range for dim {dim} of size {size}"),
-        }
+    pub(crate) fn out_of_range(&self, at: usize, index: i64) -> Error {
+        index_out_of_range(self.dim, self.size, at, index)
+    }
+}
+
+/// The error of index `index`, at position `at` of the list, outside `[0, size)` of `dim`.
+pub(crate) fn index_out_of_range(dim: usize, size: usize, at: usize, index: i64) -> Error {
+    Error::InvalidArgument {
+        op: "index_select",
+        reason: format!("index {index} (at position {at}) is out of range for dim {dim} of size {size}"),
     }
 }
 
 /// The error of a cross-entropy target out of `[0, classes)`: `target`, of sample `row`.
-pub(crate) fn bad_target(row: usize, target: i32, classes: usize) -> Error {
+pub(crate) fn bad_target(row: usize, target: i64, classes: usize) -> Error {
     Error::InvalidArgument {
         op: "cross_entropy",
         reason: format!("target {target} of sample {row} is out of range for {classes} classes"),

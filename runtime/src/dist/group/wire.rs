@@ -55,6 +55,7 @@ fn dtype_code(d: DType) -> u8 {
         DType::U8 => 3,
         DType::BF16 => 4,
         DType::F16 => 5,
+        DType::I64 => 6,
     }
 }
 
@@ -66,6 +67,7 @@ pub(super) fn dtype_name(code: u8) -> String {
         3 => "u8".into(),
         4 => "bf16".into(),
         5 => "f16".into(),
+        6 => "i64".into(),
         c => format!("unknown type {c}"),
     }
 }
@@ -117,7 +119,7 @@ impl Header {
 pub(super) fn drain(r: &mut TcpStream, h: &Header) {
     let size = match h.dtype {
         0 | 2 => 4,
-        1 => 8,
+        1 | 6 => 8,
         3 => 1,
         _ => return,
     };

@@ -46,6 +46,7 @@ pub(in crate::backend::cuda) fn nccl_type(dtype: DType) -> nsys::ncclDataType_t 
         DType::F32 => nsys::ncclDataType_t::ncclFloat32,
         DType::F64 => nsys::ncclDataType_t::ncclFloat64,
         DType::I32 => nsys::ncclDataType_t::ncclInt32,
+        DType::I64 => nsys::ncclDataType_t::ncclInt64,
         DType::U8 => nsys::ncclDataType_t::ncclUint8,
         DType::BF16 => nsys::ncclDataType_t::ncclBfloat16,
         DType::F16 => nsys::ncclDataType_t::ncclFloat16,

@@ -31,6 +31,7 @@ pub(in crate::backend::cuda) trait KernelArg: Copy + 'static {}
 impl KernelArg for u8 {}
 impl KernelArg for u16 {}
 impl KernelArg for i32 {}
+impl KernelArg for i64 {}
 impl KernelArg for u64 {}
 impl KernelArg for f32 {}
 impl KernelArg for f64 {}
@@ -108,6 +109,7 @@ impl KernelArgs {
             Scalar::F32(v) => self.val(v),
             Scalar::F64(v) => self.val(v),
             Scalar::I32(v) => self.val(v),
+            Scalar::I64(v) => self.val(v),
             Scalar::U8(v) => self.val(v),
             // The kernels' `bf16` and `f16` are one `unsigned short` of the same bits.
             Scalar::BF16(v) => self.val(v.to_bits()),

@@ -64,6 +64,7 @@ pub(in crate::backend::cuda) fn scalar_dtype(s: Scalar) -> DType {
         Scalar::F32(_) => DType::F32,
         Scalar::F64(_) => DType::F64,
         Scalar::I32(_) => DType::I32,
+        Scalar::I64(_) => DType::I64,
         Scalar::U8(_) => DType::U8,
         Scalar::BF16(_) => DType::BF16,
         Scalar::F16(_) => DType::F16,
@@ -194,7 +195,7 @@ pub(in crate::backend::cuda) fn binary_scalar(
     if len == 0 {
         return done(out);
     }
-    let zero_divisor = matches!(rhs, Scalar::I32(0) | Scalar::U8(0));
+    let zero_divisor = matches!(rhs, Scalar::I32(0) | Scalar::I64(0) | Scalar::U8(0));
     if op == BinaryOp::Div && zero_divisor {
         return Err(Error::InvalidArgument { op: "div", reason: "integer division by zero".into() });
     }

@@ -79,7 +79,7 @@ pub(in crate::backend::cuda) fn index_select(
         }
     })?;
     if let Some((at, v)) = bad {
-        return Err(g.out_of_range(at, v));
+        return Err(g.out_of_range(at, v.into()));
     }
     done(out)
 }

@@ -46,14 +46,15 @@ pub(in crate::backend::cuda) fn reduce(
             // `x` into the one element of `out`.
             unsafe { dev.launch(k("single")?, (1, 1, 1), (1024, 1, 1), s, args)? };
         } else {
-            // Accumulator width: f64 for float sums and means and for f64 max, else 4 bytes.
-            let acc = if op != ReduceKind::Max && dtype.is_float() || dtype == DType::F64 { 8 } else { 4 };
+            // Accumulator width: f64 for float sums and means, the type itself for f64 max
+            // and the unsigned 64-bit sum or the max of i64, else 4 bytes.
+            let acc = if op != ReduceKind::Max && dtype.is_float() || dtype.size() == 8 { 8 } else { 4 };
             let blocks = dev.grid(len.div_ceil(16 / dtype.size() as u64), 256);
             let partial = CudaBuffer::alloc(dev, &stream, blocks as usize * acc)?;
             let args = KernelArgs::new().ptr(xb).u64(len).ptr(&partial);
             // SAFETY: `{op}_partial_{dtype}(const T* x, u64 n, A* partial)`: one accumulator per block into
             // `partial`, which holds `blocks` accumulators of `acc` bytes (the kernel's `A`: f64 for float sums and
-            // means and f64 max, else 4 bytes), allocated on `stream` and freed there after both launches.
+            // means, f64 or i64 max, u64 for i64 sums, else 4 bytes), allocated on `stream` and freed there after both launches.
             unsafe { dev.launch(k("partial")?, (blocks, 1, 1), (256, 1, 1), s, args)? };
             let args = KernelArgs::new().ptr(&partial).u64(blocks as u64).ptr(&out).u64(len);
             // SAFETY: `{op}_final_{dtype}(const A* partial, u64 nparts, T* out, u64 len)`:

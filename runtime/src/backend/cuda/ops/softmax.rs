@@ -148,7 +148,7 @@ pub(in crate::backend::cuda) fn cross_entropy_rows(
         unsafe { dev.launch(f, (grid, 1, 1), block, &s, args) }
     })?;
     if let Some((row, t)) = bad {
-        return Err(bad_target(row, t, classes));
+        return Err(bad_target(row, t.into(), classes));
     }
     done(out)
 }

@@ -12,7 +12,7 @@ use crate::error::Result;
 pub(in crate::backend) fn index_select(x: &[u8], index: &[i32], out: &mut [u8], size: usize, g: Gather) -> Result<()> {
     for (at, &t) in index.iter().enumerate() {
         if usize::try_from(t).map_or(true, |t| t >= g.size) {
-            return Err(g.out_of_range(at, t));
+            return Err(g.out_of_range(at, t.into()));
         }
     }
     let row = g.inner * size;

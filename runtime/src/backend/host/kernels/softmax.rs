@@ -93,7 +93,7 @@ pub(in crate::backend) fn cross_entropy_rows<T: Float>(
 ) -> Result<()> {
     for (row, &t) in targets.iter().enumerate() {
         if usize::try_from(t).map_or(true, |t| t >= classes) {
-            return Err(bad_target(row, t, classes));
+            return Err(bad_target(row, t.into(), classes));
         }
     }
     split_mut(out, 1, (GRAIN / classes.max(1)).max(1), &|start, out| {
