@@ -110,6 +110,17 @@ fn mismatched_shapes_types_and_orders_name_the_ranks() {
         }
     });
     assert!(errs[0].contains("rank 1 has f32 elements but rank 0 has i32"), "{}", errs[0]);
+
+    // 16-bit payloads are read past too, so both ranks see the other's view.
+    let errs = on_ranks("dtype16", 2, Duration::from_secs(20), |pg| {
+        if pg.rank() == 0 {
+            pg.all_gather(&Tensor::<Cpu, half::bf16>::zeros([4096]).unwrap()).unwrap_err().to_string()
+        } else {
+            pg.all_gather(&Tensor::<Cpu, f32>::zeros([4096]).unwrap()).unwrap_err().to_string()
+        }
+    });
+    assert!(errs[0].contains("rank 1 has f32 elements but rank 0 has bf16"), "{}", errs[0]);
+    assert!(errs[1].contains("rank 0 has bf16 elements but rank 1 has f32"), "{}", errs[1]);
 }
 
 #[test]

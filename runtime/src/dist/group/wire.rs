@@ -121,6 +121,7 @@ pub(super) fn drain(r: &mut TcpStream, h: &Header) {
         0 | 2 => 4,
         1 | 6 => 8,
         3 => 1,
+        4 | 5 => 2,
         _ => return,
     };
     if let Some(n) = h.count.checked_mul(size).filter(|&n| n <= 1 << 30) {
@@ -153,4 +154,33 @@ pub(super) fn read_hello(r: &mut TcpStream) -> io::Result<(usize, usize)> {
     let rank = u32::from_le_bytes([h[8], h[9], h[10], h[11]]) as usize;
     let world = u32::from_le_bytes([h[12], h[13], h[14], h[15]]) as usize;
     Ok((rank, world))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+
+    use super::{drain, Header, Kind};
+    use crate::element::DType;
+
+    /// `drain` reads exactly the payload a header announces, for every element type: the
+    /// byte after it is the next message's first.
+    #[test]
+    fn drain_reads_past_exactly_the_payload_of_every_type() {
+        for dtype in [DType::F32, DType::F64, DType::I32, DType::U8, DType::BF16, DType::F16, DType::I64] {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let mut tx = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            let (mut rx, _) = listener.accept().unwrap();
+            let header = Header::new(Kind::AllGather, dtype, &[3], 3);
+            tx.write_all(&header.encode()).unwrap();
+            tx.write_all(&vec![0x11u8; 3 * dtype.size()]).unwrap();
+            tx.write_all(&[0xAB]).unwrap();
+            let got = Header::read(&mut rx).unwrap();
+            drain(&mut rx, &got);
+            let mut next = [0u8];
+            rx.read_exact(&mut next).unwrap();
+            assert_eq!(next[0], 0xAB, "{dtype}: drain did not read exactly the payload");
+        }
+    }
 }
