@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::fused::{self, AdamWStep};
-use super::state::State;
+use super::state::{each_gradient, State};
 use crate::autograd::no_grad;
 use crate::checkpoint::Checkpoint;
 use crate::device::{Device, DeviceId};
@@ -87,45 +87,37 @@ impl<D: Device, T: Float> AdamW<D, T> {
     pub fn step(&mut self, model: &mut impl Parameters<D, T>) -> Result<()> {
         let _off = no_grad();
         let (b1, b2) = self.betas;
-        let mut result = Ok(());
-        model.visit_params_mut("", &mut |name, p| {
-            if result.is_err() {
-                return;
+        each_gradient(model, |name, p, g| {
+            let t = self.steps_of(name) + 1;
+            let at = p.placement();
+            let shape = p.shape().to_vec();
+            let (bc1, bc2) = (1.0 - b1.powi(t as i32), 1.0 - b2.powi(t as i32));
+            let s = AdamWStep {
+                decay: 1.0 - self.lr * self.weight_decay,
+                b1,
+                b2,
+                eps: self.eps,
+                step: self.lr / bc1,
+                bc2_sqrt: bc2.sqrt(),
+            };
+            let mut m = self.state.slot(name, "exp_avg", || Tensor::zeros_on(at, &shape))?.clone();
+            let mut v = self.state.slot(name, "exp_avg_sq", || Tensor::zeros_on(at, &shape))?.clone();
+            // The state's handles are moved out and back, so the kernel's outputs are
+            // not shared (a shared output would be copied first).
+            self.state.slots.entry(name.to_string()).or_default().clear();
+            if matches!(at.id(), DeviceId::Cuda(_)) {
+                fused::adamw(p.values_mut("AdamW::step"), &g, &mut m, &mut v, &s)?;
+            } else {
+                let (np, nm, nv) = fused::adamw_by_ops(&p.detach(), &g, &m, &v, &s)?;
+                p.set(np)?;
+                (m, v) = (nm, nv);
             }
-            let Some(g) = p.grad() else { return };
-            result = (|| {
-                let t = self.steps_of(name) + 1;
-                let at = p.placement();
-                let shape = p.shape().to_vec();
-                let (bc1, bc2) = (1.0 - b1.powi(t as i32), 1.0 - b2.powi(t as i32));
-                let s = AdamWStep {
-                    decay: 1.0 - self.lr * self.weight_decay,
-                    b1,
-                    b2,
-                    eps: self.eps,
-                    step: self.lr / bc1,
-                    bc2_sqrt: bc2.sqrt(),
-                };
-                let mut m = self.state.slot(name, "exp_avg", || Tensor::zeros_on(at, &shape))?.clone();
-                let mut v = self.state.slot(name, "exp_avg_sq", || Tensor::zeros_on(at, &shape))?.clone();
-                // The state's handles are moved out and back, so the kernel's outputs are
-                // not shared (a shared output would be copied first).
-                self.state.slots.entry(name.to_string()).or_default().clear();
-                if matches!(at.id(), DeviceId::Cuda(_)) {
-                    fused::adamw(p.values_mut("AdamW::step"), &g, &mut m, &mut v, &s)?;
-                } else {
-                    let (np, nm, nv) = fused::adamw_by_ops(&p.detach(), &g, &m, &v, &s)?;
-                    p.set(np)?;
-                    (m, v) = (nm, nv);
-                }
-                let keys = self.state.slots.entry(name.to_string()).or_default();
-                keys.insert("exp_avg", m);
-                keys.insert("exp_avg_sq", v);
-                self.state.steps.insert(name.to_string(), t);
-                Ok(())
-            })();
-        });
-        result
+            let keys = self.state.slots.entry(name.to_string()).or_default();
+            keys.insert("exp_avg", m);
+            keys.insert("exp_avg_sq", v);
+            self.state.steps.insert(name.to_string(), t);
+            Ok(())
+        })
     }
 
     /// Saves the moments and step counts by parameter name.

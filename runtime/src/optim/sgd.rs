@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::fused::{self, SgdStep};
-use super::state::State;
+use super::state::{each_gradient, State};
 use crate::autograd::no_grad;
 use crate::checkpoint::Checkpoint;
 use crate::device::{Device, DeviceId};
@@ -94,43 +94,35 @@ impl<D: Device, T: Float> Sgd<D, T> {
             });
         }
         let _off = no_grad();
-        let mut result = Ok(());
-        model.visit_params_mut("", &mut |name, p| {
-            if result.is_err() {
-                return;
+        each_gradient(model, |name, p, g| {
+            let first = self.state.get(name, "momentum_buffer").is_none();
+            let s = SgdStep {
+                lr: self.lr,
+                weight_decay: self.weight_decay,
+                momentum: self.momentum,
+                dampening: self.dampening,
+                nesterov: self.nesterov,
+                first,
+            };
+            let (at, shape) = (p.placement(), p.shape().to_vec());
+            // Without momentum the buffer is a zero-size stand-in the kernel never reads.
+            let mut buf = match self.state.slots.get_mut(name).and_then(|k| k.remove("momentum_buffer")) {
+                Some(b) => b,
+                None if self.momentum != 0.0 => Tensor::zeros_on(at, &shape)?,
+                None => Tensor::zeros_on(at, [0])?,
+            };
+            if matches!(at.id(), DeviceId::Cuda(_)) {
+                fused::sgd(p.values_mut("Sgd::step"), &g, &mut buf, &s)?;
+            } else {
+                let (np, nb) = fused::sgd_by_ops(&p.detach(), &g, &buf, &s)?;
+                p.set(np)?;
+                buf = nb;
             }
-            let Some(g) = p.grad() else { return };
-            result = (|| {
-                let first = self.state.get(name, "momentum_buffer").is_none();
-                let s = SgdStep {
-                    lr: self.lr,
-                    weight_decay: self.weight_decay,
-                    momentum: self.momentum,
-                    dampening: self.dampening,
-                    nesterov: self.nesterov,
-                    first,
-                };
-                let (at, shape) = (p.placement(), p.shape().to_vec());
-                // Without momentum the buffer is a zero-size stand-in the kernel never reads.
-                let mut buf = match self.state.slots.get_mut(name).and_then(|k| k.remove("momentum_buffer")) {
-                    Some(b) => b,
-                    None if self.momentum != 0.0 => Tensor::zeros_on(at, &shape)?,
-                    None => Tensor::zeros_on(at, [0])?,
-                };
-                if matches!(at.id(), DeviceId::Cuda(_)) {
-                    fused::sgd(p.values_mut("Sgd::step"), &g, &mut buf, &s)?;
-                } else {
-                    let (np, nb) = fused::sgd_by_ops(&p.detach(), &g, &buf, &s)?;
-                    p.set(np)?;
-                    buf = nb;
-                }
-                if self.momentum != 0.0 {
-                    self.state.slots.entry(name.to_string()).or_default().insert("momentum_buffer", buf);
-                }
-                Ok(())
-            })();
-        });
-        result
+            if self.momentum != 0.0 {
+                self.state.slots.entry(name.to_string()).or_default().insert("momentum_buffer", buf);
+            }
+            Ok(())
+        })
     }
 
     /// Saves the momentum buffers by parameter name.

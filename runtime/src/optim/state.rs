@@ -4,10 +4,12 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use crate::autograd::Param;
 use crate::checkpoint::{save_safetensors, AnyTensor, Checkpoint};
 use crate::device::{Cpu, Device};
 use crate::element::Float;
 use crate::error::{Error, Result};
+use crate::nn::Parameters;
 use crate::tensor::Tensor;
 
 /// Named tensors per parameter, `slots[param][key]`, and the steps each parameter took
@@ -107,4 +109,22 @@ impl<D: Device, T: Float> State<D, T> {
         self.steps = steps;
         Ok(())
     }
+}
+
+/// Calls `f` with the name, the parameter and the gradient of every parameter of `model`
+/// that has one, in the model's order, stopping at the first `Err` (what every update and
+/// check of the optimizers walks).
+pub(crate) fn each_gradient<D: Device, T: Float>(
+    model: &mut impl Parameters<D, T>,
+    mut f: impl FnMut(&str, &mut Param<D, T>, Tensor<D, T>) -> Result<()>,
+) -> Result<()> {
+    let mut result = Ok(());
+    model.visit_params_mut("", &mut |name, p| {
+        if result.is_ok() {
+            if let Some(g) = p.grad() {
+                result = f(name, p, g);
+            }
+        }
+    });
+    result
 }
