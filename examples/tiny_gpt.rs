@@ -11,8 +11,13 @@
 //! run's. At the end it prints text sampled from the model, and fails unless the loss
 //! fell below `TARGET`.
 //!
+//! Under torchrun (`RANK` set) it runs one process per device with
+//! `DistributedDataParallel` instead, each rank on its share of every batch, and checks
+//! that every rank ends with the same weights, bit for bit.
+//!
 //! Runs on the host backend and on a GPU machine (`TINY_GPT_STEPS=2000` for a longer run):
 //!     cargo run --release --example tiny_gpt
+//!     torchrun --nproc-per-node=2 --no-python target/release/examples/tiny_gpt
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -91,8 +96,8 @@ struct Gpt<D: Device> {
     mask: Tensor<D>,
 }
 
-impl Gpt<Cuda<0>> {
-    fn new(seed: u64) -> locus::Result<Self> {
+impl<D: Device> Gpt<D> {
+    fn new_on(device: D, seed: u64) -> locus::Result<Self> {
         let mut mask = vec![0.0f32; CONTEXT * CONTEXT];
         for i in 0..CONTEXT {
             for j in i + 1..CONTEXT {
@@ -103,21 +108,24 @@ impl Gpt<Cuda<0>> {
             .map(|l| {
                 let s = seed + 10 * (l + 1);
                 Ok(Block {
-                    ln1: LayerNorm::new(WIDTH)?,
-                    attn: Attention { qkv: Linear::new(WIDTH, 3 * WIDTH, s)?, out: Linear::new(WIDTH, WIDTH, s + 1)? },
-                    ln2: LayerNorm::new(WIDTH)?,
-                    fc: Linear::new(WIDTH, 4 * WIDTH, s + 2)?,
-                    proj: Linear::new(4 * WIDTH, WIDTH, s + 3)?,
+                    ln1: LayerNorm::new_on(device, WIDTH)?,
+                    attn: Attention {
+                        qkv: Linear::new_on(device, WIDTH, 3 * WIDTH, s)?,
+                        out: Linear::new_on(device, WIDTH, WIDTH, s + 1)?,
+                    },
+                    ln2: LayerNorm::new_on(device, WIDTH)?,
+                    fc: Linear::new_on(device, WIDTH, 4 * WIDTH, s + 2)?,
+                    proj: Linear::new_on(device, 4 * WIDTH, WIDTH, s + 3)?,
                 })
             })
             .collect::<locus::Result<_>>()?;
         Ok(Gpt {
-            tokens: Embedding::new(VOCAB, WIDTH, seed)?,
-            positions: Param::new((Tensor::<Cuda<0>>::randn([CONTEXT, WIDTH], seed + 1)? * 0.02f32)?),
+            tokens: Embedding::new_on(device, VOCAB, WIDTH, seed)?,
+            positions: Param::new((Tensor::randn_on(device, [CONTEXT, WIDTH], seed + 1)? * 0.02f32)?),
             blocks,
-            ln: LayerNorm::new(WIDTH)?,
-            head: Linear::new(WIDTH, VOCAB, seed + 2)?,
-            mask: Tensor::from_vec(mask, [CONTEXT, CONTEXT])?,
+            ln: LayerNorm::new_on(device, WIDTH)?,
+            head: Linear::new_on(device, WIDTH, VOCAB, seed + 2)?,
+            mask: Tensor::from_vec_on(device, mask, [CONTEXT, CONTEXT])?,
         })
     }
 }
@@ -149,8 +157,11 @@ impl Offsets {
     }
 }
 
+/// An input batch (bytes as f32) and its targets (the next bytes, flattened).
+type Batch<D> = (Tensor<D>, Tensor<D, i32>);
+
 /// `BATCH` windows of the corpus: inputs and the bytes after them (targets), on cuda:0.
-fn batch(corpus: &[u8], offsets: &mut Offsets) -> locus::Result<(Tensor<Cuda<0>>, Tensor<Cuda<0>, i32>)> {
+fn batch(corpus: &[u8], offsets: &mut Offsets) -> locus::Result<Batch<Cuda<0>>> {
     let (mut x, mut y) = (Vec::with_capacity(BATCH * CONTEXT), Vec::with_capacity(BATCH * CONTEXT));
     for _ in 0..BATCH {
         let at = offsets.next(corpus.len() - CONTEXT - 1);
@@ -167,7 +178,7 @@ fn step(
     dp: &mut DataParallel<Gpt<Cuda<0>>, Cuda<0>>,
     opt: &mut AdamW<Cuda<0>>,
     lr: f64,
-    (x, y): &(Tensor<Cuda<0>>, Tensor<Cuda<0>, i32>),
+    (x, y): &Batch<Cuda<0>>,
 ) -> locus::Result<Tensor<Cuda<0>>> {
     nn::zero_grad(dp.module());
     let logits = dp.forward(x)?;
@@ -210,7 +221,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run() -> Result<(), Box<dyn std::error::Error>> {
+fn steps() -> Result<usize, Box<dyn std::error::Error>> {
     let steps: usize = match std::env::var("TINY_GPT_STEPS") {
         Ok(v) => v.parse().map_err(|_| format!("TINY_GPT_STEPS={v:?} is not a number of steps"))?,
         Err(_) => 300,
@@ -218,6 +229,14 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     if steps < 2 {
         return Err("TINY_GPT_STEPS must be at least 2 (the resume check runs halfway)".into());
     }
+    Ok(steps)
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
+    if std::env::var_os("RANK").is_some() {
+        return run_ddp();
+    }
+    let steps = steps()?;
     let corpus: Vec<u8> = CORPUS.concat();
     let ids = devices()?;
     println!(
@@ -227,7 +246,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         corpus.len(),
         ids.len()
     );
-    let model = Gpt::new(1)?;
+    let model = Gpt::new_on(Cuda::<0>, 1)?;
     let params: usize = nn::named_parameters(&model).iter().map(|(_, p)| p.numel()).sum();
     println!("{params} parameters");
     let mut dp = DataParallel::new(model, &ids, Cuda::<0>)?;
@@ -254,7 +273,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             // the same next step as the running ones.
             nn::save_state_dict(dp.module(), &weights)?;
             opt.save_state(&moments)?;
-            let mut fresh = Gpt::new(99)?;
+            let mut fresh = Gpt::new_on(Cuda::<0>, 99)?;
             nn::load_state_dict(&mut fresh, &locus::load_safetensors::<Cuda<0>>(&weights)?)?;
             let mut fresh_opt = AdamW::new(3e-3).weight_decay(0.01);
             fresh_opt.load_state(&locus::load_safetensors::<Cuda<0>>(&moments)?)?;
@@ -291,6 +310,66 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     println!("sample: {:?}", sample(&model, b"locus ", 80, 3)?);
     if last.is_nan() || last >= TARGET {
         return Err(format!("the loss ended at {last}, not below {TARGET}").into());
+    }
+    Ok(())
+}
+
+/// Under torchrun (or any launcher `dist::init` reads): one process per device, each on
+/// its rank's rows of every batch, the gradients averaged by `DistributedDataParallel`.
+/// Rank 0 checks at the end that every rank holds the same weights, bit for bit.
+fn run_ddp() -> Result<(), Box<dyn std::error::Error>> {
+    use locus::dist::{self, DistributedDataParallel};
+    use locus::Dyn;
+    let steps = steps()?;
+    let d = dist::init()?;
+    let (rank, world) = (d.rank(), d.world_size());
+    let device = d.device()?;
+    let rows = BATCH / world;
+    if rows == 0 {
+        return Err(format!("{world} ranks for batches of {BATCH}: at most {BATCH} ranks").into());
+    }
+    let corpus: Vec<u8> = CORPUS.concat();
+    // Every rank starts from its own seed; the wrapper makes them all rank 0's.
+    let model = Gpt::new_on(device, 1 + rank as u64)?;
+    let mut ddp = DistributedDataParallel::new(model, d.group())?;
+    let mut opt = AdamW::<Dyn>::new(3e-3).weight_decay(0.01);
+    let schedule = CosineWithWarmup { peak: 3e-3, floor: 3e-4, warmup: steps as u64 / 10, total: steps as u64 };
+    let mut offsets = Offsets(7);
+    let (mut first, mut last) = (None, f32::NAN);
+    let start = Instant::now();
+    for k in 0..steps {
+        // Every rank draws the same batch and takes its rows of it.
+        let (x, y) = batch(&corpus, &mut offsets)?;
+        let x = x.narrow(0, rank * rows, rows)?.to_dyn(device.id())?;
+        let y = y.narrow(0, rank * rows * CONTEXT, rows * CONTEXT)?.to_dyn(device.id())?;
+        nn::zero_grad(ddp.module());
+        let loss = ddp.module().forward(&x)?.reshape([rows * CONTEXT, VOCAB])?.cross_entropy(&y)?;
+        ddp.backward(&loss)?;
+        clip_grad_norm(ddp.module(), 1.0)?;
+        opt.set_lr(schedule.lr(k as u64));
+        opt.step(ddp.module_mut())?;
+        if k % 25 == 0 || k + 1 == steps {
+            last = loss.item()?;
+            first.get_or_insert(last);
+        }
+    }
+    // The same weights everywhere: each parameter gathered from every rank.
+    for (name, p) in nn::named_parameters(ddp.module()) {
+        let mine = p.to_vec()?;
+        for (r, theirs) in d.group().all_gather(&p.detach())?.iter().enumerate() {
+            if theirs.to_vec()? != mine {
+                return Err(format!("rank {rank}: `{name}` differs from rank {r}'s").into());
+            }
+        }
+    }
+    println!(
+        "rank {rank} of {world} on {}: {steps} steps in {:.1} s, loss {:.3} → {last:.3}; weights equal on every rank",
+        device.id(),
+        start.elapsed().as_secs_f64(),
+        first.unwrap_or(f32::NAN)
+    );
+    if last.is_nan() || last >= TARGET {
+        return Err(format!("rank {rank}: the loss ended at {last}, not below {TARGET}").into());
     }
     Ok(())
 }

@@ -89,13 +89,18 @@ fn bucketed_all_reduce_equals_one_all_reduce_per_tensor() {
 
 /// `target/<profile>/examples/ddp`, next to `target/<profile>/deps/` where this test runs.
 fn example_binary() -> PathBuf {
+    example_named("ddp")
+}
+
+/// `target/<profile>/examples/<name>`.
+fn example_named(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let profile = exe.parent().and_then(Path::parent).expect("the test binary lies in target/<profile>/deps/");
-    let bin = profile.join("examples").join(format!("ddp{}", std::env::consts::EXE_SUFFIX));
+    let bin = profile.join("examples").join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
     assert!(
         bin.is_file(),
-        "the ddp example is not built at {}: `cargo test` builds it (not with a target filter \
-         such as `--test ddp`); build it with `cargo build --example ddp` (same profile)",
+        "the {name} example is not built at {}: `cargo test` builds it (not with a target filter \
+         such as `--test ddp`); build it with `cargo build --example {name}` (same profile)",
         bin.display()
     );
     bin
@@ -245,4 +250,53 @@ fn ddp_ranks(rank: usize, world: usize, dir: &Path) -> Result<(), String> {
 #[test]
 fn distributed_data_parallel_over_three_processes() {
     run_ranks("distributed_data_parallel_over_three_processes", 3, ddp_ranks);
+}
+
+/// The tiny_gpt example under torchrun's variables, 3 processes with
+/// `DistributedDataParallel`: the loss falls below its target and every rank ends with the
+/// same weights (each rank checks). On the host backend each process simulates 3 devices
+/// (one per rank); on a GPU machine it needs 3 GPUs.
+#[test]
+fn tiny_gpt_trains_under_torchrun_with_three_processes() {
+    let on_host = locus::backend_name().unwrap() == "host";
+    if !on_host && !locus::testing::needs_devices_for(3, "tiny_gpt with 3 processes").unwrap() {
+        return;
+    }
+    let bin = example_named("tiny_gpt");
+    let world = 3;
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dir = fresh_dir("tiny_gpt");
+    let log = |r: usize| dir.join(format!("rank{r}.log"));
+    let children = (0..world)
+        .map(|r| {
+            let out = File::create(log(r)).unwrap();
+            let mut cmd = Command::new(&bin);
+            for v in ["SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "TORCHELASTIC_RUN_ID", "LOCUS_DEVICE_MAP"] {
+                cmd.env_remove(v);
+            }
+            if on_host {
+                cmd.env("LOCUS_HOST_DEVICES", world.to_string());
+            }
+            cmd.env("RANK", r.to_string())
+                .env("WORLD_SIZE", world.to_string())
+                .env("LOCAL_RANK", r.to_string())
+                .env("LOCAL_WORLD_SIZE", world.to_string())
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", port.to_string())
+                .env("TINY_GPT_STEPS", "100")
+                .stdout(out.try_clone().unwrap())
+                .stderr(out)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    wait_all("tiny_gpt under torchrun", children, log, &dir);
+    for r in 0..world {
+        let out = std::fs::read_to_string(log(r)).unwrap();
+        assert!(
+            out.contains(&format!("rank {r} of 3")) && out.contains("weights equal on every rank"),
+            "rank {r}:\n{out}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
 }
