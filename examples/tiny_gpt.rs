@@ -318,7 +318,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// its rank's rows of every batch, the gradients averaged by `DistributedDataParallel`.
 /// Rank 0 checks at the end that every rank holds the same weights, bit for bit.
 fn run_ddp() -> Result<(), Box<dyn std::error::Error>> {
-    use locus::dist::{self, DistributedDataParallel};
+    use locus::dist::{self, DistributedDataParallel, ReduceOp};
     use locus::Dyn;
     let steps = steps()?;
     let d = dist::init()?;
@@ -335,7 +335,9 @@ fn run_ddp() -> Result<(), Box<dyn std::error::Error>> {
     let mut opt = AdamW::<Dyn>::new(3e-3).weight_decay(0.01);
     let schedule = CosineWithWarmup { peak: 3e-3, floor: 3e-4, warmup: steps as u64 / 10, total: steps as u64 };
     let mut offsets = Offsets(7);
-    let (mut first, mut last) = (None, f32::NAN);
+    // The last steps' losses, averaged over them and every rank at the end.
+    const TAIL: usize = 10;
+    let (mut first, mut tail) = (None, Vec::with_capacity(TAIL));
     let start = Instant::now();
     for k in 0..steps {
         // Every rank draws the same batch and takes its rows of it.
@@ -348,11 +350,17 @@ fn run_ddp() -> Result<(), Box<dyn std::error::Error>> {
         clip_grad_norm(ddp.module(), 1.0)?;
         opt.set_lr(schedule.lr(k as u64));
         opt.step(ddp.module_mut())?;
-        if k % 25 == 0 || k + 1 == steps {
-            last = loss.item()?;
-            first.get_or_insert(last);
+        if k == 0 {
+            first = Some(loss.item()?);
+        }
+        if k + TAIL >= steps {
+            tail.push(loss.detach());
         }
     }
+    // One rank's loss is over its few rows; judge the mean over every rank and the last
+    // steps, the same number on every rank.
+    let mine = Tensor::stack(&tail.iter().collect::<Vec<_>>(), 0)?.mean()?;
+    let last = d.group().all_reduce(&mine, ReduceOp::Avg)?.item()?;
     // The same weights everywhere: each parameter gathered from every rank.
     for (name, p) in nn::named_parameters(ddp.module()) {
         let mine = p.to_vec()?;
@@ -363,10 +371,11 @@ fn run_ddp() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     println!(
-        "rank {rank} of {world} on {}: {steps} steps in {:.1} s, loss {:.3} → {last:.3}; weights equal on every rank",
+        "rank {rank} of {world} on {}: {steps} steps in {:.1} s, loss {:.3} → {last:.3} (last {} steps, every rank); weights equal on every rank",
         device.id(),
         start.elapsed().as_secs_f64(),
-        first.unwrap_or(f32::NAN)
+        first.unwrap_or(f32::NAN),
+        TAIL.min(steps)
     );
     if last.is_nan() || last >= TARGET {
         return Err(format!("rank {rank}: the loss ended at {last}, not below {TARGET}").into());
