@@ -191,7 +191,7 @@ fn shard(rank: usize, world: usize) -> locus::Result<Shards> {
 }
 
 fn ddp_ranks(rank: usize, world: usize, dir: &Path) -> Result<(), String> {
-    use locus::dist::DistributedDataParallel;
+    use locus::dist::{BackwardStats, DistributedDataParallel};
     use locus::nn;
     use locus::optim::{AdamW, Sgd};
     let e = |e: locus::Error| e.to_string();
@@ -199,11 +199,19 @@ fn ddp_ranks(rank: usize, world: usize, dir: &Path) -> Result<(), String> {
     let pg = ProcessGroup::new(store, rank, world, LONG).map_err(e)?;
     let (x, t, all_x, all_t) = shard(rank, world).map_err(e)?;
     // Every rank starts from its own weights; the wrapper makes them rank 0's.
-    let mut ddp = DistributedDataParallel::new(Net::new(rank as u64 * 100).map_err(e)?, &pg).map_err(e)?;
+    // Buckets of at most 40 bytes: [extra.bias, extra.weight, b.bias], [b.weight], [a.bias],
+    // [a.weight] (reverse registration order).
+    let mut ddp =
+        DistributedDataParallel::new(Net::new(rank as u64 * 100).map_err(e)?, &pg).map_err(e)?.bucket_bytes(40);
     let reference = Net::new(0).map_err(e)?;
     // One SGD step of the shards' averaged gradients is one step on the whole batch.
     let mut sgd = Sgd::new(0.1);
     ddp.backward(&ddp.module().loss(&x, &t, true).map_err(e)?).map_err(e)?;
+    // Every bucket started while the backward pass ran, each once its gradients were done.
+    let overlapped = BackwardStats { buckets: 4, started_during_backward: 4 };
+    if ddp.last_backward() != Some(overlapped) {
+        return Err(format!("rank {rank}: {:?}, not {overlapped:?}", ddp.last_backward()));
+    }
     sgd.step(ddp.module_mut()).map_err(e)?;
     let mut single = reference;
     single.loss(&all_x, &all_t, true).map_err(e)?.backward().map_err(e)?;
@@ -243,6 +251,11 @@ fn ddp_ranks(rank: usize, world: usize, dir: &Path) -> Result<(), String> {
             }
         }
         other => return Err(format!("an unused parameter on rank 1 gave {other:?} on rank {rank}")),
+    }
+    // Rank 1 waited for `extra`'s gradients, in the first bucket, until the pass ended.
+    let started = ddp.last_backward().map(|s| s.started_during_backward);
+    if started != Some(if rank == 1 { 0 } else { 4 }) {
+        return Err(format!("rank {rank}: {started:?} buckets started during the pass with `extra` unused on rank 1"));
     }
     pg.barrier().map_err(e)
 }

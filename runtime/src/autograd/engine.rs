@@ -40,11 +40,16 @@ fn err(reason: String) -> Error {
     Error::Backward { reason }
 }
 
+/// For each node, the edges into it from the nodes a pass reaches.
+type Deps = HashMap<*const Node, usize>;
+
 /// Every node the pass will reach, checked before any rule runs: no rule freed by an
 /// earlier pass, no input written in place since an op read it, no value written in
-/// place after its op made it.
-fn check(root: &Arc<Node>) -> Result<Vec<Arc<Node>>> {
+/// place after its op made it. With the nodes comes, for each, the number of edges into
+/// it from reachable nodes: once that many rules have run, its gradient is complete.
+fn check(root: &Arc<Node>) -> Result<(Vec<Arc<Node>>, Deps)> {
     let mut seen: HashMap<*const Node, ()> = HashMap::new();
+    let mut deps = Deps::new();
     let mut stack = vec![Arc::clone(root)];
     let mut all = Vec::new();
     while let Some(node) = stack.pop() {
@@ -85,11 +90,12 @@ fn check(root: &Arc<Node>) -> Result<Vec<Arc<Node>>> {
                     edge.version
                 )));
             }
+            *deps.entry(Arc::as_ptr(&edge.node)).or_default() += 1;
             stack.push(Arc::clone(&edge.node));
         }
         all.push(node);
     }
-    Ok(all)
+    Ok((all, deps))
 }
 
 /// `a + b` for two gradients of one tensor.
@@ -131,31 +137,65 @@ fn run_rule(node: &Node, g: Erased) -> Result<Vec<Option<Erased>>> {
     }
 }
 
+/// Told of each parameter's gradient of a pass as soon as it is complete, while the
+/// pass goes on (DistributedDataParallel starts exchanging a bucket then). It gets the
+/// leaf and the gradient this pass adds to it; an `Err` stops the pass, changing no
+/// gradient.
+pub(crate) type OnLeafReady<'a> = &'a mut dyn FnMut(&Arc<Node>, &Erased) -> Result<()>;
+
 /// The backward pass from `root`, whose gradient is `seed`.
 pub(crate) fn backward(root: &Arc<Node>, seed: Erased, retain_graph: bool) -> Result<()> {
-    let all = check(root)?;
+    backward_observed(root, seed, retain_graph, &mut |_, _| Ok(()))
+}
+
+/// [`backward`], calling `on_ready` with each parameter's gradient once the last rule
+/// that adds to it has run.
+pub(crate) fn backward_observed(
+    root: &Arc<Node>,
+    seed: Erased,
+    retain_graph: bool,
+    on_ready: OnLeafReady<'_>,
+) -> Result<()> {
+    let (all, mut deps) = check(root)?;
     let _off = no_grad();
     let mut grads: HashMap<*const Node, Erased> = HashMap::new();
-    grads.insert(Arc::as_ptr(root), seed);
-    let mut queue = BinaryHeap::from([Queued(Arc::clone(root))]);
     let mut leaves: Vec<(Arc<Node>, Erased)> = Vec::new();
+    if root.is_leaf() {
+        on_ready(root, &seed)?;
+        leaves.push((Arc::clone(root), seed));
+    } else {
+        grads.insert(Arc::as_ptr(root), seed);
+    }
+    let mut queue = BinaryHeap::from([Queued(Arc::clone(root))]);
     while let Some(Queued(node)) = queue.pop() {
         let Some(g) = grads.remove(&Arc::as_ptr(&node)) else { continue };
-        if node.is_leaf() {
-            leaves.push((node, g));
-            continue;
-        }
-        let outs = run_rule(&node, g)?;
-        for (edge, g) in node.edges.iter().zip(outs) {
-            let (Some(edge), Some(g)) = (edge, g) else { continue };
+        let mut outs = run_rule(&node, g)?.into_iter();
+        for edge in node.edges.iter() {
+            let g = outs.next().flatten();
+            let Some(edge) = edge else { continue };
             let key = Arc::as_ptr(&edge.node);
-            match grads.remove(&key) {
-                Some(sum) => {
-                    grads.insert(key, add(sum, g)?);
+            if let Some(g) = g {
+                match grads.remove(&key) {
+                    Some(sum) => {
+                        grads.insert(key, add(sum, g)?);
+                    }
+                    None => {
+                        grads.insert(key, g);
+                        if !edge.node.is_leaf() {
+                            queue.push(Queued(Arc::clone(&edge.node)));
+                        }
+                    }
                 }
-                None => {
-                    grads.insert(key, g);
-                    queue.push(Queued(Arc::clone(&edge.node)));
+            }
+            // The last edge into a leaf: its gradient of this pass is complete.
+            let left = deps.get_mut(&key).map(|d| {
+                *d -= 1;
+                *d
+            });
+            if edge.node.is_leaf() && left == Some(0) {
+                if let Some(g) = grads.remove(&key) {
+                    on_ready(&edge.node, &g)?;
+                    leaves.push((Arc::clone(&edge.node), g));
                 }
             }
         }
@@ -219,7 +259,20 @@ impl<D: crate::device::Device, T: crate::element::Float> Tensor<D, T> {
         self.backward_impl(Some(grad), retain_graph)
     }
 
+    /// [`backward`](Self::backward), telling `on_ready` of each parameter's gradient as
+    /// soon as the pass has it complete.
+    pub(crate) fn backward_observing(&self, on_ready: OnLeafReady<'_>) -> Result<()> {
+        let (root, seed) = self.root_and_seed(None)?;
+        backward_observed(root, seed, false, on_ready)
+    }
+
     fn backward_impl(&self, grad: Option<&Tensor<D, T>>, retain_graph: bool) -> Result<()> {
+        let (root, seed) = self.root_and_seed(grad)?;
+        backward(root, seed, retain_graph)
+    }
+
+    /// The node a pass starts from and its gradient: `grad`, or 1 for a one-element loss.
+    fn root_and_seed(&self, grad: Option<&Tensor<D, T>>) -> Result<(&Arc<Node>, Erased)> {
         let Some(root) = self.grad_fn() else {
             return Err(err(
                 "this tensor tracks no gradients: no `Param` went into it, or it was made under `no_grad`".into(),
@@ -246,6 +299,47 @@ impl<D: crate::device::Device, T: crate::element::Float> Tensor<D, T> {
                 )))
             }
         };
-        backward(root, seed.erase(), retain_graph)
+        Ok((root, seed.erase()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::{Cpu, Param, Tensor};
+
+    /// Each parameter is reported once, with its whole gradient of the pass, as soon as the
+    /// last rule adding to it has run: `w2`'s (read by the last op) before `w1`'s (read by
+    /// the first op and the last).
+    #[test]
+    fn observers_get_each_gradient_once_complete() {
+        let w1 = Param::new(Tensor::<Cpu>::from_vec(vec![1.0, 2.0], [2]).unwrap());
+        let w2 = Param::new(Tensor::<Cpu>::from_vec(vec![3.0, 4.0], [2]).unwrap());
+        let x = Tensor::<Cpu>::from_vec(vec![5.0, 6.0], [2]).unwrap();
+        let y = (&x * &*w1).unwrap();
+        let z = (&y * &*w2).unwrap();
+        let loss = (&z + &*w1).unwrap().sum().unwrap();
+        let mut seen = Vec::new();
+        loss.backward_observing(&mut |leaf, g| {
+            let name = if Arc::ptr_eq(leaf, w1.node()) { "w1" } else { "w2" };
+            let g: Tensor<Cpu> = g.clone().typed(Cpu).unwrap();
+            seen.push((name, g.to_vec().unwrap()));
+            Ok(())
+        })
+        .unwrap();
+        // d/dw1 = x·w2 + 1, d/dw2 = x·w1.
+        assert_eq!(seen, vec![("w2", vec![5.0, 12.0]), ("w1", vec![16.0, 25.0])]);
+        assert_eq!(w1.grad().unwrap().to_vec().unwrap(), vec![16.0, 25.0]);
+    }
+
+    /// An observer's `Err` stops the pass and changes no gradient.
+    #[test]
+    fn an_observer_error_changes_no_gradient() {
+        let w = Param::new(Tensor::<Cpu>::from_vec(vec![1.0, 2.0], [2]).unwrap());
+        let loss = w.square().unwrap().sum().unwrap();
+        let r = loss.backward_observing(&mut |_, _| Err(crate::Error::Backward { reason: "stop".into() }));
+        assert!(r.is_err());
+        assert!(w.grad().is_none());
     }
 }

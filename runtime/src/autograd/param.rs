@@ -51,7 +51,8 @@ impl<D: Device, T: Float> Param<D, T> {
         Param { tensor: value.with_grad_fn(Some(Arc::clone(&leaf))), leaf }
     }
 
-    fn node(&self) -> &Arc<Node> {
+    /// The parameter's leaf in the tape (one per parameter, shared by its clones).
+    pub(crate) fn node(&self) -> &Arc<Node> {
         &self.leaf
     }
 

@@ -98,7 +98,7 @@ pub fn all_reduce_avg_bucketed<D: Device, T: Element>(
 
 /// The end (exclusive) of each bucket: consecutive tensors of `sizes` bytes, at most
 /// `bucket_bytes` a bucket unless one tensor alone is larger.
-fn bucket_ends(sizes: &[usize], bucket_bytes: usize) -> Vec<usize> {
+pub(super) fn bucket_ends(sizes: &[usize], bucket_bytes: usize) -> Vec<usize> {
     let mut ends = Vec::new();
     let mut filled: Option<usize> = None;
     for (i, &size) in sizes.iter().enumerate() {

@@ -13,7 +13,7 @@ mod store;
 mod work;
 
 pub use bucket::{all_reduce_avg_bucketed, DEFAULT_BUCKET_BYTES};
-pub use ddp::DistributedDataParallel;
+pub use ddp::{BackwardStats, DistributedDataParallel};
 pub use group::{ProcessGroup, ReduceOp};
 pub use init::{init, init_with, Dist, DEFAULT_TIMEOUT};
 pub use launch::{Launch, LaunchBuilder, DEFAULT_MASTER_PORT};
