@@ -340,10 +340,67 @@ def train_rows(name, width, batch, steps, dtype):
     row(f"{name}_peak", [peak], "MiB", "max_memory_allocated over the timed samples")
 
 
+def train_graphed_rows(name, width, batch, steps, dtype):
+    """The step of train_rows as one CUDA graph: PyTorch's whole-network capture
+    (torch.cuda.graph around forward, backward and AdamW(capturable=True, foreach=True),
+    warmed up on a side stream as its documentation does). Each step copies the batch into
+    the static inputs and replays: as gpu/train.rs graphed_rows."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    layers = []
+    for i in range(4):
+        layers.append(torch.nn.Linear(width, width))
+        if i < 3:
+            layers.append(torch.nn.ReLU())
+    model = torch.nn.Sequential(*layers).to(dev, dtype)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True, capturable=True)
+    x = torch.rand(batch, width, device=dev).to(dtype)
+    t = torch.rand(batch, width, device=dev).to(dtype)
+    static_x, static_t = torch.zeros_like(x), torch.zeros_like(t)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            (model(static_x) - static_t).square().mean().backward()
+            opt.step()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)
+    with torch.cuda.graph(g):
+        static_loss = (model(static_x) - static_t).square().mean()
+        static_loss.backward()
+        opt.step()
+
+    def step():
+        static_x.copy_(x)
+        static_t.copy_(t)
+        g.replay()
+
+    step()
+    torch.cuda.synchronize(dev)
+    torch.cuda.reset_peak_memory_stats(dev)
+
+    def sample():
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize(dev)
+        return steps / (time.perf_counter() - start)
+
+    per_sample = samples(sample)
+    peak = torch.cuda.max_memory_allocated(dev) / MIB
+    short = {torch.float32: "f32", torch.bfloat16: "bf16"}[dtype]
+    note = f"torch.cuda.graph: 4 x Linear({width}) + ReLU, MSE, backward, AdamW(capturable, foreach) as one graph, {batch} rows, {short}, batch copied in + replay per step, {steps} steps + synchronize per sample, wall"
+    row(f"{name}_steps", per_sample, "steps/s", note)
+    row(f"{name}_peak", [peak], "MiB", "max_memory_allocated over the timed samples")
+
+
 def train():
     train_rows("train_mlp_f32_w4096_b512", 4096, 512, 10, torch.float32)
     train_rows("train_mlp_bf16_w4096_b512", 4096, 512, 10, torch.bfloat16)
     train_rows("train_mlp_f32_w256_b32", 256, 32, 100, torch.float32)
+    train_graphed_rows("train_mlp_f32_w256_b32_graphed", 256, 32, 100, torch.float32)
+    train_graphed_rows("train_mlp_f32_w4096_b512_graphed", 4096, 512, 10, torch.float32)
 
 
 def data_parallel():

@@ -508,3 +508,87 @@ fn autocast_computes_products_in_the_half_type_forward_and_backward() -> locus::
     autocast_is_the_explicit_casts::<locus::bf16>()?;
     autocast_is_the_explicit_casts::<locus::f16>()
 }
+
+/// Batch `k` of the graphed-step tests: 4 rows of 3 inputs and their targets.
+fn batch<D: locus::StaticDevice>(k: u64) -> locus::Result<(Tensor<D>, Tensor<D>)> {
+    Ok((Tensor::<D>::rand([4, 3], 100 + k)?, Tensor::<D>::rand([4, 1], 200 + k)?))
+}
+
+fn mse<D: locus::Device>(m: &Mlp<D>, x: &Tensor<D>, y: &Tensor<D>) -> locus::Result<Tensor<D>> {
+    (m.forward(x)? - y)?.square()?.mean()
+}
+
+/// A whole step (forward, backward, AdamW) captured once and replayed: the same losses
+/// and weights as the eager steps, step by step, going on from two eager steps (the bias
+/// corrections of steps 3, 4, ...) with the learning rate changed between replays; the
+/// weights read while the step lives (on another stream than the replays) are the
+/// replays' so far.
+#[test]
+fn a_graphed_step_takes_the_eager_steps() -> locus::Result<()> {
+    let stream = locus::Stream::<G>::new()?;
+    let (mut eager, mut eager_opt) = trained_pair()?;
+    let (mut model, mut opt) = trained_pair()?;
+    let lr = |k: u64| 0.01 * (1.0 + k as f64 / 4.0);
+    let (mut x, mut y) = (Tensor::<G>::zeros([4, 3])?, Tensor::<G>::zeros([4, 1])?);
+    let mut graphed =
+        locus::GraphedStep::capture(&stream, &mut model, &mut opt, (&mut x, &mut y), |m, (x, y)| mse(m, x, y))?;
+    for k in 0..10 {
+        let (bx, by) = batch::<G>(k)?;
+        nn::zero_grad(&eager);
+        eager_opt.set_lr(lr(k));
+        let want = mse(&eager, &bx, &by)?;
+        want.backward()?;
+        eager_opt.step(&mut eager)?;
+        let (mut xi, mut yi) = graphed.inputs_mut();
+        xi.copy_from(&bx)?;
+        yi.copy_from(&by)?;
+        graphed.set_lr(lr(k));
+        let got = if k == 4 {
+            // The weights, read on the default stream right after the replay is queued.
+            graphed.replay()?;
+            same_params(graphed.module(), &eager, 1e-6)?;
+            graphed.loss()?.item()?
+        } else {
+            graphed.replay()?.item()?
+        };
+        let want = want.item()?;
+        assert!((got - want).abs() <= 1e-6 * want.abs(), "step {k}: graphed loss {got}, eager {want}");
+        if locus::backend_name()? == "host" {
+            assert_eq!(got.to_bits(), want.to_bits(), "step {k}: the host runs the same arithmetic");
+        }
+    }
+    assert_eq!(graphed.steps(), 12);
+    drop(graphed);
+    same_params(&model, &eager, 1e-6)?;
+    assert_eq!(opt.steps_of("l1.weight"), 12);
+    // The model and optimizer go on eagerly from where the replays left them.
+    step(&mut model, &mut opt)?;
+    step(&mut eager, &mut eager_opt)?;
+    same_params(&model, &eager, 1e-6)
+}
+
+/// What a graphed step cannot capture is an `Err`, and the model trains eagerly after it:
+/// a host read in the loss, and parameters that took different numbers of steps.
+#[test]
+fn a_graphed_step_that_cannot_be_captured_is_an_error() -> locus::Result<()> {
+    let stream = locus::Stream::<G>::new()?;
+    let (mut model, mut opt) = trained_pair()?;
+    let (mut x, mut y) = (Tensor::<G>::zeros([4, 3])?, Tensor::<G>::zeros([4, 1])?);
+    let r = locus::GraphedStep::capture(&stream, &mut model, &mut opt, (&mut x, &mut y), |m, (x, y)| {
+        let l = mse(m, x, y)?;
+        l.item()?;
+        Ok(l)
+    });
+    assert!(matches!(r, Err(locus::Error::NotCapturable { .. })), "{r:?}");
+    step(&mut model, &mut opt)?;
+    // One eager step of `l2` alone: `l1` is a step behind.
+    nn::zero_grad(&model);
+    model.l2.forward(&Tensor::<G>::ones([2, 4])?)?.sum()?.backward()?;
+    opt.step(&mut model)?;
+    let r = locus::GraphedStep::capture(&stream, &mut model, &mut opt, (&mut x, &mut y), |m, (x, y)| mse(m, x, y));
+    match r {
+        Err(locus::Error::InvalidArgument { reason, .. }) => assert!(reason.contains("steps of"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    step(&mut model, &mut opt)
+}

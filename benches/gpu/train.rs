@@ -1,6 +1,7 @@
 //! Training steps (issue 33): an MLP of 4 `Linear` layers with ReLU between, an MSE loss,
 //! `backward()` and an `AdamW` step, against the same step in PyTorch eager
-//! (`torch.optim.AdamW(foreach=True)`, benches/torch_baseline.py `train()`).
+//! (`torch.optim.AdamW(foreach=True)`, benches/torch_baseline.py `train()`); and the same
+//! step as one graph (issue 34, `GraphedStep`) against PyTorch's whole-network capture.
 //!
 //! A sample is `steps` whole training steps (zero_grad, forward, backward, step) and one
 //! synchronize, in wall time; the row is steps per second. Every row also prints the peak
@@ -10,7 +11,7 @@ use std::time::Instant;
 
 use locus::nn::{self, Linear, Module, Relu, Sequential};
 use locus::optim::AdamW;
-use locus::{bf16, max_memory_allocated, reset_peak_memory_stats, DeviceId, Float, Tensor};
+use locus::{bf16, max_memory_allocated, reset_peak_memory_stats, DeviceId, Float, GraphedStep, Stream, Tensor};
 
 use super::method::{row, samples};
 use super::{sync, G};
@@ -59,9 +60,55 @@ fn rows<T: Float>(name: &str, width: usize, batch: usize, steps: usize) -> locus
     Ok(())
 }
 
+/// The same step captured once as a graph (`GraphedStep`) and replayed, against PyTorch's
+/// whole-network capture (`torch.cuda.graph` around forward, backward and
+/// `AdamW(capturable=True)`). Each step copies the batch into the static inputs, on both
+/// sides; one eager step first (PyTorch warms up before capturing too).
+fn graphed_rows<T: Float>(name: &str, width: usize, batch: usize, steps: usize) -> locus::Result<()> {
+    let mut model = mlp::<T>(width)?;
+    let mut opt = AdamW::<G, T>::new(1e-4);
+    let x = Tensor::<G, f32>::rand([batch, width], 1)?.to_dtype::<T>()?;
+    let t = Tensor::<G, f32>::rand([batch, width], 2)?.to_dtype::<T>()?;
+    nn::zero_grad(&model);
+    (model.forward(&x)? - &t)?.square()?.mean()?.backward()?;
+    opt.step(&mut model)?;
+    let stream = Stream::<G>::new()?;
+    let (mut xs, mut ts) = (Tensor::<G, T>::zeros([batch, width])?, Tensor::<G, T>::zeros([batch, width])?);
+    let mut step = GraphedStep::capture(&stream, &mut model, &mut opt, (&mut xs, &mut ts), |m, (x, t)| {
+        (m.forward(x)? - t)?.square()?.mean()
+    })?;
+    let mut one = || -> locus::Result<()> {
+        let (mut xi, mut ti) = step.inputs_mut();
+        xi.copy_from(&x)?;
+        ti.copy_from(&t)?;
+        step.replay().map(drop)
+    };
+    one()?;
+    stream.synchronize()?;
+    reset_peak_memory_stats(DeviceId::Cuda(0))?;
+    let per_sample = samples(|| {
+        let start = Instant::now();
+        for _ in 0..steps {
+            one().unwrap();
+        }
+        stream.synchronize().unwrap();
+        steps as f64 / start.elapsed().as_secs_f64()
+    });
+    let peak = max_memory_allocated(DeviceId::Cuda(0))? as f64 / (1 << 20) as f64;
+    let note = format!(
+        "GraphedStep: 4 x Linear({width}) + ReLU, MSE, backward, AdamW as one graph, {batch} rows, {}, batch copied in + replay per step, {steps} steps + synchronize per sample, wall",
+        T::DTYPE
+    );
+    row(&format!("{name}_steps"), &per_sample, "steps/s", &note);
+    row(&format!("{name}_peak"), &[peak], "MiB", "max_memory_allocated over the timed samples");
+    Ok(())
+}
+
 /// The training rows.
 pub(crate) fn steps() {
     rows::<f32>("train_mlp_f32_w4096_b512", 4096, 512, 10).unwrap();
     rows::<bf16>("train_mlp_bf16_w4096_b512", 4096, 512, 10).unwrap();
     rows::<f32>("train_mlp_f32_w256_b32", 256, 32, 100).unwrap();
+    graphed_rows::<f32>("train_mlp_f32_w256_b32_graphed", 256, 32, 100).unwrap();
+    graphed_rows::<f32>("train_mlp_f32_w4096_b512_graphed", 4096, 512, 10).unwrap();
 }

@@ -94,7 +94,7 @@ pub use copy::{AsyncSource, HostPlacement, Pending, Transfer};
 pub use device::{devices, Cpu, Cuda, Device, DeviceId, Dyn, Here, Pinned, StaticDevice};
 pub use element::{DType, Element, Float, IndexElement, SameElement, Scalar};
 pub use error::{Error, Result};
-pub use graph::{Graph, GraphInputs, GraphOutputs, InputMut, Output};
+pub use graph::{Graph, GraphInputs, GraphOutputs, GraphedStep, InputMut, Output};
 pub use guard::{current_device, DeviceGuard, IntoDeviceId, OnDevice};
 /// The 16-bit float element types, from the `half` crate.
 pub use half::{bf16, f16};

@@ -108,6 +108,12 @@ impl<D: Device, T: Float> Param<D, T> {
 }
 
 impl<D: Device, T: Float> Param<D, T> {
+    /// Gives the values memory of their own if they share it (a graph that writes them
+    /// in place needs it); the same values, so no write.
+    pub(crate) fn own_memory(&mut self) -> Result<()> {
+        self.tensor.own_memory()
+    }
+
     /// The values, for an optimizer's kernel to write in place: counts as a write by `op`.
     pub(crate) fn values_mut(&mut self, op: &'static str) -> &mut Tensor<D, T> {
         self.leaf.bump(op);

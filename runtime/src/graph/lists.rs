@@ -84,12 +84,7 @@ impl<D: Device, T: Element> TensorList for &mut Tensor<D, T> {
     }
 
     fn own_memory(&mut self) -> Result<()> {
-        if Arc::strong_count(self.shared_storage()) > 1 {
-            // The same values in memory of its own: no write, so the tape is unchanged.
-            let copy = self.storage().copy_to(self.device())?;
-            self.replace_storage(Arc::new(copy));
-        }
-        Ok(())
+        Tensor::own_memory(self)
     }
 }
 

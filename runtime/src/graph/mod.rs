@@ -25,16 +25,21 @@
 //! stream, with the same rules and errors.
 
 mod lists;
+mod step;
 mod views;
 
 use crate::backend::{self, dispatch::capture, dispatch::current::with_current, AnyGraph, AnyStream, Buffer};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::placement::SameGraphDevice;
+use crate::storage::Storage;
 use crate::stream::Stream;
+
+use std::sync::Arc;
 
 use lists::Parts;
 pub use lists::{GraphInputs, GraphOutputs};
+pub use step::GraphedStep;
 pub use views::{InputMut, Output};
 
 /// Work on device `D` captured once, replayed many times: the inputs `I` it borrows
@@ -84,6 +89,7 @@ impl<D: Device, I, O> std::fmt::Debug for Graph<D, I, O> {
 struct Ending<'s> {
     backend: backend::AnyBackend,
     stream: &'s AnyStream,
+    device: crate::device::DeviceId,
     ended: bool,
 }
 
@@ -100,6 +106,105 @@ impl Drop for Ending<'_> {
             let _ = self.backend.end_capture(self.stream);
         }
     }
+}
+
+impl Ending<'_> {
+    /// Runs `f`, whose ops the capture records, with the capture's stream current.
+    fn run<R>(&self, f: impl FnOnce() -> R) -> R {
+        let device = self.device;
+        let _capturing = capture::enter(device);
+        with_current(device, self.stream.clone(), f)
+    }
+}
+
+/// Starts capturing the work queued on `stream`: captured ops may read `inputs` and
+/// `state`, and write `state` in place (a training step's parameters and optimizer
+/// state). Every tensor is on `stream`'s device; `state` is ordered here for the writes
+/// (after every earlier use), `inputs` for reads.
+fn begin<'s, D: Device>(
+    stream: &'s Stream<D>,
+    inputs: &[&Arc<Storage>],
+    state: &[&Arc<Storage>],
+) -> Result<Ending<'s>> {
+    let device = stream.device();
+    if !matches!(device, crate::device::DeviceId::Cuda(_)) {
+        return Err(Error::InvalidArgument {
+            op: "Graph::capture",
+            reason: format!("graphs capture the work of a CUDA device, not of {device}"),
+        });
+    }
+    capture::refuse("Graph::capture", "a capture cannot start inside another")?;
+    let backend = backend::for_device(device)?;
+    for s in inputs.iter().chain(state) {
+        if s.device != device {
+            return Err(Error::DeviceMismatch { op: "Graph::capture", lhs: device, rhs: s.device });
+        }
+    }
+    for s in state {
+        s.buf.before_write(&stream.raw)?;
+    }
+    let bufs: Vec<&Buffer> = inputs.iter().chain(state).map(|s| &s.buf).collect();
+    backend.begin_capture(&stream.raw, &bufs)?;
+    Ok(Ending { backend, stream: &stream.raw, device, ended: false })
+}
+
+/// After a capture: nothing made in it, and no input's memory, is held anywhere but in
+/// the outputs (the references are counted); the outputs' storages made in it, which
+/// every replay writes, are returned. `inputs` includes what the capture wrote in place,
+/// whose captured writes (which never ran) are forgotten with the outputs'.
+fn seal(raw: &AnyGraph, inputs: &[&Arc<Storage>], outputs: &[&Arc<Storage>]) -> Result<Vec<Arc<Storage>>> {
+    let uses = |s: &Arc<Storage>| outputs.iter().filter(|o| Arc::ptr_eq(o, s)).count();
+    if inputs.iter().any(|s| Arc::strong_count(s) != 1) {
+        return Err(escaped());
+    }
+    let mut written: Vec<Arc<Storage>> = Vec::new();
+    for s in outputs {
+        if raw.owns(&s.buf) && !written.iter().any(|w| Arc::ptr_eq(w, *s)) {
+            if Arc::strong_count(s) != uses(s) {
+                return Err(escaped());
+            }
+            written.push(Arc::clone(s));
+        }
+    }
+    if raw.live_buffers() != written.len() {
+        return Err(escaped());
+    }
+    for s in written.iter().chain(inputs.iter().copied()) {
+        s.buf.forget_captured_writes();
+    }
+    Ok(written)
+}
+
+/// Queues one replay of `raw` on `stream`, reading `reads` and writing `writes`: after the
+/// previous replay (`last`, whatever its stream) and the reads' writers, before later
+/// uses of the writes.
+fn launch(
+    raw: &AnyGraph,
+    device: crate::device::DeviceId,
+    last: &mut Option<AnyStream>,
+    stream: &AnyStream,
+    reads: &[&Buffer],
+    writes: &[&Buffer],
+) -> Result<()> {
+    let backend = backend::for_device(device)?;
+    if let Some(last) = last.as_ref().filter(|l| !l.same(stream)) {
+        // The graph's own memory is written by every replay: one after the other.
+        let ev = backend.new_event(device, false)?;
+        backend.record_event(&ev, last)?;
+        backend.wait_event(stream, &ev)?;
+    }
+    for b in reads {
+        b.use_on_stream(stream)?;
+    }
+    for b in writes {
+        b.before_write(stream)?;
+    }
+    backend.launch_graph(raw, stream, reads, writes)?;
+    for b in writes {
+        b.after_write(stream)?;
+    }
+    *last = Some(stream.clone());
+    Ok(())
 }
 
 fn not_replayed() -> Error {
@@ -136,63 +241,22 @@ where
     where
         F: for<'c> FnOnce(<I as GraphInputs<'c, D>>::Refs) -> Result<O>,
     {
-        let device = stream.device();
-        if !matches!(device, crate::device::DeviceId::Cuda(_)) {
-            return Err(Error::InvalidArgument {
-                op: "Graph::capture",
-                reason: format!("graphs capture the work of a CUDA device, not of {device}"),
-            });
-        }
-        capture::refuse("Graph::capture", "a capture cannot start inside another")?;
-        let backend = backend::for_device(device)?;
         inputs.own_memory()?;
-        {
+        let ending = {
             let mut parts = Parts { tensors: Vec::new() };
             inputs.parts(&mut parts);
-            for s in &parts.tensors {
-                if s.device != device {
-                    return Err(Error::DeviceMismatch { op: "Graph::capture", lhs: device, rhs: s.device });
-                }
-            }
-            let bufs: Vec<&Buffer> = parts.tensors.iter().map(|s| &s.buf).collect();
-            backend.begin_capture(&stream.raw, &bufs)?;
-        }
-        let ending = Ending { backend, stream: &stream.raw, ended: false };
-        let outputs = {
-            let _capturing = capture::enter(device);
-            with_current(device, stream.raw.clone(), || f(inputs.refs()))
+            begin(stream, &parts.tensors, &[])?
         };
+        let outputs = ending.run(|| f(inputs.refs()));
         let raw = ending.end();
         let (outputs, raw) = (outputs?, raw?);
-        // Nothing made in the capture, and no input's memory, may be held anywhere but in
-        // the outputs: count the references.
-        let mut written = Vec::new();
-        {
+        let written = {
             let mut ins = Parts { tensors: Vec::new() };
             inputs.parts(&mut ins);
             let mut outs = Parts { tensors: Vec::new() };
             outputs.parts(&mut outs);
-            let uses = |s: &std::sync::Arc<crate::storage::Storage>| {
-                outs.tensors.iter().filter(|o| std::sync::Arc::ptr_eq(o, s)).count()
-            };
-            if ins.tensors.iter().any(|s| std::sync::Arc::strong_count(s) != 1) {
-                return Err(escaped());
-            }
-            for s in &outs.tensors {
-                if raw.owns(&s.buf) && !written.iter().any(|w| std::sync::Arc::ptr_eq(w, *s)) {
-                    if std::sync::Arc::strong_count(s) != uses(s) {
-                        return Err(escaped());
-                    }
-                    written.push(std::sync::Arc::clone(s));
-                }
-            }
-            if raw.live_buffers() != written.len() {
-                return Err(escaped());
-            }
-        }
-        for s in &written {
-            s.buf.forget_captured_writes();
-        }
+            seal(&raw, &ins.tensors, &outs.tensors)?
+        };
         Ok(Graph { inputs, outputs, raw, stream: stream.clone(), last: None, written })
     }
 
@@ -223,30 +287,11 @@ where
     }
 
     fn launch(&mut self, stream: &AnyStream) -> Result<()> {
-        let device = self.stream.device();
-        let backend = backend::for_device(device)?;
-        if let Some(last) = self.last.as_ref().filter(|l| !l.same(stream)) {
-            // The graph's own memory is written by every replay: one after the other.
-            let ev = backend.new_event(device, false)?;
-            backend.record_event(&ev, last)?;
-            backend.wait_event(stream, &ev)?;
-        }
         let mut ins = Parts { tensors: Vec::new() };
         self.inputs.parts(&mut ins);
         let reads: Vec<&Buffer> = ins.tensors.iter().map(|s| &s.buf).collect();
         let writes: Vec<&Buffer> = self.written.iter().map(|s| &s.buf).collect();
-        for b in &reads {
-            b.use_on_stream(stream)?;
-        }
-        for b in &writes {
-            b.before_write(stream)?;
-        }
-        backend.launch_graph(&self.raw, stream, &reads, &writes)?;
-        for b in &writes {
-            b.after_write(stream)?;
-        }
-        self.last = Some(stream.clone());
-        Ok(())
+        launch(&self.raw, self.stream.device(), &mut self.last, stream, &reads, &writes)
     }
 
     /// The outputs as the last replay wrote them; an error before the first replay.

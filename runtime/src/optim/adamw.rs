@@ -9,7 +9,7 @@ use crate::autograd::no_grad;
 use crate::checkpoint::Checkpoint;
 use crate::device::{Device, DeviceId};
 use crate::element::Float;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::nn::Parameters;
 use crate::tensor::Tensor;
 use crate::to_device::ToDevice;
@@ -82,24 +82,30 @@ impl<D: Device, T: Float> AdamW<D, T> {
         self.state.steps.get(name).copied().unwrap_or(0)
     }
 
+    /// The kernel's values for step `t` (from 1) at the current learning rate.
+    pub(crate) fn step_values(&self, t: u64) -> AdamWStep {
+        let (b1, b2) = self.betas;
+        let t = i32::try_from(t).unwrap_or(i32::MAX);
+        let (bc1, bc2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
+        AdamWStep {
+            decay: 1.0 - self.lr * self.weight_decay,
+            b1,
+            b2,
+            eps: self.eps,
+            step: self.lr / bc1,
+            bc2_sqrt: bc2.sqrt(),
+        }
+    }
+
     /// One update of every parameter of `model` that has a gradient: one kernel per
     /// parameter, in place (PyTorch's fused AdamW), with no wait for the device.
     pub fn step(&mut self, model: &mut impl Parameters<D, T>) -> Result<()> {
         let _off = no_grad();
-        let (b1, b2) = self.betas;
         each_gradient(model, |name, p, g| {
             let t = self.steps_of(name) + 1;
             let at = p.placement();
             let shape = p.shape().to_vec();
-            let (bc1, bc2) = (1.0 - b1.powi(t as i32), 1.0 - b2.powi(t as i32));
-            let s = AdamWStep {
-                decay: 1.0 - self.lr * self.weight_decay,
-                b1,
-                b2,
-                eps: self.eps,
-                step: self.lr / bc1,
-                bc2_sqrt: bc2.sqrt(),
-            };
+            let s = self.step_values(t);
             let mut m = self.state.slot(name, "exp_avg", || Tensor::zeros_on(at, &shape))?.clone();
             let mut v = self.state.slot(name, "exp_avg_sq", || Tensor::zeros_on(at, &shape))?.clone();
             // The state's handles are moved out and back, so the kernel's outputs are
@@ -120,6 +126,76 @@ impl<D: Device, T: Float> AdamW<D, T> {
         })
     }
 
+    /// Before a graph captures steps of `model`: every parameter's moments made (zeros
+    /// before its first step) in memory of their own, and the step count all parameters
+    /// share, which the graph's steps go on from (an `Err` if they differ: a graphed step
+    /// updates every parameter each time).
+    pub(crate) fn prepare_graphed(&mut self, model: &impl Parameters<D, T>) -> Result<u64> {
+        let mut steps: Option<(String, u64)> = None;
+        let mut result = Ok(());
+        model.visit_params("", &mut |name, p| {
+            if result.is_err() {
+                return;
+            }
+            let t = self.steps_of(name);
+            match &steps {
+                Some((first, s)) if *s != t => {
+                    result = Err(Error::InvalidArgument {
+                        op: "GraphedStep::capture",
+                        reason: format!(
+                            "AdamW took {s} steps of `{first}` but {t} of `{name}`; a graphed step updates every \
+                             parameter each time, so they must start from one count (capture before the first step, \
+                             or after steps in which every parameter had a gradient)"
+                        ),
+                    });
+                    return;
+                }
+                Some(_) => {}
+                None => steps = Some((name.to_string(), t)),
+            }
+            let (at, shape) = (p.placement(), p.shape().to_vec());
+            for key in ["exp_avg", "exp_avg_sq"] {
+                if let Err(e) = self.state.slot(name, key, || Tensor::zeros_on(at, &shape)).and_then(|m| m.own_memory())
+                {
+                    result = Err(e);
+                    return;
+                }
+            }
+        });
+        result?;
+        Ok(steps.map_or(0, |(_, t)| t))
+    }
+
+    /// Every moment tensor, which a graphed step writes in place.
+    pub(crate) fn state_tensors(&self) -> impl Iterator<Item = &Tensor<D, T>> {
+        self.state.slots.values().flat_map(|keys| keys.values())
+    }
+
+    /// The update of [`step`](Self::step) with the per-step values read from `hyper` on the
+    /// device (decay, step size, `√(1 − β₂ᵗ)`), as a graph captures it; the moments must
+    /// exist ([`prepare_graphed`](Self::prepare_graphed)). Step counts are not changed here.
+    pub(crate) fn step_graphed(&mut self, model: &mut impl Parameters<D, T>, hyper: &Tensor<D, f64>) -> Result<()> {
+        let _off = no_grad();
+        // Only β₁, β₂ and eps are read from these; the rest come from `hyper`.
+        let s = self.step_values(1);
+        each_gradient(model, |name, p, g| {
+            let keys = self.state.slots.get_mut(name).ok_or_else(|| missing_moments(name))?;
+            let mut m = keys.remove("exp_avg").ok_or_else(|| missing_moments(name))?;
+            let mut v = keys.remove("exp_avg_sq").ok_or_else(|| missing_moments(name))?;
+            let r = fused::adamw_dev(p.values_mut("AdamW::step"), &g, &mut m, &mut v, hyper, &s);
+            keys.insert("exp_avg", m);
+            keys.insert("exp_avg_sq", v);
+            r
+        })
+    }
+
+    /// Sets every parameter's step count to `t` (after a graphed step's replay).
+    pub(crate) fn set_steps(&mut self, model: &impl Parameters<D, T>, t: u64) {
+        model.visit_params("", &mut |name, _| {
+            self.state.steps.insert(name.to_string(), t);
+        });
+    }
+
     /// Saves the moments and step counts by parameter name.
     pub fn save_state(&self, path: impl AsRef<Path>) -> Result<()> {
         self.state.save(path)
@@ -129,6 +205,13 @@ impl<D: Device, T: Float> AdamW<D, T> {
     /// placement (load the file with `load_safetensors::<D>`).
     pub fn load_state(&mut self, checkpoint: &Checkpoint<D>) -> Result<()> {
         self.state.load(checkpoint, &["exp_avg", "exp_avg_sq"])
+    }
+}
+
+fn missing_moments(name: &str) -> Error {
+    Error::InvalidArgument {
+        op: "AdamW::step",
+        reason: format!("`{name}` has no moments: the graphed step was captured for another model"),
     }
 }
 

@@ -63,8 +63,20 @@ __device__ void sgd(T* p, const T* g, T* buf, C lr, C wd, C momentum, C dampenin
     }
 }
 
+// The same update with the per-step values (decay, step size, sqrt(1 - b2^t)) read from
+// the device, so that a captured graph takes this step's values at each replay.
+template <typename T, typename C>
+__device__ void adamw_dev(T* p, const T* g, T* m, T* v, const double* hyper, C b1, C b2, C eps, unsigned long long n) {
+    adamw<T, C>(p, g, m, v, (C)hyper[0], b1, b2, eps, (C)hyper[1], (C)hyper[2], n);
+}
+
 #define ADAMW(name, T, C) extern "C" __global__ void name(T* p, const T* g, T* m, T* v, C decay, C b1, C b2, C eps, C step, C bc2_sqrt, unsigned long long n) { adamw<T, C>(p, g, m, v, decay, b1, b2, eps, step, bc2_sqrt, n); }
 #define SGD(name, T, C) extern "C" __global__ void name(T* p, const T* g, T* buf, C lr, C wd, C momentum, C dampening, int nesterov, int first, unsigned long long n) { sgd<T, C>(p, g, buf, lr, wd, momentum, dampening, nesterov, first, n); }
+#define ADAMW_DEV(name, T, C) extern "C" __global__ void name(T* p, const T* g, T* m, T* v, const double* hyper, C b1, C b2, C eps, unsigned long long n) { adamw_dev<T, C>(p, g, m, v, hyper, b1, b2, eps, n); }
+ADAMW_DEV(locus_adamw_dev_f32, float, float)
+ADAMW_DEV(locus_adamw_dev_f64, double, double)
+ADAMW_DEV(locus_adamw_dev_bf16, bf16, float)
+ADAMW_DEV(locus_adamw_dev_f16, f16, float)
 ADAMW(locus_adamw_f32, float, float)
 ADAMW(locus_adamw_f64, double, double)
 ADAMW(locus_adamw_bf16, bf16, float)
@@ -130,6 +142,37 @@ fn adamw_host<T: Element, C: Compute + crate::backend::api::user_kernel::KernelS
     let n = c.scalar::<u64>()? as usize;
     let g = c.input::<T>()?;
     let (p, m, v) = (c.output::<T>()?, c.output::<T>()?, c.output::<T>()?);
+    adamw_loop::<T, C>(p, g, m, v, [decay, b1, b2, eps, step, bc2], n);
+    Ok(())
+}
+
+/// [`adamw_host`] with decay, step size and `√(1 − β₂ᵗ)` read from the `hyper` input.
+fn adamw_dev_host<T: Element, C: Compute + crate::backend::api::user_kernel::KernelScalar>(
+    c: &mut HostCall<'_>,
+) -> Result<()> {
+    let [b1, b2, eps] = [(); 3].map(|_| c.scalar::<C>().map(C::to_f64));
+    let (b1, b2, eps) = (b1?, b2?, eps?);
+    let n = c.scalar::<u64>()? as usize;
+    let g = c.input::<T>()?;
+    let hyper = c.input::<f64>()?;
+    let [decay, step, bc2] = match hyper {
+        [d, s, b, ..] => [d, s, b].map(|x| C::from_f64(*x).to_f64()),
+        _ => {
+            return Err(Error::InvalidArgument {
+                op: "AdamW::step",
+                reason: "the step values hold fewer than 3".into(),
+            })
+        }
+    };
+    let (p, m, v) = (c.output::<T>()?, c.output::<T>()?, c.output::<T>()?);
+    adamw_loop::<T, C>(p, g, m, v, [decay, b1, b2, eps, step, bc2], n);
+    Ok(())
+}
+
+/// The AdamW update of the first `n` elements; `h` is decay, β₁, β₂, eps, step size and
+/// `√(1 − β₂ᵗ)`, each already in the compute type.
+fn adamw_loop<T: Element, C: Compute>(p: &mut [T], g: &[T], m: &mut [T], v: &mut [T], h: [f64; 6], n: usize) {
+    let [decay, b1, b2, eps, step, bc2] = h;
     let round = |x: f64| T::from_f64(C::from_f64(x).to_f64());
     for i in 0..n.min(p.len()) {
         let gi = C::from_f64(g[i].to_f64()).to_f64();
@@ -140,7 +183,6 @@ fn adamw_host<T: Element, C: Compute + crate::backend::api::user_kernel::KernelS
         let pi = p[i].to_f64() * decay;
         p[i] = round(pi - step * mi / (vi.sqrt() / bc2 + eps));
     }
-    Ok(())
 }
 
 fn sgd_host<T: Element, C: Compute + crate::backend::api::user_kernel::KernelScalar>(
@@ -177,6 +219,10 @@ sources! {
     ADAMW_F64 = "locus_adamw_f64", adamw_host::<f64, f64>;
     ADAMW_BF16 = "locus_adamw_bf16", adamw_host::<half::bf16, f32>;
     ADAMW_F16 = "locus_adamw_f16", adamw_host::<half::f16, f32>;
+    ADAMW_DEV_F32 = "locus_adamw_dev_f32", adamw_dev_host::<f32, f32>;
+    ADAMW_DEV_F64 = "locus_adamw_dev_f64", adamw_dev_host::<f64, f64>;
+    ADAMW_DEV_BF16 = "locus_adamw_dev_bf16", adamw_dev_host::<half::bf16, f32>;
+    ADAMW_DEV_F16 = "locus_adamw_dev_f16", adamw_dev_host::<half::f16, f32>;
     SGD_F32 = "locus_sgd_f32", sgd_host::<f32, f32>;
     SGD_F64 = "locus_sgd_f64", sgd_host::<f64, f64>;
     SGD_BF16 = "locus_sgd_bf16", sgd_host::<half::bf16, f32>;
@@ -225,6 +271,31 @@ pub(crate) fn adamw<D: Device, T: Float>(
     l.output(m);
     l.output(v);
     for x in [s.decay, s.b1, s.b2, s.eps, s.step, s.bc2_sqrt] {
+        scalar(&mut l, wide, x);
+    }
+    l.scalar(n);
+    l.launch()
+}
+
+/// [`adamw`] with the values that change each step (decay, step size, `√(1 − β₂ᵗ)`) read
+/// from `hyper` on the device, as a captured graph's step needs.
+pub(crate) fn adamw_dev<D: Device, T: Float>(
+    p: &mut Tensor<D, T>,
+    g: &Tensor<D, T>,
+    m: &mut Tensor<D, T>,
+    v: &mut Tensor<D, T>,
+    hyper: &Tensor<D, f64>,
+    s: &AdamWStep,
+) -> Result<()> {
+    let (k, wide) = pick("AdamW::step", T::DTYPE, &ADAMW_DEV_F32, &ADAMW_DEV_F64, &ADAMW_DEV_BF16, &ADAMW_DEV_F16)?;
+    let n = p.numel() as u64;
+    let mut l = KernelLaunch::<D>::new(k, 9);
+    l.output(p);
+    l.input(g);
+    l.output(m);
+    l.output(v);
+    l.input(hyper);
+    for x in [s.b1, s.b2, s.eps] {
         scalar(&mut l, wide, x);
     }
     l.scalar(n);

@@ -161,6 +161,16 @@ impl<D: Device, T: Element> Tensor<D, T> {
         self.storage = storage;
     }
 
+    /// Gives this tensor memory of its own if it shares it (a copy of the same values: no
+    /// write, so its autograd node stays), as a write in place needs.
+    pub(crate) fn own_memory(&mut self) -> crate::error::Result<()> {
+        if Arc::strong_count(&self.storage) > 1 {
+            let copy = self.storage().copy_to(self.device())?;
+            self.replace_storage(Arc::new(copy));
+        }
+        Ok(())
+    }
+
     /// The autograd node, if this tensor tracks gradients.
     pub(crate) fn grad_fn(&self) -> Option<&Arc<Node>> {
         self.grad_fn.as_ref()
