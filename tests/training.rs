@@ -525,19 +525,38 @@ fn mse<D: locus::Device>(m: &Mlp<D>, x: &Tensor<D>, y: &Tensor<D>) -> locus::Res
 /// replays' so far.
 #[test]
 fn a_graphed_step_takes_the_eager_steps() -> locus::Result<()> {
+    graphed_and_eager(None)
+}
+
+/// The same with the gradients clipped inside the graph (to a norm they exceed).
+#[test]
+fn a_graphed_step_clips_as_the_eager_step_does() -> locus::Result<()> {
+    graphed_and_eager(Some(0.05))
+}
+
+fn graphed_and_eager(clip: Option<f64>) -> locus::Result<()> {
     let stream = locus::Stream::<G>::new()?;
     let (mut eager, mut eager_opt) = trained_pair()?;
     let (mut model, mut opt) = trained_pair()?;
     let lr = |k: u64| 0.01 * (1.0 + k as f64 / 4.0);
     let (mut x, mut y) = (Tensor::<G>::zeros([4, 3])?, Tensor::<G>::zeros([4, 1])?);
-    let mut graphed =
-        locus::GraphedStep::capture(&stream, &mut model, &mut opt, (&mut x, &mut y), |m, (x, y)| mse(m, x, y))?;
+    let inputs = (&mut x, &mut y);
+    let mut graphed = match clip {
+        None => locus::GraphedStep::capture(&stream, &mut model, &mut opt, inputs, |m, (x, y)| mse(m, x, y))?,
+        Some(c) => {
+            locus::GraphedStep::capture_clipped(&stream, &mut model, &mut opt, inputs, c, |m, (x, y)| mse(m, x, y))?
+        }
+    };
+    let mut clipped = 0;
     for k in 0..10 {
         let (bx, by) = batch::<G>(k)?;
         nn::zero_grad(&eager);
         eager_opt.set_lr(lr(k));
         let want = mse(&eager, &bx, &by)?;
         want.backward()?;
+        if let Some(c) = clip {
+            clipped += usize::from(clip_grad_norm(&eager, c)?.unwrap().item()? > c as f32);
+        }
         eager_opt.step(&mut eager)?;
         let (mut xi, mut yi) = graphed.inputs_mut();
         xi.copy_from(&bx)?;
@@ -559,6 +578,9 @@ fn a_graphed_step_takes_the_eager_steps() -> locus::Result<()> {
     }
     assert_eq!(graphed.steps(), 12);
     drop(graphed);
+    if clip.is_some() {
+        assert!(clipped >= 5, "the norm was above the clip in {clipped} of 10 steps");
+    }
     same_params(&model, &eager, 1e-6)?;
     assert_eq!(opt.steps_of("l1.weight"), 12);
     // The model and optimizer go on eagerly from where the replays left them.

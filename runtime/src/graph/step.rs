@@ -96,12 +96,49 @@ where
         stream: &Stream<D>,
         model: &'m mut M,
         opt: &'m mut AdamW<D, T>,
-        mut inputs: I,
+        inputs: I,
         loss: F,
     ) -> Result<Self>
     where
         F: for<'c> FnOnce(&M, <I as GraphInputs<'c, D>>::Refs) -> Result<Tensor<D, T>>,
     {
+        Self::capture_with(stream, model, opt, inputs, None, loss)
+    }
+
+    /// [`capture`](Self::capture) with the gradients clipped to a global norm of
+    /// `max_norm` between backward and the update ([`clip_grad_norm`](crate::optim::clip_grad_norm),
+    /// on the device, so inside the graph).
+    pub fn capture_clipped<F>(
+        stream: &Stream<D>,
+        model: &'m mut M,
+        opt: &'m mut AdamW<D, T>,
+        inputs: I,
+        max_norm: f64,
+        loss: F,
+    ) -> Result<Self>
+    where
+        F: for<'c> FnOnce(&M, <I as GraphInputs<'c, D>>::Refs) -> Result<Tensor<D, T>>,
+    {
+        Self::capture_with(stream, model, opt, inputs, Some(max_norm), loss)
+    }
+
+    fn capture_with<F>(
+        stream: &Stream<D>,
+        model: &'m mut M,
+        opt: &'m mut AdamW<D, T>,
+        mut inputs: I,
+        clip: Option<f64>,
+        loss: F,
+    ) -> Result<Self>
+    where
+        F: for<'c> FnOnce(&M, <I as GraphInputs<'c, D>>::Refs) -> Result<Tensor<D, T>>,
+    {
+        if let Some(max_norm) = clip.filter(|n| !(n.is_finite() && *n > 0.0)) {
+            return Err(Error::InvalidArgument {
+                op: "GraphedStep::capture_clipped",
+                reason: format!("the norm to clip to is {max_norm}; it must be finite and above 0"),
+            });
+        }
         let mut result = Ok(());
         let mut seen = std::collections::HashSet::new();
         model.visit_params_mut("", &mut |name, p| {
@@ -149,7 +186,11 @@ where
         let out = ending.run(|| -> Result<Tensor<D, T>> {
             let l = loss(&*model, inputs.refs())?;
             l.backward()?;
-            let stepped = opt.step_graphed(model, &hyper);
+            let clipped = match clip {
+                Some(max_norm) => crate::optim::clip_grad_norm(&*model, max_norm).map(drop),
+                None => Ok(()),
+            };
+            let stepped = clipped.and_then(|()| opt.step_graphed(model, &hyper));
             // The gradients were made in the capture: they go with it, not with the model.
             model.visit_params("", &mut |_, p| p.zero_grad());
             stepped?;
