@@ -441,6 +441,37 @@ fn data_parallel_backward_sums_the_replicas_gradients_onto_the_module() -> locus
     Ok(())
 }
 
+/// Replicas typed to `(Cuda<0>, Cuda<1>)`, run by hand on typed shards: the gradients on
+/// the module are the whole batch's, as with `DataParallel::forward`; a device list that
+/// is not the replicas' is an `Err`.
+#[test]
+fn typed_replicas_train_like_the_module() -> locus::Result<()> {
+    use locus::parallel::{scatter_sizes, DataParallel};
+    if !locus::testing::needs_devices_for(2, "typed replicas on cuda:0 and cuda:1")? {
+        return Ok(());
+    }
+    type G1 = Cuda<1>;
+    let x = Tensor::<G>::rand([7, 3], 11)?;
+    let t = Tensor::<G>::rand([7, 1], 12)?;
+    let single = mlp::<G>(5)?;
+    ((single.forward(&x)? - &t)?.square()?.sum()? * (1.0 / 7.0))?.backward()?;
+    let dp = DataParallel::new(mlp::<G>(5)?, &[DeviceId::Cuda(0), DeviceId::Cuda(1)], Cuda::<0>)?;
+    let (r0, r1): (Mlp<G>, Mlp<G1>) = dp.replicas_on((Cuda::<0>, Cuda::<1>))?;
+    let (x0, x1) = scatter_sizes(&x, (Cuda::<0>, Cuda::<1>), &[4, 3])?;
+    let (t0, t1) = scatter_sizes(&t, (Cuda::<0>, Cuda::<1>), &[4, 3])?;
+    let s0 = (r0.forward(&x0)? - &t0)?.square()?.sum()?;
+    let s1 = (r1.forward(&x1)? - &t1)?.square()?.sum()?;
+    ((s0 + s1.to::<G>()?)? * (1.0 / 7.0))?.backward()?;
+    for ((n, a), (_, b)) in nn::named_parameters(&single).into_iter().zip(nn::named_parameters(dp.module())) {
+        let g = b.grad().unwrap_or_else(|| panic!("{n}: the typed replicas' backward left no gradient"));
+        let (a, g) = (a.grad().unwrap().to_vec()?, g.to_vec()?);
+        assert!(a.iter().zip(&g).all(|(p, q)| (p - q).abs() <= 1e-6 * (1.0 + p.abs())), "{n}: {a:?} vs {g:?}");
+    }
+    assert!(dp.replicas_on((Cuda::<1>, Cuda::<0>)).is_err());
+    assert!(dp.replicas_on((Cuda::<0>,)).is_err());
+    Ok(())
+}
+
 #[test]
 fn the_grad_scaler_unscales_skips_overflowing_steps_and_adapts() -> locus::Result<()> {
     use locus::optim::GradScaler;

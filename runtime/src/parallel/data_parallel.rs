@@ -5,6 +5,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 
+use super::lists::DeviceList;
 use super::scatter::{chunk_sizes, gather_dyn, split_to};
 use crate::autograd::linked_replicas;
 use crate::device::{Device, DeviceId, Dyn};
@@ -218,6 +219,41 @@ impl<M: Replicate, O: Device> DataParallel<M, O> {
         let made: Arc<[_]> = made.into();
         replicas.current = Some(Arc::clone(&made));
         Ok(made)
+    }
+
+    /// The replicas typed to `devices`, the replicas' devices (in order) as placements
+    /// known at compile time: `dp.replicas_on((Cuda::<0>, Cuda::<1>))` gives
+    /// `(M::On<Cuda<0>>, M::On<Cuda<1>>)`, so code that runs each replica by hand keeps
+    /// the compile-time checks of each device (a replica on `Cuda<1>` takes tensors on
+    /// `Cuda<1>` only). Like [`replicas`](Self::replicas), they are linked to the module:
+    /// a backward pass through their outputs adds to the module's gradients. An `Err` when
+    /// `devices` are not the replicas' devices in order.
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::nn::{Linear, Module};
+    /// use locus::parallel::{scatter, DataParallel};
+    /// use locus::{Cuda, DeviceId, Tensor};
+    /// # if !locus::testing::needs_devices(2)? { return Ok(()); }
+    /// let dp = DataParallel::new(Linear::<Cuda<0>>::new(3, 1, 0)?, &[DeviceId::Cuda(0), DeviceId::Cuda(1)], Cuda::<0>)?;
+    /// let (r0, r1) = dp.replicas_on((Cuda::<0>, Cuda::<1>))?; // Linear<Cuda<0>>, Linear<Cuda<1>>
+    /// let (x0, x1) = scatter(&Tensor::<Cuda<0>>::ones([4, 3])?, (Cuda::<0>, Cuda::<1>))?;
+    /// let (y0, y1) = (r0.forward(&x0)?, r1.forward(&x1)?);
+    /// let loss = (y0.sum()? + y1.sum()?.to::<Cuda<0>>()?)?;
+    /// loss.backward()?;
+    /// assert_eq!(dp.module().weight.grad().unwrap().to_vec()?, vec![4.0; 3]);
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn replicas_on<L: DeviceList>(&self, devices: L) -> Result<L::Replicas<M>> {
+        let ids = devices.device_ids();
+        if ids != self.devices {
+            return Err(Error::InvalidArgument {
+                op: "DataParallel::replicas_on",
+                reason: format!("the replicas are on {:?}, not on {ids:?}", self.devices),
+            });
+        }
+        let mut replicas = self.replicas.lock().unwrap_or_else(PoisonError::into_inner);
+        replicas.copies.reuse_in(|| linked_replicas(|| devices.replicate(&self.module)))
     }
 
     /// The placement outputs are gathered on.

@@ -7,6 +7,7 @@ use crate::device::{Device, DeviceId, Dyn};
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use crate::to_device::ToDevice;
 
 mod sealed {
     pub trait Devices {}
@@ -34,6 +35,14 @@ pub trait DeviceList: sealed::Devices {
     /// Tensors on the devices of the list, in order, under the list's placements.
     #[doc(hidden)]
     fn place<T: Element>(&self, parts: Vec<Tensor<Dyn, T>>) -> Result<Self::Tensors<T>>;
+
+    /// One copy of a model of type `M` per device of the list: a tuple of `M::On<_>` of
+    /// each placement for a tuple, `M::On<Dyn>`s for `DeviceId`s.
+    type Replicas<M: ToDevice>;
+
+    /// `model` on each device of the list, in order, under the list's placements.
+    #[doc(hidden)]
+    fn replicate<M: ToDevice>(&self, model: &M) -> Result<Self::Replicas<M>>;
 }
 
 /// Tensors spread over devices, as gathers and reductions take them: a tuple of tensors
@@ -85,6 +94,12 @@ macro_rules! tuples {
                 let mut it = parts.into_iter();
                 Ok(($(take(&mut it, self.$i)?,)+))
             }
+
+            type Replicas<M: ToDevice> = ($(M::On<$D>,)+);
+
+            fn replicate<M: ToDevice>(&self, model: &M) -> Result<Self::Replicas<M>> {
+                Ok(($(model.to_placement(self.$i)?,)+))
+            }
         }
 
         impl<T: Element, $($D: Device),+> sealed::Parts for ($(Tensor<$D, T>,)+) {}
@@ -129,6 +144,12 @@ impl DeviceList for &[DeviceId] {
         let mut it = parts.into_iter();
         self.iter().map(|&id| take(&mut it, Dyn::new(id))).collect()
     }
+
+    type Replicas<M: ToDevice> = Vec<M::On<Dyn>>;
+
+    fn replicate<M: ToDevice>(&self, model: &M) -> Result<Vec<M::On<Dyn>>> {
+        self.iter().map(|&id| model.to_dyn(id)).collect()
+    }
 }
 
 impl sealed::Devices for &Vec<DeviceId> {}
@@ -143,6 +164,12 @@ impl DeviceList for &Vec<DeviceId> {
     fn place<T: Element>(&self, parts: Vec<Tensor<Dyn, T>>) -> Result<Vec<Tensor<Dyn, T>>> {
         self.as_slice().place(parts)
     }
+
+    type Replicas<M: ToDevice> = Vec<M::On<Dyn>>;
+
+    fn replicate<M: ToDevice>(&self, model: &M) -> Result<Vec<M::On<Dyn>>> {
+        self.as_slice().replicate(model)
+    }
 }
 
 impl<const N: usize> sealed::Devices for [DeviceId; N] {}
@@ -156,6 +183,12 @@ impl<const N: usize> DeviceList for [DeviceId; N] {
 
     fn place<T: Element>(&self, parts: Vec<Tensor<Dyn, T>>) -> Result<[Tensor<Dyn, T>; N]> {
         array(self.as_slice().place(parts)?)
+    }
+
+    type Replicas<M: ToDevice> = [M::On<Dyn>; N];
+
+    fn replicate<M: ToDevice>(&self, model: &M) -> Result<[M::On<Dyn>; N]> {
+        array(self.as_slice().replicate(model)?)
     }
 }
 
