@@ -395,12 +395,94 @@ def train_graphed_rows(name, width, batch, steps, dtype):
     row(f"{name}_peak", [peak], "MiB", "max_memory_allocated over the timed samples")
 
 
+def tiny_gpt(steps=20):
+    """examples/tiny_gpt's model and step on one GPU (gpu/train.rs tiny_gpt): token and
+    position embeddings, 2 blocks of (LayerNorm, 4-head causal attention from batched
+    matmuls and an additive -inf mask, LayerNorm, GELU MLP), LayerNorm, a head over 256
+    bytes; cross_entropy, backward, clip_grad_norm_(1), AdamW(foreach) lr 3e-3 wd 0.01;
+    16 x 32 fixed bytes. A sample is `steps` steps + synchronize; the row is tokens/s."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    context, width, heads, layers, batch, vocab = 32, 64, 4, 2, 16, 256
+    hd = width // heads
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1 = torch.nn.LayerNorm(width)
+            self.qkv = torch.nn.Linear(width, 3 * width)
+            self.out = torch.nn.Linear(width, width)
+            self.ln2 = torch.nn.LayerNorm(width)
+            self.fc = torch.nn.Linear(width, 4 * width)
+            self.proj = torch.nn.Linear(4 * width, width)
+
+        def attn(self, x, mask):
+            b, t, _ = x.shape
+            qkv = self.qkv(x)
+
+            def split(i):
+                return qkv[:, :, i * width:(i + 1) * width].reshape(b, t, heads, hd).transpose(1, 2).reshape(b * heads, t, hd)
+
+            q, k, v = split(0), split(1), split(2)
+            scores = q @ k.transpose(1, 2) * (1.0 / hd ** 0.5) + mask
+            mixed = scores.softmax(2) @ v
+            return self.out(mixed.reshape(b, heads, t, hd).transpose(1, 2).reshape(b, t, width))
+
+        def forward(self, x, mask):
+            x = x + self.attn(self.ln1(x), mask)
+            return x + self.proj(torch.nn.functional.gelu(self.fc(self.ln2(x))))
+
+    class Gpt(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tokens = torch.nn.Embedding(vocab, width)
+            self.positions = torch.nn.Parameter(torch.randn(context, width) * 0.02)
+            self.blocks = torch.nn.ModuleList([Block() for _ in range(layers)])
+            self.ln = torch.nn.LayerNorm(width)
+            self.head = torch.nn.Linear(width, vocab)
+            self.register_buffer("mask", torch.full((context, context), float("-inf")).triu(1))
+
+        def forward(self, byte_values):
+            t = byte_values.shape[1]
+            x = self.tokens(byte_values.long()) + self.positions[:t]
+            mask = self.mask[:t, :t]
+            for block in self.blocks:
+                x = block(x, mask)
+            return self.head(self.ln(x))
+
+    model = Gpt().to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01, foreach=True)
+    n = batch * context
+    byte_values = torch.tensor([float((i * 37 + 11) % 256) for i in range(n)], device=dev).reshape(batch, context)
+    following = torch.tensor([(i * 37 + 48) % 256 for i in range(n)], device=dev)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(byte_values).reshape(n, vocab), following)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
+        opt.step()
+
+    step()
+    torch.cuda.synchronize(dev)
+
+    def sample():
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize(dev)
+        return steps * n / (time.perf_counter() - start)
+
+    note = f"examples/tiny_gpt's model, {batch} x {context} bytes: forward, cross_entropy, backward, clip_grad_norm_(1), AdamW(foreach), one GPU, {steps} steps + synchronize per sample, wall"
+    row("tiny_gpt_tokens", samples(sample), "tokens/s", note)
+
+
 def train():
     train_rows("train_mlp_f32_w4096_b512", 4096, 512, 10, torch.float32)
     train_rows("train_mlp_bf16_w4096_b512", 4096, 512, 10, torch.bfloat16)
     train_rows("train_mlp_f32_w256_b32", 256, 32, 100, torch.float32)
     train_graphed_rows("train_mlp_f32_w256_b32_graphed", 256, 32, 100, torch.float32)
     train_graphed_rows("train_mlp_f32_w4096_b512_graphed", 4096, 512, 10, torch.float32)
+    tiny_gpt()
 
 
 def data_parallel():

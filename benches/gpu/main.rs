@@ -18,6 +18,10 @@ mod grads;
 mod graph;
 mod method;
 mod raw;
+/// The model of examples/tiny_gpt, for its training row.
+#[allow(dead_code)]
+#[path = "../../examples/tiny_gpt/model.rs"]
+mod tiny_gpt_model;
 mod train;
 
 use std::time::Instant;

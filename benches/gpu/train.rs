@@ -10,6 +10,7 @@
 use std::time::Instant;
 
 use locus::nn::{self, Linear, Module, Relu, Sequential};
+use locus::optim::clip_grad_norm;
 use locus::optim::AdamW;
 use locus::{bf16, max_memory_allocated, reset_peak_memory_stats, DeviceId, Float, GraphedStep, Stream, Tensor};
 
@@ -104,6 +105,43 @@ fn graphed_rows<T: Float>(name: &str, width: usize, batch: usize, steps: usize) 
     Ok(())
 }
 
+/// tiny_gpt's training step on one GPU (the model of examples/tiny_gpt): forward,
+/// `cross_entropy`, backward, clipping to norm 1, AdamW, on a fixed random batch of
+/// `BATCH` sequences of `CONTEXT` bytes, against the same model and step in PyTorch eager
+/// (benches/torch_baseline.py `tiny_gpt()`). A sample is `steps` steps and one
+/// synchronize, in wall time; the row is tokens (bytes) per second.
+fn tiny_gpt(steps: usize) -> locus::Result<()> {
+    use super::tiny_gpt_model::{Gpt, BATCH, CONTEXT, VOCAB};
+    let mut model = Gpt::new_on(G::default(), 1)?;
+    let mut opt = AdamW::<G>::new(3e-3).weight_decay(0.01);
+    // Fixed bytes (a stride through 0..256), as the PyTorch side makes them.
+    let n = BATCH * CONTEXT;
+    let bytes = Tensor::<G>::from_vec((0..n).map(|i| ((i * 37 + 11) % 256) as f32).collect(), [BATCH, CONTEXT])?;
+    let next = Tensor::<G, i32>::from_vec((0..n).map(|i| ((i * 37 + 48) % 256) as i32).collect(), [n])?;
+    let mut step = || -> locus::Result<()> {
+        nn::zero_grad(&model);
+        let loss = model.forward(&bytes)?.reshape([BATCH * CONTEXT, VOCAB])?.cross_entropy(&next)?;
+        loss.backward()?;
+        clip_grad_norm(&model, 1.0)?;
+        opt.step(&mut model)
+    };
+    step()?;
+    sync();
+    let per_sample = samples(|| {
+        let start = Instant::now();
+        for _ in 0..steps {
+            step().unwrap();
+        }
+        sync();
+        (steps * BATCH * CONTEXT) as f64 / start.elapsed().as_secs_f64()
+    });
+    let note = format!(
+        "examples/tiny_gpt's model, {BATCH} x {CONTEXT} bytes: forward, cross_entropy, backward, clip_grad_norm(1), AdamW, one GPU, {steps} steps + synchronize per sample, wall"
+    );
+    row("tiny_gpt_tokens", &per_sample, "tokens/s", &note);
+    Ok(())
+}
+
 /// The training rows.
 pub(crate) fn steps() {
     rows::<f32>("train_mlp_f32_w4096_b512", 4096, 512, 10).unwrap();
@@ -111,4 +149,5 @@ pub(crate) fn steps() {
     rows::<f32>("train_mlp_f32_w256_b32", 256, 32, 100).unwrap();
     graphed_rows::<f32>("train_mlp_f32_w256_b32_graphed", 256, 32, 100).unwrap();
     graphed_rows::<f32>("train_mlp_f32_w4096_b512_graphed", 4096, 512, 10).unwrap();
+    tiny_gpt(20).unwrap();
 }

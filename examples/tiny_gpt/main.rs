@@ -23,129 +23,21 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use locus::nn::{self, Embedding, LayerNorm, Linear, Module};
+use locus::nn::{self, Module};
 use locus::optim::{clip_grad_norm, AdamW, CosineWithWarmup};
 use locus::parallel::DataParallel;
-use locus::{devices, Cpu, Cuda, Device, Param, Parameters, Tensor, ToDevice};
+use locus::{devices, Cpu, Cuda, Device, Tensor};
 
-/// Bytes of context.
-const CONTEXT: usize = 32;
-/// Width of the model.
-const WIDTH: usize = 64;
-const HEADS: usize = 4;
-const LAYERS: usize = 2;
-/// Sequences per batch.
-const BATCH: usize = 16;
-const VOCAB: usize = 256;
+mod model;
+
+use model::{Gpt, BATCH, CONTEXT, HEADS, LAYERS, VOCAB, WIDTH};
+
 /// The loss (nats per byte) the run must end below: a model that learned nothing stays
 /// near ln 256 ≈ 5.5.
 const TARGET: f32 = 3.0;
 
 /// The corpus: the project's own prose, built into the binary.
-const CORPUS: &[&[u8]] = &[include_bytes!("../README.md"), include_bytes!("../docs/DESIGN.md")];
-
-/// Multi-head causal self-attention: one projection to queries, keys and values, one out.
-#[derive(Parameters, ToDevice)]
-struct Attention<D: Device> {
-    qkv: Linear<D>,
-    out: Linear<D>,
-}
-
-impl<D: Device> Attention<D> {
-    fn forward(&self, x: &Tensor<D>, mask: &Tensor<D>) -> locus::Result<Tensor<D>> {
-        let (b, t) = (x.shape()[0], x.shape()[1]);
-        let hd = WIDTH / HEADS;
-        let qkv = self.qkv.forward(x)?; // [b, t, 3 * WIDTH]
-                                        // [b, t, WIDTH] → [b · HEADS, t, hd]
-        let heads = |i: usize| -> locus::Result<Tensor<D>> {
-            qkv.narrow(2, i * WIDTH, WIDTH)?.reshape([b, t, HEADS, hd])?.transpose(1, 2)?.reshape([b * HEADS, t, hd])
-        };
-        let (q, k, v) = (heads(0)?, heads(1)?, heads(2)?);
-        let scores = ((q.matmul(&k.transpose(1, 2)?)? * (1.0 / (hd as f32).sqrt()))? + mask)?;
-        let mixed = scores.softmax(2)?.matmul(&v)?; // [b · HEADS, t, hd]
-        let joined = mixed.reshape([b, HEADS, t, hd])?.transpose(1, 2)?.reshape([b, t, WIDTH])?;
-        self.out.forward(&joined)
-    }
-}
-
-#[derive(Parameters, ToDevice)]
-struct Block<D: Device> {
-    ln1: LayerNorm<D>,
-    attn: Attention<D>,
-    ln2: LayerNorm<D>,
-    fc: Linear<D>,
-    proj: Linear<D>,
-}
-
-impl<D: Device> Block<D> {
-    fn forward(&self, x: &Tensor<D>, mask: &Tensor<D>) -> locus::Result<Tensor<D>> {
-        let x = (x + &self.attn.forward(&self.ln1.forward(x)?, mask)?)?;
-        let h = self.proj.forward(&self.fc.forward(&self.ln2.forward(&x)?)?.gelu()?)?;
-        &x + &h
-    }
-}
-
-#[derive(Parameters, ToDevice)]
-struct Gpt<D: Device> {
-    tokens: Embedding<D>,
-    positions: Param<D>,
-    blocks: Vec<Block<D>>,
-    ln: LayerNorm<D>,
-    head: Linear<D>,
-    /// 0 on and below the diagonal, −∞ above: a byte sees only those before it.
-    mask: Tensor<D>,
-}
-
-impl<D: Device> Gpt<D> {
-    fn new_on(device: D, seed: u64) -> locus::Result<Self> {
-        let mut mask = vec![0.0f32; CONTEXT * CONTEXT];
-        for i in 0..CONTEXT {
-            for j in i + 1..CONTEXT {
-                mask[i * CONTEXT + j] = f32::NEG_INFINITY;
-            }
-        }
-        let blocks = (0..LAYERS as u64)
-            .map(|l| {
-                let s = seed + 10 * (l + 1);
-                Ok(Block {
-                    ln1: LayerNorm::new_on(device, WIDTH)?,
-                    attn: Attention {
-                        qkv: Linear::new_on(device, WIDTH, 3 * WIDTH, s)?,
-                        out: Linear::new_on(device, WIDTH, WIDTH, s + 1)?,
-                    },
-                    ln2: LayerNorm::new_on(device, WIDTH)?,
-                    fc: Linear::new_on(device, WIDTH, 4 * WIDTH, s + 2)?,
-                    proj: Linear::new_on(device, 4 * WIDTH, WIDTH, s + 3)?,
-                })
-            })
-            .collect::<locus::Result<_>>()?;
-        Ok(Gpt {
-            tokens: Embedding::new_on(device, VOCAB, WIDTH, seed)?,
-            positions: Param::new((Tensor::randn_on(device, [CONTEXT, WIDTH], seed + 1)? * 0.02f32)?),
-            blocks,
-            ln: LayerNorm::new_on(device, WIDTH)?,
-            head: Linear::new_on(device, WIDTH, VOCAB, seed + 2)?,
-            mask: Tensor::from_vec_on(device, mask, [CONTEXT, CONTEXT])?,
-        })
-    }
-}
-
-/// The logits of the next byte at every position, `[b, t, VOCAB]`, for byte values given
-/// as f32 (exact below 2^24), `[b, t]`: `DataParallel` hands a module one element type.
-impl<D: Device> Module<D> for Gpt<D> {
-    fn forward(&self, bytes: &Tensor<D>) -> locus::Result<Tensor<D>> {
-        let (b, t) = (bytes.shape()[0], bytes.shape()[1]);
-        let ids = bytes.to_dtype::<i32>()?;
-        let mut x = (self.tokens.forward(&ids)? + &self.positions.narrow(0, 0, t)?)?;
-        let mask = self.mask.narrow(0, 0, t)?.narrow(1, 0, t)?;
-        for block in &self.blocks {
-            x = block.forward(&x, &mask)?;
-        }
-        let logits = self.head.forward(&self.ln.forward(&x)?)?;
-        debug_assert_eq!(logits.shape(), &[b, t, VOCAB]);
-        Ok(logits)
-    }
-}
+const CORPUS: &[&[u8]] = &[include_bytes!("../../README.md"), include_bytes!("../../docs/DESIGN.md")];
 
 /// A deterministic stream of batch offsets (a 64-bit LCG).
 struct Offsets(u64);
