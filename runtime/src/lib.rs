@@ -94,7 +94,7 @@ pub use copy::{AsyncSource, HostPlacement, Pending, Transfer};
 pub use device::{devices, Cpu, Cuda, Device, DeviceId, Dyn, Here, Pinned, StaticDevice};
 pub use element::{DType, Element, Float, IndexElement, SameElement, Scalar};
 pub use error::{Error, Result};
-pub use graph::{Graph, GraphInputs, GraphOutputs, GraphedStep, InputMut, Output};
+pub use graph::{Graph, GraphInputs, GraphOutputs, InputMut, Output};
 pub use guard::{current_device, DeviceGuard, IntoDeviceId, OnDevice};
 /// The 16-bit float element types, from the `half` crate.
 pub use half::{bf16, f16};
@@ -102,6 +102,7 @@ pub use kernel::{Grid, KernelLaunch};
 pub use loader::{Batch, Dataset, Loader, LoaderBuilder};
 pub use memory::{max_memory_allocated, memory_allocated, memory_reserved, reset_peak_memory_stats, stream_count};
 pub use nn::Parameters;
+pub use optim::GraphedStep;
 pub use parallel::{can_access_peer, enable_peer_access, DataParallel, Module, PeerAccess};
 pub use placement::{SameEventDevice, SameGraphDevice, SameKernelDevice, SamePlacement, SameStreamDevice};
 pub use raw::{RawView, RawViewMut};

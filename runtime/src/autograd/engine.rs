@@ -307,7 +307,9 @@ impl<D: crate::device::Device, T: crate::element::Float> Tensor<D, T> {
 mod tests {
     use std::sync::Arc;
 
-    use crate::{Cpu, Param, Tensor};
+    use crate::autograd::Param;
+    use crate::device::Cpu;
+    use crate::tensor::Tensor;
 
     /// Each parameter is reported once, with its whole gradient of the pass, as soon as the
     /// last rule adding to it has run: `w2`'s (read by the last op) before `w1`'s (read by
@@ -338,7 +340,7 @@ mod tests {
     fn an_observer_error_changes_no_gradient() {
         let w = Param::new(Tensor::<Cpu>::from_vec(vec![1.0, 2.0], [2]).unwrap());
         let loss = w.square().unwrap().sum().unwrap();
-        let r = loss.backward_observing(&mut |_, _| Err(crate::Error::Backward { reason: "stop".into() }));
+        let r = loss.backward_observing(&mut |_, _| Err(crate::error::Error::Backward { reason: "stop".into() }));
         assert!(r.is_err());
         assert!(w.grad().is_none());
     }

@@ -25,7 +25,6 @@
 //! stream, with the same rules and errors.
 
 mod lists;
-mod step;
 mod views;
 
 use crate::backend::{self, dispatch::capture, dispatch::current::with_current, AnyGraph, AnyStream, Buffer};
@@ -37,9 +36,8 @@ use crate::stream::Stream;
 
 use std::sync::Arc;
 
-use lists::Parts;
+pub(crate) use lists::Parts;
 pub use lists::{GraphInputs, GraphOutputs};
-pub use step::GraphedStep;
 pub use views::{InputMut, Output};
 
 /// Work on device `D` captured once, replayed many times: the inputs `I` it borrows
@@ -86,7 +84,7 @@ impl<D: Device, I, O> std::fmt::Debug for Graph<D, I, O> {
 
 /// Ends a capture however the closure leaves (an error or a panic), so the stream is
 /// never left capturing.
-struct Ending<'s> {
+pub(crate) struct Ending<'s> {
     backend: backend::AnyBackend,
     stream: &'s AnyStream,
     device: crate::device::DeviceId,
@@ -94,7 +92,7 @@ struct Ending<'s> {
 }
 
 impl Ending<'_> {
-    fn end(mut self) -> Result<AnyGraph> {
+    pub(crate) fn end(mut self) -> Result<AnyGraph> {
         self.ended = true;
         self.backend.end_capture(self.stream)
     }
@@ -110,7 +108,7 @@ impl Drop for Ending<'_> {
 
 impl Ending<'_> {
     /// Runs `f`, whose ops the capture records, with the capture's stream current.
-    fn run<R>(&self, f: impl FnOnce() -> R) -> R {
+    pub(crate) fn run<R>(&self, f: impl FnOnce() -> R) -> R {
         let device = self.device;
         let _capturing = capture::enter(device);
         with_current(device, self.stream.clone(), f)
@@ -121,7 +119,7 @@ impl Ending<'_> {
 /// `state`, and write `state` in place (a training step's parameters and optimizer
 /// state). Every tensor is on `stream`'s device; `state` is ordered here for the writes
 /// (after every earlier use), `inputs` for reads.
-fn begin<'s, D: Device>(
+pub(crate) fn begin<'s, D: Device>(
     stream: &'s Stream<D>,
     inputs: &[&Arc<Storage>],
     state: &[&Arc<Storage>],
@@ -152,7 +150,7 @@ fn begin<'s, D: Device>(
 /// the outputs (the references are counted); the outputs' storages made in it, which
 /// every replay writes, are returned. `inputs` includes what the capture wrote in place,
 /// whose captured writes (which never ran) are forgotten with the outputs'.
-fn seal(raw: &AnyGraph, inputs: &[&Arc<Storage>], outputs: &[&Arc<Storage>]) -> Result<Vec<Arc<Storage>>> {
+pub(crate) fn seal(raw: &AnyGraph, inputs: &[&Arc<Storage>], outputs: &[&Arc<Storage>]) -> Result<Vec<Arc<Storage>>> {
     let uses = |s: &Arc<Storage>| outputs.iter().filter(|o| Arc::ptr_eq(o, s)).count();
     if inputs.iter().any(|s| Arc::strong_count(s) != 1) {
         return Err(escaped());
@@ -178,7 +176,7 @@ fn seal(raw: &AnyGraph, inputs: &[&Arc<Storage>], outputs: &[&Arc<Storage>]) -> 
 /// Queues one replay of `raw` on `stream`, reading `reads` and writing `writes`: after the
 /// previous replay (`last`, whatever its stream) and the reads' writers, before later
 /// uses of the writes.
-fn launch(
+pub(crate) fn launch(
     raw: &AnyGraph,
     device: crate::device::DeviceId,
     last: &mut Option<AnyStream>,
@@ -207,7 +205,7 @@ fn launch(
     Ok(())
 }
 
-fn not_replayed() -> Error {
+pub(crate) fn not_replayed() -> Error {
     Error::InvalidArgument {
         op: "Graph::outputs",
         reason: "the graph has not been replayed yet: its outputs hold nothing; call `replay()` first".into(),

@@ -38,7 +38,7 @@ pub struct Output<'g, D: Device, T: Element = f32> {
 }
 
 impl<'g, D: Device, T: Element> Output<'g, D, T> {
-    pub(super) fn new(t: &'g Tensor<D, T>) -> Self {
+    pub(crate) fn new(t: &'g Tensor<D, T>) -> Self {
         Output { t }
     }
 
@@ -89,7 +89,7 @@ pub struct InputMut<'g, D: Device, T: Element = f32> {
 }
 
 impl<'g, D: Device, T: Element> InputMut<'g, D, T> {
-    pub(super) fn new(t: &'g mut Tensor<D, T>) -> Self {
+    pub(crate) fn new(t: &'g mut Tensor<D, T>) -> Self {
         InputMut { t }
     }
 

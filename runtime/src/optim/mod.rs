@@ -17,10 +17,13 @@
 //! - `schedule`: `CosineWithWarmup`.
 //! - `fused`: each update as one kernel per parameter, in place (CUDA C and host).
 //! - `state`: the per-name state both optimizers keep, its moves and files.
+//! - `graphed_step`: `GraphedStep`, a whole training step (forward, backward, AdamW) as
+//!   one graph, the weights and moments updated in place.
 
 mod adamw;
 mod clip;
 mod fused;
+mod graphed_step;
 mod scaler;
 mod schedule;
 mod sgd;
@@ -28,6 +31,7 @@ mod state;
 
 pub use adamw::AdamW;
 pub use clip::clip_grad_norm;
+pub use graphed_step::GraphedStep;
 pub use scaler::{GradScaler, Optimizer, Scaled, StillScaled, Unscaled};
 pub use schedule::CosineWithWarmup;
 pub use sgd::Sgd;

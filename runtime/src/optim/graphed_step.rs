@@ -7,15 +7,13 @@
 
 use std::sync::Arc;
 
-use super::lists::Parts;
-use super::views::{InputMut, Output};
-use super::{begin, launch, seal, GraphInputs};
+use super::AdamW;
 use crate::backend::{AnyGraph, AnyStream, Buffer};
 use crate::device::Device;
 use crate::element::Float;
 use crate::error::{Error, Result};
+use crate::graph::{begin, launch, not_replayed, seal, GraphInputs, InputMut, Output, Parts};
 use crate::nn::Parameters;
-use crate::optim::AdamW;
 use crate::storage::Storage;
 use crate::stream::Stream;
 use crate::tensor::Tensor;
@@ -86,7 +84,7 @@ where
     I: for<'c> GraphInputs<'c, D>,
 {
     /// Captures one step on `stream`: `loss` computes the loss of `model` on the inputs
-    /// (given as `&Tensor`s, as [`Graph::capture`](super::Graph::capture) gives them); the
+    /// (given as `&Tensor`s, as [`Graph::capture`](crate::Graph::capture) gives them); the
     /// step adds `backward` and `opt`'s update. Nothing runs until [`replay`](Self::replay).
     ///
     /// The optimizer's moments are made here if it has none (zeros); every parameter must
@@ -243,7 +241,7 @@ where
         Ok(Output::new(&self.loss))
     }
 
-    /// The inputs, for the next batch (as [`Graph::inputs_mut`](super::Graph::inputs_mut)).
+    /// The inputs, for the next batch (as [`Graph::inputs_mut`](crate::Graph::inputs_mut)).
     pub fn inputs_mut(&mut self) -> <I as GraphInputs<'_, D>>::Writers {
         self.inputs.writers()
     }
@@ -252,7 +250,7 @@ where
     pub fn loss(&self) -> Result<Output<'_, D, T>> {
         match self.last {
             Some(_) => Ok(Output::new(&self.loss)),
-            None => Err(super::not_replayed()),
+            None => Err(not_replayed()),
         }
     }
 
