@@ -133,11 +133,11 @@ impl<D: Device, I: IndexElement> Tensor<D, I> {
             if lo < i32::MIN.into() || hi > i32::MAX.into() {
                 let values: Vec<i64> = wide.to_vec()?.into_iter().map(IndexElement::to_i64).collect();
                 let outside = |v: i64| v < 0 || v as u64 >= bound as u64;
-                if let Some((at, &v)) = values.iter().enumerate().find(|(_, &v)| outside(v)) {
+                if let Some((at, &v)) = values.iter().enumerate().find(|&(_, &v)| outside(v)) {
                     return Err(bad(at, v));
                 }
                 let (at, v) =
-                    values.iter().enumerate().find(|(_, &v)| v > i32::MAX.into()).map_or((0, hi), |(a, &v)| (a, v));
+                    values.iter().enumerate().find(|&(_, &v)| v > i32::MAX.into()).map_or((0, hi), |(a, &v)| (a, v));
                 return Err(Error::InvalidArgument {
                     op,
                     reason: format!(
