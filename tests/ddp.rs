@@ -266,7 +266,9 @@ fn distributed_data_parallel_over_three_processes() {
 }
 
 /// The tiny_gpt example under torchrun's variables, 3 processes with
-/// `DistributedDataParallel`: the loss falls below its target and every rank ends with the
+/// `DistributedDataParallel`, 40 steps (a short run: the loss, averaged over the ranks and the
+/// last 10 steps, must fall from about 5.7 below 3.5; CI's release run of 150 steps holds the
+/// example to 3.0) and every rank ends with the
 /// same weights (each rank checks). On the host backend each process simulates 3 devices
 /// (one per rank); on a GPU machine it needs 3 GPUs.
 #[test]
@@ -296,7 +298,8 @@ fn tiny_gpt_trains_under_torchrun_with_three_processes() {
                 .env("LOCAL_WORLD_SIZE", world.to_string())
                 .env("MASTER_ADDR", "127.0.0.1")
                 .env("MASTER_PORT", port.to_string())
-                .env("TINY_GPT_STEPS", "100")
+                .env("TINY_GPT_STEPS", "40")
+                .env("TINY_GPT_TARGET", "3.5")
                 .stdout(out.try_clone().unwrap())
                 .stderr(out)
                 .spawn()

@@ -14,7 +14,7 @@ const WORLD: &str = "LOCUS_RANKS_TEST_WORLD";
 const DIR: &str = "LOCUS_RANKS_TEST_DIR";
 
 /// How long the parent lets the processes run before it kills them (the tiny_gpt run,
-/// a debug build of 3 processes on CI's 2 cores, takes 40 to 70 s).
+/// a debug build of 3 processes on CI's 2 cores, takes 20 to 40 s).
 pub const DEADLINE: Duration = Duration::from_secs(300);
 
 /// What one rank runs: its rank, the world size and a directory all ranks share (made
