@@ -1,14 +1,18 @@
 //! Host-side benchmarks with criterion: what needs no GPU. The device guard (entering
 //! the current device, and switching devices) and the dispatch overhead of a small op on
 //! the host backend (everything from `&a + &b` to the backend call, with a 16-element
-//! kernel that costs next to nothing). And host tensors at CPU speed (issue 23), each
-//! beside its reference in the same run: f32 matmul against `matrixmultiply::sgemm` with
-//! its threads, f32 add and sum of 16 Mi elements against a plain multi-threaded memcpy
-//! that moves as many bytes (read plus written).
+//! kernel that costs next to nothing: the submit alone, and submit + kernel + synchronize).
+//! And host tensors at CPU speed (issue 23), each beside its reference in the same run:
+//! f32 matmul against `matrixmultiply::sgemm` with its threads, f32 add and sum of 16 Mi
+//! elements against ceilings that do the same reads and writes the same way (a kept pool
+//! of threads, streaming stores for the add's new output; a read-only f64 sum), without
+//! locus (issue 35: the earlier memcpy bound spawned threads per sample and used plain
+//! stores).
 //!
 //!     LOCUS_BACKEND=host cargo bench --bench host
 
 use std::hint::black_box;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
@@ -29,7 +33,19 @@ fn guard(c: &mut Criterion) {
 fn dispatch(c: &mut Criterion) {
     let a = Tensor::<Cuda<0>>::ones([16]).expect("a 16-element tensor");
     let x = Tensor::<Cuda<0>>::ones([16]).expect("a 16-element tensor");
-    c.bench_function("add of 16 elements, dispatch + host kernel", |b| b.iter(|| black_box(&a + &x)));
+    // The host backend is asynchronous: `&a + &x` queues the kernel on the simulated
+    // stream's worker and returns. The first row is that submit alone; the second waits
+    // for the kernel too.
+    c.bench_function("add of 16 elements, submit (the kernel runs on the stream's worker)", |b| {
+        b.iter(|| black_box(&a + &x))
+    });
+    c.bench_function("add of 16 elements, submit + kernel + synchronize", |b| {
+        b.iter(|| {
+            let y = black_box(&a + &x);
+            locus::synchronize(DeviceId::Cuda(0)).expect("synchronize");
+            y
+        })
+    });
     let s = Tensor::<Cuda<0>>::ones([16]).expect("a 16-element tensor").into_dyn();
     c.bench_function("add of 16 elements, Dyn operand (run-time check)", |b| b.iter(|| black_box(&a + &s)));
 }
@@ -59,16 +75,109 @@ fn matmul(c: &mut Criterion) {
     g.finish();
 }
 
-/// Copies `src` into `dst` on every core, as one contiguous chunk per thread.
-fn threaded_memcpy(dst: &mut [u8], src: &[u8]) {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let per = src.len().div_ceil(threads);
-    std::thread::scope(|s| {
-        for (d, from) in dst.chunks_mut(per).zip(src.chunks(per)) {
-            s.spawn(move || d.copy_from_slice(from));
-        }
-    });
+/// Threads made once and kept, each running the jobs sent to it, as locus's host pool
+/// does (the reference rows below must not pay for starting threads each sample).
+struct Pool {
+    senders: Vec<mpsc::Sender<Job>>,
+    done: mpsc::Receiver<()>,
 }
+
+type Job = Box<dyn FnOnce() + Send>;
+
+impl Pool {
+    fn new() -> Pool {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let (done_tx, done) = mpsc::channel();
+        let senders = (0..threads)
+            .map(|_| {
+                let (tx, rx) = mpsc::channel::<Job>();
+                let done = done_tx.clone();
+                std::thread::spawn(move || {
+                    for job in rx {
+                        job();
+                        let _ = done.send(());
+                    }
+                });
+                tx
+            })
+            .collect();
+        Pool { senders, done }
+    }
+
+    fn threads(&self) -> usize {
+        self.senders.len()
+    }
+
+    /// Runs `job(i)` on thread `i` of the pool for every thread, and waits for all.
+    fn run(&self, job: impl Fn(usize) + Send + Sync + Clone + 'static) {
+        for (i, tx) in self.senders.iter().enumerate() {
+            let job = job.clone();
+            tx.send(Box::new(move || job(i))).expect("a pool thread");
+        }
+        for _ in 0..self.senders.len() {
+            self.done.recv().expect("a pool thread");
+        }
+    }
+}
+
+/// The part of `0..n` thread `i` of `threads` takes: whole blocks of 64 elements.
+fn part(i: usize, threads: usize, n: usize) -> std::ops::Range<usize> {
+    let per = n.div_ceil(threads).div_ceil(64) * 64;
+    (i * per).min(n)..((i + 1) * per).min(n)
+}
+
+/// `c = a + b` over `range`, stored past the cache where the CPU can (SSE streaming
+/// stores, as locus's own add uses AVX ones): two reads and one write per element, the
+/// add row's memory traffic.
+fn add_part(a: &[f32], b: &[f32], c: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_add_ps, _mm_loadu_ps, _mm_sfence, _mm_stream_ps};
+        let n = c.len();
+        let head = c.as_ptr().align_offset(16).min(n);
+        for i in 0..head {
+            c[i] = a[i] + b[i];
+        }
+        let body = head + (n - head) / 4 * 4;
+        let mut i = head;
+        while i < body {
+            // SAFETY: `i + 4 <= body <= n` elements of each slice (they have `n`), SSE is
+            // part of x86-64, and `c`'s address at `i` is 16-byte aligned (`head` made it
+            // so and `i - head` is a multiple of 4 elements).
+            unsafe {
+                let v = _mm_add_ps(_mm_loadu_ps(a.as_ptr().add(i)), _mm_loadu_ps(b.as_ptr().add(i)));
+                _mm_stream_ps(c.as_mut_ptr().add(i), v);
+            }
+            i += 4;
+        }
+        for i in body..n {
+            c[i] = a[i] + b[i];
+        }
+        // SAFETY: a fence has no operands; it orders the streaming stores above.
+        unsafe { _mm_sfence() };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    for ((c, a), b) in c.iter_mut().zip(a).zip(b) {
+        *c = a + b;
+    }
+}
+
+/// The sum of `a` in f64 (as locus sums f32), eight running sums: one read per element,
+/// the sum row's traffic.
+fn sum_part(a: &[f32]) -> f64 {
+    let mut acc = [0f64; 8];
+    let mut chunks = a.chunks_exact(8);
+    for c in &mut chunks {
+        for (s, &x) in acc.iter_mut().zip(c) {
+            *s += f64::from(x);
+        }
+    }
+    acc.iter().sum::<f64>() + chunks.remainder().iter().map(|&x| f64::from(x)).sum::<f64>()
+}
+
+/// A raw pointer a pool job may carry (the caller keeps the memory alive and apart).
+#[derive(Clone, Copy)]
+struct Ptr(usize);
 
 fn bandwidth(c: &mut Criterion) {
     const N: usize = 16 << 20;
@@ -76,22 +185,44 @@ fn bandwidth(c: &mut Criterion) {
     g.sample_size(10).measurement_time(Duration::from_secs(4));
     let a = Tensor::<Cpu>::rand([N], 1).expect("a");
     let b = Tensor::<Cpu>::rand([N], 2).expect("b");
-    g.bench_function("locus add (3 x 64 MiB moved)", |bch| bch.iter(|| black_box((&a + &b).expect("add"))));
+    g.bench_function("locus add (3 x 64 MiB moved, a new output)", |bch| {
+        bch.iter(|| black_box((&a + &b).expect("add")))
+    });
     g.bench_function("locus sum (64 MiB read)", |bch| bch.iter(|| black_box(a.sum().expect("sum"))));
-    // The bound: a memcpy moving the same bytes (half read, half written), into memory
-    // touched before.
-    for (name, bytes) in
-        [("memcpy 96 MiB (192 MiB moved, as add)", 96 << 20), ("memcpy 32 MiB (64 MiB moved, as sum)", 32 << 20)]
-    {
-        let src = vec![1u8; bytes];
-        let mut dst = vec![0u8; bytes];
-        g.bench_function(name, |bch| {
-            bch.iter(|| {
-                threaded_memcpy(&mut dst, &src);
-                black_box(&dst);
-            })
-        });
-    }
+    // The ceilings do each row's reads and writes with the same kind of code locus runs
+    // (a kept pool of threads, streaming stores for the output), without locus: `c = a + b`
+    // into a new vector each sample (the row's output is new too), and a read-only sum.
+    let pool = Pool::new();
+    let threads = pool.threads();
+    let (x, y) = (Arc::new(a.to_vec().expect("a")), Arc::new(b.to_vec().expect("b")));
+    g.bench_function("ceiling: pooled c = a + b, streaming stores, new c (3 x 64 MiB moved)", |bch| {
+        bch.iter(|| {
+            let mut out: Vec<f32> = Vec::with_capacity(N);
+            let dst = Ptr(out.as_mut_ptr() as usize);
+            let (x, y) = (Arc::clone(&x), Arc::clone(&y));
+            pool.run(move |i| {
+                let r = part(i, threads, N);
+                // SAFETY: `out` has capacity for N f32 and outlives `run`, which waits for
+                // every job; the threads' ranges are disjoint.
+                let c = unsafe { std::slice::from_raw_parts_mut((dst.0 as *mut f32).add(r.start), r.len()) };
+                add_part(&x[r.clone()], &y[r], c);
+            });
+            // SAFETY: every element of the N was written by the jobs above.
+            unsafe { out.set_len(N) };
+            black_box(out)
+        })
+    });
+    let sums = Arc::new(std::sync::Mutex::new(vec![0f64; threads]));
+    g.bench_function("ceiling: pooled sum in f64 (64 MiB read)", |bch| {
+        bch.iter(|| {
+            let (x, sums2) = (Arc::clone(&x), Arc::clone(&sums));
+            pool.run(move |i| {
+                let s = sum_part(&x[part(i, threads, N)]);
+                sums2.lock().expect("sums")[i] = s;
+            });
+            black_box(sums.lock().expect("sums").iter().sum::<f64>())
+        })
+    });
     g.finish();
 }
 
