@@ -5,7 +5,7 @@
 //! And host tensors at CPU speed (issue 23), each beside its reference in the same run:
 //! f32 matmul against `matrixmultiply::sgemm` with its threads, f32 add and sum of 16 Mi
 //! elements against ceilings that do the same reads and writes the same way (a kept pool
-//! of threads, streaming stores for the add's new output; a read-only f64 sum), without
+//! of threads, AVX streaming stores into a reused output; a read-only AVX sum), without
 //! locus (issue 35: the earlier memcpy bound spawned threads per sample and used plain
 //! stores).
 //!
@@ -126,53 +126,91 @@ fn part(i: usize, threads: usize, n: usize) -> std::ops::Range<usize> {
     (i * per).min(n)..((i + 1) * per).min(n)
 }
 
-/// `c = a + b` over `range`, stored past the cache where the CPU can (SSE streaming
-/// stores, as locus's own add uses AVX ones): two reads and one write per element, the
-/// add row's memory traffic.
+/// `c = a + b`, stored past the cache: two reads and one write per element, the add
+/// row's memory traffic, with AVX streaming stores where the CPU has AVX (as locus's own
+/// add), SSE ones otherwise.
 fn add_part(a: &[f32], b: &[f32], c: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
-        use std::arch::x86_64::{_mm_add_ps, _mm_loadu_ps, _mm_sfence, _mm_stream_ps};
-        let n = c.len();
-        let head = c.as_ptr().align_offset(16).min(n);
-        for i in 0..head {
-            c[i] = a[i] + b[i];
+        if std::arch::is_x86_feature_detected!("avx") {
+            // SAFETY: the CPU has AVX (checked); the slices hold `c.len()` elements each
+            // (the caller's ranges are equal).
+            unsafe { add_avx(a, b, c) };
+            return;
         }
-        let body = head + (n - head) / 4 * 4;
-        let mut i = head;
-        while i < body {
-            // SAFETY: `i + 4 <= body <= n` elements of each slice (they have `n`), SSE is
-            // part of x86-64, and `c`'s address at `i` is 16-byte aligned (`head` made it
-            // so and `i - head` is a multiple of 4 elements).
-            unsafe {
-                let v = _mm_add_ps(_mm_loadu_ps(a.as_ptr().add(i)), _mm_loadu_ps(b.as_ptr().add(i)));
-                _mm_stream_ps(c.as_mut_ptr().add(i), v);
-            }
-            i += 4;
-        }
-        for i in body..n {
-            c[i] = a[i] + b[i];
-        }
-        // SAFETY: a fence has no operands; it orders the streaming stores above.
-        unsafe { _mm_sfence() };
     }
-    #[cfg(not(target_arch = "x86_64"))]
     for ((c, a), b) in c.iter_mut().zip(a).zip(b) {
         *c = a + b;
     }
 }
 
-/// The sum of `a` in f64 (as locus sums f32), eight running sums: one read per element,
-/// the sum row's traffic.
+/// [`add_part`] with AVX: eight at a time, streaming stores from a 32-byte aligned output.
+///
+/// # Safety
+/// The CPU has AVX; `a` and `b` hold at least `c.len()` elements.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+unsafe fn add_avx(a: &[f32], b: &[f32], c: &mut [f32]) {
+    use std::arch::x86_64::{_mm256_add_ps, _mm256_loadu_ps, _mm256_stream_ps, _mm_sfence};
+    let n = c.len();
+    let head = c.as_ptr().align_offset(32).min(n);
+    for i in 0..head {
+        c[i] = a[i] + b[i];
+    }
+    let body = head + (n - head) / 8 * 8;
+    let mut i = head;
+    while i < body {
+        // SAFETY: `i + 8 <= body <= n` elements of each slice; `c` at `i` is 32-byte
+        // aligned (`head` made it so and `i - head` is a multiple of 8 elements).
+        unsafe {
+            let v = _mm256_add_ps(_mm256_loadu_ps(a.as_ptr().add(i)), _mm256_loadu_ps(b.as_ptr().add(i)));
+            _mm256_stream_ps(c.as_mut_ptr().add(i), v);
+        }
+        i += 8;
+    }
+    for i in body..n {
+        c[i] = a[i] + b[i];
+    }
+    _mm_sfence();
+}
+
+/// The sum of `a`: one read per element, the sum row's traffic, in as many independent
+/// f32 lanes as the CPU adds at once (AVX where it has it), so the reads set the pace.
 fn sum_part(a: &[f32]) -> f64 {
-    let mut acc = [0f64; 8];
-    let mut chunks = a.chunks_exact(8);
-    for c in &mut chunks {
-        for (s, &x) in acc.iter_mut().zip(c) {
-            *s += f64::from(x);
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx") {
+            // SAFETY: the CPU has AVX (checked).
+            return unsafe { sum_avx(a) };
         }
     }
-    acc.iter().sum::<f64>() + chunks.remainder().iter().map(|&x| f64::from(x)).sum::<f64>()
+    a.iter().map(|&x| f64::from(x)).sum()
+}
+
+/// [`sum_part`] with AVX: four 8-lane accumulators.
+///
+/// # Safety
+/// The CPU has AVX.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+unsafe fn sum_avx(a: &[f32]) -> f64 {
+    use std::arch::x86_64::{_mm256_add_ps, _mm256_loadu_ps, _mm256_setzero_ps, _mm256_storeu_ps};
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let blocks = a.len() / 32;
+    for k in 0..blocks {
+        for (j, s) in acc.iter_mut().enumerate() {
+            // SAFETY: block `k` holds 32 elements from `32 k`, within `a`.
+            *s = _mm256_add_ps(*s, unsafe { _mm256_loadu_ps(a.as_ptr().add(32 * k + 8 * j)) });
+        }
+    }
+    let mut lanes = [0f32; 8];
+    let mut total = 0f64;
+    for s in acc {
+        // SAFETY: `lanes` holds 8 f32.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), s) };
+        total += lanes.iter().map(|&x| f64::from(x)).sum::<f64>();
+    }
+    total + a[32 * blocks..].iter().map(|&x| f64::from(x)).sum::<f64>()
 }
 
 /// A raw pointer a pool job may carry (the caller keeps the memory alive and apart).
@@ -185,35 +223,35 @@ fn bandwidth(c: &mut Criterion) {
     g.sample_size(10).measurement_time(Duration::from_secs(4));
     let a = Tensor::<Cpu>::rand([N], 1).expect("a");
     let b = Tensor::<Cpu>::rand([N], 2).expect("b");
-    g.bench_function("locus add (3 x 64 MiB moved, a new output)", |bch| {
+    g.bench_function("locus add (3 x 64 MiB moved, output from the host cache)", |bch| {
         bch.iter(|| black_box((&a + &b).expect("add")))
     });
     g.bench_function("locus sum (64 MiB read)", |bch| bch.iter(|| black_box(a.sum().expect("sum"))));
     // The ceilings do each row's reads and writes with the same kind of code locus runs
     // (a kept pool of threads, streaming stores for the output), without locus: `c = a + b`
-    // into a new vector each sample (the row's output is new too), and a read-only sum.
+    // and a read-only sum.
     let pool = Pool::new();
     let threads = pool.threads();
     let (x, y) = (Arc::new(a.to_vec().expect("a")), Arc::new(b.to_vec().expect("b")));
-    g.bench_function("ceiling: pooled c = a + b, streaming stores, new c (3 x 64 MiB moved)", |bch| {
+    // The output: memory used before, as locus's add takes a block of its host cache (a
+    // fresh 64 MiB vector would add 16 Ki first-touch page faults to every sample).
+    let mut out = vec![0f32; N];
+    g.bench_function("ceiling: pooled c = a + b, streaming stores, reused c (3 x 64 MiB moved)", |bch| {
         bch.iter(|| {
-            let mut out: Vec<f32> = Vec::with_capacity(N);
             let dst = Ptr(out.as_mut_ptr() as usize);
             let (x, y) = (Arc::clone(&x), Arc::clone(&y));
             pool.run(move |i| {
                 let r = part(i, threads, N);
-                // SAFETY: `out` has capacity for N f32 and outlives `run`, which waits for
-                // every job; the threads' ranges are disjoint.
+                // SAFETY: `out` holds N f32 and outlives `run`, which waits for every job;
+                // the threads' ranges are disjoint, and nothing else touches `out` meanwhile.
                 let c = unsafe { std::slice::from_raw_parts_mut((dst.0 as *mut f32).add(r.start), r.len()) };
                 add_part(&x[r.clone()], &y[r], c);
             });
-            // SAFETY: every element of the N was written by the jobs above.
-            unsafe { out.set_len(N) };
-            black_box(out)
+            black_box(&out);
         })
     });
     let sums = Arc::new(std::sync::Mutex::new(vec![0f64; threads]));
-    g.bench_function("ceiling: pooled sum in f64 (64 MiB read)", |bch| {
+    g.bench_function("ceiling: pooled sum, AVX lanes (64 MiB read)", |bch| {
         bch.iter(|| {
             let (x, sums2) = (Arc::clone(&x), Arc::clone(&sums));
             pool.run(move |i| {
