@@ -316,3 +316,45 @@ fn tiny_gpt_trains_under_torchrun_with_three_processes() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// tiny_gpt under torchrun's variables with one process (DistributedDataParallel over a
+/// group of one) takes the steps of the one-process run (DataParallel over one device):
+/// the same final loss, bit for bit. On the host backend both runs simulate one device; on
+/// a GPU machine both run on cuda:0 (NCCL under torchrun).
+#[test]
+fn tiny_gpt_under_torchrun_with_one_process_matches_the_one_process_run() {
+    let bin = example_named("tiny_gpt");
+    let on_host = locus::backend_name().unwrap() == "host";
+    let run = |torchrun: bool| -> String {
+        let mut cmd = Command::new(&bin);
+        for v in ["SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "TORCHELASTIC_RUN_ID", "LOCUS_DEVICE_MAP"] {
+            cmd.env_remove(v);
+        }
+        for v in ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"] {
+            cmd.env_remove(v);
+        }
+        if on_host {
+            cmd.env("LOCUS_HOST_DEVICES", "1");
+        } else {
+            cmd.env("CUDA_VISIBLE_DEVICES", "0");
+        }
+        if torchrun {
+            let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            cmd.env("RANK", "0")
+                .env("WORLD_SIZE", "1")
+                .env("LOCAL_RANK", "0")
+                .env("LOCAL_WORLD_SIZE", "1")
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", port.to_string());
+        }
+        let out = cmd.env("TINY_GPT_STEPS", "10").env("TINY_GPT_TARGET", "6").output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "tiny_gpt (torchrun: {torchrun}) failed:\n{text}");
+        text.lines()
+            .find(|l| l.starts_with("final loss"))
+            .unwrap_or_else(|| panic!("tiny_gpt (torchrun: {torchrun}) printed no final loss:\n{text}"))
+            .to_string()
+    };
+    let (one, ddp) = (run(false), run(true));
+    assert_eq!(ddp, one, "DistributedDataParallel over one process against the one-process run");
+}

@@ -36,6 +36,9 @@ use model::{Gpt, BATCH, CONTEXT, HEADS, LAYERS, VOCAB, WIDTH};
 /// near ln 256 ≈ 5.5. `TINY_GPT_TARGET` sets another (a short run's).
 const TARGET: f32 = 3.0;
 
+/// The last steps whose mean loss both modes print (and under torchrun, judge).
+const TAIL: usize = 10;
+
 fn target() -> Result<f32, Box<dyn std::error::Error>> {
     match std::env::var("TINY_GPT_TARGET") {
         Ok(v) => match v.parse::<f32>() {
@@ -168,6 +171,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     );
     let halfway = steps / 2;
     let (mut first, mut last, mut resumed_loss) = (None, 0.0, None);
+    let mut tail = Vec::with_capacity(TAIL);
     let start = Instant::now();
     for (k, b) in batches.iter().enumerate() {
         if k == halfway {
@@ -192,6 +196,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 return Err(format!("the resumed run's loss {resumed} is not the uninterrupted run's {running}").into());
             }
         }
+        if k + TAIL >= steps {
+            tail.push(loss.clone());
+        }
         if k % 25 == 0 || k + 1 == steps {
             last = loss.item()?;
             first.get_or_insert(last);
@@ -209,6 +216,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         (steps * BATCH * CONTEXT) as f64 / secs,
         first.unwrap_or(f32::NAN)
     );
+    let final_loss = Tensor::stack(&tail.iter().collect::<Vec<_>>(), 0)?.mean()?.item()?;
+    println!("final loss (mean of the last {} steps): {final_loss:?}", TAIL.min(steps));
     let model = dp.into_inner();
     println!("sample: {:?}", sample(&model, b"locus ", 80, 3)?);
     if last.is_nan() || last >= goal {
@@ -239,7 +248,6 @@ fn run_ddp() -> Result<(), Box<dyn std::error::Error>> {
     let schedule = CosineWithWarmup { peak: 3e-3, floor: 3e-4, warmup: steps as u64 / 10, total: steps as u64 };
     let mut offsets = Offsets(7);
     // The last steps' losses, averaged over them and every rank at the end.
-    const TAIL: usize = 10;
     let (mut first, mut tail) = (None, Vec::with_capacity(TAIL));
     let start = Instant::now();
     for k in 0..steps {
@@ -273,6 +281,7 @@ fn run_ddp() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
+    println!("final loss (mean of the last {} steps): {last:?}", TAIL.min(steps));
     println!(
         "rank {rank} of {world} on {}: {steps} steps in {:.1} s, loss {:.3} → {last:.3} (last {} steps, every rank); weights equal on every rank",
         device.id(),
