@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use cudarc::driver::{result, sys, CudaContext, CudaModule};
 
-use crate::method::{gbs, median, row, samples};
+use crate::method::{gbs, median, row, row_na, samples};
 use crate::{GIB, MIB};
 
 /// Raw driver state on device 0's primary context (the one locus uses).
@@ -256,9 +256,143 @@ fn pinned(raw: &Raw) {
     }
 }
 
+/// The ceilings of the large add and sum rows (issue 35: a copy ceiling does one read per
+/// write, so the add, two reads per write, could beat it): the same traffic as each row
+/// through raw kernels written like the copy kernel (float4 accesses, 4 in flight per
+/// thread, a grid-stride loop), `c = a + b` (2 reads + 1 write) and a read-only sum (each
+/// thread sums its float4s, a block sums its threads' in shared memory, one `atomicAdd`
+/// of a double per block). Compiled apart from the other raw kernels, so a failure here is
+/// an `n/a` row, not a lost run.
+const MIX_KERNELS: &str = r#"
+#define UNROLL 4
+extern "C" __global__ void add4(const float4* __restrict__ a, const float4* __restrict__ b, float4* __restrict__ c, unsigned long long n) {
+    const unsigned long long step = (unsigned long long)gridDim.x * blockDim.x * UNROLL;
+    for (unsigned long long base = (unsigned long long)blockIdx.x * blockDim.x * UNROLL + threadIdx.x; base < n; base += step) {
+        float4 x[UNROLL], y[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            const unsigned long long i = base + (unsigned long long)u * blockDim.x;
+            if (i < n) { x[u] = a[i]; y[u] = b[i]; }
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            const unsigned long long i = base + (unsigned long long)u * blockDim.x;
+            if (i < n) c[i] = make_float4(x[u].x + y[u].x, x[u].y + y[u].y, x[u].z + y[u].z, x[u].w + y[u].w);
+        }
+    }
+}
+extern "C" __global__ void sum4(const float4* __restrict__ a, unsigned long long n, double* out) {
+    __shared__ double part[256];
+    const unsigned long long step = (unsigned long long)gridDim.x * blockDim.x * UNROLL;
+    float acc = 0.0f;
+    for (unsigned long long base = (unsigned long long)blockIdx.x * blockDim.x * UNROLL + threadIdx.x; base < n; base += step) {
+        float4 x[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            const unsigned long long i = base + (unsigned long long)u * blockDim.x;
+            x[u] = i < n ? a[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) acc += (x[u].x + x[u].y) + (x[u].z + x[u].w);
+    }
+    part[threadIdx.x] = (double)acc;
+    __syncthreads();
+    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) atomicAdd(out, part[0]);
+}
+"#;
+
+/// The large add and sum ceilings at 1 GiB per tensor (the rows' sizes), with the grid
+/// locus's elementwise kernels use (a thread per 4 float4s) and a full-occupancy wave;
+/// the faster of the two is the ceiling.
+fn mix(raw: &Raw) {
+    raw.bind();
+    let (maj, min) = raw.ctx.compute_capability().unwrap();
+    let opts = cudarc::nvrtc::CompileOptions {
+        options: vec![format!("--gpu-architecture=compute_{maj}{min}")],
+        ..Default::default()
+    };
+    let module = match cudarc::nvrtc::compile_ptx_with_opts(MIX_KERNELS, opts)
+        .map_err(|e| format!("{e:?}"))
+        .and_then(|ptx| raw.ctx.load_module(ptx).map_err(|e| format!("{e:?}")))
+    {
+        Ok(m) => m,
+        Err(e) => {
+            let note = format!("the raw kernels did not compile: {e}");
+            row_na("ceiling_add_1GiB", "GB/s", &note);
+            row_na("ceiling_sum_1GiB", "GB/s", &note);
+            return;
+        }
+    };
+    let add = module.load_function("add4").unwrap().cu_function();
+    let sum = module.load_function("sum4").unwrap().cu_function();
+    let bytes = GIB;
+    let n = (bytes / 16) as u64;
+    // SAFETY: plain allocations on the bound context; freed below, after every use.
+    let (a, b, c, out) = unsafe {
+        (
+            result::malloc_sync(bytes).unwrap(),
+            result::malloc_sync(bytes).unwrap(),
+            result::malloc_sync(bytes).unwrap(),
+            result::malloc_sync(8).unwrap(),
+        )
+    };
+    // SAFETY: `a` and `b` hold `bytes` bytes each (any bits are floats).
+    unsafe {
+        result::memset_d8_async(a, 0x3f, bytes, raw.stream).unwrap();
+        result::memset_d8_async(b, 0x3f, bytes, raw.stream).unwrap();
+    }
+    let flat = n.div_ceil(256 * 4) as u32;
+    let wave = (raw.sms * (raw.threads_per_sm / 256).max(1)) as u32;
+    let best = |f: &dyn Fn(u32), traffic: f64| -> (Vec<f64>, u32, u32, f64) {
+        let (x, y) = (gbs(traffic, &raw.time(|| f(flat))), gbs(traffic, &raw.time(|| f(wave))));
+        if median(&x) >= median(&y) {
+            (x, flat, wave, median(&y))
+        } else {
+            (y, wave, flat, median(&x))
+        }
+    };
+    let launch_add = |grid: u32| {
+        let mut args = [
+            &a as *const _ as *mut c_void,
+            &b as *const _ as *mut c_void,
+            &c as *const _ as *mut c_void,
+            &n as *const _ as *mut c_void,
+        ];
+        // SAFETY: `add4(a, b, c, n)`: three pointers and a u64, in order; `a`, `b`, `c`
+        // hold `n` float4s each and stay allocated until freed below, after `raw.time`
+        // synchronized the last launch; `args` points at locals the launch copies.
+        unsafe { result::launch_kernel(add, (grid, 1, 1), (256, 1, 1), 0, raw.stream, &mut args).unwrap() };
+    };
+    let (v, g, og, other) = best(&launch_add, 3.0 * bytes as f64);
+    let note = format!("float4 c = a + b, 1 GiB each, 2 reads + 1 write; the faster of two grids: {g} x 256 ({og} x 256: {other:.1} GB/s)");
+    row("ceiling_add_1GiB", &v, "GB/s", &note);
+    let launch_sum = |grid: u32| {
+        let mut args = [&a as *const _ as *mut c_void, &n as *const _ as *mut c_void, &out as *const _ as *mut c_void];
+        // SAFETY: `sum4(a, n, out)`: a pointer, a u64 and a pointer, in order; `a` holds
+        // `n` float4s and `out` 8 bytes (a double it adds to), both allocated until freed
+        // below, after the last launch completed; blocks of 256 threads, the size of its
+        // shared array.
+        unsafe { result::launch_kernel(sum, (grid, 1, 1), (256, 1, 1), 0, raw.stream, &mut args).unwrap() };
+    };
+    let (v, g, og, other) = best(&launch_sum, bytes as f64);
+    let note = format!("float4 sum of 1 GiB into a double, 1 read; the faster of two grids: {g} x 256 ({og} x 256: {other:.1} GB/s)");
+    row("ceiling_sum_1GiB", &v, "GB/s", &note);
+    // SAFETY: `raw.time` synchronized the stream, so no work uses the buffers any more.
+    unsafe {
+        for p in [a, b, c, out] {
+            result::free_sync(p).unwrap();
+        }
+    }
+}
+
 /// Every ceiling row.
 pub(crate) fn ceilings(raw: &Raw) {
     d2d(raw);
+    mix(raw);
     launch_floor(raw);
     pinned(raw);
 }
