@@ -196,7 +196,12 @@ def ceiling(name):
     base = name.removesuffix("_thp")
     # The add and the sum against raw kernels with their own read/write mix (issue 35);
     # the other large ops (one read per write) against the copy ceiling.
-    mixed = {"large_add_1GiB": "ceiling_add_1GiB", "large_mul_1GiB": "ceiling_add_1GiB", "sum_1GiB": "ceiling_sum_1GiB"}
+    mixed = {
+        "large_add_1GiB": "ceiling_add_1GiB",
+        "large_mul_1GiB": "ceiling_add_1GiB",
+        "large_add_1GiB_bf16": "ceiling_add_1GiB",
+        "sum_1GiB": "ceiling_sum_1GiB",
+    }
     if base in mixed and locus.get(mixed[base], (None,))[0] is not None:
         return mixed[base]
     if base.startswith(("large_", "sum_")):
