@@ -379,7 +379,9 @@ fn mix(raw: &Raw) {
         unsafe { result::launch_kernel(sum, (grid, 1, 1), (256, 1, 1), 0, raw.stream, &mut args).unwrap() };
     };
     let (v, g, og, other) = best(&launch_sum, bytes as f64);
-    let note = format!("float4 sum of 1 GiB into a double, 1 read; the faster of two grids: {g} x 256 ({og} x 256: {other:.1} GB/s)");
+    let note = format!(
+        "float4 sum of 1 GiB into a double, 1 read; the faster of two grids: {g} x 256 ({og} x 256: {other:.1} GB/s)"
+    );
     row("ceiling_sum_1GiB", &v, "GB/s", &note);
     // SAFETY: `raw.time` synchronized the stream, so no work uses the buffers any more.
     unsafe {
