@@ -306,25 +306,20 @@ class Layer(torch.nn.Module):
         return torch.relu(x @ self.w)
 
 
-def train_rows(name, width, batch, steps, dtype):
-    """4 x Linear(width) + ReLU, MSE, backward, AdamW(foreach=True): as gpu/train.rs."""
+def mlp(width, dtype):
+    """4 x Linear(width) + ReLU between, on the GPU in `dtype`: as gpu/train.rs mlp."""
     torch.backends.cuda.matmul.allow_tf32 = False
     layers = []
     for i in range(4):
         layers.append(torch.nn.Linear(width, width))
         if i < 3:
             layers.append(torch.nn.ReLU())
-    model = torch.nn.Sequential(*layers).to(dev, dtype)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
-    x = torch.rand(batch, width, device=dev).to(dtype)
-    t = torch.rand(batch, width, device=dev).to(dtype)
+    return torch.nn.Sequential(*layers).to(dev, dtype)
 
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = (model(x) - t).square().mean()
-        loss.backward()
-        opt.step()
 
+def step_rows(name, steps, note, step):
+    """One untimed `step`, then samples of `steps` steps + synchronize (steps per second)
+    and the peak of max_memory_allocated over them: as gpu/train.rs step_rows."""
     step()
     torch.cuda.synchronize(dev)
     torch.cuda.reset_peak_memory_stats(dev)
@@ -338,10 +333,26 @@ def train_rows(name, width, batch, steps, dtype):
 
     per_sample = samples(sample)
     peak = torch.cuda.max_memory_allocated(dev) / MIB
-    short = {torch.float32: "f32", torch.bfloat16: "bf16"}[dtype]
-    note = f"4 x Linear({width}) + ReLU, MSE, backward, AdamW(foreach), {batch} rows, {short}, {steps} steps + synchronize per sample, wall"
     row(f"{name}_steps", per_sample, "steps/s", note)
     row(f"{name}_peak", [peak], "MiB", "max_memory_allocated over the timed samples")
+
+
+def train_rows(name, width, batch, steps, dtype):
+    """4 x Linear(width) + ReLU, MSE, backward, AdamW(foreach=True): as gpu/train.rs."""
+    model = mlp(width, dtype)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    x = torch.rand(batch, width, device=dev).to(dtype)
+    t = torch.rand(batch, width, device=dev).to(dtype)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = (model(x) - t).square().mean()
+        loss.backward()
+        opt.step()
+
+    short = {torch.float32: "f32", torch.bfloat16: "bf16"}[dtype]
+    note = f"4 x Linear({width}) + ReLU, MSE, backward, AdamW(foreach), {batch} rows, {short}, {steps} steps + synchronize per sample, wall"
+    step_rows(name, steps, note, step)
 
 
 def train_graphed_rows(name, width, batch, steps, dtype):
@@ -349,13 +360,7 @@ def train_graphed_rows(name, width, batch, steps, dtype):
     (torch.cuda.graph around forward, backward and AdamW(capturable=True, foreach=True),
     warmed up on a side stream as its documentation does). Each step copies the batch into
     the static inputs and replays: as gpu/train.rs graphed_rows."""
-    torch.backends.cuda.matmul.allow_tf32 = False
-    layers = []
-    for i in range(4):
-        layers.append(torch.nn.Linear(width, width))
-        if i < 3:
-            layers.append(torch.nn.ReLU())
-    model = torch.nn.Sequential(*layers).to(dev, dtype)
+    model = mlp(width, dtype)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True, capturable=True)
     x = torch.rand(batch, width, device=dev).to(dtype)
     t = torch.rand(batch, width, device=dev).to(dtype)
@@ -380,23 +385,9 @@ def train_graphed_rows(name, width, batch, steps, dtype):
         static_t.copy_(t)
         g.replay()
 
-    step()
-    torch.cuda.synchronize(dev)
-    torch.cuda.reset_peak_memory_stats(dev)
-
-    def sample():
-        start = time.perf_counter()
-        for _ in range(steps):
-            step()
-        torch.cuda.synchronize(dev)
-        return steps / (time.perf_counter() - start)
-
-    per_sample = samples(sample)
-    peak = torch.cuda.max_memory_allocated(dev) / MIB
     short = {torch.float32: "f32", torch.bfloat16: "bf16"}[dtype]
     note = f"torch.cuda.graph: 4 x Linear({width}) + ReLU, MSE, backward, AdamW(capturable, foreach) as one graph, {batch} rows, {short}, batch copied in + replay per step, {steps} steps + synchronize per sample, wall"
-    row(f"{name}_steps", per_sample, "steps/s", note)
-    row(f"{name}_peak", [peak], "MiB", "max_memory_allocated over the timed samples")
+    step_rows(name, steps, note, step)
 
 
 def tiny_gpt(steps=20):

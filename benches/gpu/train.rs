@@ -34,29 +34,42 @@ fn rows<T: Float>(name: &str, width: usize, batch: usize, steps: usize) -> locus
     let mut opt = AdamW::<G, T>::new(1e-4);
     let x = Tensor::<G, f32>::rand([batch, width], 1)?.to_dtype::<T>()?;
     let t = Tensor::<G, f32>::rand([batch, width], 2)?.to_dtype::<T>()?;
-    let mut step = || -> locus::Result<()> {
+    let step = || -> locus::Result<()> {
         nn::zero_grad(&model);
         let loss = (model.forward(&x)? - &t)?.square()?.mean()?;
         loss.backward()?;
         opt.step(&mut model)
     };
+    let note = format!(
+        "4 x Linear({width}) + ReLU, MSE, backward, AdamW, {batch} rows, {} per step, {steps} steps + synchronize per sample, wall",
+        T::DTYPE
+    );
+    step_rows(name, steps, &note, step, sync)
+}
+
+/// The rows of a training step: one untimed `step` (the caller's warm-up done), then
+/// samples of `steps` steps and one `wait` each, in steps per second, and the peak of
+/// `max_memory_allocated` over them.
+fn step_rows(
+    name: &str,
+    steps: usize,
+    note: &str,
+    mut step: impl FnMut() -> locus::Result<()>,
+    wait: impl Fn(),
+) -> locus::Result<()> {
     step()?;
-    sync();
+    wait();
     reset_peak_memory_stats(DeviceId::Cuda(0))?;
     let per_sample = samples(|| {
         let start = Instant::now();
         for _ in 0..steps {
             step().unwrap();
         }
-        sync();
+        wait();
         steps as f64 / start.elapsed().as_secs_f64()
     });
     let peak = max_memory_allocated(DeviceId::Cuda(0))? as f64 / (1 << 20) as f64;
-    let note = format!(
-        "4 x Linear({width}) + ReLU, MSE, backward, AdamW, {batch} rows, {} per step, {steps} steps + synchronize per sample, wall",
-        T::DTYPE
-    );
-    row(&format!("{name}_steps"), &per_sample, "steps/s", &note);
+    row(&format!("{name}_steps"), &per_sample, "steps/s", note);
     row(&format!("{name}_peak"), &[peak], "MiB", "max_memory_allocated over the timed samples");
     Ok(())
 }
@@ -78,31 +91,17 @@ fn graphed_rows<T: Float>(name: &str, width: usize, batch: usize, steps: usize) 
     let mut step = GraphedStep::capture(&stream, &mut model, &mut opt, (&mut xs, &mut ts), |m, (x, t)| {
         (m.forward(x)? - t)?.square()?.mean()
     })?;
-    let mut one = || -> locus::Result<()> {
+    let one = || -> locus::Result<()> {
         let (mut xi, mut ti) = step.inputs_mut();
         xi.copy_from(&x)?;
         ti.copy_from(&t)?;
         step.replay().map(drop)
     };
-    one()?;
-    stream.synchronize()?;
-    reset_peak_memory_stats(DeviceId::Cuda(0))?;
-    let per_sample = samples(|| {
-        let start = Instant::now();
-        for _ in 0..steps {
-            one().unwrap();
-        }
-        stream.synchronize().unwrap();
-        steps as f64 / start.elapsed().as_secs_f64()
-    });
-    let peak = max_memory_allocated(DeviceId::Cuda(0))? as f64 / (1 << 20) as f64;
     let note = format!(
         "GraphedStep: 4 x Linear({width}) + ReLU, MSE, backward, AdamW as one graph, {batch} rows, {}, batch copied in + replay per step, {steps} steps + synchronize per sample, wall",
         T::DTYPE
     );
-    row(&format!("{name}_steps"), &per_sample, "steps/s", &note);
-    row(&format!("{name}_peak"), &[peak], "MiB", "max_memory_allocated over the timed samples");
-    Ok(())
+    step_rows(name, steps, &note, one, || stream.synchronize().unwrap())
 }
 
 /// tiny_gpt's training step on one GPU (the model of examples/tiny_gpt): forward,
