@@ -645,3 +645,45 @@ fn a_graphed_step_that_cannot_be_captured_is_an_error() -> locus::Result<()> {
     }
     step(&mut model, &mut opt)
 }
+
+/// The MLP with a spare layer the loss never reads.
+struct WithSpare {
+    mlp: Mlp<G>,
+    spare: Linear<G>,
+}
+
+impl Parameters<G> for WithSpare {
+    fn visit_params(&self, prefix: &str, f: &mut dyn FnMut(&str, &Param<G>)) {
+        self.mlp.visit_params(&nn::join(prefix, "mlp"), f);
+        self.spare.visit_params(&nn::join(prefix, "spare"), f);
+    }
+    fn visit_params_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut Param<G>)) {
+        self.mlp.visit_params_mut(&nn::join(prefix, "mlp"), f);
+        self.spare.visit_params_mut(&nn::join(prefix, "spare"), f);
+    }
+}
+
+/// A parameter without a gradient in the captured pass is left alone by every replay, as
+/// an eager AdamW step leaves it: its values and its step count do not change.
+#[test]
+fn a_graphed_step_leaves_a_parameter_without_gradient_alone() -> locus::Result<()> {
+    let stream = locus::Stream::<G>::new()?;
+    let mut opt = AdamW::new(0.01);
+    let mut model = WithSpare { mlp: mlp(1)?, spare: Linear::new(4, 4, 9)? };
+    let spare_before = model.spare.weight.to_vec()?;
+    let (mut x, mut y) = (Tensor::<G>::zeros([4, 3])?, Tensor::<G>::zeros([4, 1])?);
+    let mut graphed =
+        locus::GraphedStep::capture(&stream, &mut model, &mut opt, (&mut x, &mut y), |m, (x, y)| mse(&m.mlp, x, y))?;
+    for k in 0..3 {
+        let (bx, by) = batch::<G>(k)?;
+        let (mut xi, mut yi) = graphed.inputs_mut();
+        xi.copy_from(&bx)?;
+        yi.copy_from(&by)?;
+        graphed.replay()?;
+    }
+    drop(graphed);
+    assert_eq!(opt.steps_of("mlp.l1.weight"), 3);
+    assert_eq!(opt.steps_of("spare.weight"), 0);
+    assert_eq!(model.spare.weight.to_vec()?, spare_before);
+    Ok(())
+}

@@ -127,43 +127,37 @@ impl<D: Device, T: Float> AdamW<D, T> {
     }
 
     /// Before a graph captures steps of `model`: every parameter's moments made (zeros
-    /// before its first step) in memory of their own, and the step count all parameters
-    /// share, which the graph's steps go on from (an `Err` if they differ: a graphed step
-    /// updates every parameter each time).
-    pub(crate) fn prepare_graphed(&mut self, model: &impl Parameters<D, T>) -> Result<u64> {
-        let mut steps: Option<(String, u64)> = None;
+    /// before its first step) in memory of their own.
+    pub(crate) fn prepare_graphed(&mut self, model: &impl Parameters<D, T>) -> Result<()> {
         let mut result = Ok(());
         model.visit_params("", &mut |name, p| {
-            if result.is_err() {
-                return;
-            }
-            let t = self.steps_of(name);
-            match &steps {
-                Some((first, s)) if *s != t => {
-                    result = Err(Error::InvalidArgument {
-                        op: "GraphedStep::capture",
-                        reason: format!(
-                            "AdamW took {s} steps of `{first}` but {t} of `{name}`; a graphed step updates every \
-                             parameter each time, so they must start from one count (capture before the first step, \
-                             or after steps in which every parameter had a gradient)"
-                        ),
-                    });
-                    return;
-                }
-                Some(_) => {}
-                None => steps = Some((name.to_string(), t)),
-            }
             let (at, shape) = (p.placement(), p.shape().to_vec());
             for key in ["exp_avg", "exp_avg_sq"] {
-                if let Err(e) = self.state.slot(name, key, || Tensor::zeros_on(at, &shape)).and_then(|m| m.own_memory())
-                {
-                    result = Err(e);
-                    return;
+                if result.is_ok() {
+                    result = self.state.slot(name, key, || Tensor::zeros_on(at, &shape)).and_then(|m| m.own_memory());
                 }
             }
         });
-        result?;
-        Ok(steps.map_or(0, |(_, t)| t))
+        result
+    }
+
+    /// The step count the parameters `names` share, which a graphed step goes on from: an
+    /// `Err` if they differ (a graphed step updates each of them every time).
+    pub(crate) fn common_steps(&self, names: &[String]) -> Result<u64> {
+        let Some(first) = names.first() else { return Ok(0) };
+        let t = self.steps_of(first);
+        match names.iter().find(|n| self.steps_of(n) != t) {
+            None => Ok(t),
+            Some(other) => Err(Error::InvalidArgument {
+                op: "GraphedStep::capture",
+                reason: format!(
+                    "AdamW took {t} steps of `{first}` but {} of `{other}`; a graphed step updates every parameter \
+                     with a gradient each time, so they must start from one count (capture before the first step, or \
+                     after steps in which each of them had a gradient)",
+                    self.steps_of(other)
+                ),
+            }),
+        }
     }
 
     /// Every moment tensor, which a graphed step writes in place.
@@ -173,12 +167,20 @@ impl<D: Device, T: Float> AdamW<D, T> {
 
     /// The update of [`step`](Self::step) with the per-step values read from `hyper` on the
     /// device (decay, step size, `√(1 − β₂ᵗ)`), as a graph captures it; the moments must
-    /// exist ([`prepare_graphed`](Self::prepare_graphed)). Step counts are not changed here.
-    pub(crate) fn step_graphed(&mut self, model: &mut impl Parameters<D, T>, hyper: &Tensor<D, f64>) -> Result<()> {
+    /// exist ([`prepare_graphed`](Self::prepare_graphed)). Step counts are not changed here;
+    /// the names of the parameters it updates (those with a gradient) come back, for
+    /// [`set_steps`](Self::set_steps) after each replay.
+    pub(crate) fn step_graphed(
+        &mut self,
+        model: &mut impl Parameters<D, T>,
+        hyper: &Tensor<D, f64>,
+    ) -> Result<Vec<String>> {
         let _off = no_grad();
         // Only β₁, β₂ and eps are read from these; the rest come from `hyper`.
         let s = self.step_values(1);
+        let mut stepped = Vec::new();
         each_gradient(model, |name, p, g| {
+            stepped.push(name.to_string());
             let keys = self.state.slots.get_mut(name).ok_or_else(|| missing_moments(name))?;
             let mut m = keys.remove("exp_avg").ok_or_else(|| missing_moments(name))?;
             let mut v = keys.remove("exp_avg_sq").ok_or_else(|| missing_moments(name))?;
@@ -186,14 +188,16 @@ impl<D: Device, T: Float> AdamW<D, T> {
             keys.insert("exp_avg", m);
             keys.insert("exp_avg_sq", v);
             r
-        })
+        })?;
+        Ok(stepped)
     }
 
-    /// Sets every parameter's step count to `t` (after a graphed step's replay).
-    pub(crate) fn set_steps(&mut self, model: &impl Parameters<D, T>, t: u64) {
-        model.visit_params("", &mut |name, _| {
-            self.state.steps.insert(name.to_string(), t);
-        });
+    /// Sets the step count of each parameter `names` lists to `t` (after a graphed step's
+    /// replay, for the parameters it updates).
+    pub(crate) fn set_steps(&mut self, names: &[String], t: u64) {
+        for name in names {
+            self.state.steps.insert(name.clone(), t);
+        }
     }
 
     /// Saves the moments and step counts by parameter name.

@@ -54,8 +54,11 @@ pub struct GraphedStep<'m, D: Device, T: Float, M, I> {
     loss: Tensor<D, T>,
     /// Decay, step size and `√(1 − β₂ᵗ)` of the next replay's update.
     hyper: Tensor<D, f64>,
-    /// The steps taken (the optimizer's count for every parameter).
+    /// The steps taken (the optimizer's count for every parameter it updates).
     steps: u64,
+    /// The parameters the update changes: those with a gradient in the capture (as an
+    /// eager AdamW step skips a parameter without one, and leaves its count).
+    stepped: Vec<String>,
     raw: AnyGraph,
     stream: Stream<D>,
     last: Option<AnyStream>,
@@ -87,9 +90,10 @@ where
     /// (given as `&Tensor`s, as [`Graph::capture`](crate::Graph::capture) gives them); the
     /// step adds `backward` and `opt`'s update. Nothing runs until [`replay`](Self::replay).
     ///
-    /// The optimizer's moments are made here if it has none (zeros); every parameter must
-    /// have taken as many steps as the others. The gradients the parameters held are
-    /// dropped; inside the graph they live in its own memory.
+    /// The optimizer's moments are made here if it has none (zeros). The update changes the
+    /// parameters that get a gradient in the captured pass (as an eager step skips one
+    /// without), and those must have taken as many steps as each other. The gradients the
+    /// parameters held are dropped; inside the graph they live in its own memory.
     pub fn capture<F>(
         stream: &Stream<D>,
         model: &'m mut M,
@@ -155,7 +159,7 @@ where
             }
         });
         result?;
-        let steps = opt.prepare_graphed(&*model)?;
+        opt.prepare_graphed(&*model)?;
         inputs.own_memory()?;
         let at = {
             let mut first = None;
@@ -181,7 +185,7 @@ where
             drop(state);
             ending?
         };
-        let out = ending.run(|| -> Result<Tensor<D, T>> {
+        let out = ending.run(|| -> Result<(Tensor<D, T>, Vec<String>, u64)> {
             let l = loss(&*model, inputs.refs())?;
             l.backward()?;
             let clipped = match clip {
@@ -191,11 +195,12 @@ where
             let stepped = clipped.and_then(|()| opt.step_graphed(model, &hyper));
             // The gradients were made in the capture: they go with it, not with the model.
             model.visit_params("", &mut |_, p| p.zero_grad());
-            stepped?;
-            Ok(l.detach())
+            let stepped = stepped?;
+            let steps = opt.common_steps(&stepped)?;
+            Ok((l.detach(), stepped, steps))
         });
         let raw = ending.end();
-        let (loss, raw) = (out?, raw?);
+        let ((loss, stepped, steps), raw) = (out?, raw?);
         let written = {
             let mut ins = Parts { tensors: Vec::new() };
             inputs.parts(&mut ins);
@@ -220,7 +225,19 @@ where
             }
             sealed?
         };
-        Ok(GraphedStep { model, opt, inputs, loss, hyper, steps, raw, stream: stream.clone(), last: None, written })
+        Ok(GraphedStep {
+            model,
+            opt,
+            inputs,
+            loss,
+            hyper,
+            steps,
+            stepped,
+            raw,
+            stream: stream.clone(),
+            last: None,
+            written,
+        })
     }
 
     /// Queues one step on the capture's stream (the next of the optimizer's count, at its
@@ -237,7 +254,7 @@ where
         let writes: Vec<&Buffer> = self.written.iter().chain(&state).map(|s| &s.buf).collect();
         launch(&self.raw, self.stream.device(), &mut self.last, &self.stream.raw, &reads, &writes)?;
         self.steps = t;
-        self.opt.set_steps(&*self.model, t);
+        self.opt.set_steps(&self.stepped, t);
         Ok(Output::new(&self.loss))
     }
 
