@@ -319,3 +319,137 @@ fn metadata_is_kept_and_files_of_other_writers_load() -> locus::Result<()> {
     assert_eq!(locus::load_safetensors::<Cpu>(&g.0)?.metadata(), ck.metadata());
     Ok(())
 }
+
+/// A seeded stream of numbers (SplitMix64) for the mutations below.
+struct Mix(u64);
+
+impl Mix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// Hostile files (issue 38, item 4): 1500 mutations of a valid checkpoint (bytes
+/// overwritten in the header or the data, the header length rewritten, cut short at a
+/// random length, numbers in the header replaced by huge or negative ones), each loaded
+/// onto `Cuda<0>` and onto `Cpu`. Each load returns `Ok` or an `Err`, never a panic; device
+/// memory in use afterwards is what it was before (nothing leaks); and no load reserves
+/// more device memory than four times the file's size (a header that declares a huge
+/// tensor is refused before anything is allocated). Seeded: a failure prints the case.
+/// The memory figures are the process's, so the cases run in a process of their own (this
+/// test binary started again for this test alone).
+#[test]
+fn mutated_and_truncated_files_are_errors_never_panics_or_huge_allocations() -> locus::Result<()> {
+    const ALONE: &str = "LOCUS_SAFETENSORS_FUZZ_ALONE";
+    if std::env::var_os(ALONE).is_none() {
+        let name = "mutated_and_truncated_files_are_errors_never_panics_or_huge_allocations";
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([name, "--exact", "--nocapture", "--test-threads=1"])
+            .env(ALONE, "1")
+            .output()
+            .unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success() && text.contains("1 passed"),
+            "the fuzz cases, in a process of their own:\n{text}"
+        );
+        return Ok(());
+    }
+    let f = TempFile::new("fuzz-source");
+    locus::save_safetensors(
+        &f.0,
+        [
+            ("a.weight", Tensor::<Cpu>::rand([16, 8], 1)?),
+            ("a.bias", Tensor::<Cpu>::rand([8], 2)?),
+            ("b", Tensor::<Cpu>::rand([3, 3, 3], 3)?),
+        ],
+    )?;
+    let source = std::fs::read(&f.0).unwrap();
+    let header_len = u64::from_le_bytes(source[..8].try_into().unwrap()) as usize;
+    let out = TempFile::new("fuzz-case");
+    let device = DeviceId::Cuda(0);
+    let before = locus::memory_allocated(device)?;
+    let cap = 4 * source.len();
+    let mut mix = Mix(2026);
+    let (mut ok, mut err) = (0, 0);
+    for case in 0..1500 {
+        let mut bytes = source.clone();
+        let how = mix.below(5);
+        match how {
+            // Bytes of the header.
+            0 => {
+                for _ in 0..1 + mix.below(4) {
+                    let at = 8 + mix.below(header_len);
+                    bytes[at] = mix.next() as u8;
+                }
+            }
+            // Bytes anywhere.
+            1 => {
+                for _ in 0..1 + mix.below(8) {
+                    let at = mix.below(bytes.len());
+                    bytes[at] = mix.next() as u8;
+                }
+            }
+            // The header's length.
+            2 => {
+                let len = match mix.below(3) {
+                    0 => mix.next(),
+                    1 => header_len as u64 + mix.below(64) as u64,
+                    _ => (header_len as u64).saturating_sub(mix.below(64) as u64),
+                };
+                bytes[..8].copy_from_slice(&len.to_le_bytes());
+            }
+            // Cut short.
+            3 => bytes.truncate(mix.below(bytes.len())),
+            // A number in the header replaced by a huge or negative one.
+            _ => {
+                let header = String::from_utf8_lossy(&bytes[8..8 + header_len]).into_owned();
+                let digits: Vec<usize> = header.match_indices(|c: char| c.is_ascii_digit()).map(|(i, _)| i).collect();
+                let at = digits[mix.below(digits.len())];
+                let end = header[at..].find(|c: char| !c.is_ascii_digit()).map_or(header.len(), |e| at + e);
+                let with = ["18446744073709551615", "4294967296", "-1", "99999999999", "0"][mix.below(5)];
+                let header = format!("{}{with}{}", &header[..at], &header[end..]);
+                let mut b = (header.len() as u64).to_le_bytes().to_vec();
+                b.extend_from_slice(header.as_bytes());
+                b.extend_from_slice(&source[8 + header_len..]);
+                bytes = b;
+            }
+        }
+        std::fs::write(&out.0, &bytes).unwrap();
+        locus::reset_peak_memory_stats(device)?;
+        let loads = std::panic::catch_unwind(|| {
+            let gpu = locus::load_safetensors::<Cuda<0>>(&out.0).map(drop);
+            let cpu = locus::load_safetensors::<Cpu>(&out.0).map(drop);
+            (gpu, cpu)
+        });
+        let (gpu, cpu) = loads.unwrap_or_else(|_| panic!("case {case} (mutation {how}) panicked"));
+        assert_eq!(
+            gpu.is_ok(),
+            cpu.is_ok(),
+            "case {case} (mutation {how}): {gpu:?} on the device, {cpu:?} on the host"
+        );
+        if gpu.is_ok() {
+            ok += 1;
+        } else {
+            err += 1;
+        }
+        let peak = locus::max_memory_allocated(device)?;
+        assert!(
+            peak <= before + cap,
+            "case {case} (mutation {how}): {peak} bytes allocated for a file of {}",
+            bytes.len()
+        );
+        assert_eq!(locus::memory_allocated(device)?, before, "case {case} (mutation {how}): memory left allocated");
+    }
+    println!("1500 mutated files: {ok} loaded, {err} refused with an error");
+    assert!(err > 500, "most mutations break the file: only {err} of 1500 were refused");
+    Ok(())
+}
