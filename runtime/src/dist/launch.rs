@@ -478,4 +478,124 @@ mod tests {
         let l = Launch::builder().rank(1, 2).local_rank(1, 2).master("h", 5).build().unwrap();
         assert_eq!(l, Launch::new(1, 2, 1, 2, "h", 5).unwrap());
     }
+
+    /// Hostile environments (issue 38, item 4): 20 000 seeded sets of launcher variables
+    /// (every launcher's names, each unset, a plausible value, an edge number, a huge or
+    /// negative one, an empty or non-ASCII string, a Slurm node list or task spec, a
+    /// device map). Each parse returns a launch that passes its own checks, or an init
+    /// error: never a panic.
+    #[test]
+    fn launcher_variables_parse_to_a_checked_launch_or_an_init_error() {
+        const NAMES: [&str; 23] = [
+            "RANK",
+            "WORLD_SIZE",
+            "LOCAL_RANK",
+            "LOCAL_WORLD_SIZE",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "SLURM_PROCID",
+            "SLURM_NTASKS",
+            "SLURM_LOCALID",
+            "SLURM_NTASKS_PER_NODE",
+            "SLURM_TASKS_PER_NODE",
+            "SLURM_NODEID",
+            "SLURM_JOB_NODELIST",
+            "SLURM_NODELIST",
+            "OMPI_COMM_WORLD_RANK",
+            "OMPI_COMM_WORLD_SIZE",
+            "OMPI_COMM_WORLD_LOCAL_RANK",
+            "OMPI_COMM_WORLD_LOCAL_SIZE",
+            "PMI_RANK",
+            "PMI_SIZE",
+            "MPI_LOCALRANKID",
+            "MPI_LOCALNRANKS",
+            "LOCUS_DEVICE_MAP",
+        ];
+        const VALUES: [&str; 24] = [
+            "0",
+            "1",
+            "2",
+            "3",
+            "7",
+            "65535",
+            "65536",
+            "18446744073709551615",
+            "18446744073709551616",
+            "-1",
+            "",
+            " ",
+            "1e3",
+            "x",
+            "é",
+            "10.0.0.1",
+            "node[1-4,7]",
+            "node[",
+            "a,b[0-]",
+            "2(x3),1",
+            "(x)",
+            "3(x0)",
+            "0,1,2,3",
+            "1,,2",
+        ];
+        let mut state = 38u64;
+        let mut next = || {
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            (z ^ (z >> 31)) as usize
+        };
+        // A valid set of each launcher's variables, which each case perturbs.
+        let valid: [&[(&str, &str)]; 4] = [
+            &TORCHRUN,
+            &[
+                ("SLURM_PROCID", "3"),
+                ("SLURM_NTASKS", "8"),
+                ("SLURM_LOCALID", "1"),
+                ("SLURM_TASKS_PER_NODE", "4(x2)"),
+                ("SLURM_NODEID", "0"),
+                ("SLURM_JOB_NODELIST", "node[1-2]"),
+            ],
+            &[
+                ("OMPI_COMM_WORLD_RANK", "1"),
+                ("OMPI_COMM_WORLD_SIZE", "2"),
+                ("OMPI_COMM_WORLD_LOCAL_RANK", "1"),
+                ("OMPI_COMM_WORLD_LOCAL_SIZE", "2"),
+                ("MASTER_ADDR", "h"),
+                ("MASTER_PORT", "7"),
+            ],
+            &[("PMI_RANK", "0"), ("PMI_SIZE", "1"), ("MASTER_ADDR", "h"), ("MASTER_PORT", "7")],
+        ];
+        let (mut ok, mut refused) = (0, 0);
+        for case in 0..20_000 {
+            let mut map: HashMap<String, String> =
+                valid[next() % 4].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            // Up to three variables changed, set or removed; every fourth case many more.
+            let changes = if case % 4 == 0 { 3 + next() % 12 } else { next() % 4 };
+            for _ in 0..changes {
+                let name = NAMES[next() % NAMES.len()].to_string();
+                if next() % 5 == 0 {
+                    map.remove(&name);
+                } else {
+                    map.insert(name, VALUES[next() % VALUES.len()].to_string());
+                }
+            }
+            match std::panic::catch_unwind(|| Launch::from_vars(|k| map.get(k).cloned())) {
+                Err(_) => panic!("case {case} panicked: {map:?}"),
+                Ok(Ok(l)) => {
+                    ok += 1;
+                    assert!(l.rank < l.world_size && l.local_rank < l.local_world_size, "case {case}: {l:?}");
+                    assert!(l.local_world_size <= l.world_size && l.master_port != 0, "case {case}: {l:?}");
+                    assert!(!l.master_addr.trim().is_empty(), "case {case}: {l:?}");
+                }
+                Ok(Err(Error::Dist { op: "init", reason })) => {
+                    refused += 1;
+                    assert!(!reason.is_empty(), "case {case}");
+                }
+                Ok(Err(other)) => panic!("case {case}: not an init error: {other:?} from {map:?}"),
+            }
+        }
+        println!("{ok} parsed, {refused} refused");
+        assert!(ok > 2_000 && refused > 5_000, "{ok} parsed, {refused} refused: the cases do not cover both");
+    }
 }
