@@ -317,21 +317,22 @@ def mlp(width, dtype):
     return torch.nn.Sequential(*layers).to(dev, dtype)
 
 
+def steps_per_second(steps, step):
+    """One sample of a training row: `steps` calls of `step`, then a synchronize."""
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize(dev)
+    return steps / (time.perf_counter() - start)
+
+
 def step_rows(name, steps, note, step):
     """One untimed `step`, then samples of `steps` steps + synchronize (steps per second)
     and the peak of max_memory_allocated over them: as gpu/train.rs step_rows."""
     step()
     torch.cuda.synchronize(dev)
     torch.cuda.reset_peak_memory_stats(dev)
-
-    def sample():
-        start = time.perf_counter()
-        for _ in range(steps):
-            step()
-        torch.cuda.synchronize(dev)
-        return steps / (time.perf_counter() - start)
-
-    per_sample = samples(sample)
+    per_sample = samples(lambda: steps_per_second(steps, step))
     peak = torch.cuda.max_memory_allocated(dev) / MIB
     row(f"{name}_steps", per_sample, "steps/s", note)
     row(f"{name}_peak", [peak], "MiB", "max_memory_allocated over the timed samples")
@@ -459,16 +460,8 @@ def tiny_gpt(steps=20):
 
     step()
     torch.cuda.synchronize(dev)
-
-    def sample():
-        start = time.perf_counter()
-        for _ in range(steps):
-            step()
-        torch.cuda.synchronize(dev)
-        return steps * n / (time.perf_counter() - start)
-
     note = f"examples/tiny_gpt's model, {batch} x {context} bytes: forward, cross_entropy, backward, clip_grad_norm_(1), AdamW(foreach), one GPU, {steps} steps + synchronize per sample, wall"
-    row("tiny_gpt_tokens", samples(sample), "tokens/s", note)
+    row("tiny_gpt_tokens", samples(lambda: n * steps_per_second(steps, step)), "tokens/s", note)
 
 
 def train():

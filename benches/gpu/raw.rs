@@ -372,10 +372,9 @@ fn mix(raw: &Raw) {
     row("ceiling_add_1GiB", &v, "GB/s", &note);
     let launch_sum = |grid: u32| {
         let mut args = [&a as *const _ as *mut c_void, &n as *const _ as *mut c_void, &out as *const _ as *mut c_void];
-        // SAFETY: `sum4(a, n, out)`: a pointer, a u64 and a pointer, in order; `a` holds
-        // `n` float4s and `out` 8 bytes (a double it adds to), both allocated until freed
-        // below, after the last launch completed; blocks of 256 threads, the size of its
-        // shared array.
+        // Blocks of 256 threads: the size of `sum4`'s shared array.
+        // SAFETY: `sum4(a, n, out)` takes a pointer, a u64 and a pointer, in order; `a` holds `n`
+        // float4s and `out` a double, both freed only below, after the last launch completed.
         unsafe { result::launch_kernel(sum, (grid, 1, 1), (256, 1, 1), 0, raw.stream, &mut args).unwrap() };
     };
     let (v, g, og, other) = best(&launch_sum, bytes as f64);
