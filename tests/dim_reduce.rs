@@ -73,6 +73,28 @@ fn ref_argmin<T: PartialOrd + Copy>(lane: &[T]) -> usize {
     at
 }
 
+/// The minimum of all of `x` (not empty) as `min()` defines it: NaN wins, and -0.0 is
+/// below +0.0 (IEEE 754-2019 `minimum`), whatever the order of the elements.
+fn ieee_min<T: Element>(x: &[T]) -> T {
+    let m = x[ref_argmin(x)];
+    let negative_zero = x.iter().find(|v| v.to_f64() == 0.0 && v.to_f64().is_sign_negative());
+    match negative_zero {
+        Some(&z) if !is_nan(m) && m.to_f64() == 0.0 => z,
+        _ => m,
+    }
+}
+
+/// The maximum of all of `x` (not empty) as `max()` defines it: NaN wins, and +0.0 is
+/// above -0.0 (IEEE 754-2019 `maximum`), whatever the order of the elements.
+fn ieee_max<T: Element>(x: &[T]) -> T {
+    let m = x[ref_argmax(x)];
+    let positive_zero = x.iter().find(|v| v.to_f64() == 0.0 && v.to_f64().is_sign_positive());
+    match positive_zero {
+        Some(&z) if !is_nan(m) && m.to_f64() == 0.0 => z,
+        _ => m,
+    }
+}
+
 /// The bits of each value, every NaN as one canonical NaN.
 fn nan_any<T: Element>(v: &[T]) -> Vec<u64> {
     v.iter().map(|x| if is_nan(*x) { f64::NAN.to_bits() } else { x.to_f64().to_bits() }).collect()
@@ -82,14 +104,27 @@ fn bits<T: Element>(v: &[T]) -> Vec<u64> {
     v.iter().map(|x| x.to_f64().to_bits()).collect()
 }
 
-/// `max_dim` and `argmax` over `dim` on cuda:0 and on `Cpu` against the loop, with and
-/// without `keepdim`.
+/// `max_dim` and `argmax` over `dim`, and `max` of all, on cuda:0 and on `Cpu` against the
+/// loop, with and without `keepdim`.
 fn check_max<T: Element>(x: &[T], shape: &[usize], dim: usize) -> Result<(), TestCaseError> {
     let lanes = lanes(x, shape, dim);
     let want_idx: Vec<i32> = lanes.iter().map(|l| ref_argmax(l) as i32).collect();
     let want_val: Vec<T> = lanes.iter().zip(&want_idx).map(|(l, &i)| l[i as usize]).collect();
     let g = Tensor::<G, T>::from_slice(x, shape).unwrap();
     let c = Tensor::<Cpu, T>::from_slice(x, shape).unwrap();
+    for (name, t) in [("cuda:0", g.clone().into_dyn()), ("cpu", c.clone().into_dyn())] {
+        if x.is_empty() {
+            prop_assert!(matches!(t.max(), Err(Error::InvalidArgument { op: "max", .. })), "max of an empty tensor");
+            continue;
+        }
+        let got = t.max().unwrap().to_vec().unwrap();
+        let want = [ieee_max(x)];
+        if is_nan(want[0]) {
+            prop_assert!(is_nan(got[0]), "max on {} of {:?} is {:?}, not NaN", name, x, got);
+        } else {
+            prop_assert_eq!(bits(&got), bits(&want), "max on {} of {:?}", name, x);
+        }
+    }
     for keepdim in [false, true] {
         let out = reduced(shape, dim, keepdim);
         for (name, (v, i)) in [("cuda:0", max_dim(&g, dim, keepdim)), ("cpu", max_dim(&c, dim, keepdim))] {
@@ -120,7 +155,7 @@ fn check_min<T: Element>(x: &[T], shape: &[usize], dim: usize) -> Result<(), Tes
         } else {
             let m = t.min().unwrap();
             prop_assert_eq!(m.shape(), &[] as &[usize]);
-            let (got, want) = (m.to_vec().unwrap(), [x[ref_argmin(x)]]);
+            let (got, want) = (m.to_vec().unwrap(), [ieee_min(x)]);
             if is_nan(want[0]) {
                 // NaN wins; the all-element reduction gives a NaN, whose payload the GPU's
                 // reduction does not keep (as `max()`'s).
@@ -329,6 +364,41 @@ proptest! {
         check_max_or_error::<u8>(&x, &shape, dim)?;
         check_sums::<u8>(&x, &shape, dim)?;
     }
+}
+
+/// `max()` and `min()` of zeros of both signs give +0.0 and -0.0 wherever the deciding zero
+/// sits, on every path of the GPU's all-element reduction (one block; per-block partials
+/// then one block) and on the host: +0.0 is above -0.0, so the order the parallel tree
+/// combines in cannot change the bits (an H100 once gave +0.0 for the first minimum -0.0).
+#[test]
+fn signed_zeros_give_the_same_extremum_in_any_order() -> locus::Result<()> {
+    fn check<T: Element>(n: usize, at: usize) -> locus::Result<()> {
+        let (neg, pos) = (T::from_f64(-0.0), T::from_f64(0.0));
+        let mut all_neg = vec![neg; n];
+        all_neg[at] = pos;
+        let mut all_pos = vec![pos; n];
+        all_pos[at] = neg;
+        for (name, x) in [("one +0.0 among -0.0", all_neg), ("one -0.0 among +0.0", all_pos)] {
+            for t in
+                [Tensor::<G, T>::from_slice(&x, [n])?.into_dyn(), Tensor::<Cpu, T>::from_slice(&x, [n])?.into_dyn()]
+            {
+                let (max, min) = (t.max()?.item()?.to_f64(), t.min()?.item()?.to_f64());
+                let on = format!("{} {name} ({n}, at {at}) on {}", T::DTYPE, t.device());
+                assert!(max == 0.0 && max.is_sign_positive(), "max of {on} is {max:?}");
+                assert!(min == 0.0 && min.is_sign_negative(), "min of {on} is {min:?}");
+            }
+        }
+        Ok(())
+    }
+    for n in [2, 5, 1000, 300_001] {
+        for at in [0, n / 2, n - 1] {
+            check::<f32>(n, at)?;
+            check::<f64>(n, at)?;
+            check::<bf16>(n, at)?;
+            check::<f16>(n, at)?;
+        }
+    }
+    Ok(())
 }
 
 /// `n` values cycling through a few, with the maximum `top` placed at `at` (every place

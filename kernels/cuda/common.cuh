@@ -130,8 +130,17 @@ template <> __device__ __forceinline__ bool is_nan<f64>(f64 v) { return v != v; 
 template <> __device__ __forceinline__ bool is_nan<bf16>(bf16 v) { return (v.bits & 0x7fffu) > 0x7f80u; }
 template <> __device__ __forceinline__ bool is_nan<f16>(f16 v) { return (v.bits & 0x7fffu) > 0x7c00u; }
 
-// The larger value; NaN wins, as in torch.max.
-template <typename T> __device__ __forceinline__ T op_max(T a, T b) { return (is_nan(a) || a >= b) ? a : b; }
+template <typename T> __device__ __forceinline__ bool sign_bit(T) { return false; }
+template <> __device__ __forceinline__ bool sign_bit<f32>(f32 v) { return (__float_as_uint(v) >> 31) != 0; }
+template <> __device__ __forceinline__ bool sign_bit<f64>(f64 v) { return __double_as_longlong(v) < 0; }
+template <> __device__ __forceinline__ bool sign_bit<bf16>(bf16 v) { return (v.bits & 0x8000u) != 0; }
+template <> __device__ __forceinline__ bool sign_bit<f16>(f16 v) { return (v.bits & 0x8000u) != 0; }
+
+// The larger value; NaN wins, as in torch.max, and +0.0 is above -0.0 (IEEE 754-2019
+// `maximum`), so a reduction's result does not depend on the order it combines in.
+template <typename T> __device__ __forceinline__ T op_max(T a, T b) {
+    return (is_nan(a) || a > b || (a == b && sign_bit(b))) ? a : b;
+}
 
 // The type float math is done in: `float` for f32 (and for the 16-bit float types,
 // which are stored as 16 bits and computed in f32), `double` for f64. Kernels of float

@@ -147,7 +147,8 @@ pub trait Element:
     fn div(self, o: Self) -> Option<Self>;
     #[doc(hidden)]
     fn neg(self) -> Self;
-    /// The larger of the two; NaN wins, as in `torch.max`.
+    /// The larger of the two; NaN wins, as in `torch.max`, and +0.0 is above -0.0 (IEEE
+    /// 754-2019 `maximum`), so a reduction gives the same bits in any order.
     #[doc(hidden)]
     fn max_of(self, o: Self) -> Self;
 }
@@ -250,7 +251,7 @@ macro_rules! float_element {
                 -self
             }
             fn max_of(self, o: Self) -> Self {
-                if self.is_nan() || self >= o {
+                if self.is_nan() || self > o || (self == o && o.is_sign_negative()) {
                     self
                 } else {
                     o
@@ -388,7 +389,7 @@ macro_rules! half_element {
                 -self
             }
             fn max_of(self, o: Self) -> Self {
-                if self.is_nan() || self >= o {
+                if self.is_nan() || self > o || (self == o && o.is_sign_negative()) {
                     self
                 } else {
                     o
@@ -549,5 +550,16 @@ mod tests {
     fn float_max_propagates_nan() {
         assert!(f32::NAN.max_of(1.0).is_nan());
         assert!(1.0f32.max_of(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn float_max_puts_positive_zero_above_negative_zero() {
+        for (a, b) in [(-0.0f64, 0.0), (0.0, -0.0)] {
+            assert!(a.max_of(b).is_sign_positive(), "max({a}, {b})");
+            assert!((a as f32).max_of(b as f32).is_sign_positive());
+            assert!(half::bf16::from_f64(a).max_of(half::bf16::from_f64(b)).is_sign_positive());
+            assert!(half::f16::from_f64(a).max_of(half::f16::from_f64(b)).is_sign_positive());
+        }
+        assert!((-0.0f64).max_of(-0.0).is_sign_negative());
     }
 }

@@ -60,13 +60,19 @@ impl<D: Device, T: Element> Tensor<D, T> {
         }))
     }
 
-    /// The largest element, as a 0-d tensor; an empty tensor is an error. NaN wins.
+    /// The largest element, as a 0-d tensor; an empty tensor is an error. NaN wins, and
+    /// +0.0 is above -0.0 (IEEE 754-2019 `maximum`), so the GPU's parallel reduction gives
+    /// the same bits as the host's in any order. ([`max_dim`](Self::max_dim) gives the
+    /// first maximum element and its index instead, as PyTorch's.)
     ///
     /// ```
     /// # extern crate locus_runtime as locus;
     /// use locus::{Cpu, Tensor};
     /// let t = Tensor::<Cpu, i32>::from_vec(vec![3, -7, 5], [3])?;
     /// assert_eq!(t.max()?.item()?, 5);
+    /// let zeros = Tensor::<Cpu>::from_vec(vec![-0.0, 0.0, -0.0], [3])?;
+    /// assert!(zeros.max()?.item()?.is_sign_positive());
+    /// assert!(zeros.min()?.item()?.is_sign_negative());
     /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn max(&self) -> Result<Self> {
@@ -78,7 +84,8 @@ impl<D: Device, T: Element> Tensor<D, T> {
     }
 
     /// The smallest element, as a 0-d tensor; an empty tensor is an error. NaN wins, as
-    /// in PyTorch. The gradient is shared evenly among the elements equal to the minimum.
+    /// in PyTorch, and -0.0 is below +0.0 (as in [`max`](Self::max)). The gradient is
+    /// shared evenly among the elements equal to the minimum.
     ///
     /// ```
     /// # extern crate locus_runtime as locus;
