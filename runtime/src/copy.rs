@@ -130,7 +130,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
     where
         D: AsyncSource,
     {
-        let (tensor, done) = copy_pinned_async(self, E::default(), &stream.raw)?;
+        let (tensor, done) = copy_pinned_async(self, E::resolve()?, &stream.raw)?;
         Ok(Transfer { tensor: Some(tensor), done, _source: PhantomData })
     }
 

@@ -8,6 +8,7 @@ use std::fmt;
 use crate::placement::{SameEventDevice, SameGraphDevice, SameKernelDevice, SamePlacement, SameStreamDevice};
 
 pub use crate::device_id::DeviceId;
+use crate::role::Role;
 
 mod sealed {
     pub trait Sealed {}
@@ -15,7 +16,8 @@ mod sealed {
 
 /// A placement: where a tensor's memory lives.
 ///
-/// Implemented by [`Cpu`], [`Pinned`], [`Cuda<N>`] and [`Dyn`] only. The supertraits
+/// Implemented by [`Cpu`], [`Pinned`], [`Cuda<N>`], [`Dyn`] and roles
+/// ([`Role`](crate::Role), declared with [`role!`](crate::role)) only. The supertraits
 /// `SamePlacement<Self>`, `SameStreamDevice<Self>`, `SameEventDevice<Self>` and `SameGraphDevice<Self>` let
 /// generic code combine two tensors, or a tensor, a stream and an event, of one
 /// placement `D` with no extra bound.
@@ -28,7 +30,7 @@ mod sealed {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a placement",
     label = "not a placement",
-    note = "a placement is `Cpu`, `Pinned`, `Cuda<N>` or `Dyn`; `Here` is one only inside a fn, impl block or `with_device!` with a literal device, such as `#[on_device(1)]`"
+    note = "a placement is `Cpu`, `Pinned`, `Cuda<N>`, `Dyn` or a role declared with `locus::role!`; `Here` is one only inside a fn, impl block or `with_device!` with a literal device, such as `#[on_device(1)]`"
 )]
 pub trait Device:
     Copy
@@ -47,14 +49,34 @@ pub trait Device:
     fn id(&self) -> DeviceId;
 }
 
-/// A placement known at compile time, constructible from its type alone.
+/// A placement known at compile time: [`Cpu`], [`Pinned`], [`Cuda<N>`] and every
+/// [`Role`](crate::Role). Code generic over `D: StaticDevice` gets the placement from its
+/// type with [`resolve`](Self::resolve).
 ///
 /// ```
 /// # extern crate locus_runtime as locus;
-/// use locus::{Pinned, StaticDevice, DeviceId};
+/// use locus::{Cuda, Device, DeviceId, StaticDevice};
+/// fn where_is<D: StaticDevice>() -> locus::Result<DeviceId> {
+///     Ok(D::resolve()?.id())
+/// }
+/// assert_eq!(where_is::<Cuda<0>>()?, DeviceId::Cuda(0));
+/// # Ok::<(), locus::Error>(())
+/// ```
+pub trait StaticDevice: Device {
+    /// This placement: always `Ok` for [`Cpu`], [`Pinned`] and [`Cuda<N>`]; for a role,
+    /// its value once bound, else [`Error::Role`](crate::Error::Role) naming it.
+    fn resolve() -> crate::error::Result<Self>;
+}
+
+/// A placement whose device is fixed at compile time: [`Cpu`], [`Pinned`], [`Cuda<N>`]
+/// (not a role, which is bound at start-up).
+///
+/// ```
+/// # extern crate locus_runtime as locus;
+/// use locus::{FixedDevice, Pinned, DeviceId};
 /// assert_eq!(Pinned::ID, DeviceId::Pinned);
 /// ```
-pub trait StaticDevice: Device + Default {
+pub trait FixedDevice: StaticDevice + Default {
     /// The run-time name of this placement.
     const ID: DeviceId;
 }
@@ -116,6 +138,7 @@ impl sealed::Sealed for Cpu {}
 impl sealed::Sealed for Pinned {}
 impl<const N: usize> sealed::Sealed for Cuda<N> {}
 impl sealed::Sealed for Dyn {}
+impl<R: Role> sealed::Sealed for R {}
 
 impl Device for Cpu {
     fn id(&self) -> DeviceId {
@@ -137,14 +160,40 @@ impl Device for Dyn {
         self.0
     }
 }
+impl<R: Role> Device for R {
+    fn id(&self) -> DeviceId {
+        crate::role::device_of::<R>()
+    }
+}
 
 impl StaticDevice for Cpu {
-    const ID: DeviceId = DeviceId::Cpu;
+    fn resolve() -> crate::error::Result<Self> {
+        Ok(Cpu)
+    }
 }
 impl StaticDevice for Pinned {
-    const ID: DeviceId = DeviceId::Pinned;
+    fn resolve() -> crate::error::Result<Self> {
+        Ok(Pinned)
+    }
 }
 impl<const N: usize> StaticDevice for Cuda<N> {
+    fn resolve() -> crate::error::Result<Self> {
+        Ok(Cuda)
+    }
+}
+impl<R: Role> StaticDevice for R {
+    fn resolve() -> crate::error::Result<Self> {
+        crate::role::value::<R>()
+    }
+}
+
+impl FixedDevice for Cpu {
+    const ID: DeviceId = DeviceId::Cpu;
+}
+impl FixedDevice for Pinned {
+    const ID: DeviceId = DeviceId::Pinned;
+}
+impl<const N: usize> FixedDevice for Cuda<N> {
     // An ordinal past u32 saturates, so it can never alias a real device.
     const ID: DeviceId = DeviceId::Cuda(if N > u32::MAX as usize { u32::MAX } else { N as u32 });
 }

@@ -26,6 +26,16 @@ pub enum Error {
         count: usize,
     },
 
+    /// A role ([`Role`](crate::Role)) used before it is bound, bound twice, or bound to
+    /// a device that does not exist.
+    #[error("role `{role}`: {reason}")]
+    Role {
+        /// The role's name.
+        role: &'static str,
+        /// What is wrong, and what to do.
+        reason: String,
+    },
+
     /// Two operands of a run-time-checked op live on different placements.
     #[error("{op}: lhs is on {lhs} but rhs is on {rhs}; move one with .to(..) or .to_dyn(..) first")]
     DeviceMismatch {

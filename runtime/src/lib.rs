@@ -69,6 +69,7 @@ pub mod optim;
 pub mod parallel;
 mod placement;
 mod raw;
+mod role;
 mod shape;
 mod storage;
 mod stream;
@@ -91,7 +92,7 @@ pub use checkpoint::{
     load_safetensors, load_safetensors_on, load_safetensors_with, save_safetensors, AnyTensor, Checkpoint, LoadOptions,
 };
 pub use copy::{AsyncSource, HostPlacement, Pending, Transfer};
-pub use device::{devices, Cpu, Cuda, Device, DeviceId, Dyn, Here, Pinned, StaticDevice};
+pub use device::{devices, Cpu, Cuda, Device, DeviceId, Dyn, FixedDevice, Here, Pinned, StaticDevice};
 pub use element::{DType, Element, Float, IndexElement, SameElement, Scalar};
 pub use error::{Error, Result};
 pub use graph::{Graph, GraphInputs, GraphOutputs, InputMut, Output};
@@ -106,6 +107,7 @@ pub use optim::GraphedStep;
 pub use parallel::{can_access_peer, enable_peer_access, DataParallel, Module, PeerAccess};
 pub use placement::{SameEventDevice, SameGraphDevice, SameKernelDevice, SamePlacement, SameStreamDevice};
 pub use raw::{RawView, RawViewMut};
+pub use role::{bind, bound, Local, Role};
 pub use stream::{
     cross_stream_waits, cross_stream_waits_skipped, current_stream, on_stream, synchronize, Event, Stream,
 };

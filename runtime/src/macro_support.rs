@@ -9,6 +9,8 @@ use std::future::Future;
 /// `Here` in it: the `Dyn` the error message says to write.
 pub use crate::device::Dyn;
 use crate::device::{Cuda, DeviceId, StaticDevice};
+pub use crate::role::{Binding, Bound};
+use crate::role::Role;
 use crate::error::Result;
 use crate::guard::{DeviceGuard, IntoDeviceId, OnDevice};
 use crate::placement::Unplaced;
@@ -16,7 +18,7 @@ pub use crate::to_device::{move_field, move_placement};
 
 /// The device of a static placement, for `#[on_device(1)]` and `#[on_device(N)]`.
 pub fn static_id<D: StaticDevice>() -> Result<DeviceId> {
-    Ok(D::ID)
+    Ok(D::resolve()?.id())
 }
 
 /// The device named by the expression of `#[on_device(dyn expr)]`.
@@ -72,3 +74,7 @@ impl<const N: usize> SignatureOn<Cuda<N>> for Cuda<N> {}
 // suggesting the one impl it sees (as for `SamePlacement`).
 #[diagnostic::do_not_recommend]
 impl<const N: usize> SignatureOn<Unplaced> for Cuda<N> {}
+#[diagnostic::do_not_recommend]
+impl<R: Role> SignatureOn<R> for R {}
+#[diagnostic::do_not_recommend]
+impl<R: Role> SignatureOn<Unplaced> for R {}

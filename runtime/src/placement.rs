@@ -6,12 +6,13 @@
 //! mixing two GPUs (or a GPU and the host) fails to compile with a message naming both
 //! placements and the fix.
 //!
-//! Each placement implements each trait for itself, for [`Dyn`] (checked at run time),
+//! Each placement (a role too) implements each trait for itself, for [`Dyn`] (checked at run time),
 //! and for a hidden uninhabited placement. The last impl is never used: it stops rustc
 //! from inferring the other placement from a single impl, which would turn the error
 //! into a bare type mismatch and lose the message.
 
 use crate::device::{Cpu, Cuda, Dyn, Pinned};
+use crate::role::Role;
 
 /// `Self` and `Rhs` may be operands of one op.
 ///
@@ -97,6 +98,16 @@ macro_rules! placement_rule {
         impl $Trait<Dyn> for Dyn {}
         #[diagnostic::do_not_recommend]
         impl $Trait<Unplaced> for Dyn {}
+        // A role meets itself and `Dyn`, never another role or a GPU ordinal, even one
+        // bound to the same device: the conversion is explicit, as between two GPUs.
+        #[diagnostic::do_not_recommend]
+        impl<R: Role> $Trait<R> for R {}
+        #[diagnostic::do_not_recommend]
+        impl<R: Role> $Trait<Unplaced> for R {}
+        #[diagnostic::do_not_recommend]
+        impl<R: Role> $Trait<Dyn> for R {}
+        #[diagnostic::do_not_recommend]
+        impl<R: Role> $Trait<R> for Dyn {}
     )*};
     (@static $Trait:ident: $($(const $n:ident =>)? $p:ty),*) => {$(
         #[diagnostic::do_not_recommend]

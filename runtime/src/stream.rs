@@ -89,7 +89,7 @@ impl<D: Device> Stream<D> {
 impl<D: StaticDevice> Stream<D> {
     /// A new stream on `D`.
     pub fn new() -> Result<Self> {
-        Self::new_on(D::default())
+        Self::new_on(D::resolve()?)
     }
 
     /// The default stream of `D`.
@@ -103,7 +103,7 @@ impl<D: StaticDevice> Stream<D> {
     /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn default_stream() -> Result<Self> {
-        Self::default_on(D::default())
+        Self::default_on(D::resolve()?)
     }
 }
 
@@ -257,7 +257,7 @@ impl<D: Device> Event<D> {
 impl<D: StaticDevice> Event<D> {
     /// A new, unrecorded event on `D`.
     pub fn new() -> Result<Self> {
-        Self::new_on(D::default())
+        Self::new_on(D::resolve()?)
     }
 }
 

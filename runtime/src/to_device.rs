@@ -43,7 +43,7 @@ pub trait ToDevice {
 
     /// A copy with every tensor on the static placement `E`.
     fn to<E: StaticDevice>(&self) -> Result<Self::On<E>> {
-        self.to_placement(E::default())
+        self.to_placement(E::resolve()?)
     }
 
     /// A copy with every tensor on the run-time placement `id`.

@@ -52,30 +52,30 @@ pub fn device_id(arg: &DeviceArg) -> TokenStream {
         DeviceArg::Dynamic { expr, .. } => {
             quote_spanned!(expr.span()=> ::locus::__private::dynamic_id(#expr))
         }
-    }
-}
-
-/// `type Here = Cuda<n>;` for a literal device, nothing otherwise.
-pub fn here_alias(arg: &DeviceArg) -> TokenStream {
-    match arg {
-        DeviceArg::Literal { ordinal, lit } => {
-            let ty = cuda_type(*ordinal, lit.span());
-            quote! {
-                #[allow(dead_code)]
-                type Here = #ty;
-            }
+        DeviceArg::Role(path) => {
+            quote_spanned!(path.span()=> ::locus::__private::static_id::<#path>())
         }
-        _ => TokenStream::new(),
     }
 }
 
-/// One statement per fixed `Cuda<m>` of the signature, failing to compile unless it
-/// is the attribute's device; each error points at its type.
+/// `type Here = Cuda<n>;` for a literal device, `type Here = Role;` for a role, nothing
+/// otherwise.
+pub fn here_alias(arg: &DeviceArg) -> TokenStream {
+    match signature::here_type(arg, arg.tokens().span()) {
+        Some(ty) => quote! {
+            #[allow(dead_code)]
+            type Here = #ty;
+        },
+        None => TokenStream::new(),
+    }
+}
+
+/// One statement per placement fixed in the signature (a `Cuda<m>`, a role), failing to
+/// compile unless it is the attribute's device; each error points at its type.
 fn signature_checks(arg: &DeviceArg, fixed: &[TypePath]) -> TokenStream {
-    let DeviceArg::Literal { ordinal, lit } = arg else {
+    let Some(guard) = signature::here_type(arg, arg.tokens().span()) else {
         return TokenStream::new();
     };
-    let guard = cuda_type(*ordinal, lit.span());
     fixed
         .iter()
         .map(|found| {
@@ -137,7 +137,7 @@ fn guarded_body(arg: &DeviceArg, sig: &syn::Signature, block: &Block, checks: To
 /// An error at the first `Here` seen, unless the device is a literal (which `Here`
 /// names).
 fn reject_stray_here(arg: &DeviceArg, seen: impl IntoIterator<Item = Option<Span>>) -> Result<(), Rejected> {
-    if validate::literal(arg).is_some() {
+    if validate::names_here(arg) {
         return Ok(());
     }
     match seen.into_iter().flatten().next() {
@@ -153,7 +153,7 @@ fn expand_fn(arg: &DeviceArg, mut f: ItemFn) -> Result<TokenStream, Rejected> {
             .map_err(|e| Rejected::new(e, Here::of(arg)))?;
     }
     let generics = f.sig.generics.clone();
-    let mut sig = Signature::new(validate::literal(arg), vec![&generics]);
+    let mut sig = Signature::new(arg, vec![&generics]);
     sig.visit_signature_mut(&mut f.sig);
     reject_stray_here(arg, [sig.stray_here, signature::find_here(&mut f.block)])?;
     let checks = signature_checks(arg, &sig.fixed);
@@ -171,16 +171,15 @@ fn expand_impl(arg: &DeviceArg, mut imp: ItemImpl) -> Result<TokenStream, Reject
         validate::const_param(n, &[&imp.generics], false, "this impl block")
             .map_err(|e| Rejected::new(e, Here::of(arg)))?;
     }
-    let ordinal = validate::literal(arg);
     let impl_generics = imp.generics.clone();
-    let mut header = Signature::new(ordinal, vec![&impl_generics]);
+    let mut header = Signature::new(arg, vec![&impl_generics]);
     header.visit_type_mut(&mut imp.self_ty);
     reject_stray_here(arg, [header.stray_here])?;
     for item in &mut imp.items {
         match item {
             ImplItem::Fn(f) if f.sig.constness.is_none() && !has_own_attribute(&f.attrs) => {
                 let method_generics = f.sig.generics.clone();
-                let mut sig = Signature::new(ordinal, vec![&impl_generics, &method_generics]);
+                let mut sig = Signature::new(arg, vec![&impl_generics, &method_generics]);
                 sig.visit_signature_mut(&mut f.sig);
                 reject_stray_here(arg, [sig.stray_here, signature::find_here(&mut f.block)])?;
                 let mut fixed = header.fixed.clone();
@@ -189,12 +188,12 @@ fn expand_impl(arg: &DeviceArg, mut imp: ItemImpl) -> Result<TokenStream, Reject
                 f.block = guarded_body(arg, &f.sig, &f.block, checks);
             }
             ImplItem::Type(t) => {
-                let mut v = Signature::new(ordinal, vec![&impl_generics]);
+                let mut v = Signature::new(arg, vec![&impl_generics]);
                 v.visit_type_mut(&mut t.ty);
                 reject_stray_here(arg, [v.stray_here])?;
             }
             ImplItem::Const(c) => {
-                let mut v = Signature::new(ordinal, vec![&impl_generics]);
+                let mut v = Signature::new(arg, vec![&impl_generics]);
                 v.visit_type_mut(&mut c.ty);
                 reject_stray_here(arg, [v.stray_here])?;
             }

@@ -35,6 +35,8 @@ pub enum Here {
     /// `Dyn`, for `dyn expr`; the expression is still named in the body (it would be
     /// read by the guard), so its variables raise no unused warning beside the error.
     Dyn(Box<syn::Expr>),
+    /// The role of the attribute.
+    Role(syn::Path),
 }
 
 impl Here {
@@ -58,6 +60,7 @@ impl Here {
     pub fn of(arg: &DeviceArg) -> Here {
         match arg {
             DeviceArg::Literal { ordinal, .. } => Here::Cuda(*ordinal),
+            DeviceArg::Role(path) => Here::Role(path.clone()),
             _ => Here::Cuda(0),
         }
     }
@@ -68,6 +71,7 @@ impl Here {
             DeviceArg::Literal { ordinal, .. } => Here::Cuda(*ordinal),
             DeviceArg::ConstParam(n) => Here::ConstParam(n.clone()),
             DeviceArg::Dynamic { expr, .. } => Here::Dyn(expr.clone()),
+            DeviceArg::Role(path) => Here::Role(path.clone()),
         }
     }
 
@@ -77,6 +81,7 @@ impl Here {
             Here::Cuda(n) => cuda_type(*n, span),
             Here::ConstParam(n) => quote_spanned!(span=> ::locus::__private::Cuda<#n>),
             Here::Dyn(_) => quote_spanned!(span=> ::locus::__private::Dyn),
+            Here::Role(path) => quote_spanned!(span=> #path),
         }
     }
 }

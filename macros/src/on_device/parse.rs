@@ -15,6 +15,17 @@ pub enum DeviceArg {
     ConstParam(Ident),
     /// `dyn expr`: an ordinal or `DeviceId` known at run time.
     Dynamic { dyn_token: Token![dyn], expr: Box<Expr> },
+    /// `Encoder`: a role (a type name in CamelCase, or a path with `::`); the guard is
+    /// on the device the role is bound to, and `Here` names the role.
+    Role(syn::Path),
+}
+
+/// Whether a bare name is a type's (CamelCase: a capital, then some lower case), so a
+/// role; a name without lower case (`N`, `DEV`) is a const parameter's, as Rust's
+/// naming conventions have it.
+pub fn is_role_name(ident: &Ident) -> bool {
+    let name = ident.to_string();
+    name.starts_with(|c: char| c.is_uppercase()) && name.chars().any(|c| c.is_lowercase())
 }
 
 /// Which macro is parsing, for the wording of its errors.
@@ -42,9 +53,10 @@ impl Caller {
     /// The forms the device argument can take, for "expected …" messages.
     fn forms(self) -> String {
         format!(
-            "an integer literal ({}), a const generic parameter ({}) or `dyn` and an expression ({})",
+            "an integer literal ({}), a const generic parameter ({}), a role ({}) or `dyn` and an expression ({})",
             self.example("1"),
             self.example("N"),
+            self.example("Encoder"),
             self.example("dyn rank")
         )
     }
@@ -94,7 +106,7 @@ impl DeviceArg {
         if input.peek(Lit) {
             return parse_literal(input.parse()?, caller);
         }
-        if input.peek(Ident) && !input.peek(Token![self]) {
+        if input.peek(Ident) && !input.peek(Token![self]) && !input.peek2(Token![::]) {
             let ident: Ident = input.parse()?;
             if !caller.at_end(input) {
                 return Err(syn::Error::new_spanned(
@@ -102,7 +114,21 @@ impl DeviceArg {
                     format!("unknown keyword `{ident}`: {} takes {}", caller.name(), caller.forms()),
                 ));
             }
+            if is_role_name(&ident) {
+                return Ok(DeviceArg::Role(ident.into()));
+            }
             return Ok(DeviceArg::ConstParam(ident));
+        }
+        if input.peek(Token![::]) || input.peek2(Token![::]) {
+            let path = syn::Path::parse_mod_style(input)?;
+            if !caller.at_end(input) {
+                let rest = take_argument(input, caller)?;
+                return Err(syn::Error::new_spanned(
+                    quote::quote!(#path #rest),
+                    format!("expected a device: {}", caller.forms()),
+                ));
+            }
+            return Ok(DeviceArg::Role(path));
         }
         let rest = take_argument(input, caller)?;
         Err(syn::Error::new_spanned(
@@ -117,6 +143,7 @@ impl DeviceArg {
             DeviceArg::Literal { lit, .. } => lit.to_token_stream(),
             DeviceArg::ConstParam(ident) => ident.to_token_stream(),
             DeviceArg::Dynamic { dyn_token, expr } => quote::quote!(#dyn_token #expr),
+            DeviceArg::Role(path) => path.to_token_stream(),
         }
     }
 }

@@ -16,11 +16,29 @@ pub fn cuda_type(ordinal: u32, span: Span) -> TokenStream {
     quote_spanned!(span=> ::locus::__private::Cuda<#n>)
 }
 
-/// Replaces `Here` in types by `Cuda<ordinal>`, outside fn bodies (which get a
-/// `type Here` alias instead), and collects the `Cuda<m>` types whose `m` is fixed.
+/// The type `Here` stands for under `arg`, at `span`: `Cuda<n>` for a literal, the role
+/// for a role; `None` for `N` and `dyn`.
+pub fn here_type(arg: &DeviceArg, span: Span) -> Option<TokenStream> {
+    match arg {
+        DeviceArg::Literal { ordinal, .. } => Some(cuda_type(*ordinal, span)),
+        DeviceArg::Role(path) => Some(quote_spanned!(span=> #path)),
+        _ => None,
+    }
+}
+
+/// The placement types of locus that take a placement as their first generic argument.
+const PLACED: [&str; 4] = ["Tensor", "Stream", "Event", "Graph"];
+
+/// The placements that fit a fn on any device (host memory, or checked at run time).
+const ANYWHERE: [&str; 3] = ["Cpu", "Pinned", "Dyn"];
+
+/// Replaces `Here` in types by the attribute's device (`Cuda<n>` or the role), outside
+/// fn bodies (which get a `type Here` alias instead), and collects the placements fixed
+/// at the definition: `Cuda<m>` types whose `m` is fixed, and the named placement of a
+/// `Tensor`, `Stream`, `Event` or `Graph` (a role, or an alias).
 pub struct Signature<'a> {
-    /// The literal ordinal of the attribute; `None` for `N` and `dyn`.
-    ordinal: Option<u32>,
+    /// The attribute's device argument.
+    arg: &'a DeviceArg,
     /// Generic parameters in scope: a `Cuda<N>` of one of them is not fixed.
     generics: Vec<&'a Generics>,
     /// `Cuda<m>` types with a fixed `m`, to check against the attribute.
@@ -30,8 +48,28 @@ pub struct Signature<'a> {
 }
 
 impl<'a> Signature<'a> {
-    pub fn new(ordinal: Option<u32>, generics: Vec<&'a Generics>) -> Self {
-        Signature { ordinal, generics, fixed: Vec::new(), stray_here: None }
+    pub fn new(arg: &'a DeviceArg, generics: Vec<&'a Generics>) -> Self {
+        Signature { arg, generics, fixed: Vec::new(), stray_here: None }
+    }
+
+    /// The first generic argument of a `Tensor<X, ..>` (and the others of [`PLACED`]) when
+    /// it names a placement fixed here: a path that is no generic parameter, `Here`,
+    /// `Cuda<..>` (collected on its own) or one of [`ANYWHERE`].
+    fn named_placement(&self, p: &TypePath) -> Option<TypePath> {
+        let last = p.path.segments.last()?;
+        if !PLACED.iter().any(|n| last.ident == n) {
+            return None;
+        }
+        let PathArguments::AngleBracketed(args) = &last.arguments else { return None };
+        let Some(GenericArgument::Type(Type::Path(found))) = args.args.first() else { return None };
+        let head = found.path.segments.last()?;
+        let skip = found.qself.is_some()
+            || is_here(found)
+            || head.ident == "Cuda"
+            || head.ident == "Self"
+            || ANYWHERE.iter().any(|n| head.ident == n)
+            || found.path.get_ident().is_some_and(|i| self.is_generic(i));
+        (!skip).then(|| found.clone())
     }
 
     fn is_generic(&self, ident: &Ident) -> bool {
@@ -73,13 +111,16 @@ impl VisitMut for Signature<'_> {
         if let Type::Path(p) = ty {
             if is_here(p) {
                 let span = p.path.segments[0].ident.span();
-                match self.ordinal {
-                    Some(n) => *ty = Type::Verbatim(cuda_type(n, span)),
+                match here_type(self.arg, span) {
+                    Some(t) => *ty = Type::Verbatim(t),
                     None => {
                         self.stray_here.get_or_insert(span);
                     }
                 }
                 return;
+            }
+            if let Some(found) = self.named_placement(p) {
+                self.fixed.push(found);
             }
             if let Some(last) = p.path.segments.last() {
                 if last.ident == "Cuda" {
@@ -124,11 +165,12 @@ impl VisitMut for FindHere {
     }
 }
 
-/// The error for a `Here` under a device that is not a literal.
+/// The error for a `Here` under a device that is neither a literal nor a role.
 pub fn here_error(span: Span, arg: &DeviceArg, caller: &str) -> syn::Error {
     let instead = match arg {
         DeviceArg::ConstParam(n) => format!("with `{n}` write `Cuda<{n}>`"),
+        DeviceArg::Role(path) => format!("write `{}`", path.to_token_stream()),
         _ => "with `dyn` the device is known only at run time: write `Dyn`".to_string(),
     };
-    syn::Error::new(span, format!("`Here` is defined only for a literal device, as in {caller}; {instead}"))
+    syn::Error::new(span, format!("`Here` is defined only for a literal device or a role, as in {caller}; {instead}"))
 }

@@ -94,12 +94,9 @@ fn is_usize(ty: &Type) -> bool {
     matches!(ty, Type::Path(p) if p.qself.is_none() && p.path.is_ident("usize"))
 }
 
-/// The ordinal of a literal device, the one form that `Here` can name.
-pub fn literal(arg: &DeviceArg) -> Option<u32> {
-    match arg {
-        DeviceArg::Literal { ordinal, .. } => Some(*ordinal),
-        _ => None,
-    }
+/// Whether `Here` can name the device: a literal ordinal or a role.
+pub fn names_here(arg: &DeviceArg) -> bool {
+    matches!(arg, DeviceArg::Literal { .. } | DeviceArg::Role(_))
 }
 
 /// For `with_device!(N => ..)`: the macro cannot see generics, so a name in lower case,

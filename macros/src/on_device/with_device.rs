@@ -21,7 +21,7 @@ fn expand_macro(mut m: MacroInput) -> syn::Result<TokenStream> {
     if let DeviceArg::ConstParam(n) = &m.device {
         validate::macro_const_param(n)?;
     }
-    if validate::literal(&m.device).is_none() {
+    if !validate::names_here(&m.device) {
         if let Some(span) = signature::find_here_in_expr(&mut m.body) {
             return Err(signature::here_error(span, &m.device, "`with_device!(1 => ..)`"));
         }

@@ -35,7 +35,7 @@ const BATCH: usize = 256 << 20;
 /// # Ok::<(), locus::Error>(())
 /// ```
 pub fn load_safetensors<D: StaticDevice>(path: impl AsRef<Path>) -> Result<Checkpoint<D>> {
-    load_safetensors_with(D::default(), path, |_, _| {})
+    load_safetensors_with(D::resolve()?, path, |_, _| {})
 }
 
 /// Loads every tensor of the safetensors file at `path` onto `placement` (a [`Dyn`]

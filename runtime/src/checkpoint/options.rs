@@ -121,7 +121,7 @@ impl<'a> LoadOptions<'a> {
 
     /// Loads the file at `path` onto the static placement `D`.
     pub fn load<D: StaticDevice>(&self, path: impl AsRef<Path>) -> Result<Checkpoint<D>> {
-        load(D::default(), path.as_ref(), &mut |_, _| {}, self)
+        load(D::resolve()?, path.as_ref(), &mut |_, _| {}, self)
     }
 
     /// Loads the file at `path` onto `placement`.

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Launch, ProcessGroup, Store, TcpStore};
-use crate::device::DeviceId;
+use crate::device::{Device, DeviceId};
 use crate::error::{Error, Result};
 
 /// PyTorch's default for collectives and the store: 10 minutes.
@@ -91,6 +91,28 @@ impl Dist {
                     self.launch.rank,
                     self.launch.local_rank,
                     crate::backend::device_count().unwrap_or(0)
+                ),
+            }),
+        }
+    }
+
+    /// [`Local`](crate::Local), the role of this rank's device, which `init` bound: so
+    /// code under a launcher is typed (`Tensor<Local>`) rather than `Dyn`.
+    ///
+    /// An `Err` when this rank has no device (see [`device`](Self::device)), or when
+    /// `Local` is bound to another device: by the program or `LOCUS_BIND` before `init`, or
+    /// by another rank's `init` in this process (ranks run as threads of one process
+    /// share one `Local`; each process of a real job has its own).
+    pub fn local(&self) -> Result<crate::role::Local> {
+        let device = self.device()?.id();
+        let local = <crate::role::Local as crate::device::StaticDevice>::resolve()?;
+        match local.id() {
+            d if d == device => Ok(local),
+            d => Err(Error::Role {
+                role: "Local",
+                reason: format!(
+                    "rank {} runs on {device}, but Local is bound to {d} in this process                      (bound before dist::init, or by another rank's init in this process);                      give each rank a process of its own, or use `device()` for a run-time placement",
+                    self.launch.rank
                 ),
             }),
         }
@@ -181,6 +203,9 @@ fn join(launch: Launch, timeout: Duration, agent: Option<(String, String)>) -> R
     let exists = crate::backend::for_device(device).is_ok()
         && crate::backend::device_count().is_ok_and(|n| (launch.device_ordinal() as usize) < n);
     let group = bind(group, exists.then_some(device))?;
+    if exists {
+        crate::role::bind_local(device);
+    }
     Ok(Dist { launch, store, group, ip, timeout, groups: AtomicUsize::new(0) })
 }
 

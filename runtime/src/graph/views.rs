@@ -75,8 +75,9 @@ impl<'g, D: Device, T: Element> Output<'g, D, T> {
 
     /// A copy on placement `E` (a copy even when `E` is the output's own placement).
     pub fn to<E: StaticDevice>(&self) -> Result<Tensor<E, T>> {
-        let storage = self.t.storage().copy_to(E::default().id())?;
-        Ok(self.t.over_storage(E::default(), Arc::new(storage)))
+        let to = E::resolve()?;
+        let storage = self.t.storage().copy_to(to.id())?;
+        Ok(self.t.over_storage(to, Arc::new(storage)))
     }
 }
 

@@ -84,7 +84,7 @@ impl<T: Batch> LoaderBuilder<T> {
 
     /// Starts the loader, delivering batches on the CUDA device `D`.
     pub fn to<D: StaticDevice>(self) -> Result<Loader<D, T>> {
-        self.to_device(D::default())
+        self.to_device(D::resolve()?)
     }
 
     /// Starts the loader, delivering batches on the CUDA device `device`.

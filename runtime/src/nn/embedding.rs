@@ -36,7 +36,7 @@ pub struct Embedding<D: Device, T: Float = f32> {
 impl<D: StaticDevice, T: Float> Embedding<D, T> {
     /// A table of `num` vectors of `dim`, its values from `seed`.
     pub fn new(num: usize, dim: usize, seed: u64) -> Result<Self> {
-        Self::new_on(D::default(), num, dim, seed)
+        Self::new_on(D::resolve()?, num, dim, seed)
     }
 }
 

@@ -36,7 +36,7 @@ pub struct LayerNorm<D: Device, T: Float = f32> {
 impl<D: StaticDevice, T: Float> LayerNorm<D, T> {
     /// A layer norm over a last dim of `dim`.
     pub fn new(dim: usize) -> Result<Self> {
-        Self::new_on(D::default(), dim)
+        Self::new_on(D::resolve()?, dim)
     }
 }
 

@@ -36,7 +36,7 @@ pub struct Linear<D: Device, T: Float = f32> {
 impl<D: StaticDevice, T: Float> Linear<D, T> {
     /// A layer from `inputs` to `outputs` features with a bias, its values from `seed`.
     pub fn new(inputs: usize, outputs: usize, seed: u64) -> Result<Self> {
-        Self::new_on(D::default(), inputs, outputs, seed)
+        Self::new_on(D::resolve()?, inputs, outputs, seed)
     }
 }
 

@@ -9,6 +9,7 @@ use std::marker::PhantomData;
 
 use crate::backend;
 use crate::device::{Cuda, DeviceId, StaticDevice};
+use crate::role::Role;
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -17,17 +18,21 @@ mod sealed {
     pub trait Sealed {}
 }
 
-/// A GPU placement known at compile time: `Cuda<N>`.
+/// A GPU placement known at compile time: `Cuda<N>`, or a role (bound to a GPU).
 ///
 /// ```
 /// # extern crate locus_runtime as locus;
-/// fn ordinal<G: locus::parallel::CudaDevice>() -> locus::DeviceId { G::ID }
-/// assert_eq!(ordinal::<locus::Cuda<1>>().to_string(), "cuda:1");
+/// use locus::{Device, StaticDevice};
+/// fn ordinal<G: locus::parallel::CudaDevice>() -> locus::Result<locus::DeviceId> { Ok(G::resolve()?.id()) }
+/// assert_eq!(ordinal::<locus::Cuda<1>>()?.to_string(), "cuda:1");
+/// # Ok::<(), locus::Error>(())
 /// ```
 pub trait CudaDevice: StaticDevice + sealed::Sealed {}
 
 impl<const N: usize> sealed::Sealed for Cuda<N> {}
 impl<const N: usize> CudaDevice for Cuda<N> {}
+impl<R: Role> sealed::Sealed for R {}
+impl<R: Role> CudaDevice for R {}
 
 /// The backend of two distinct existing devices.
 fn pair(op: &'static str, a: DeviceId, b: DeviceId) -> Result<backend::AnyBackend> {
@@ -59,7 +64,8 @@ fn pair(op: &'static str, a: DeviceId, b: DeviceId) -> Result<backend::AnyBacken
 /// # Ok::<(), locus::Error>(())
 /// ```
 pub fn can_access_peer<A: CudaDevice, B: CudaDevice>() -> Result<bool> {
-    pair("can_access_peer", A::ID, B::ID)?.can_access_peer(A::ID, B::ID)
+    let (a, b) = (A::resolve()?.id(), B::resolve()?.id());
+    pair("can_access_peer", a, b)?.can_access_peer(a, b)
 }
 
 /// Turns on direct access between GPUs `A` and `B`, both ways
@@ -80,7 +86,8 @@ pub fn can_access_peer<A: CudaDevice, B: CudaDevice>() -> Result<bool> {
 /// # Ok::<(), locus::Error>(())
 /// ```
 pub fn enable_peer_access<A: CudaDevice, B: CudaDevice>() -> Result<PeerAccess<A, B>> {
-    pair("enable_peer_access", A::ID, B::ID)?.enable_peer_access(A::ID, B::ID)?;
+    let (a, b) = (A::resolve()?.id(), B::resolve()?.id());
+    pair("enable_peer_access", a, b)?.enable_peer_access(a, b)?;
     Ok(PeerAccess { _devices: PhantomData })
 }
 

@@ -53,13 +53,14 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn try_into_device<E: StaticDevice>(self) -> Result<Tensor<E, T>> {
-        if self.device() != E::ID {
-            return Err(Error::NotOnDevice { expected: E::ID, actual: self.device() });
+        let placement = E::resolve()?;
+        if self.device() != placement.id() {
+            return Err(Error::NotOnDevice { expected: placement.id(), actual: self.device() });
         }
         Ok(Tensor {
             storage: self.storage,
             shape: self.shape,
-            placement: E::default(),
+            placement,
             _elem: PhantomData,
             grad_fn: self.grad_fn,
         })

@@ -135,7 +135,7 @@ impl<D: StaticDevice, T: Element> Tensor<D, T> {
     /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn zeros(shape: impl AsRef<[usize]>) -> Result<Self> {
-        Self::zeros_on(D::default(), shape)
+        Self::zeros_on(D::resolve()?, shape)
     }
 
     /// Ones of `shape`.
@@ -147,7 +147,7 @@ impl<D: StaticDevice, T: Element> Tensor<D, T> {
     /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn ones(shape: impl AsRef<[usize]>) -> Result<Self> {
-        Self::ones_on(D::default(), shape)
+        Self::ones_on(D::resolve()?, shape)
     }
 
     /// `value` everywhere in `shape`.
@@ -159,7 +159,7 @@ impl<D: StaticDevice, T: Element> Tensor<D, T> {
     /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn full(shape: impl AsRef<[usize]>, value: T) -> Result<Self> {
-        Self::full_on(D::default(), shape, value)
+        Self::full_on(D::resolve()?, shape, value)
     }
 
     /// `data` (row-major) as a tensor of `shape`; the lengths must agree.
@@ -173,7 +173,7 @@ impl<D: StaticDevice, T: Element> Tensor<D, T> {
     /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn from_vec(data: Vec<T>, shape: impl AsRef<[usize]>) -> Result<Self> {
-        Self::from_vec_on(D::default(), data, shape)
+        Self::from_vec_on(D::resolve()?, data, shape)
     }
 
     /// A copy of `data` (row-major) as a tensor of `shape`.
@@ -186,7 +186,7 @@ impl<D: StaticDevice, T: Element> Tensor<D, T> {
     /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn from_slice(data: &[T], shape: impl AsRef<[usize]>) -> Result<Self> {
-        Self::from_slice_on(D::default(), data, shape)
+        Self::from_slice_on(D::resolve()?, data, shape)
     }
 
     /// `start, start + step, …` up to but not including `end` (1-D).
@@ -199,7 +199,7 @@ impl<D: StaticDevice, T: Element> Tensor<D, T> {
     /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn arange(start: T, end: T, step: T) -> Result<Self> {
-        Self::arange_on(D::default(), start, end, step)
+        Self::arange_on(D::resolve()?, start, end, step)
     }
 }
 
@@ -216,7 +216,7 @@ impl<D: StaticDevice, T: Float> Tensor<D, T> {
     /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn rand(shape: impl AsRef<[usize]>, seed: u64) -> Result<Self> {
-        Self::rand_on(D::default(), shape, seed)
+        Self::rand_on(D::resolve()?, shape, seed)
     }
 
     /// Standard normal values (mean 0, standard deviation 1), PyTorch's `torch.randn`
@@ -238,6 +238,6 @@ impl<D: StaticDevice, T: Float> Tensor<D, T> {
     /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn randn(shape: impl AsRef<[usize]>, seed: u64) -> Result<Self> {
-        Self::randn_on(D::default(), shape, seed)
+        Self::randn_on(D::resolve()?, shape, seed)
     }
 }

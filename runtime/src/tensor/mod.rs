@@ -311,7 +311,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn to<E: StaticDevice>(&self) -> Result<Tensor<E, T>> {
-        self.copy_to(E::default())
+        self.copy_to(E::resolve()?)
     }
 
     /// A copy on the run-time placement `id`.

@@ -39,7 +39,7 @@ impl<D: HostPlacement, T: Element> Tensor<D, T> {
     /// ```
     pub fn from_ndarray<Di: Dimension>(array: Array<T, Di>) -> Result<Self> {
         let shape = Shape::new("from_ndarray", array.shape(), T::DTYPE)?;
-        let placement = D::default();
+        let placement = D::resolve()?;
         let buf = if placement.id() == DeviceId::Cpu && array.is_standard_layout() {
             let n = array.len();
             match array.into_raw_vec_and_offset() {

@@ -38,7 +38,7 @@ impl ProcessGroup {
     /// The tensor of `shape` that rank `src` sends with [`send`](Self::send), on the
     /// static placement `D` (see [`recv_on`](Self::recv_on) for `Dyn`).
     pub fn recv<D: StaticDevice, T: Element>(&self, src: usize, shape: impl AsRef<[usize]>) -> Result<Tensor<D, T>> {
-        self.recv_on(D::default(), src, shape)
+        self.recv_on(D::resolve()?, src, shape)
     }
 
     /// [`recv`](Self::recv) onto `device`. Over TCP a sent tensor of another shape or
