@@ -30,7 +30,7 @@ mod sealed {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a placement",
     label = "not a placement",
-    note = "a placement is `Cpu`, `Pinned`, `Cuda<N>`, `Dyn` or a role declared with `locus::role!`; `Here` is one only inside a fn, impl block or `with_device!` with a literal device, such as `#[on_device(1)]`"
+    note = "a placement is `Cpu`, `Pinned`, `Cuda<N>`, `Dyn` or a role declared with `locus::role!`; `Here` is one only inside a fn, impl block or `with_device!` with a literal device or a role, such as `#[on_device(1)]`"
 )]
 pub trait Device:
     Copy
@@ -160,6 +160,8 @@ impl Device for Dyn {
         self.0
     }
 }
+// Not recommended in errors: a non-placement gets `Device`'s message, not "not a Role".
+#[diagnostic::do_not_recommend]
 impl<R: Role> Device for R {
     fn id(&self) -> DeviceId {
         crate::role::device_of::<R>()
@@ -181,6 +183,7 @@ impl<const N: usize> StaticDevice for Cuda<N> {
         Ok(Cuda)
     }
 }
+#[diagnostic::do_not_recommend]
 impl<R: Role> StaticDevice for R {
     fn resolve() -> crate::error::Result<Self> {
         crate::role::value::<R>()

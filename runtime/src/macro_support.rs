@@ -9,11 +9,11 @@ use std::future::Future;
 /// `Here` in it: the `Dyn` the error message says to write.
 pub use crate::device::Dyn;
 use crate::device::{Cuda, DeviceId, StaticDevice};
-pub use crate::role::{Binding, Bound};
-use crate::role::Role;
 use crate::error::Result;
 use crate::guard::{DeviceGuard, IntoDeviceId, OnDevice};
 use crate::placement::Unplaced;
+use crate::role::Role;
+pub use crate::role::{Binding, Bound};
 pub use crate::to_device::{move_field, move_placement};
 
 /// The device of a static placement, for `#[on_device(1)]` and `#[on_device(N)]`.

@@ -9,9 +9,9 @@ use std::marker::PhantomData;
 
 use crate::backend;
 use crate::device::{Cuda, DeviceId, StaticDevice};
-use crate::role::Role;
 use crate::element::Element;
 use crate::error::{Error, Result};
+use crate::role::Role;
 use crate::tensor::Tensor;
 
 mod sealed {

@@ -57,13 +57,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
         if self.device() != placement.id() {
             return Err(Error::NotOnDevice { expected: placement.id(), actual: self.device() });
         }
-        Ok(Tensor {
-            storage: self.storage,
-            shape: self.shape,
-            placement,
-            _elem: PhantomData,
-            grad_fn: self.grad_fn,
-        })
+        Ok(Tensor { storage: self.storage, shape: self.shape, placement, _elem: PhantomData, grad_fn: self.grad_fn })
     }
 
     /// The elements converted to `U`, on the same device (PyTorch's `.to(dtype)`). Float
