@@ -29,7 +29,8 @@
 //   the pinned pool, the shared copy paths (`transfer/`), the host and cuda
 //   implementations, and the enum layer above them (`dispatch/`). It imports only the
 //   foundation.
-// - placement and memory: `device` (placements), `placement` (the compile-time checks),
+// - placement and memory: `device` (placements), `role` (roles bound to devices at
+//   start-up, `Local`), `placement` (the compile-time checks),
 //   `storage` (a buffer with its device and type), `memory` (statistics), `tuning` (the
 //   copy paths' knobs, for the GPU bench), `testing` (device-count skips for tests).
 // - tensors and streams: `tensor` (ops, factories, conversions), `autograd` (the tape,
