@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use locus::dist::{all_reduce_avg_bucketed, Dist, Launch, ProcessGroup, ReduceOp};
-use locus::{device_count, Device, DeviceId, Dyn, Tensor};
+use locus::{bind, device_count, Device, DeviceId, Local, StaticDevice, Tensor};
 
 /// Rows of synthetic data, all ranks together.
 const ROWS: usize = 384;
@@ -35,8 +35,8 @@ const BUCKET_BYTES: usize = 64;
 
 /// `x @ w + b`, `w` of shape `[FEATURES, 1]`, `b` of shape `[1]`.
 struct Linear {
-    w: Tensor<Dyn>,
-    b: Tensor<Dyn>,
+    w: Tensor<Local>,
+    b: Tensor<Local>,
 }
 
 /// The whole synthetic data set: every rank makes it from the same seed and keeps its
@@ -60,11 +60,11 @@ impl Data {
         Ok(Data { x, y })
     }
 
-    /// Rows `rows` of `x` and `y` on `device`.
-    fn rows(&self, rows: &[usize], device: Dyn) -> locus::Result<(Tensor<Dyn>, Tensor<Dyn>)> {
+    /// Rows `rows` of `x` and `y` on this rank's GPU.
+    fn rows(&self, rows: &[usize]) -> locus::Result<(Tensor<Local>, Tensor<Local>)> {
         let x: Vec<f32> = rows.iter().flat_map(|&i| self.x[i * FEATURES..(i + 1) * FEATURES].iter().copied()).collect();
         let y: Vec<f32> = rows.iter().map(|&i| self.y[i]).collect();
-        Ok((Tensor::from_vec_on(device, x, [rows.len(), FEATURES])?, Tensor::from_vec_on(device, y, [rows.len(), 1])?))
+        Ok((Tensor::from_vec(x, [rows.len(), FEATURES])?, Tensor::from_vec(y, [rows.len(), 1])?))
     }
 }
 
@@ -73,13 +73,12 @@ impl Data {
 /// (`rank` 0 of 1). `bar` shows the epochs and their loss.
 fn train(
     data: &Data,
-    device: Dyn,
     rank: usize,
     world: usize,
     group: Option<&ProcessGroup>,
     bar: Option<&ProgressBar>,
 ) -> locus::Result<Vec<f32>> {
-    let mut model = Linear { w: Tensor::zeros_on(device, [FEATURES, 1])?, b: Tensor::zeros_on(device, [1])? };
+    let mut model = Linear { w: Tensor::zeros([FEATURES, 1])?, b: Tensor::zeros([1])? };
     // Each rank's gradient is its rows' share of the whole batch's mean, times `world`:
     // the average over the ranks (what `all_reduce_avg_bucketed` computes) is then the
     // gradient of the mean squared error of the whole batch.
@@ -89,7 +88,7 @@ fn train(
         for step in 0..ROWS / BATCH {
             // The batch's rows `rank`, `rank + world`, ...
             let rows: Vec<usize> = (step * BATCH..(step + 1) * BATCH).skip(rank).step_by(world).collect();
-            let (x, y) = data.rows(&rows, device)?;
+            let (x, y) = data.rows(&rows)?;
             let residual = ((x.matmul(&model.w)? + &model.b)? - &y)?;
             let mut grad_w = (x.t()?.matmul(&residual)? * scale)?;
             let mut grad_b = (residual.sum_dim(0, false)? * scale)?;
@@ -148,14 +147,16 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     if world > BATCH {
         return Err(format!("{world} processes, more than the {BATCH} rows of a batch").into());
     }
-    // The rank's own device (its local rank, or LOCUS_DEVICE_MAP's), where the group's
-    // collectives run on NCCL on the cuda backend. With more ranks than devices, ranks
-    // share them and every collective moves over TCP.
-    let device = match dist.device() {
-        Ok(d) => d,
+    // `Local`, the role of the rank's own device (its local rank, or LOCUS_DEVICE_MAP's),
+    // which `dist::init` bound and where the group's collectives run on NCCL on the cuda
+    // backend; all the code above is typed `Tensor<Local>`. With more ranks than devices
+    // the rank has none of its own: it binds `Local` to a shared one, and every collective
+    // moves over TCP.
+    let local: Local = match dist.local() {
+        Ok(local) => local,
         Err(_) => {
-            let count = device_count()?;
-            Dyn::new(if count == 0 { DeviceId::Cpu } else { DeviceId::Cuda((dist.local_rank() % count) as u32) })
+            bind::<Local>(DeviceId::Cuda((dist.local_rank() % device_count()?) as u32))?;
+            Local::resolve()?
         }
     };
     if rank == 0 {
@@ -163,7 +164,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         println!(
             "backend: {}; {world} process(es); rank 0 on {}; gradients over {path}; {ROWS} rows, batches of {BATCH}",
             locus::backend_name()?,
-            device.id()
+            local.id()
         );
     }
     let data = Data::new()?;
@@ -174,7 +175,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         }
         bar
     });
-    let weights = train(&data, device, rank, world, Some(dist.group()), bar.as_ref())?;
+    let weights = train(&data, rank, world, Some(dist.group()), bar.as_ref())?;
     dist.group().barrier()?;
     if rank != 0 {
         return Ok(());
@@ -184,7 +185,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     println!("b = {}", show[FEATURES]);
 
     if std::env::var("DDP_CHECK").is_ok_and(|v| v == "1") {
-        let alone = train(&data, device, 0, 1, None, None)?;
+        let alone = train(&data, 0, 1, None, None)?;
         let diff = weights.iter().zip(&alone).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
         println!("max abs difference from one process on the whole data: {diff:e} (tolerance {TOLERANCE:e})");
         if diff > TOLERANCE || diff.is_nan() {

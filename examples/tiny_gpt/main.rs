@@ -231,20 +231,22 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// Rank 0 checks at the end that every rank holds the same weights, bit for bit.
 fn run_ddp() -> Result<(), Box<dyn std::error::Error>> {
     use locus::dist::{self, DistributedDataParallel, ReduceOp};
-    use locus::Dyn;
+    use locus::Local;
     let steps = steps()?;
     let d = dist::init()?;
     let (rank, world) = (d.rank(), d.world_size());
-    let device = d.device()?;
+    // `Local`: this rank's GPU, bound by `dist::init`; the training code below is typed
+    // (`Tensor<Local>`), whichever device the launcher gave the rank.
+    let local: Local = d.local()?;
     let rows = BATCH / world;
     if rows == 0 {
         return Err(format!("{world} ranks for batches of {BATCH}: at most {BATCH} ranks").into());
     }
     let corpus: Vec<u8> = CORPUS.concat();
     // Every rank starts from its own seed; the wrapper makes them all rank 0's.
-    let model = Gpt::new_on(device, 1 + rank as u64)?;
+    let model = Gpt::<Local>::new_on(local, 1 + rank as u64)?;
     let mut ddp = DistributedDataParallel::new(model, d.group())?;
-    let mut opt = AdamW::<Dyn>::new(3e-3).weight_decay(0.01);
+    let mut opt = AdamW::<Local>::new(3e-3).weight_decay(0.01);
     let schedule = CosineWithWarmup { peak: 3e-3, floor: 3e-4, warmup: steps as u64 / 10, total: steps as u64 };
     let mut offsets = Offsets(7);
     // The last steps' losses, averaged over them and every rank at the end.
@@ -253,8 +255,8 @@ fn run_ddp() -> Result<(), Box<dyn std::error::Error>> {
     for k in 0..steps {
         // Every rank draws the same batch and takes its rows of it.
         let (x, y) = batch(&corpus, &mut offsets)?;
-        let x = x.narrow(0, rank * rows, rows)?.to_dyn(device.id())?;
-        let y = y.narrow(0, rank * rows * CONTEXT, rows * CONTEXT)?.to_dyn(device.id())?;
+        let x = x.narrow(0, rank * rows, rows)?.to::<Local>()?;
+        let y = y.narrow(0, rank * rows * CONTEXT, rows * CONTEXT)?.to::<Local>()?;
         nn::zero_grad(ddp.module());
         let loss = ddp.module().forward(&x)?.reshape([rows * CONTEXT, VOCAB])?.cross_entropy(&y)?;
         ddp.backward(&loss)?;
@@ -284,7 +286,7 @@ fn run_ddp() -> Result<(), Box<dyn std::error::Error>> {
     println!("final loss (mean of the last {} steps): {last:?}", TAIL.min(steps));
     println!(
         "rank {rank} of {world} on {}: {steps} steps in {:.1} s, loss {:.3} → {last:.3} (last {} steps, every rank); weights equal on every rank",
-        device.id(),
+        local.id(),
         start.elapsed().as_secs_f64(),
         first.unwrap_or(f32::NAN),
         TAIL.min(steps)
