@@ -254,3 +254,48 @@ use locus::Device;
 fn three_processes_each_get_local_bound_to_their_device_by_init() {
     run_ranks("three_processes_each_get_local_bound_to_their_device_by_init", 3, local_rank_body);
 }
+
+/// Roles wherever a static placement goes: a `Loader` delivering to a role, `nn` layers and
+/// an optimizer step on a role, `DataParallel` gathering on a role, a checkpoint loaded
+/// onto a role.
+#[test]
+fn loaders_layers_data_parallel_and_checkpoints_take_roles() -> locus::Result<()> {
+    use locus::nn::{self, Linear};
+    use locus::optim::AdamW;
+    use locus::parallel::{DataParallel, Module};
+    use locus::Loader;
+    role!(Trainer);
+    bind::<Trainer>(DeviceId::Cuda(0))?;
+    let data = Tensor::<Cpu>::arange(0.0, 24.0, 1.0)?.reshape([6, 4])?;
+    let mut seen = Vec::new();
+    for b in Loader::from_dataset(data.clone(), 2, None)?.to::<Trainer>()? {
+        let b: Tensor<Trainer> = b?;
+        assert_eq!(b.device(), DeviceId::Cuda(0));
+        seen.extend(b.to_vec()?);
+    }
+    assert_eq!(seen, data.to_vec()?);
+
+    let mut layer = Linear::<Trainer>::new(4, 3, 5)?;
+    let x = data.to::<Trainer>()?;
+    let before = layer.forward(&x)?.to_vec()?;
+    layer.forward(&x)?.square()?.mean()?.backward()?;
+    AdamW::<Trainer>::new(0.1).step(&mut layer)?;
+    assert_ne!(layer.forward(&x)?.to_vec()?, before, "the step moved the weights");
+    assert!(nn::named_parameters(&layer).iter().all(|(_, p)| p.device() == DeviceId::Cuda(0)));
+
+    let ids = locus::devices()?;
+    let dp = DataParallel::new(Linear::<Trainer>::new(4, 3, 5)?, &ids, Trainer::resolve()?)?;
+    let y: Tensor<Trainer> = dp.forward(&data)?;
+    let single = dp.module().forward(&x)?;
+    let diff = (&y - &single)?.abs()?.max()?.item()?;
+    assert!(diff <= 1e-5, "DataParallel gathered on the role differs by {diff}");
+
+    let dir = common::ranks::fresh_dir("role_checkpoint");
+    let path = dir.join("w.safetensors");
+    save_safetensors(&path, [("x", &x.clone().into_dyn())])?;
+    let back = load_safetensors::<Trainer>(&path)?;
+    let t: Tensor<Trainer> = back.get::<f32>("x")?;
+    assert_eq!(t.to_vec()?, data.to_vec()?);
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}
