@@ -372,18 +372,21 @@ fn a_world_of_one_on_its_device_averages_every_bucket_with_no_false_missing_grad
     let store: Arc<dyn Store> = Arc::new(FileStore::new(&dir, LONG)?);
     let pg = ProcessGroup::new(store, 0, 1, LONG)?.with_device(DeviceId::Cuda(0))?;
     let at = Dyn::new(DeviceId::Cuda(0));
+    // benches/ddp_overlap's model on the GPU (8 x Linear(1024), 4 MiB buckets: 8 a
+    // pass), a small one on the host.
+    let (width, layers, rows, steps) = if common::on_gpu() { (1024, 8, 128, 20) } else { (64, 4, 16, 20) };
     let mut model = Sequential::<Dyn>::new();
-    for i in 0..4 {
-        model = model.append(Linear::new_on(at, 64, 64, i)?).append(Relu::new());
+    for i in 0..layers {
+        model = model.append(Linear::new_on(at, width, width, i)?).append(Relu::new());
     }
-    let x = Tensor::<Dyn>::rand_on(at, [16, 64], 1)?;
-    let t = Tensor::<Dyn>::rand_on(at, [16, 64], 2)?;
-    // 16 KiB buckets: one per weight or two biases, so 8 exchanges a pass.
-    let mut ddp = DistributedDataParallel::new(model, &pg)?.bucket_bytes(16 << 10);
+    let x = Tensor::<Dyn>::rand_on(at, [rows, width], 1)?;
+    let t = Tensor::<Dyn>::rand_on(at, [rows, width], 2)?;
+    // One bucket per weight (and a bias or two).
+    let mut ddp = DistributedDataParallel::new(model, &pg)?.bucket_bytes(width * width * 4);
     let grads = |m: &Sequential<Dyn>| -> locus::Result<Vec<Vec<f32>>> {
         nn::named_parameters(m).into_iter().map(|(_, p)| p.grad().expect("a gradient").to_vec()).collect()
     };
-    for step in 0..20 {
+    for step in 0..steps {
         nn::zero_grad(ddp.module());
         let loss = (ddp.module().forward(&x)? - &t)?.square()?.mean()?;
         ddp.backward_no_sync(&loss)?;

@@ -299,3 +299,30 @@ fn loaders_layers_data_parallel_and_checkpoints_take_roles() -> locus::Result<()
     std::fs::remove_dir_all(dir).ok();
     Ok(())
 }
+
+fn saxpy_host(a: f32, x: &[f32], y: &mut [f32], n: usize) {
+    for i in 0..n {
+        y[i] += a * x[i];
+    }
+}
+
+#[locus::kernel(source = r#"
+    extern "C" __global__ void saxpy(float a, const float* x, float* y, size_t n) {
+        size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+        if (i < n) y[i] = a * x[i] + y[i];
+    }
+"#, host = saxpy_host)]
+fn saxpy<D: locus::Device>(a: f32, x: &Tensor<D>, y: &mut Tensor<D>, n: usize);
+
+/// A `#[locus::kernel]` launch on tensors of a role, on a stream of the role.
+#[test]
+fn a_user_kernel_runs_on_a_role() -> locus::Result<()> {
+    role!(Kernels);
+    bind::<Kernels>(DeviceId::Cuda(0))?;
+    let x = Tensor::<Kernels>::arange(0.0, 4.0, 1.0)?;
+    let mut y = Tensor::<Kernels>::ones([4])?;
+    let s = Stream::<Kernels>::new()?;
+    saxpy(2.0, &x, &mut y, 4).on(&s).launch()?;
+    assert_eq!(y.to_vec()?, vec![1.0, 3.0, 5.0, 7.0]);
+    Ok(())
+}
