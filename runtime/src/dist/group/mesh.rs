@@ -11,6 +11,9 @@ use super::{describe, dist, Link, NEW};
 use crate::dist::Store;
 use crate::error::Result;
 
+/// The most bytes of a store value an error quotes.
+const MAX_SHOWN: usize = 64;
+
 /// Sets the group's options on a new connection and splits it into two handles.
 fn link(s: TcpStream, timeout: Duration) -> io::Result<Link> {
     s.set_nonblocking(false)?;
@@ -83,10 +86,13 @@ pub(super) fn connect(
     for (peer, slot) in links.iter_mut().enumerate().skip(rank + 1) {
         let key = format!("addr/{peer}");
         let value = store.get(&key)?;
-        let peer_addr: SocketAddr = std::str::from_utf8(&value)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| dist(NEW, format!("store key `{key}` holds {value:?}, not an address")))?;
+        let parsed: Option<SocketAddr> = std::str::from_utf8(&value).ok().and_then(|s| s.parse().ok());
+        let Some(peer_addr) = parsed else {
+            // Quotes the first bytes only: a broken store may hold a value of any size.
+            let shown = String::from_utf8_lossy(&value[..value.len().min(MAX_SHOWN)]);
+            let reason = format!("store key `{key}` holds {shown:?} ({} bytes), not an address", value.len());
+            return Err(dist(NEW, reason));
+        };
         let stream = loop {
             let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
             match TcpStream::connect_timeout(&peer_addr, left) {

@@ -5,6 +5,8 @@
 
 mod engine;
 mod exchange;
+#[cfg(test)]
+mod fuzz;
 mod mesh;
 mod p2p;
 mod tcp;

@@ -10,6 +10,9 @@ use crate::element::DType;
 const MAGIC: &[u8; 8] = b"LOCUSPG\x01";
 /// The most dims a message's shape may have.
 const MAX_DIMS: usize = 64;
+/// The most payload bytes read past after a mismatched header: more is a garbled or
+/// hostile header, and the connection is given up instead (the group breaks anyway).
+const MAX_DRAIN: usize = 1 << 30;
 
 /// The kind of a message: the collective that sent it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,7 +127,7 @@ pub(super) fn drain(r: &mut TcpStream, h: &Header) {
         4 | 5 => 2,
         _ => return,
     };
-    if let Some(n) = h.count.checked_mul(size).filter(|&n| n <= 1 << 30) {
+    if let Some(n) = h.count.checked_mul(size).filter(|&n| n <= MAX_DRAIN) {
         let _ = io::copy(&mut r.take(n as u64), &mut io::sink());
     }
 }

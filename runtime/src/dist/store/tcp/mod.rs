@@ -34,7 +34,13 @@
 //!   with a world size `ADD`s 1 to the unprefixed `init/` key (`waitForWorkers`), and the
 //!   host waits for that count to reach the world size; [`TcpStore`] does the same.
 //! - Limits of the libuv server: keys up to 8 KiB, values up to 8 MiB, 128 Ki keys a call.
+//!   This host and client: keys up to 64 KiB, values up to 1 GiB, 128 Ki keys a call
+//!   (`protocol.rs`), replies up to 1 GiB, 16 Ki connections at once (`server.rs`); more
+//!   is refused by closing the connection, and a length is not allocated before its bytes
+//!   arrive (hostile peers are fuzzed in `fuzz.rs`).
 
+#[cfg(test)]
+mod fuzz;
 mod protocol;
 mod server;
 #[cfg(test)]

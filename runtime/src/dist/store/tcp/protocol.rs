@@ -24,9 +24,15 @@ pub(super) const WAIT_CANCELED: u8 = 1;
 pub(super) const KEY_PREFIX: &str = "/";
 pub(super) const INIT_KEY: &str = "init/";
 /// What this server accepts (more than torch's libuv server) and this client reads.
-const MAX_KEY: u64 = 64 << 10;
+pub(super) const MAX_KEY: u64 = 64 << 10;
 pub(super) const MAX_VALUE: u64 = 1 << 30;
 pub(super) const MAX_KEYS: u64 = 128 << 10;
+/// The most bytes one reply holds (`MULTI_GET` of many large values), so that a short
+/// request cannot make the host buffer more than one value may be.
+pub(super) const MAX_REPLY: u64 = MAX_VALUE;
+/// A string or value is read in steps that start at this size and double, so that memory
+/// follows the bytes that arrived, not the length a peer claims.
+const READ_STEP: u64 = 64 << 10;
 
 pub(super) fn put(buf: &mut Vec<u8>, bytes: &[u8]) {
     buf.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
@@ -43,13 +49,22 @@ pub(super) fn read_u64(r: &mut impl Read) -> io::Result<u64> {
     read_array(r).map(u64::from_le_bytes)
 }
 
+/// A `u64` length, at most `max`, then that many bytes. The buffer grows as they arrive
+/// (to at most twice what arrived, or `READ_STEP`), so a length with no bytes behind it
+/// costs nothing.
 pub(super) fn read_bytes(r: &mut impl Read, max: u64) -> io::Result<Vec<u8>> {
     let n = read_u64(r)?;
     if n > max {
         return Err(io::Error::new(ErrorKind::InvalidData, format!("a length of {n} bytes, over {max}")));
     }
-    let mut v = vec![0; n as usize];
-    r.read_exact(&mut v)?;
+    let mut v = Vec::new();
+    while (v.len() as u64) < n {
+        let start = v.len();
+        let step = (n - start as u64).min(READ_STEP.max(start as u64)) as usize;
+        v.reserve_exact(step);
+        v.resize(start + step, 0);
+        r.read_exact(&mut v[start..])?;
+    }
     Ok(v)
 }
 
@@ -57,10 +72,15 @@ pub(super) fn read_key(r: &mut impl Read) -> io::Result<String> {
     String::from_utf8(read_bytes(r, MAX_KEY)?).map_err(|e| io::Error::new(ErrorKind::InvalidData, e))
 }
 
-pub(super) fn read_keys(r: &mut impl Read) -> io::Result<Vec<String>> {
+/// A count of keys (or of key-value pairs), at most [`MAX_KEYS`].
+pub(super) fn read_count(r: &mut impl Read) -> io::Result<u64> {
     let n = read_u64(r)?;
     if n > MAX_KEYS {
-        return Err(io::Error::new(ErrorKind::InvalidData, format!("{n} keys in one call")));
+        return Err(io::Error::new(ErrorKind::InvalidData, format!("{n} keys in one call, over {MAX_KEYS}")));
     }
-    (0..n).map(|_| read_key(r)).collect()
+    Ok(n)
+}
+
+pub(super) fn read_keys(r: &mut impl Read) -> io::Result<Vec<String>> {
+    (0..read_count(r)?).map(|_| read_key(r)).collect()
 }

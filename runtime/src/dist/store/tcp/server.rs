@@ -11,10 +11,14 @@ use std::time::Duration;
 
 use super::lock;
 use super::protocol::{
-    put, read_array, read_bytes, read_key, read_keys, read_u64, ADD, APPEND, CANCEL_WAIT, CHECK, COMPARE_SET,
-    DELETE_KEY, GET, GETNUMKEYS, MAGIC, MAX_KEYS, MAX_VALUE, MULTI_GET, MULTI_SET, PING, SET, STOP_WAITING, VALIDATE,
+    put, read_array, read_bytes, read_count, read_key, read_keys, ADD, APPEND, CANCEL_WAIT, CHECK, COMPARE_SET,
+    DELETE_KEY, GET, GETNUMKEYS, MAGIC, MAX_REPLY, MAX_VALUE, MULTI_GET, MULTI_SET, PING, SET, STOP_WAITING, VALIDATE,
     WAIT, WAIT_CANCELED,
 };
+
+/// The most connections served at once (a thread each): a peer that opens more gets
+/// the new ones closed, not the host's threads and descriptors exhausted (fewer in tests).
+pub(super) const MAX_CONNS: usize = if cfg!(test) { 256 } else { 16 << 10 };
 
 /// The host's side: keys, waiters and the connections it serves.
 #[derive(Default)]
@@ -22,7 +26,8 @@ struct Shared {
     keys: Mutex<HashMap<String, Vec<u8>>>,
     changed: Condvar,
     stop: AtomicBool,
-    conns: Mutex<Vec<TcpStream>>,
+    /// The open connections by id, each removed when its thread ends.
+    conns: Mutex<HashMap<u64, TcpStream>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -65,7 +70,7 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.changed.notify_all();
-        for c in lock(&self.shared.conns).drain(..) {
+        for (_, c) in lock(&self.shared.conns).drain() {
             let _ = c.shutdown(Shutdown::Both);
         }
         // Wakes the accept loop, which sees `stop` and ends.
@@ -77,20 +82,41 @@ impl Drop for Server {
 }
 
 fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
-    for stream in listener.incoming() {
+    for (id, stream) in (0u64..).zip(listener.incoming()) {
         if shared.stop.load(Ordering::SeqCst) {
             break;
         }
-        let Ok(stream) = stream else { continue };
+        let Ok(stream) = stream else {
+            // Out of descriptors, say: let connections end rather than spin.
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        };
         let _ = stream.set_nodelay(true);
-        if let Ok(clone) = stream.try_clone() {
-            lock(&shared.conns).push(clone);
+        {
+            let mut conns = lock(&shared.conns);
+            if conns.len() >= MAX_CONNS {
+                continue; // closes it
+            }
+            let Ok(clone) = stream.try_clone() else { continue };
+            conns.insert(id, clone);
         }
-        let shared = shared.clone();
-        std::thread::spawn(move || {
-            let _ = serve_conn(&stream, &shared);
+        let sh = shared.clone();
+        let spawned = std::thread::Builder::new().name("locus-store-conn".into()).spawn(move || {
+            let _ = serve_conn(&stream, &sh);
             let _ = stream.shutdown(Shutdown::Both);
+            lock(&sh.conns).remove(&id);
         });
+        if spawned.is_err() {
+            lock(&shared.conns).remove(&id); // no thread to serve it: closes it
+        }
+    }
+}
+
+#[cfg(test)]
+impl Server {
+    /// How many connections are being served.
+    pub(super) fn open_conns(&self) -> usize {
+        lock(&self.shared.conns).len()
     }
 }
 
@@ -135,14 +161,23 @@ fn serve_conn(mut s: &TcpStream, sh: &Shared) -> io::Result<()> {
                 sh.changed.notify_all();
                 put(&mut out, &now);
             }
-            GET => put(&mut out, lock(&sh.keys).get(&read_key(&mut s)?).map_or(&[][..], |v| v)),
+            // The key is read before the lock is taken: a peer that stops mid-key must not
+            // hold the keys from every other connection.
+            GET => {
+                let key = read_key(&mut s)?;
+                put(&mut out, lock(&sh.keys).get(&key).map_or(&[][..], |v| v));
+            }
             MULTI_GET => {
                 let names = read_keys(&mut s)?;
                 let keys = lock(&sh.keys);
+                let size: u64 = names.iter().map(|k| 8 + keys.get(k).map_or(0, |v| v.len() as u64)).sum();
+                if size > MAX_REPLY {
+                    return Err(bad(format!("MULTI_GET of {} keys, a reply of {size} bytes", names.len())));
+                }
                 names.iter().for_each(|k| put(&mut out, keys.get(k).map_or(&[][..], |v| v)));
             }
             MULTI_SET => {
-                for _ in 0..read_u64(&mut s)?.min(MAX_KEYS) {
+                for _ in 0..read_count(&mut s)? {
                     let (key, value) = (read_key(&mut s)?, read_bytes(&mut s, MAX_VALUE)?);
                     lock(&sh.keys).insert(key, value);
                 }
@@ -176,7 +211,8 @@ fn serve_conn(mut s: &TcpStream, sh: &Shared) -> io::Result<()> {
             }
             GETNUMKEYS => out.extend_from_slice(&(lock(&sh.keys).len() as i64).to_le_bytes()),
             DELETE_KEY => {
-                let removed = lock(&sh.keys).remove(&read_key(&mut s)?).is_some();
+                let key = read_key(&mut s)?;
+                let removed = lock(&sh.keys).remove(&key).is_some();
                 out.extend_from_slice(&i64::from(removed).to_le_bytes());
             }
             CANCEL_WAIT => out.push(WAIT_CANCELED),
