@@ -58,6 +58,8 @@ mod device;
 mod device_id;
 pub mod dist;
 mod element;
+#[cfg(test)]
+mod env_fuzz;
 mod error;
 mod graph;
 mod guard;

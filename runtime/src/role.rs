@@ -253,6 +253,29 @@ fn parse_bind_list(v: &str) -> std::result::Result<Vec<(String, String)>, String
 #[cfg(test)]
 mod tests {
     use super::parse_bind_list;
+    use crate::env_fuzz;
+
+    #[test]
+    fn bind_lists_never_panic_and_hold_no_more_than_the_value() {
+        let near = ["Encoder=cuda:2,Decoder=cuda:0", "A=cuda:0", "_x9=cuda:1,", "A=cuda:0,A=cuda:1", "é=cuda:0"];
+        let values = env_fuzz::values(0x4249_4e44, &near, env_fuzz::CASES);
+        let n = env_fuzz::run("LOCUS_BIND", &values, |v| match parse_bind_list(v) {
+            Ok(list) => {
+                let held: usize = list.iter().map(|(r, d)| r.len() + d.len()).sum();
+                assert!(held <= v.len() && list.len() <= v.len() / 2, "`{v}` gave {list:?}");
+                for (i, (role, device)) in list.iter().enumerate() {
+                    assert!(!role.is_empty() && !device.is_empty() && !device.contains(','), "`{v}`: {list:?}");
+                    assert!(role.chars().all(|c| c.is_alphanumeric() || c == '_'), "`{v}`: `{role}`");
+                    assert!(list[..i].iter().all(|(r, _)| r != role), "`{v}` names `{role}` twice");
+                }
+            }
+            Err(e) => {
+                let says = if e.contains("twice") { "twice" } else { "is not `Role=cuda:N`" };
+                env_fuzz::assert_clear(&e, "LOCUS_BIND", v, &[says]);
+            }
+        });
+        assert!(n >= 4000, "{n} values");
+    }
 
     #[test]
     fn bind_lists_parse_or_say_which_entry_is_wrong() {

@@ -111,6 +111,32 @@ mod tests {
     }
 
     #[test]
+    fn expected_counts_never_panic_and_name_the_variable_when_refused() {
+        use crate::env_fuzz;
+        let values = env_fuzz::values(0x4558_5043, &["1", "2", "8", "0", ""], env_fuzz::CASES);
+        let mut rng = env_fuzz::Rng::new(0x4558_5043);
+        let n = env_fuzz::run("LOCUS_EXPECT_DEVICES", &values, |v| {
+            let (n, found) = (rng.below(10), rng.below(10));
+            let count = v.trim().parse::<usize>().ok();
+            match decide(n, found, Some(v), "t") {
+                Ok(Decision::Run) => assert!(found >= n && (count.is_some() || v.trim().is_empty()), "`{v}`"),
+                Ok(Decision::Skip(_)) => {
+                    assert!(found < n && (v.trim().is_empty() || count.is_some_and(|e| e < n)), "`{v}`")
+                }
+                Err(e) => {
+                    let e = e.to_string();
+                    env_fuzz::assert_clear(&e, "LOCUS_EXPECT_DEVICES", v, &[]);
+                    match count {
+                        Some(c) => assert!(found < n && n <= c, "`{v}`: {e}"),
+                        None => assert!(!v.trim().is_empty() && e.contains("is not a number of devices"), "{e}"),
+                    }
+                }
+            }
+        });
+        assert!(n >= 4000, "{n} values");
+    }
+
+    #[test]
     fn an_expected_count_that_is_not_a_number_is_an_error() {
         let e = decide(2, 2, Some("two"), "t").unwrap_err().to_string();
         assert!(e.contains("`two` is not a number of devices"), "{e}");

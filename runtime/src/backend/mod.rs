@@ -57,13 +57,13 @@ fn choose() -> Result<AnyBackend> {
     let requested = std::env::var("LOCUS_BACKEND").unwrap_or_else(|_| "auto".into());
     let no_backend = |reason: String| Error::NoBackend { requested: requested.clone(), reason };
     let cuda = |b: cuda::CudaBackend| AnyBackend::new(Imp::Cuda(Box::leak(Box::new(b))));
-    match requested.trim() {
-        "host" => Ok(AnyBackend::new(Imp::Host(host::backend()?))),
-        "cuda" => match cuda::open() {
+    match parse_backend(&requested).map_err(no_backend)? {
+        Requested::Host => Ok(AnyBackend::new(Imp::Host(host::backend()?))),
+        Requested::Cuda => match cuda::open() {
             Ok(b) => Ok(cuda(b)),
             Err(why) => Err(no_backend(format!("{why}; or set LOCUS_BACKEND=host to run on the host backend"))),
         },
-        "auto" | "" => match cuda::open() {
+        Requested::Auto => match cuda::open() {
             Ok(b) => Ok(cuda(b)),
             Err(why) => {
                 let b = AnyBackend::new(Imp::Host(host::backend()?));
@@ -75,7 +75,26 @@ fn choose() -> Result<AnyBackend> {
                 Ok(b)
             }
         },
-        other => Err(no_backend(format!("`{other}` is not a backend"))),
+    }
+}
+
+/// What `LOCUS_BACKEND` asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Requested {
+    Auto,
+    Cuda,
+    Host,
+}
+
+/// A value of `LOCUS_BACKEND`: `auto` (or empty), `cuda` or `host`, spaces around it
+/// ignored. The error is the reason of an `Error::NoBackend`, whose message names the
+/// variable and the values it takes.
+fn parse_backend(v: &str) -> std::result::Result<Requested, String> {
+    match v.trim() {
+        "host" => Ok(Requested::Host),
+        "cuda" => Ok(Requested::Cuda),
+        "auto" | "" => Ok(Requested::Auto),
+        other => Err(format!("`{other}` is not a backend")),
     }
 }
 
@@ -123,4 +142,35 @@ pub fn backend_name() -> Result<&'static str> {
 /// ```
 pub fn device_count() -> Result<usize> {
     Ok(selected()?.device_count())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{parse_backend, Requested};
+    use crate::env_fuzz;
+    use crate::error::Error;
+
+    #[test]
+    fn backend_values_never_panic_and_name_the_variable_when_refused() {
+        let values = env_fuzz::values(0x4241_434b, &["auto", "cuda", "host", ""], env_fuzz::CASES);
+        let n = env_fuzz::run("LOCUS_BACKEND", &values, |v| match parse_backend(v) {
+            Ok(r) => {
+                let want = match v.trim() {
+                    "host" => Requested::Host,
+                    "cuda" => Requested::Cuda,
+                    "auto" | "" => Requested::Auto,
+                    _ => panic!("`{v}` accepted as {r:?}"),
+                };
+                assert_eq!(r, want);
+            }
+            Err(reason) => {
+                let e = Error::NoBackend { requested: v.into(), reason: reason.clone() }.to_string();
+                env_fuzz::assert_clear(&reason, "", v, &["is not a backend"]);
+                env_fuzz::assert_clear(&e, "LOCUS_BACKEND", &v.repeat(2), &["`auto`, `cuda` or `host`"]);
+            }
+        });
+        assert!(n >= 4000, "{n} values");
+        assert_eq!(parse_backend(" host\n"), Ok(Requested::Host));
+        assert!(parse_backend("Host").is_err());
+    }
 }

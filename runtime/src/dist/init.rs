@@ -154,13 +154,10 @@ impl Dist {
 }
 
 /// Joins the job the environment describes ([`Launch::from_env`]), with the timeout of
-/// `LOCUS_DIST_TIMEOUT` (seconds; default [`DEFAULT_TIMEOUT`]).
+/// `LOCUS_DIST_TIMEOUT` (seconds, from a nanosecond to a year; default [`DEFAULT_TIMEOUT`]).
 pub fn init() -> Result<Dist> {
     let timeout = match std::env::var("LOCUS_DIST_TIMEOUT") {
-        Ok(v) => match v.trim().parse::<f64>() {
-            Ok(s) if s > 0.0 && s.is_finite() => Duration::from_secs_f64(s),
-            _ => return Err(init_err(format!("`LOCUS_DIST_TIMEOUT={v}` is not a positive number of seconds"))),
-        },
+        Ok(v) => parse_timeout(&v).map_err(init_err)?,
         Err(_) => DEFAULT_TIMEOUT,
     };
     let agent = std::env::var("TORCHELASTIC_RUN_ID").ok();
@@ -171,6 +168,26 @@ pub fn init() -> Result<Dist> {
 /// Joins the job `launch` describes: rank 0 hosts the store at its master address.
 pub fn init_with(launch: Launch, timeout: Duration) -> Result<Dist> {
     join(launch, timeout, None)
+}
+
+/// The longest `LOCUS_DIST_TIMEOUT`, in seconds: a year. Longer is no timeout in
+/// practice, and far longer breaks: `Duration::from_secs_f64` panics past `u64::MAX`
+/// seconds and `Instant::now() + timeout` past `i64::MAX`.
+const MAX_TIMEOUT_SECS: f64 = 365.0 * 24.0 * 3600.0;
+
+/// The shortest, in seconds: a nanosecond, as less is a zero `Duration`, which a socket
+/// refuses as its timeout.
+const MIN_TIMEOUT_SECS: f64 = 1e-9;
+
+/// A value of `LOCUS_DIST_TIMEOUT`: seconds from [`MIN_TIMEOUT_SECS`] to
+/// [`MAX_TIMEOUT_SECS`], spaces around them ignored.
+fn parse_timeout(v: &str) -> std::result::Result<Duration, String> {
+    match v.trim().parse::<f64>() {
+        Ok(s) if (MIN_TIMEOUT_SECS..=MAX_TIMEOUT_SECS).contains(&s) => Ok(Duration::from_secs_f64(s)),
+        _ => Err(format!(
+            "`LOCUS_DIST_TIMEOUT={v}` is not a number of seconds from {MIN_TIMEOUT_SECS:e} to {MAX_TIMEOUT_SECS} (a year)"
+        )),
+    }
 }
 
 fn init_err(reason: String) -> Error {
@@ -251,5 +268,38 @@ impl Store for Prefixed {
     fn wait(&self, keys: &[&str]) -> Result<()> {
         let keys: Vec<String> = keys.iter().map(|k| format!("{}{k}", self.prefix)).collect();
         self.inner.wait(&keys.iter().map(String::as_str).collect::<Vec<_>>())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{parse_timeout, MAX_TIMEOUT_SECS};
+    use crate::env_fuzz;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn timeouts_never_panic_and_stay_from_a_nanosecond_to_a_year() {
+        let near = ["600", "0.5", "1e-9", "31536000", "3.2e7", "1e308", "inf"];
+        let values = env_fuzz::values(0x5449_4d45, &near, env_fuzz::CASES);
+        let n = env_fuzz::run("LOCUS_DIST_TIMEOUT", &values, |v| match parse_timeout(v) {
+            Ok(d) => {
+                assert!(!d.is_zero() && d <= Duration::from_secs_f64(MAX_TIMEOUT_SECS), "`{v}` gave {d:?}");
+                // What the store and the group do with it.
+                assert!(Instant::now().checked_add(d).is_some());
+            }
+            Err(e) => {
+                let s = v.trim().parse::<f64>();
+                assert!(s.is_err() || s.is_ok_and(|s| !(1e-9..=MAX_TIMEOUT_SECS).contains(&s)), "`{v}`: {e}");
+                env_fuzz::assert_clear(&e, "LOCUS_DIST_TIMEOUT", v, &["number of seconds from 1e-9 to 31536000"]);
+            }
+        });
+        assert!(n >= 4000, "{n} values");
+        // Before the cap these were accepted: `1e308` panicked in `Duration::from_secs_f64`,
+        // `1e19` in `Instant::now() + timeout`, and `1e-10` was a zero timeout.
+        for refused in ["1e308", "1e19", "1e-10", "0", "-1", "NaN", "inf"] {
+            assert!(parse_timeout(refused).is_err(), "{refused}");
+        }
+        assert_eq!(parse_timeout(" 600\n"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_timeout("1e-9"), Ok(Duration::from_nanos(1)));
     }
 }

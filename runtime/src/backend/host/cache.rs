@@ -155,10 +155,12 @@ pub(crate) struct HostCache {
 /// `LOCUS_HOST_CACHE` as a byte count: `Ok(None)` when unset, an error naming the variable
 /// when it is not one (the host backend reports it; the cache then uses the default).
 pub(crate) fn cap_var() -> std::result::Result<Option<usize>, String> {
-    match std::env::var("LOCUS_HOST_CACHE") {
-        Err(_) => Ok(None),
-        Ok(v) => v.trim().parse().map(Some).map_err(|_| format!("LOCUS_HOST_CACHE=`{v}` is not a number of bytes")),
-    }
+    parse_cap(std::env::var("LOCUS_HOST_CACHE").ok().as_deref())
+}
+
+/// [`cap_var`] of a value (`None`: unset); any `usize` is a cap.
+pub(in crate::backend::host) fn parse_cap(v: Option<&str>) -> std::result::Result<Option<usize>, String> {
+    v.map(|v| v.trim().parse().map_err(|_| format!("LOCUS_HOST_CACHE=`{v}` is not a number of bytes"))).transpose()
 }
 
 /// The process's cache of host memory.

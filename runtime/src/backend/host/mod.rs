@@ -4,7 +4,8 @@
 //! (`LOCUS_HOST_DEVICE_MEMORY` bytes, default 16 GiB), so an over-large allocation is
 //! `Error::OutOfMemory` as on a GPU. Host memory comes from the host cache
 //! (`LOCUS_HOST_CACHE`), and kernels split large work over the worker pool
-//! (`LOCUS_HOST_THREADS`); a bad value of either is this backend's configuration error. `cpu` and `pinned` memory are ordinary host memory
+//! (`LOCUS_HOST_THREADS`, copies over `LOCUS_COPY_THREADS`); a bad value of any is this
+//! backend's configuration error. `cpu` and `pinned` memory are ordinary host memory
 //! on every backend, and run here.
 
 use std::sync::OnceLock;
@@ -70,43 +71,47 @@ pub(crate) fn backend() -> Result<&'static HostBackend> {
     }
 }
 
-fn env_number(name: &str, default: usize) -> Result<usize> {
-    match std::env::var(name) {
-        Err(_) => Ok(default),
-        Ok(v) => v.trim().parse().map_err(|_| Error::NoBackend {
-            requested: std::env::var("LOCUS_BACKEND").unwrap_or_else(|_| "auto".into()),
-            reason: format!("{name}=`{v}` is not a non-negative integer"),
-        }),
+/// `LOCUS_HOST_DEVICES` (`None`: unset): a count from 0 to [`MAX_DEVICES`].
+fn parse_devices(v: Option<&str>) -> std::result::Result<usize, String> {
+    let Some(v) = v else { return Ok(DEFAULT_DEVICES) };
+    match v.trim().parse::<usize>() {
+        Ok(n) if n > MAX_DEVICES => {
+            Err(format!("LOCUS_HOST_DEVICES={n} is more than the host backend simulates ({MAX_DEVICES})"))
+        }
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("LOCUS_HOST_DEVICES=`{v}` is not a number of devices from 0 to {MAX_DEVICES}")),
     }
+}
+
+/// `LOCUS_HOST_DEVICE_MEMORY` (`None`: unset): the bytes of each simulated device, any
+/// `usize` (an account adds with `checked_add`, so even `usize::MAX` overflows nothing).
+fn parse_device_memory(v: Option<&str>) -> std::result::Result<usize, String> {
+    let Some(v) = v else { return Ok(DEFAULT_DEVICE_MEMORY) };
+    v.trim()
+        .parse()
+        .map_err(|_| format!("LOCUS_HOST_DEVICE_MEMORY=`{v}` is not a number of bytes from 0 to {}", usize::MAX))
 }
 
 impl HostBackend {
     fn from_env() -> Self {
-        let devices = env_number("LOCUS_HOST_DEVICES", DEFAULT_DEVICES).and_then(|n| {
-            if n > MAX_DEVICES {
-                return Err(Error::NoBackend {
-                    requested: std::env::var("LOCUS_BACKEND").unwrap_or_else(|_| "auto".into()),
-                    reason: format!("LOCUS_HOST_DEVICES={n} is more than the host backend simulates ({MAX_DEVICES})"),
-                });
-            }
-            Ok(n)
-        });
-        let memory = env_number("LOCUS_HOST_DEVICE_MEMORY", DEFAULT_DEVICE_MEMORY);
-        let delay = queue::configure().map_err(|reason| Error::NoBackend {
+        let no_backend = |reason| Error::NoBackend {
             requested: std::env::var("LOCUS_BACKEND").unwrap_or_else(|_| "auto".into()),
             reason,
-        });
+        };
+        let var = |name| std::env::var(name).ok();
+        let devices = parse_devices(var("LOCUS_HOST_DEVICES").as_deref()).map_err(no_backend);
+        let memory = parse_device_memory(var("LOCUS_HOST_DEVICE_MEMORY").as_deref()).map_err(no_backend);
+        let delay = queue::configure().map_err(no_backend);
         // The worker pool and the host cache read their own variables (and fall back to
         // their defaults); a bad value is this backend's configuration error.
-        let pool = [workers::thread_count_var("LOCUS_HOST_THREADS"), cache::cap_var().map(|_| None)]
-            .into_iter()
-            .find_map(|r| r.err())
-            .map_or(Ok(()), |reason| {
-                Err(Error::NoBackend {
-                    requested: std::env::var("LOCUS_BACKEND").unwrap_or_else(|_| "auto".into()),
-                    reason,
-                })
-            });
+        let pool = [
+            workers::thread_count_var("LOCUS_HOST_THREADS"),
+            workers::thread_count_var("LOCUS_COPY_THREADS"),
+            cache::cap_var().map(|_| None),
+        ]
+        .into_iter()
+        .find_map(|r| r.err())
+        .map_or(Ok(()), |reason| Err(no_backend(reason)));
         let config_error =
             devices.as_ref().err().or(memory.as_ref().err()).or(delay.as_ref().err()).or(pool.as_ref().err()).cloned();
         let (devices, memory) = (devices.unwrap_or(0), memory.unwrap_or(0));
@@ -161,4 +166,72 @@ fn pinned_layout(bytes: usize) -> Result<std::alloc::Layout> {
         requested: bytes,
         free: 0,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{cache, parse_device_memory, parse_devices, DEFAULT_DEVICES, DEFAULT_DEVICE_MEMORY, MAX_DEVICES};
+    use crate::backend::account::MemoryAccount;
+    use crate::device_id::DeviceId;
+    use crate::env_fuzz;
+
+    /// The value as an integer, when it is one (of any size) after `trim`.
+    fn integer(v: &str) -> Option<u128> {
+        let t = v.trim();
+        let digits = t.strip_prefix('+').unwrap_or(t);
+        (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| digits.bytes().try_fold(0u128, |n, b| n.checked_mul(10)?.checked_add(u128::from(b - b'0'))))
+            .map(|n| n.unwrap_or(u128::MAX))
+    }
+
+    #[test]
+    fn device_counts_never_panic_and_stay_under_the_cap() {
+        let values = env_fuzz::values(0x4445_5653, &["2", "0", "1024", "1025"], env_fuzz::CASES);
+        let n = env_fuzz::run("LOCUS_HOST_DEVICES", &values, |v| match parse_devices(Some(v)) {
+            Ok(n) => assert!(n <= MAX_DEVICES && integer(v) == Some(n as u128), "`{v}` gave {n}"),
+            Err(e) => {
+                assert!(integer(v).is_none_or(|n| n > MAX_DEVICES as u128), "`{v}` refused: {e}");
+                env_fuzz::assert_clear(&e, "LOCUS_HOST_DEVICES", v, &["1024"]);
+            }
+        });
+        assert!(n >= 4000, "{n} values");
+        assert_eq!(parse_devices(None), Ok(DEFAULT_DEVICES));
+        assert_eq!(parse_devices(Some(" 1024\t")), Ok(1024));
+        // A hundred million accounts would be refused, not allocated.
+        assert!(parse_devices(Some("100000000")).unwrap_err().contains("more than the host backend simulates (1024)"));
+    }
+
+    #[test]
+    fn device_memory_never_panics_and_any_size_is_safe_to_account() {
+        let values = env_fuzz::values(0x4d45_4d53, &["17179869184", "0", "18446744073709551615"], env_fuzz::CASES);
+        let n = env_fuzz::run("LOCUS_HOST_DEVICE_MEMORY", &values, |v| match parse_device_memory(Some(v)) {
+            Ok(n) => assert_eq!(integer(v), Some(n as u128), "`{v}` gave {n}"),
+            Err(e) => {
+                assert!(integer(v).is_none_or(|n| n > usize::MAX as u128), "`{v}` refused: {e}");
+                env_fuzz::assert_clear(&e, "LOCUS_HOST_DEVICE_MEMORY", v, &["number of bytes"]);
+            }
+        });
+        assert!(n >= 4000, "{n} values");
+        assert_eq!(parse_device_memory(None), Ok(DEFAULT_DEVICE_MEMORY));
+        // The largest value accepted is a capacity the account handles without overflow.
+        let most = parse_device_memory(Some("18446744073709551615")).unwrap();
+        let account = MemoryAccount::new(DeviceId::Cuda(0), most);
+        account.reserve(most).unwrap();
+        assert!(account.reserve(1).is_err());
+        account.release(most);
+    }
+
+    #[test]
+    fn host_cache_caps_never_panic_and_name_the_variable_when_refused() {
+        let values = env_fuzz::values(0x4341_4348, &["2147483648", "0", "4096"], env_fuzz::CASES);
+        let n = env_fuzz::run("LOCUS_HOST_CACHE", &values, |v| match cache::parse_cap(Some(v)) {
+            Ok(cap) => assert_eq!(cap.map(|c| c as u128), integer(v), "`{v}`"),
+            Err(e) => {
+                assert!(integer(v).is_none_or(|n| n > usize::MAX as u128), "`{v}` refused: {e}");
+                env_fuzz::assert_clear(&e, "LOCUS_HOST_CACHE", v, &["number of bytes"]);
+            }
+        });
+        assert!(n >= 4000, "{n} values");
+        assert_eq!(cache::parse_cap(None), Ok(None));
+    }
 }

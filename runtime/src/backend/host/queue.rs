@@ -3,7 +3,7 @@
 //! and its queue has drained), so host code runs ahead of the "GPU" as it does with
 //! CUDA. `LOCUS_HOST_STREAM_DELAY` delays every job on purpose, to widen race windows:
 //! `N` sleeps N microseconds before each job, `0-N:SEED` a pseudo-random time from 0 to N
-//! microseconds drawn from SEED.
+//! microseconds drawn from SEED; N is at most a second ([`MAX_DELAY_US`]).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -169,6 +169,12 @@ pub(in crate::backend::host) enum Delay {
 
 static DELAY: OnceLock<Delay> = OnceLock::new();
 
+/// The longest delay `LOCUS_HOST_STREAM_DELAY` may ask for, in microseconds: a second
+/// before every stream op already slows a test suite to a crawl, a larger value would
+/// make it hang (years, at `u64::MAX`), and `0-N:SEED` draws modulo `N + 1`, which
+/// overflows at `N = u64::MAX`.
+pub(in crate::backend::host) const MAX_DELAY_US: u64 = 1_000_000;
+
 /// Reads `LOCUS_HOST_STREAM_DELAY`; the error says what is wrong with it.
 pub(in crate::backend::host) fn configure() -> std::result::Result<(), String> {
     let d = match std::env::var("LOCUS_HOST_STREAM_DELAY") {
@@ -183,20 +189,21 @@ pub(in crate::backend::host) fn parse_delay(v: &str) -> std::result::Result<Dela
     let v = v.trim();
     let bad = || {
         format!(
-            "LOCUS_HOST_STREAM_DELAY=`{v}` is neither N (microseconds before each stream op) nor 0-N:SEED (a random \
-             delay up to N microseconds from SEED)"
+            "LOCUS_HOST_STREAM_DELAY=`{v}` is neither N (microseconds before each stream op, at most {MAX_DELAY_US}) \
+             nor 0-N:SEED (a random delay up to N microseconds from SEED)"
         )
     };
+    let us = |n: &str| n.trim().parse::<u64>().ok().filter(|&n| n <= MAX_DELAY_US).ok_or_else(bad);
     if v.is_empty() || v == "0" {
         return Ok(Delay::None);
     }
     if let Some(rest) = v.strip_prefix("0-") {
         let (max, seed) = rest.split_once(':').ok_or_else(bad)?;
-        let max_us = max.trim().parse().map_err(|_| bad())?;
+        let max_us = us(max)?;
         let seed = seed.trim().parse().map_err(|_| bad())?;
         return Ok(Delay::Random { max_us, seed });
     }
-    v.parse().map(|us| Delay::Fixed(Duration::from_micros(us))).map_err(|_| bad())
+    us(v).map(|us| Delay::Fixed(Duration::from_micros(us)))
 }
 
 fn delay() {
@@ -262,5 +269,32 @@ mod tests {
         assert_eq!(parse_delay("0-200:7").unwrap(), Delay::Random { max_us: 200, seed: 7 });
         assert!(parse_delay("fast").unwrap_err().contains("LOCUS_HOST_STREAM_DELAY=`fast`"));
         assert!(parse_delay("0-20").is_err());
+    }
+
+    #[test]
+    fn delay_values_never_panic_and_stay_under_the_cap() {
+        use crate::env_fuzz;
+        let near = ["0", "50", "0-50:2026", "0-1000000:18446744073709551615", "1000000", "0-18446744073709551615:1"];
+        let values = env_fuzz::values(0x4445_4c59, &near, env_fuzz::CASES);
+        let n = env_fuzz::run("LOCUS_HOST_STREAM_DELAY", &values, |v| match parse_delay(v) {
+            Ok(Delay::None) => assert!(["", "0"].contains(&v.trim()), "`{v}` gave no delay"),
+            Ok(Delay::Fixed(d)) => assert!(d <= Duration::from_micros(MAX_DELAY_US), "`{v}` gave {d:?}"),
+            Ok(Delay::Random { max_us, seed }) => {
+                assert!(max_us <= MAX_DELAY_US, "`{v}` gave up to {max_us} us");
+                // What `delay` draws, without the sleep: no overflow, no division by zero.
+                let us = crate::backend::rand_bits(seed, 3) % (max_us + 1);
+                assert!(us <= max_us);
+            }
+            Err(e) => env_fuzz::assert_clear(&e, "LOCUS_HOST_STREAM_DELAY", v, &["0-N:SEED", "at most 1000000"]),
+        });
+        assert!(n >= 4000, "{n} values");
+        // Before the cap, `0-18446744073709551615:N` was accepted and its first draw
+        // overflowed `max_us + 1` (without the cap this test fails on such a value even
+        // when `near` does not hold one), and a delay of `18446744073709551615` µs hung
+        // every stream.
+        assert!(parse_delay("0-18446744073709551615:1").is_err());
+        assert!(parse_delay("18446744073709551615").is_err());
+        assert!(parse_delay("1000001").is_err());
+        assert_eq!(parse_delay("1000000").unwrap(), Delay::Fixed(Duration::from_secs(1)));
     }
 }

@@ -33,10 +33,13 @@ use crate::element::DType;
 
 /// Whether the checker runs: debug builds, unless `LOCUS_HAZARD_CHECK` is `0` or `off`.
 pub(crate) fn enabled() -> bool {
-    static ON: LazyLock<bool> = LazyLock::new(|| {
-        !matches!(std::env::var("LOCUS_HAZARD_CHECK").as_deref().map(str::trim), Ok("0" | "off" | "false"))
-    });
+    static ON: LazyLock<bool> = LazyLock::new(|| asked_for(std::env::var("LOCUS_HAZARD_CHECK").ok().as_deref()));
     cfg!(debug_assertions) && *ON
+}
+
+/// `LOCUS_HAZARD_CHECK` (`None`: unset) leaves the checker on unless it is `0`, `off` or `false`.
+fn asked_for(v: Option<&str>) -> bool {
+    !matches!(v.map(str::trim), Some("0" | "off" | "false"))
 }
 
 /// The host's component of every clock.
@@ -312,6 +315,15 @@ pub(crate) fn stream_clock(stream: Agent) -> (Clock, u64) {
 #[cfg(test)]
 mod tests {
     use crate::backend::sync::hazard::*;
+
+    #[test]
+    fn hazard_check_values_never_panic_and_only_the_off_words_turn_it_off() {
+        let values = crate::env_fuzz::values(0x4841_5a44, &["0", "off", "false", "1"], crate::env_fuzz::CASES);
+        let n = crate::env_fuzz::run("LOCUS_HAZARD_CHECK", &values, |v| {
+            assert_eq!(asked_for(Some(v)), !["0", "off", "false"].contains(&v.trim()), "`{v}`");
+        });
+        assert!(n >= 4000 && asked_for(None) && !asked_for(Some(" off\n")), "{n} values");
+    }
 
     fn agent(key: u64) -> Agent {
         Agent::Stream { key: 1_000_000 + key, device: DeviceId::Cuda(0), id: key }

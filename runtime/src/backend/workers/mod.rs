@@ -249,12 +249,15 @@ const MAX_THREADS: usize = 256;
 /// the variable when it is not such a count (the host backend reports it; the pool then
 /// uses the default).
 pub(crate) fn thread_count_var(name: &str) -> std::result::Result<Option<usize>, String> {
-    match std::env::var(name) {
-        Err(_) => Ok(None),
-        Ok(v) => match v.trim().parse::<usize>() {
-            Ok(n) if (1..=MAX_THREADS).contains(&n) => Ok(Some(n)),
-            _ => Err(format!("{name}=`{v}` is not a thread count from 1 to {MAX_THREADS}")),
-        },
+    parse_thread_count(name, std::env::var(name).ok().as_deref())
+}
+
+/// [`thread_count_var`] of a value of `name` (`None`: unset).
+fn parse_thread_count(name: &str, v: Option<&str>) -> std::result::Result<Option<usize>, String> {
+    let Some(v) = v else { return Ok(None) };
+    match v.trim().parse::<usize>() {
+        Ok(n) if (1..=MAX_THREADS).contains(&n) => Ok(Some(n)),
+        _ => Err(format!("{name}=`{v}` is not a thread count from 1 to {MAX_THREADS}")),
     }
 }
 

@@ -148,3 +148,21 @@ fn work_started_on_a_pool_thread_runs_its_parts_there() {
     .unwrap();
     assert_eq!(total.load(Ordering::Relaxed), threads * threads);
 }
+
+#[test]
+fn thread_counts_never_panic_and_stay_from_1_to_the_cap() {
+    use crate::env_fuzz;
+    let values = env_fuzz::values(0x5448_5244, &["1", "8", "256", "257", "0"], env_fuzz::CASES);
+    for name in ["LOCUS_HOST_THREADS", "LOCUS_COPY_THREADS"] {
+        let n = env_fuzz::run(name, &values, |v| match parse_thread_count(name, Some(v)) {
+            Ok(Some(n)) => {
+                assert!((1..=MAX_THREADS).contains(&n), "`{v}` gave {n}");
+                assert_eq!(v.trim().trim_start_matches('+').trim_start_matches('0'), n.to_string(), "`{v}` gave {n}");
+            }
+            Ok(None) => panic!("`{v}` read as unset"),
+            Err(e) => env_fuzz::assert_clear(&e, name, v, &["thread count from 1 to 256"]),
+        });
+        assert!(n >= 4000, "{n} values");
+        assert_eq!(parse_thread_count(name, None), Ok(None));
+    }
+}
