@@ -195,9 +195,10 @@ fn a_malformed_locus_bind_is_an_err_for_every_role() {
     }
 }
 
-/// Three processes join through `dist::init`: each gets `Local` bound to its own device
-/// (cuda:rank when there are three, else all on cuda:0), makes `Tensor<Local>` and
-/// reduces through the group.
+/// Three processes join through `dist::init`: each rank that has a device of its own
+/// (cuda:rank) gets `Local` bound to it by `init`; on a machine with fewer devices the
+/// others have none (`d.local()` is an `Err`), bind `Local` themselves to a shared device,
+/// as the ddp example does, and reduce through a host copy (NCCL takes one process a GPU).
 fn local_rank_body(rank: usize, world: usize, dir: &Path) -> Result<(), String> {
     let s = |e: Error| e.to_string();
     let port_file = dir.join("port");
@@ -220,24 +221,29 @@ fn local_rank_body(rank: usize, world: usize, dir: &Path) -> Result<(), String> 
             std::thread::sleep(Duration::from_millis(5));
         }
     };
-    let distinct = locus::device_count().map_err(s)? >= world;
-    let mut b = Launch::builder().rank(rank, world).local_rank(rank, world).master("127.0.0.1", port);
-    if !distinct {
-        b = b.device(0);
-    }
+    let count = locus::device_count().map_err(s)?;
+    let own = rank < count;
     if bound::<Local>().is_ok() {
         return Err("Local was bound before dist::init".into());
     }
-    let d = init_with(b.build().map_err(s)?, Duration::from_secs(60)).map_err(s)?;
-    let local: Local = d.local().map_err(s)?;
-    let want = DeviceId::Cuda(if distinct { rank as u32 } else { 0 });
+    let launch = Launch::builder().rank(rank, world).local_rank(rank, world).master("127.0.0.1", port);
+    let d = init_with(launch.build().map_err(s)?, Duration::from_secs(60)).map_err(s)?;
+    let local: Local = match d.local() {
+        Ok(local) if own => local,
+        Ok(local) => return Err(format!("rank {rank} has no device of its own, yet Local is on {}", local.id())),
+        Err(e) if own => return Err(format!("rank {rank} on cuda:{rank}: {e}")),
+        Err(_) => {
+            bind::<Local>(DeviceId::Cuda((rank % count) as u32)).map_err(s)?;
+            Local::resolve().map_err(s)?
+        }
+    };
+    let want = DeviceId::Cuda((rank % count) as u32);
     if (local.id(), bound::<Local>().map_err(s)?) != (want, want) {
         return Err(format!("Local is on {}, not {want}", local.id()));
     }
     let mine = Tensor::<Local>::full([3], (rank + 1) as f32).map_err(s)?;
     let total = (world * (world + 1) / 2) as f32;
-    // On one GPU three ranks cannot share NCCL: reduce a host copy then.
-    let sum = if distinct {
+    let sum = if count >= world {
         d.group().all_reduce(&mine, ReduceOp::Sum).map_err(s)?.to::<Cpu>().map_err(s)?
     } else {
         d.group().all_reduce(&mine.to::<Cpu>().map_err(s)?, ReduceOp::Sum).map_err(s)?

@@ -292,7 +292,7 @@ fn until_closed(s: &mut TcpStream) -> io::Result<Vec<u8>> {
 fn answers(addr: &str, tag: &str) -> Result<(), String> {
     let start = Instant::now();
     let key = format!("health/{tag}");
-    let check = || -> crate::Result<bool> {
+    let check = || -> crate::error::Result<bool> {
         let c = TcpStore::connect(addr, DEADLINE)?;
         c.set(&key, tag.as_bytes())?;
         Ok(c.get(&key)? == tag.as_bytes() && c.add(&format!("{key}/n"), 2)? == 2)
