@@ -453,3 +453,37 @@ fn mutated_and_truncated_files_are_errors_never_panics_or_huge_allocations() -> 
     assert!(err > 500, "most mutations break the file: only {err} of 1500 were refused");
     Ok(())
 }
+
+/// A save that fails while writing (the disk full: the temporary file is a link to
+/// `/dev/full`, so every write fails with ENOSPC after the file opened) or before (the
+/// temporary file cannot be created) is an `Err` naming the file, leaves the previous
+/// checkpoint as it was, byte for byte, and leaves no temporary file behind.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_failed_save_never_damages_the_previous_file() -> locus::Result<()> {
+    let f = TempFile::new("failed-save");
+    let old = Tensor::<Cpu>::arange(0.0, 6.0, 1.0)?.reshape([2, 3])?;
+    locus::save_safetensors(&f.0, [("w", old.clone())])?;
+    let before = std::fs::read(&f.0).expect("the first save wrote the file");
+    let mut tmp = f.0.as_os_str().to_owned();
+    tmp.push(format!(".locus-{}.tmp", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let big = Tensor::<Cpu>::ones([1 << 20])?; // 4 MiB: past the writer's buffer
+    if std::path::Path::new("/dev/full").exists() {
+        std::os::unix::fs::symlink("/dev/full", &tmp).expect("a link in the temp dir");
+        let err = locus::save_safetensors(&f.0, [("w", big.clone())]).unwrap_err();
+        assert!(err.to_string().contains("cannot be written"), "{err}");
+        assert_eq!(std::fs::read(&f.0).unwrap(), before, "a save that failed while writing changed the previous file");
+        assert!(std::fs::symlink_metadata(&tmp).is_err(), "the temporary file is left behind");
+    } else {
+        eprintln!("skipped: the disk-full case needs /dev/full");
+    }
+    std::fs::create_dir(&tmp).expect("a directory where the temporary file goes");
+    let err = locus::save_safetensors(&f.0, [("w", big)]).unwrap_err();
+    std::fs::remove_dir(&tmp).ok();
+    assert!(err.to_string().contains("cannot be written (create"), "{err}");
+    assert_eq!(std::fs::read(&f.0).unwrap(), before, "a save that could not start changed the previous file");
+    let back = locus::load_safetensors::<Cpu>(&f.0)?;
+    assert_eq!(back.get::<f32>("w")?.to_vec()?, old.to_vec()?);
+    Ok(())
+}
