@@ -222,6 +222,7 @@ assert_eq!((1 + &x)?.to_vec()?, vec![2, 0]); // integers wrap
     f32,
     f64,
     i32,
+    i64,
     u8,
     half::bf16,
     half::f16
@@ -242,6 +243,7 @@ assert_eq!((1.0 - &x)?.to_vec()?, vec![0.75, -1.0]);
     f32,
     f64,
     i32,
+    i64,
     u8,
     half::bf16,
     half::f16
@@ -262,6 +264,7 @@ assert_eq!((2.0 * x)?.to_vec()?, vec![2.0, -4.0]);
     f32,
     f64,
     i32,
+    i64,
     u8,
     half::bf16,
     half::f16
@@ -284,6 +287,7 @@ assert!((1 / &z).is_err());
     f32,
     f64,
     i32,
+    i64,
     u8,
     half::bf16,
     half::f16

@@ -70,6 +70,12 @@ impl<D: Device, T: Element> Tensor<D, T> {
             });
         }
         let count = index.shape[0];
+        if self.shape[dim] == 0 && count > 0 {
+            // No index is in range of an empty dim: the error now, before the result is
+            // allocated. Its other dims may be huge (this tensor is empty whatever they are).
+            let first = index.narrow(0, 0, 1)?.item()?;
+            return Err(index_out_of_range(dim, 0, 0, first.into()));
+        }
         let mut dims = self.shape.to_vec();
         dims[dim] = count;
         let out = Shape::result(OP, dims, T::DTYPE, &[&self.shape, &index.shape])?;

@@ -6,6 +6,7 @@ use super::Tensor;
 use crate::device::Device;
 use crate::element::{Element, IndexElement};
 use crate::error::{Error, Result};
+use crate::shape::Shape;
 
 impl<D: Device, I: IndexElement> Tensor<D, I> {
     /// For each index a row of `num_classes` elements of `U`, one at the index and zero
@@ -31,12 +32,18 @@ impl<D: Device, I: IndexElement> Tensor<D, I> {
         let bad = |reason: String| Error::InvalidArgument { op: "one_hot", reason };
         let n = i32::try_from(num_classes)
             .map_err(|_| bad(format!("{num_classes} classes; at most i32::MAX (the index type)")))?;
-        if self.numel() > 0 {
-            let (lo, hi) = (self.min()?.item()?.to_i64(), self.max()?.item()?.to_i64());
-            for index in [lo, hi] {
-                if index < 0 || index >= n.into() {
-                    return Err(bad(format!("index {index} is out of range for {num_classes} classes")));
-                }
+        // The result's shape first: one too large to exist fails before the `0..num_classes`
+        // row below is made (8 GiB for `i32::MAX` classes), and with no index, no row is.
+        let mut dims = self.shape().to_vec();
+        dims.push(num_classes);
+        let shape = Shape::result("one_hot", dims, U::DTYPE, &[self.shape()])?;
+        if self.numel() == 0 {
+            return Tensor::zeros_on(self.placement(), &*shape);
+        }
+        let (lo, hi) = (self.min()?.item()?.to_i64(), self.max()?.item()?.to_i64());
+        for index in [lo, hi] {
+            if index < 0 || index >= n.into() {
+                return Err(bad(format!("index {index} is out of range for {num_classes} classes")));
             }
         }
         // Every index is in [0, n), so an i64 one converts exactly.
