@@ -374,6 +374,48 @@ fn a_world_of_one_bound_to_its_device_runs_every_collective() {
     std::fs::remove_dir_all(dir).ok();
 }
 
+/// A world of one on `cuda:0` gives back every element of its input, whatever the length
+/// (odd, around the 1 MiB cache limit, past 4 MiB) and the reduction, synchronous and
+/// `_async`, with the result's memory dirtied first: a block freed just before holds
+/// NaN, so an element the collective leaves unwritten shows. (DDP's bucket flag, the last
+/// element of a 4 MiB + 4 byte input, came back with another tensor's data on an H100.)
+#[test]
+fn a_world_of_one_writes_every_element_of_every_length() -> locus::Result<()> {
+    let dir = common::ranks::fresh_dir("world_of_one_lengths");
+    let store: Arc<dyn Store> = Arc::new(FileStore::new(&dir, LONG)?);
+    let pg = ProcessGroup::new(store, 0, 1, LONG)?.with_device(DeviceId::Cuda(0))?;
+    let lens: &[usize] = if common::on_gpu() {
+        &[1, 3, 255, 1025, 262_145, 1_048_577, 1_048_576 + 1024 + 1, 4_194_305]
+    } else {
+        &[1, 3, 1025]
+    };
+    let mut wrong = Vec::new();
+    for &n in lens {
+        let x = Tensor::<Cuda<0>>::arange(0.0, n as f32, 1.0)?;
+        let want = x.to_vec()?;
+        for op in [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min] {
+            for side in [false, true] {
+                // The result is allocated where this NaN block was freed (the same stream's
+                // cache or pool), on the current stream or the group's side stream.
+                drop(Tensor::<Cuda<0>>::full([n], f32::NAN)?);
+                let got = if side { pg.all_reduce_async(&x, op)?.wait()? } else { pg.all_reduce(&x, op)? };
+                let got = got.to_vec()?;
+                let bad: Vec<usize> = (0..n).filter(|&i| got[i].to_bits() != want[i].to_bits()).collect();
+                if let (Some(&first), Some(&last)) = (bad.first(), bad.last()) {
+                    wrong.push(format!(
+                        "{op:?} (async: {side}) of {n}: {} elements wrong, {first}..={last}, [{first}] = {}",
+                        bad.len(),
+                        got[first]
+                    ));
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "all_reduce over one rank changed its input:\n{}", wrong.join("\n"));
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}
+
 /// A tensor on a device other than the group's is an `Err` naming both devices.
 #[test]
 fn a_tensor_on_another_device_than_the_groups_is_an_error() {

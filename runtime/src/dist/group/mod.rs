@@ -525,8 +525,11 @@ impl ProcessGroup {
     }
 
     /// A reduction of `t` on the communicator (`make` builds the op from the input and
-    /// NCCL's reduction), with a result of `shape`. NCCL averages floating-point types;
-    /// an integer average is the sum divided here, with truncation, as over TCP.
+    /// NCCL's reduction), with a result of `shape`. An average is NCCL's sum divided here
+    /// by the world size (an integer one truncating), as over TCP and as PyTorch's DDP
+    /// divides its buckets, never NCCL's own `ncclAvg`: NCCL 2.28's one-rank `ncclAvg`
+    /// leaves the last element of an out-of-place result unwritten for some lengths
+    /// (1 048 577 elements of f32, say; tests/dist.rs shows it on the GPU).
     fn comm_reduce<D: Device, T: Element>(
         &self,
         c: &crate::backend::AnyComm,
@@ -535,10 +538,10 @@ impl ProcessGroup {
         shape: Shape,
         make: impl for<'b> FnOnce(&'b crate::backend::Buffer, CommReduce) -> CommOp<'b, crate::backend::Buffer>,
     ) -> Result<Tensor<D, T>> {
-        let integer_avg = op == ReduceOp::Avg && !T::DTYPE.is_float();
-        let red = if integer_avg { CommReduce::Sum } else { op.comm() };
+        let avg = op == ReduceOp::Avg;
+        let red = if avg { CommReduce::Sum } else { op.comm() };
         let out = t.with_buffer(self.comm_run(c, t, make(t.buffer(), red))?, shape);
-        if integer_avg {
+        if avg && self.world_size > 1 {
             return out.binary_scalar(crate::backend::BinaryOp::Div, T::from_f64(self.world_size as f64));
         }
         Ok(out)
