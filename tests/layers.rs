@@ -1,6 +1,6 @@
 //! The runtime's layers, read from its sources and held against docs/DESIGN.md:
 //! - the backend (`runtime/src/backend`) may use the foundation modules below it
-//!   (`error`, `element`, `shape`, `device_id`, and the tests-only `env_fuzz`) and nothing above;
+//!   (`error`, `element`, `shape`, `device_id`, `trace`, and the tests-only `env_fuzz`) and nothing above;
 //! - inside the backend, each folder (or top-level file) imports only the folders its row
 //!   of DESIGN's backend map allows, and no two folders import each other, directly or
 //!   round a longer circle; `cuda/driver/` imports nothing else of `cuda/`, and
@@ -24,7 +24,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// What the backend may name from the rest of the crate.
-const FOUNDATION: [&str; 5] = ["error", "element", "shape", "device_id", "env_fuzz"];
+const FOUNDATION: [&str; 6] = ["error", "element", "shape", "device_id", "trace", "env_fuzz"];
 /// The longest backend file, in lines.
 const MAX_LINES: usize = 400;
 

@@ -21,7 +21,8 @@
 // Layers, bottom up. A module may import from its own layer and the ones below it.
 //
 // - foundation: `error` (Error, Result), `element` (element types), `shape` (checked
-//   shapes and layouts), `device_id` (DeviceId, re-exported by `device`).
+//   shapes and layouts), `device_id` (DeviceId, re-exported by `device`), `trace` (the
+//   trace-event recorder, `range!`).
 // - backend: `backend` and everything under it, one folder per layer (docs/DESIGN.md's
 //   backend map): the contract (`api/`: the `BackendDevice` and `BackendStorage` traits
 //   with their associated types, the f32 matmul precision), the worker pool, the
@@ -80,6 +81,7 @@ mod tensor;
 #[doc(hidden)]
 pub mod testing;
 mod to_device;
+pub mod trace;
 #[doc(hidden)]
 pub mod tuning;
 mod unwaited;

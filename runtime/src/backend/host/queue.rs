@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::device_id::DeviceId;
 use crate::error::{Error, Result};
+use crate::trace::{self, Track};
 
 /// A unit of queued work; a graph's replays run a recorded job again.
 pub(in crate::backend::host) type Job = Box<dyn FnMut() + Send + 'static>;
@@ -26,11 +27,20 @@ pub(crate) struct Queue {
     finished: Condvar,
     device: DeviceId,
     name: String,
+    /// Where its jobs go in a trace.
+    track: Track,
 }
+
+/// How many finished jobs' end times a queue keeps while a trace is written, for the
+/// flow arrows of the waits that name them.
+const RECENT: usize = 256;
 
 #[derive(Default)]
 struct State {
-    jobs: VecDeque<Job>,
+    /// Each job, with the name its slice has in a trace (none: not traced).
+    jobs: VecDeque<(Job, Option<&'static str>)>,
+    /// While a trace is written: the last traced jobs' numbers and end times.
+    recent: VecDeque<(u64, Instant)>,
     /// Jobs queued so far; job `n` (from 1) is the n-th.
     pushed: u64,
     /// Jobs finished so far (they finish in order).
@@ -53,8 +63,10 @@ impl std::fmt::Debug for State {
 }
 
 impl Queue {
-    pub(in crate::backend::host) fn new(device: DeviceId, name: String) -> Arc<Queue> {
-        Arc::new(Queue { state: Mutex::default(), work: Condvar::new(), finished: Condvar::new(), device, name })
+    /// The queue of stream `number` of `device`, `key` its process-unique number.
+    pub(in crate::backend::host) fn new(device: DeviceId, name: String, number: u64, key: u64) -> Arc<Queue> {
+        let track = Track::Stream { device, key, number };
+        Arc::new(Queue { state: Mutex::default(), work: Condvar::new(), finished: Condvar::new(), device, name, track })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -63,6 +75,38 @@ impl Queue {
 
     /// Queues `job` and returns its number.
     pub(in crate::backend::host) fn push(self: &Arc<Self>, job: Job) -> Result<u64> {
+        self.push_named(job, None)
+    }
+
+    /// Queues `job`, op `name` (a slice of that name in a trace), and returns its number.
+    pub(in crate::backend::host) fn push_op(self: &Arc<Self>, job: Job, name: &'static str) -> Result<u64> {
+        self.push_named(job, Some(name))
+    }
+
+    /// Queues a wait for job `seq` of `other`: a `wait` slice in a trace, with a flow
+    /// arrow from the end of that job.
+    pub(in crate::backend::host) fn push_wait(self: &Arc<Self>, other: Arc<Queue>, seq: u64) -> Result<u64> {
+        let to = self.track;
+        self.push(Box::new(move || {
+            let begin = Instant::now();
+            let _ = other.wait_for(seq);
+            if trace::is_on() {
+                let end = Instant::now();
+                trace::slice(to, "wait", "wait", begin, end, &format!(r#""for":{:?},"job":{seq}"#, other.name));
+                if let Some(done) = other.end_of(seq) {
+                    let inside = |t: Instant| t.checked_sub(Duration::from_nanos(1)).unwrap_or(t);
+                    trace::flow("wait", other.track, inside(done), to, inside(end).max(begin));
+                }
+            }
+        }))
+    }
+
+    /// When job `seq` (traced) finished, if this queue still remembers.
+    fn end_of(&self, seq: u64) -> Option<Instant> {
+        self.lock().recent.iter().rev().find(|(n, _)| *n <= seq).map(|(_, at)| *at)
+    }
+
+    fn push_named(self: &Arc<Self>, job: Job, name: Option<&'static str>) -> Result<u64> {
         let mut s = self.lock();
         if !s.worker {
             let queue = Arc::clone(self);
@@ -72,7 +116,7 @@ impl Queue {
                 .map_err(|e| Error::Thread { message: format!("the worker of host {}: {e}", self.name) })?;
             s.worker = true;
         }
-        s.jobs.push_back(job);
+        s.jobs.push_back((job, name));
         s.pushed += 1;
         self.work.notify_one();
         Ok(s.pushed)
@@ -123,7 +167,7 @@ impl Queue {
     fn run(&self) {
         let mut s = self.lock();
         loop {
-            let Some(job) = s.jobs.pop_front() else {
+            let Some((job, name)) = s.jobs.pop_front() else {
                 if s.closed {
                     s.worker = false;
                     return;
@@ -133,13 +177,25 @@ impl Queue {
             };
             drop(s);
             delay();
+            let begin = Instant::now();
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+            let finished = Instant::now();
+            let traced = name.filter(|_| trace::is_on());
+            if let Some(name) = traced {
+                trace::slice(self.track, name, "op", begin, finished, "");
+            }
             s = self.lock();
             if let Err(e) = outcome {
                 s.failed.get_or_insert(crate::error::panic_message(&*e));
             }
             s.done += 1;
             let done = s.done;
+            if traced.is_some() {
+                if s.recent.len() == RECENT {
+                    s.recent.pop_front();
+                }
+                s.recent.push_back((done, finished));
+            }
             if s.stamps.first().is_some_and(|(at, _)| *at <= done) {
                 let now = Instant::now();
                 s.stamps.retain(|(at, stamp)| {
@@ -225,7 +281,7 @@ mod tests {
 
     #[test]
     fn jobs_run_in_order_behind_the_host_and_waits_see_them_done() {
-        let q = Queue::new(DeviceId::Cuda(0), "test".into());
+        let q = Queue::new(DeviceId::Cuda(0), "test".into(), 1, 0);
         let gate = Arc::new((Mutex::new(false), Condvar::new()));
         let seen = Arc::new(Mutex::new(Vec::new()));
         let g = Arc::clone(&gate);
@@ -253,7 +309,7 @@ mod tests {
 
     #[test]
     fn a_failed_job_is_a_sticky_error() {
-        let q = Queue::new(DeviceId::Cuda(1), "failing".into());
+        let q = Queue::new(DeviceId::Cuda(1), "failing".into(), 1, 0);
         let n = q.push(Box::new(|| panic!("boom"))).unwrap();
         let e = q.wait_for(n).unwrap_err().to_string();
         assert!(e.contains("boom") && e.contains("cuda:1"), "{e}");

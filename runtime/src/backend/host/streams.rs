@@ -42,12 +42,13 @@ impl HostStream {
     fn create(device: DeviceId, id: u64) -> Arc<HostStream> {
         LIVE.fetch_add(1, Ordering::Relaxed);
         let name = if id == 0 { format!("{device}-default") } else { format!("{device}-stream{id}") };
+        let key = ordering::new_stream_id();
         let s = Arc::new(HostStream {
             device,
             id,
-            key: ordering::new_stream_id(),
+            key,
             order: Order::default(),
-            queue: Queue::new(device, name),
+            queue: Queue::new(device, name, id, key),
             capture: Mutex::new(None),
         });
         let mut all = ALL.lock().unwrap_or_else(|p| p.into_inner());
@@ -89,7 +90,7 @@ impl HostStream {
             c.record(job);
             return Ok((0, Clock::default()));
         }
-        let seq = self.queue.push(job)?;
+        let seq = self.queue.push_op(job, op)?;
         let clock = if hazard::enabled() { hazard::stream_op(self.agent(), seq, op, uses) } else { Clock::default() };
         Ok((seq, clock))
     }
@@ -123,9 +124,7 @@ impl HostStream {
         }
         let (q, seq) = (Arc::clone(&other.queue), other.queue.pushed());
         let (clock, _) = if hazard::enabled() { hazard::stream_clock(other.agent()) } else { Default::default() };
-        self.queue.push(Box::new(move || {
-            let _ = q.wait_for(seq);
-        }))?;
+        self.queue.push_wait(q, seq)?;
         hazard::stream_waits(self.agent(), &clock);
         Ok(())
     }
@@ -320,9 +319,7 @@ impl HostEvent {
             return Ok(());
         }
         if !Arc::ptr_eq(&q, &stream.queue) {
-            stream.queue.push(Box::new(move || {
-                let _ = q.wait_for(seq);
-            }))?;
+            stream.queue.push_wait(q, seq)?;
         }
         hazard::stream_waits(stream.agent(), &clock);
         if let Some((writer, upto)) = self.mark.get() {
