@@ -302,7 +302,8 @@ impl CommReduce {
 }
 
 /// A collective between processes over a communicator (NCCL's, on the cuda backend),
-/// one rank per process. Inputs hold `len` elements of the comm's device.
+/// one rank per process. Inputs hold `len` elements of the comm's device. `CommReduce::Avg`
+/// is refused on NCCL (the group sums and divides, see `dist::group`).
 #[derive(Debug)]
 pub(crate) enum CommOp<'a, B> {
     /// The elementwise reduction of every rank's `buf`: `len` elements.

@@ -132,18 +132,31 @@ impl CudaBackend {
     }
 }
 
-fn red(op: CommReduce) -> nsys::ncclRedOp_t {
-    match op {
+/// NCCL's reduction for `op` (`ncclSum` for the collectives that reduce nothing). An
+/// average is refused: the group sums and divides by the world size itself, because NCCL
+/// 2.28's one-rank out-of-place `ncclAvg` leaves the last element unwritten for some
+/// lengths (tests/dist.rs shows it on the GPU).
+fn red(op: &CommOp<'_, CudaBuffer>) -> Result<nsys::ncclRedOp_t> {
+    let (CommOp::AllReduce { op, .. } | CommOp::ReduceScatter { op, .. }) = op else {
+        return Ok(nsys::ncclRedOp_t::ncclSum);
+    };
+    Ok(match op {
         CommReduce::Sum => nsys::ncclRedOp_t::ncclSum,
-        CommReduce::Avg => nsys::ncclRedOp_t::ncclAvg,
         CommReduce::Max => nsys::ncclRedOp_t::ncclMax,
         CommReduce::Min => nsys::ncclRedOp_t::ncclMin,
-    }
+        CommReduce::Avg => {
+            return Err(comm_err(
+                "process collective",
+                "an average is a sum divided by the world size, never NCCL's ncclAvg".into(),
+            ));
+        }
+    })
 }
 
 fn run(pc: &Arc<ProcessComm>, dtype: DType, len: usize, op: CommOp<'_, CudaBuffer>) -> Result<Option<CudaBuffer>> {
     const OP: &str = "process collective";
     let dev = pc.dev;
+    let reduction = red(&op)?;
     let input = match op {
         CommOp::AllReduce { buf, .. }
         | CommOp::Broadcast { buf, .. }
@@ -200,8 +213,8 @@ fn run(pc: &Arc<ProcessComm>, dtype: DType, len: usize, op: CommOp<'_, CudaBuffe
     // SAFETY: the pointers, comm and sizes are valid as said above; the context is current.
     let called = unsafe {
         match op {
-            CommOp::AllReduce { op, .. } => {
-                nccl::all_reduce(send, recv, len, dt, red(op), comm, stream).map_err(err(id, "ncclAllReduce"))
+            CommOp::AllReduce { .. } => {
+                nccl::all_reduce(send, recv, len, dt, reduction, comm, stream).map_err(err(id, "ncclAllReduce"))
             }
             CommOp::Broadcast { root, .. } => {
                 nccl::broadcast(send, recv, len, dt, root as i32, comm, stream).map_err(err(id, "ncclBroadcast"))
@@ -209,7 +222,7 @@ fn run(pc: &Arc<ProcessComm>, dtype: DType, len: usize, op: CommOp<'_, CudaBuffe
             CommOp::AllGather { .. } => {
                 nccl::all_gather(send, recv, len, dt, comm, stream).map_err(err(id, "ncclAllGather"))
             }
-            CommOp::ReduceScatter { op, .. } => nccl::reduce_scatter(send, recv, out_len, dt, red(op), comm, stream)
+            CommOp::ReduceScatter { .. } => nccl::reduce_scatter(send, recv, out_len, dt, reduction, comm, stream)
                 .map_err(err(id, "ncclReduceScatter")),
             CommOp::Send { peer, .. } => {
                 nccl::send(send, len, dt, peer as i32, comm, stream).map_err(err(id, "ncclSend"))
