@@ -4,6 +4,11 @@
 //! alone.
 //!
 //!     cargo run --release --example loader_pipeline
+//!
+//! With `LOCUS_TRACE=pipeline.json` it also writes a trace (Perfetto, chrome://tracing):
+//! the copies on the loader's stream beside the compute on the default stream, the
+//! workers building batches, and a `step i` range around each step (also an NVTX range
+//! under Nsight: `ncu --nvtx --nvtx-include "step 3/"` profiles that step's kernels).
 
 use std::time::Instant;
 
@@ -35,7 +40,8 @@ fn main() -> locus::Result<()> {
     let t = Instant::now();
     let loader = Loader::from_dataset(data.clone(), batch, Some(1))?.workers(4).prefetch(4).progress(true).to::<G>()?;
     let mut losses = Vec::new();
-    for b in loader {
+    for (i, b) in loader.enumerate() {
+        let _step = locus::range!("step {i}");
         losses.push(step(&b?)?);
     }
     let pipelined = t.elapsed().as_secs_f64();
@@ -53,6 +59,9 @@ fn main() -> locus::Result<()> {
         step(b)?;
     }
     let compute_only = t.elapsed().as_secs_f64();
+    if locus::trace::is_on() {
+        println!("trace: {}", locus::trace::stop()?.display());
+    }
 
     let ideal = copy_only.max(compute_only);
     println!(

@@ -1,8 +1,8 @@
 //! Traces (issue 37): a two-stream pipeline's trace has a track per stream, op slices
 //! that never overlap on one stream, `wait` slices with flow arrows from the op waited
 //! for, and ranges nested on their thread; the file is a trace-event JSON array.
-//! Device times come from the host backend's simulated streams; on the cuda backend
-//! only ranges are recorded yet, so the stream checks run on the host backend alone.
+//! Device times come from the host backend's simulated streams, and on the cuda backend
+//! from timing events around each op, which agree with the user's own events.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -55,10 +55,8 @@ fn track(e: &Value) -> (u64, u64) {
 #[test]
 fn a_two_stream_pipeline_traces_its_streams_waits_and_ranges() -> locus::Result<()> {
     let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    if locus::backend_name()? != "host" {
-        println!("skipped: stream slices are traced on the host backend only (cuda: ranges only, for now)");
-        return Ok(());
-    }
+    // The host backend names a slice by its op, the cuda backend by its kernel or cuBLAS call.
+    let host = locus::backend_name()? == "host";
     let file = path("pipeline");
     trace::start(&file)?;
     let (a, b) = (Stream::<G>::new()?, Stream::<G>::new()?);
@@ -95,9 +93,15 @@ fn a_two_stream_pipeline_traces_its_streams_waits_and_ranges() -> locus::Result<
     let on = |cat: &str, name: &str| -> Vec<&Value> {
         slices.iter().copied().filter(|e| e["cat"] == cat && e["name"] == name).collect()
     };
-    let matmuls = on("op", "matmul");
-    let sums_traced = on("op", "sum");
-    assert_eq!((matmuls.len(), sums_traced.len()), (3, 3), "one matmul and one sum a step");
+    let op_cat = if host { "op" } else { "gpu" };
+    let named_like = |e: &Value, host_name: &str, cuda_part: &str| {
+        let n = e["name"].as_str().unwrap_or("");
+        e["cat"] == op_cat && if host { n == host_name } else { n.contains(cuda_part) }
+    };
+    let matmuls: Vec<&Value> = slices.iter().copied().filter(|e| named_like(e, "matmul", "gemm")).collect();
+    let sums_traced: Vec<&Value> = slices.iter().copied().filter(|e| named_like(e, "sum", "sum")).collect();
+    assert_eq!(matmuls.len(), 3, "one matmul a step: {slices:?}");
+    assert!(sums_traced.len() >= 3 && (!host || sums_traced.len() == 3), "a sum a step: {slices:?}");
     let (ta, tb) = (track(matmuls[0]), track(sums_traced[0]));
     assert_ne!(ta, tb, "the two stages are on two tracks");
     assert!(matmuls.iter().all(|e| track(e) == ta) && sums_traced.iter().all(|e| track(e) == tb));
@@ -119,7 +123,7 @@ fn a_two_stream_pipeline_traces_its_streams_waits_and_ranges() -> locus::Result<
 
     // Each wait of `b` is a slice with a flow arrow from the end of `a`'s matmul.
     let all_waits = on("wait", "wait");
-    let ops: Vec<&Value> = slices.iter().copied().filter(|e| e["cat"] == "op").collect();
+    let ops: Vec<&Value> = slices.iter().copied().filter(|e| e["cat"] == op_cat).collect();
     let waits: Vec<&Value> = all_waits.iter().copied().filter(|e| track(e) == tb).collect();
     assert!(waits.len() >= 3, "{} waits on b", waits.len());
     let flows: HashMap<u64, Vec<&Value>> =
@@ -181,6 +185,64 @@ fn trace_misuse_is_an_error() -> locus::Result<()> {
     // Off again: a range records nothing and the file is not touched.
     drop(locus::range!("after"));
     assert_eq!(events(&file).len(), all.len());
+    std::fs::remove_file(&file).ok();
+    Ok(())
+}
+
+/// On the cuda backend each op is a slice timed by events around it on its stream: a
+/// gemm's and a copy's durations agree within 5% with events the user records around
+/// the same op, and the copy says its bytes and path.
+#[test]
+fn device_slices_agree_with_cuda_event_timings() -> locus::Result<()> {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if locus::backend_name()? == "host" {
+        println!("skipped: cuda-event timings exist on the cuda backend only (host slices are checked above)");
+        return Ok(());
+    }
+    let s = Stream::<G>::new()?;
+    let m = Tensor::<G>::full([4096, 4096], 0.5)?;
+    let h = Tensor::<locus::Pinned>::full([1 << 24], 1.0)?;
+    assert_eq!(m.sum()?.item()?, 0.5 * 4096.0 * 4096.0); // ready before the trace
+    let file = path("timing");
+    trace::start(&file)?;
+    let mut measured = Vec::new();
+    on_stream(&s, || -> locus::Result<()> {
+        for _ in 0..3 {
+            let e0 = s.record_event()?;
+            let p = m.matmul(&m)?;
+            let e1 = s.record_event()?;
+            let d = h.to::<G>()?;
+            let e2 = s.record_event()?;
+            e2.synchronize()?;
+            measured.push((e0.elapsed(&e1)?, e1.elapsed(&e2)?));
+            drop((p, d));
+        }
+        Ok(())
+    })?;
+    trace::stop()?;
+    let all = events(&file);
+    let gpu = |part: &str| -> Vec<&Value> {
+        all.iter()
+            .filter(|e| e["ph"] == "X" && e["cat"] == "gpu" && e["name"].as_str().unwrap().contains(part))
+            .collect()
+    };
+    let (gemms, copies) = (gpu("gemm"), gpu("copy HtoD"));
+    assert_eq!(gemms.len(), 3, "{gemms:?}");
+    assert!(copies.len() >= 3, "{copies:?}");
+    let bytes: u64 = copies.iter().map(|c| c["args"]["bytes"].as_u64().unwrap()).sum();
+    assert_eq!(bytes, 3 << 26, "every byte of three 64 MiB copies");
+    assert!(copies.iter().all(|c| c["args"]["path"].as_str().is_some_and(|p| !p.is_empty())), "{copies:?}");
+    for (i, (gemm, copy)) in measured.iter().enumerate() {
+        let traced = gemms[i]["dur"].as_f64().unwrap();
+        let events = gemm.as_secs_f64() * 1e6;
+        assert!((traced - events).abs() <= 0.05 * events, "gemm {i}: traced {traced} µs, events {events} µs");
+        // A copy may be split in chunks; their slices between the two events add up.
+        let (from, to) = (end(gemms[i]), if i + 1 < 3 { ts(gemms[i + 1]) } else { f64::INFINITY });
+        let traced: f64 =
+            copies.iter().filter(|c| ts(c) >= from && ts(c) < to).map(|c| c["dur"].as_f64().unwrap()).sum();
+        let events = copy.as_secs_f64() * 1e6;
+        assert!(traced <= events * 1.05 && traced >= events * 0.5, "copy {i}: traced {traced} µs, events {events} µs");
+    }
     std::fs::remove_file(&file).ok();
     Ok(())
 }

@@ -22,7 +22,7 @@
 //
 // - foundation: `error` (Error, Result), `element` (element types), `shape` (checked
 //   shapes and layouts), `device_id` (DeviceId, re-exported by `device`), `trace` (the
-//   trace-event recorder, `range!`).
+//   trace-event recorder, `range!`), `nvtx` (NVTX ranges for a profiler's injection).
 // - backend: `backend` and everything under it, one folder per layer (docs/DESIGN.md's
 //   backend map): the contract (`api/`: the `BackendDevice` and `BackendStorage` traits
 //   with their associated types, the f32 matmul precision), the worker pool, the
@@ -69,6 +69,7 @@ mod loader;
 mod macro_support;
 mod memory;
 pub mod nn;
+mod nvtx;
 pub mod optim;
 pub mod parallel;
 mod placement;

@@ -51,6 +51,12 @@ static STATE: Mutex<Option<Recorder>> = Mutex::new(None);
 /// Time zero of every trace of this process.
 static EPOCH: OnceLock<Instant> = OnceLock::new();
 static NEXT_FLOW: AtomicU64 = AtomicU64::new(1);
+/// How many traces this process started: a backend's books of one trace (the cuda
+/// backend's time anchors) are not reused in the next.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+/// What [`stop`] runs before it closes the file: the backends' hooks that write the events
+/// they still hold (device times not yet known).
+static ON_STOP: Mutex<Vec<fn()>> = Mutex::new(Vec::new());
 static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
@@ -141,6 +147,7 @@ pub fn start(path: impl AsRef<Path>) -> Result<()> {
         .spawn(move || write_all(BufWriter::new(file), rx))
         .map_err(|e| Error::Thread { message: format!("the trace writer: {e}") })?;
     *state = Some(Recorder { path: path.to_path_buf(), tx, writer, named: HashSet::new() });
+    GENERATION.fetch_add(1, Ordering::AcqRel);
     ON.store(true, Ordering::Release);
     Ok(())
 }
@@ -148,6 +155,12 @@ pub fn start(path: impl AsRef<Path>) -> Result<()> {
 /// Stops the trace and closes its file, once every event recorded before has been
 /// written; returns its path. An `Err` if no trace is being written, or writing failed.
 pub fn stop() -> Result<PathBuf> {
+    if is_on() {
+        let hooks = ON_STOP.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        for hook in hooks {
+            hook();
+        }
+    }
     let r = lock().take();
     ON.store(false, Ordering::Release);
     let Some(Recorder { path, tx, writer, .. }) = r else {
@@ -164,6 +177,20 @@ pub fn stop() -> Result<PathBuf> {
 /// Whether a trace is being written.
 pub fn is_on() -> bool {
     ON.load(Ordering::Acquire)
+}
+
+/// The number of the trace being written (or last written): one more for each [`start`].
+pub(crate) fn generation() -> u64 {
+    GENERATION.load(Ordering::Acquire)
+}
+
+/// Makes [`stop`] run `hook` first (once per hook, however often it is registered): a
+/// backend writes there the events it still holds.
+pub(crate) fn on_stop(hook: fn()) {
+    let mut hooks = ON_STOP.lock().unwrap_or_else(|p| p.into_inner());
+    if !hooks.iter().any(|h| std::ptr::fn_addr_eq(*h, hook)) {
+        hooks.push(hook);
+    }
 }
 
 /// Starts the trace `LOCUS_TRACE` names, if any (when the backend starts).
@@ -278,29 +305,43 @@ pub(crate) fn flow(name: &str, from: Track, from_at: Instant, to: Track, to_at: 
 }
 
 /// A named range of the calling thread: a slice on its track from [`Range::new`] to the
-/// drop (none if it is never dropped). Made by [`range!`](crate::range).
+/// drop (none if it is never dropped), and an NVTX range for a profiler that takes them
+/// (Nsight Systems, Nsight Compute's `--nvtx`). Made by [`range!`](crate::range). It
+/// stays on the thread that began it (NVTX ranges are per thread).
 #[must_use = "the range ends when this value is dropped"]
 #[derive(Debug)]
 pub struct Range {
     name: Option<String>,
+    nvtx: bool,
     begin: Instant,
+    /// Not `Send`: the range ends on its own thread.
+    _thread: std::marker::PhantomData<*const ()>,
 }
 
 impl Range {
-    /// Begins the range `name` (nothing is recorded unless a trace is being written).
+    /// Begins the range `name` (nothing is recorded unless a trace is being written or a
+    /// profiler takes NVTX ranges).
     pub fn new(name: impl Into<String>) -> Range {
         Range::named_by(|| name.into())
     }
 
-    /// Begins a range whose name `name` makes only when a trace is being written.
+    /// Begins a range whose name `name` makes only when something records it.
     pub fn named_by(name: impl FnOnce() -> String) -> Range {
-        Range { name: is_on().then(name), begin: Instant::now() }
+        let nvtx = crate::nvtx::is_on();
+        let name = (is_on() || nvtx).then(name);
+        if let (true, Some(n)) = (nvtx, &name) {
+            crate::nvtx::push(n);
+        }
+        Range { name, nvtx, begin: Instant::now(), _thread: std::marker::PhantomData }
     }
 }
 
 impl Drop for Range {
     fn drop(&mut self) {
         if let Some(name) = self.name.take() {
+            if self.nvtx {
+                crate::nvtx::pop();
+            }
             slice(Track::Thread, &name, "range", self.begin, Instant::now(), "");
         }
     }

@@ -172,6 +172,7 @@ impl<D: Device, T: Batch> Loader<D, T> {
     /// Batch `i` queued for the device, if it exists.
     fn start(&mut self, i: usize) -> Option<Result<T::On<D>>> {
         let pinned = self.shared.take(i)?;
+        let _copy = crate::trace::Range::named_by(|| format!("queue copy of batch {i}"));
         let queued = pinned.and_then(|p| T::copy_to(&p, self.device, &self.stream));
         // Only now is batch `i` off pinned memory, so only now may another be claimed.
         self.shared.taken(i + 1);

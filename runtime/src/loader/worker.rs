@@ -16,6 +16,7 @@ pub(super) fn work<T: Batch>(shared: &Shared<T>) {
             Source::Dataset { gather, order, batch_size } => {
                 let Some(i) = shared.claim(order.len().div_ceil(*batch_size)) else { return };
                 let samples = &order[i * batch_size..((i + 1) * batch_size).min(order.len())];
+                let _build = crate::trace::Range::named_by(|| format!("build batch {i}"));
                 (i, catch(i, || gather(samples)))
             }
             Source::Batches(iter) => {
@@ -34,7 +35,10 @@ pub(super) fn work<T: Batch>(shared: &Shared<T>) {
                 drop(guard);
                 match item {
                     Ok(None) => return,
-                    Ok(Some(pin)) => (i, catch(i, pin)),
+                    Ok(Some(pin)) => {
+                        let _build = crate::trace::Range::named_by(|| format!("pin batch {i}"));
+                        (i, catch(i, pin))
+                    }
                     Err(p) => (i, Err(worker_error(i, panic_message(&p)))),
                 }
             }

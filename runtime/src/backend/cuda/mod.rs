@@ -14,7 +14,8 @@
 //!   caches and cuBLAS handles, events), `driver/graph` (captures, their private memory,
 //!   replays), `driver/flag` (checks made on the device: a word a kernel writes, read back
 //!   after it), `driver/user_kernel` (kernels of `#[locus::kernel]`, compiled per
-//!   architecture and launched);
+//!   architecture and launched), `driver/timing` (device times of traced work: timing
+//!   events around each op, turned into trace slices);
 //! - `ops`: the compute ops, one kernel source each: `ops/init`, `ops/elementwise`,
 //!   `ops/reduce`, `ops/matrix`, `ops/softmax` (with cross-entropy), `ops/gather`
 //!   (`index_select`), `ops/select` (comparisons, `where`, `argmax`); `ops/gemm` (cuBLAS

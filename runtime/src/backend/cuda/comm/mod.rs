@@ -18,6 +18,7 @@ use crate::backend::cuda::comm::watchdog::Watch;
 use crate::backend::cuda::driver::buffer::CudaBuffer;
 use crate::backend::cuda::driver::device::{DeviceState, Handle};
 use crate::backend::cuda::driver::memory::{alloc, done};
+use crate::backend::cuda::driver::timing;
 use crate::backend::cuda::CudaBackend;
 use crate::backend::{BackendDevice, CommOp, CommReduce};
 use crate::device_id::DeviceId;
@@ -210,6 +211,7 @@ fn run(pc: &Arc<ProcessComm>, dtype: DType, len: usize, op: CommOp<'_, CudaBuffe
     // `stream`, written only by this call before any reader waits for it; `comm` is this
     // rank of a live communicator on this device, used under its lock; `dt` is `dtype`'s
     // NCCL type and every rank index is below the world size (checked above).
+    let span = timing::begin(&s);
     // SAFETY: the pointers, comm and sizes are valid as said above; the context is current.
     let called = unsafe {
         match op {
@@ -231,6 +233,9 @@ fn run(pc: &Arc<ProcessComm>, dtype: DType, len: usize, op: CommOp<'_, CudaBuffe
         }
     };
     drop(guard);
+    timing::finish(span, &s, &called, || {
+        (op.name().into(), format!(r#""elements":{len},"dtype":"{dtype}","ranks":{}"#, pc.world))
+    });
     dev.bind_again()?;
     called?;
     pc.watch.queued(pc, op.name(), &s)?;

@@ -143,6 +143,7 @@ impl DeviceState {
         let ctx = CudaContext::new(ordinal as usize).map_err(d("cuDevicePrimaryCtxRetain"))?;
         BOUND.with(|b| b.set(Some(ordinal)));
         let stream = Arc::new(CudaStream::create(ordinal, ctx.cu_ctx())?);
+        stream.set_default();
         let sm_count = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(d("cuDeviceGetAttribute"))? as u32;

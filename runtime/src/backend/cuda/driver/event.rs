@@ -9,8 +9,10 @@ use crate::backend::api::fence::Fence;
 use crate::backend::cuda::driver::device::{driver, set_current, Handle};
 use crate::backend::cuda::driver::graph::CudaCapture;
 use crate::backend::cuda::driver::stream::CudaStream;
+use crate::backend::cuda::driver::timing;
 use crate::backend::sync::ordering::Mark;
 use crate::error::Result;
+use crate::trace::Track;
 use std::sync::{Arc, Mutex, Weak};
 
 /// An event of one device.
@@ -22,6 +24,8 @@ pub(crate) struct CudaEvent {
     ctx: Handle<sys::CUcontext>,
     /// The capture the last record was part of: the event marks a point of that graph.
     captured: Mutex<Option<Weak<CudaCapture>>>,
+    /// Where the last record stands in the trace being written, if one is (`timing`).
+    traced_at: Mutex<Option<(Track, Arc<CudaEvent>)>>,
 }
 
 impl std::fmt::Debug for CudaEvent {
@@ -37,7 +41,14 @@ impl CudaEvent {
         let flags =
             if timing { sys::CUevent_flags::CU_EVENT_DEFAULT } else { sys::CUevent_flags::CU_EVENT_DISABLE_TIMING };
         let raw = result::event::create(flags).map_err(driver(ordinal, "cuEventCreate"))?;
-        Ok(CudaEvent { raw: Handle(raw), ordinal, ctx: Handle(ctx), mark: Mark::default(), captured: Mutex::new(None) })
+        Ok(CudaEvent {
+            raw: Handle(raw),
+            ordinal,
+            ctx: Handle(ctx),
+            mark: Mark::default(),
+            captured: Mutex::new(None),
+            traced_at: Mutex::new(None),
+        })
     }
 
     pub(crate) fn record(&self, stream: &CudaStream) -> Result<()> {
@@ -47,7 +58,19 @@ impl CudaEvent {
         unsafe { result::event::record(self.raw.0, stream.raw.0) }.map_err(driver(self.ordinal, "cuEventRecord"))?;
         self.mark.set(stream.id, writes);
         *self.captured.lock().unwrap_or_else(|p| p.into_inner()) = stream.capture().map(|c| Arc::downgrade(&c));
+        if crate::trace::is_on() {
+            *self.traced_at.lock().unwrap_or_else(|p| p.into_inner()) = timing::record_point(stream);
+        }
         Ok(())
+    }
+
+    /// Where the last record stands in the trace (see `timing::record_point`).
+    pub(in crate::backend::cuda) fn traced_at(&self) -> Option<(Track, Arc<CudaEvent>)> {
+        if crate::trace::is_on() {
+            self.traced_at.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        } else {
+            None
+        }
     }
 
     /// The capture the event was last recorded in, if it was.

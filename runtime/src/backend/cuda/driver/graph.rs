@@ -21,6 +21,7 @@ use cudarc::driver::{result, sys};
 use crate::backend::cuda::driver::device::{driver, DeviceState, Handle};
 use crate::backend::cuda::driver::event::CudaEvent;
 use crate::backend::cuda::driver::stream::CudaStream;
+use crate::backend::cuda::driver::timing;
 use crate::error::{Error, Result};
 
 /// One capture, and then the memory of its graph.
@@ -241,8 +242,11 @@ impl CudaGraph {
         }
         // The graph reads its inputs (borrowed by the `Graph`, ordered on `s` by the caller)
         // and its own memory, freed only after every stream it was replayed on (below).
+        let span = timing::begin(s);
         // SAFETY: so, and the executable graph is alive (destroyed only in drop), `s` a live stream of its device.
-        unsafe { result::graph::launch(self.exec.0, s.raw.0) }.map_err(driver(s.ordinal, "cuGraphLaunch"))?;
+        let r = unsafe { result::graph::launch(self.exec.0, s.raw.0) }.map_err(driver(s.ordinal, "cuGraphLaunch"));
+        timing::finish(span, s, &r, || ("graph replay".into(), String::new()));
+        r?;
         if first {
             on.push(Arc::clone(s));
         }

@@ -18,6 +18,7 @@ use crate::backend::cuda::driver::buffer::CudaBuffer;
 use crate::backend::cuda::driver::device::{driver, DeviceState};
 use crate::backend::cuda::driver::memory::{alloc, done};
 use crate::backend::cuda::driver::stream::CudaStream;
+use crate::backend::cuda::driver::timing;
 use crate::element::{DType, Scalar};
 use crate::error::Result;
 
@@ -192,11 +193,35 @@ impl DeviceState {
     ) -> Result<()> {
         self.bind()?;
         let mut pointers = args.pointers();
+        let span = timing::begin(stream);
         // This device's context is current (bind above); `f`, `stream`, the values in `args` and the memory they
         // name are valid for this launch by the caller's contract.
         // SAFETY: as said above; `pointers` points into `args`, alive until the call (which copies the values) returns.
-        unsafe { result::launch_kernel(f, grid, block, shared, stream.raw.0, &mut pointers) }
-            .map_err(driver(self.ordinal, "cuLaunchKernel"))
+        let r = unsafe { result::launch_kernel(f, grid, block, shared, stream.raw.0, &mut pointers) }
+            .map_err(driver(self.ordinal, "cuLaunchKernel"));
+        timing::finish(span, stream, &r, || {
+            let args = format!(
+                r#""grid":[{},{},{}],"block":[{},{},{}],"shared":{shared}"#,
+                grid.0, grid.1, grid.2, block.0, block.1, block.2
+            );
+            (kernel_name(f).into(), args)
+        });
+        r
+    }
+}
+
+/// The name `f` was compiled under (`add_f32`, a user kernel's own), for traces.
+fn kernel_name(f: sys::CUfunction) -> String {
+    let mut name: *const std::ffi::c_char = std::ptr::null();
+    // SAFETY: `f` is a live function of a loaded module (the launch just used it); the
+    // driver writes a pointer to a NUL-terminated string it owns, valid while the module
+    // is loaded, which is read at once and copied.
+    let ok = unsafe { sys::cuFuncGetName(&mut name, f) } == sys::CUresult::CUDA_SUCCESS && !name.is_null();
+    if ok {
+        // SAFETY: as above: non-null, NUL-terminated, alive during this copy.
+        unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned()
+    } else {
+        "kernel".to_string()
     }
 }
 

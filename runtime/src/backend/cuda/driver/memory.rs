@@ -15,6 +15,7 @@ use crate::backend::cuda::driver::buffer::CudaBuffer;
 use crate::backend::cuda::driver::device::{driver, DeviceState};
 use crate::backend::cuda::driver::event::CudaEvent;
 use crate::backend::cuda::driver::stream::CudaStream;
+use crate::backend::cuda::driver::timing;
 use crate::backend::cuda::CudaBackend;
 use crate::backend::sync::current_stream::{self as current_streams, Current};
 use crate::device_id::DeviceId;
@@ -96,8 +97,12 @@ impl CudaBackend {
         if bytes == 0 {
             return Ok(());
         }
+        let span = timing::begin(s);
         // SAFETY: both ranges are valid, ordered and alive on `s`, by the caller's contract.
-        unsafe { result::memcpy_dtod_async(dst, src, bytes, s.raw.0) }.map_err(driver(s.ordinal, "cuMemcpyDtoDAsync"))
+        let r = unsafe { result::memcpy_dtod_async(dst, src, bytes, s.raw.0) }
+            .map_err(driver(s.ordinal, "cuMemcpyDtoDAsync"));
+        timing::finish(span, s, &r, || timing::copy("DtoD", bytes, "device"));
+        r
     }
 
     /// A new page-locked host block of `bytes` bytes, portable to every context, for the

@@ -11,4 +11,5 @@ pub(in crate::backend::cuda) mod graph;
 pub(in crate::backend::cuda) mod launch;
 pub(in crate::backend::cuda) mod memory;
 pub(in crate::backend::cuda) mod stream;
+pub(in crate::backend::cuda) mod timing;
 pub(in crate::backend::cuda) mod user_kernel;

@@ -17,6 +17,7 @@ use cudarc::driver::{result, sys};
 use crate::backend::cuda::driver::device::{driver, set_current, FastMap, Handle};
 use crate::backend::cuda::driver::event::CudaEvent;
 use crate::backend::cuda::driver::graph::CudaCapture;
+use crate::backend::cuda::driver::timing;
 use crate::backend::sync::ordering::{new_stream_id, Order};
 use crate::error::{Error, Result};
 
@@ -61,6 +62,10 @@ pub(crate) struct CudaStream {
     /// Whether the stream may be in a capture (then `capture` says which).
     capturing: AtomicBool,
     capture: Mutex<Option<Arc<CudaCapture>>>,
+    /// Whether this is its device's default stream (track 0 of a trace).
+    default: AtomicBool,
+    /// The end of the last op timed on this stream while a trace is on (`timing`).
+    last_timed: Mutex<Option<Arc<CudaEvent>>>,
 }
 
 impl std::fmt::Debug for CudaStream {
@@ -96,7 +101,33 @@ impl CudaStream {
             blas: OnceLock::new(),
             capturing: AtomicBool::new(false),
             capture: Mutex::new(None),
+            default: AtomicBool::new(false),
+            last_timed: Mutex::new(None),
         })
+    }
+
+    /// The device's context, current while this stream's work is queued.
+    pub(crate) fn ctx(&self) -> sys::CUcontext {
+        self.ctx.0
+    }
+
+    /// Marks this stream as its device's default one.
+    pub(crate) fn set_default(&self) {
+        self.default.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether this is its device's default stream.
+    pub(crate) fn is_default(&self) -> bool {
+        self.default.load(Ordering::Relaxed)
+    }
+
+    /// The end of the last op timed here (see `timing`).
+    pub(in crate::backend::cuda) fn last_timed(&self) -> Option<Arc<CudaEvent>> {
+        self.last_timed.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub(in crate::backend::cuda) fn set_last_timed(&self, end: Arc<CudaEvent>) {
+        *self.last_timed.lock().unwrap_or_else(|p| p.into_inner()) = Some(end);
     }
 
     /// The driver's `CUstream`, as an address, for code outside locus.
@@ -135,9 +166,11 @@ impl CudaStream {
     }
 
     pub(crate) fn wait(&self, ev: &CudaEvent) -> Result<()> {
-        // SAFETY: both handles are alive; the driver copies the event's state at the call.
-        unsafe { result::stream::wait_event(self.raw.0, ev.raw.0, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) }
-            .map_err(driver(self.ordinal, "cuStreamWaitEvent"))?;
+        timing::traced_wait(self, ev.traced_at(), || {
+            // SAFETY: both handles are alive; the driver copies the event's state at the call.
+            unsafe { result::stream::wait_event(self.raw.0, ev.raw.0, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) }
+                .map_err(driver(self.ordinal, "cuStreamWaitEvent"))
+        })?;
         if let Some((writer, upto)) = ev.recorded_at() {
             self.order.note_wait(writer, upto);
         }

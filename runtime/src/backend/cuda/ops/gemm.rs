@@ -16,6 +16,7 @@ use crate::backend::cuda::driver::device::driver;
 use crate::backend::cuda::driver::launch::KernelArgs;
 use crate::backend::cuda::driver::memory::{alloc, done};
 use crate::backend::cuda::driver::stream::blas_err;
+use crate::backend::cuda::driver::timing;
 use crate::backend::{Gemm, MatmulPrecision};
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -127,6 +128,7 @@ pub(in crate::backend::cuda) fn matmul(a: &CudaBuffer, b: &CudaBuffer, dtype: DT
     // The leading dimensions (ldb, lda, n) are those of the operands as stored, read as column-major; all dims and the
     // batch fit an `i32` and the strides an `i64` (checked above). `alpha`/`beta` point at locals of the element
     // type the routine reads (f64 for D, f32 for S and for Ex, whose compute types are all 32F), alive for the call.
+    let span = timing::begin(&stream);
     // SAFETY: for the reasons in the comment just above.
     let r = unsafe {
         use cudarc::cublas::result as blas;
@@ -251,7 +253,9 @@ pub(in crate::backend::cuda) fn matmul(a: &CudaBuffer, b: &CudaBuffer, dtype: DT
             ),
         }
     };
-    r.map_err(|e| blas_err(dev.ordinal, name, e))?;
+    let r = r.map_err(|e| blas_err(dev.ordinal, name, e));
+    timing::finish(span, &stream, &r, || (name.into(), format!(r#""m":{m},"n":{n},"k":{k},"batch":{batch}"#)));
+    r?;
     done(out)
 }
 

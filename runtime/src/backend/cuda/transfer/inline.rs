@@ -10,6 +10,7 @@ use crate::backend::api::fence::Fence;
 use crate::backend::cuda::driver::device::{driver, DeviceState};
 use crate::backend::cuda::driver::event::CudaEvent;
 use crate::backend::cuda::driver::stream::CudaStream;
+use crate::backend::cuda::driver::timing;
 use crate::backend::pinned_pool::PinnedBlock;
 use crate::backend::transfer::download::PieceDownloads;
 use crate::backend::transfer::upload::PieceUploads;
@@ -46,12 +47,15 @@ impl PieceUploads for InlineDma<'_> {
         // piece, and the block stays unwritten and allocated until the event `mark` records
         // after this copy completes.
         let piece = unsafe { std::slice::from_raw_parts(stage.ptr().add(at), len) };
+        let span = timing::begin(self.stream);
         // `at + len` is at most the upload's length (the trait's contract), so `dst + at` has `len` bytes within the
         // allocation `new`'s contract names, written in `stream`'s order like any op's output.
         // SAFETY: the source is page-locked pool memory that is neither written nor reused before this DMA's event
         // (see above), so the DMA may read it after this call returns.
-        unsafe { result::memcpy_htod_async(self.dst + at as u64, piece, self.stream.raw.0) }
-            .map_err(driver(self.dev.ordinal, "cuMemcpyHtoDAsync"))
+        let r = unsafe { result::memcpy_htod_async(self.dst + at as u64, piece, self.stream.raw.0) }
+            .map_err(driver(self.dev.ordinal, "cuMemcpyHtoDAsync"));
+        timing::finish(span, self.stream, &r, || timing::copy("HtoD", len, "inline"));
+        r
     }
 
     fn mark(&mut self) -> Result<Arc<dyn Fence>> {
@@ -97,12 +101,15 @@ impl PieceDownloads for InlineDownload<'_> {
         // SAFETY: the trait's contract: bytes `at .. at + len` of the pinned block are this
         // download's alone, unread and allocated until the event below has completed.
         let landing = unsafe { std::slice::from_raw_parts_mut(stage.ptr().add(at), len) };
+        let span = timing::begin(self.stream);
         // `at + len` is at most the download's length (the trait's contract), so `src + at` has `len` bytes within the
         // allocation `new`'s contract names, ready on `stream` and allocated until its work is done.
         // SAFETY: the destination is page-locked pool memory that nothing else touches until this DMA's event
         // completes (see above), so the DMA may write it after this call returns.
-        unsafe { result::memcpy_dtoh_async(landing, self.src + at as u64, self.stream.raw.0) }
-            .map_err(driver(self.dev.ordinal, "cuMemcpyDtoHAsync"))?;
+        let r = unsafe { result::memcpy_dtoh_async(landing, self.src + at as u64, self.stream.raw.0) }
+            .map_err(driver(self.dev.ordinal, "cuMemcpyDtoHAsync"));
+        timing::finish(span, self.stream, &r, || timing::copy("DtoH", len, "inline"));
+        r?;
         let landed = CudaEvent::create(self.dev.ordinal, self.dev.ctx.cu_ctx(), false)?;
         landed.record(self.stream)?;
         Ok(landed)

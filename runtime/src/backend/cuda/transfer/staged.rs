@@ -17,6 +17,7 @@ use cudarc::driver::result;
 use crate::backend::cuda::driver::device::{driver, DeviceState};
 use crate::backend::cuda::driver::event::CudaEvent;
 use crate::backend::cuda::driver::stream::CudaStream;
+use crate::backend::cuda::driver::timing;
 use crate::backend::cuda::transfer::inline::{InlineDma, InlineDownload};
 use crate::backend::pinned_pool::{self as pinned, PinnedBlock};
 use crate::backend::transfer::download;
@@ -69,10 +70,14 @@ pub(in crate::backend::cuda) unsafe fn upload(
 /// # Safety
 /// As [`upload`].
 unsafe fn upload_direct(dev: &DeviceState, stream: &CudaStream, dst: u64, data: &[u8]) -> Result<()> {
+    let span = timing::begin(stream);
     // SAFETY: `dst` holds at least `data.len()` bytes of this device (the caller's contract) and is written on
     // `stream`, whose work orders its later uses. `data` is valid for reads until this function returns: the
     // driver stages pageable memory before returning, and page-locked memory is waited for just below.
-    unsafe { result::memcpy_htod_async(dst, data, stream.raw.0) }.map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"))?;
+    let r =
+        unsafe { result::memcpy_htod_async(dst, data, stream.raw.0) }.map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"));
+    timing::finish(span, stream, &r, || timing::copy("HtoD", data.len(), "direct"));
+    r?;
     // The driver stages a small pageable copy before it returns, but reads page-locked
     // memory (a slice of a pinned tensor, say) by DMA later: then wait, since `data` is
     // only borrowed for this call.
@@ -94,13 +99,16 @@ unsafe fn upload_staged(dev: &DeviceState, stream: &CudaStream, dst: u64, data: 
             // SAFETY: the stage holds `range.len()` bytes (a slice of that length) and is
             // pinned pool memory, not the source; the source slice has `range.len()` bytes.
             unsafe { stream_copy(stage.as_mut_ptr(), data[range.clone()].as_ptr(), range.len()) };
+            let span = timing::begin(lane.side);
             // `range` lies within `0 .. data.len()`, so `dst + range.start` has `range.len()` bytes within the caller's
             // allocation (contract). The side stream waited for `stream` (in `staged`), and `stream` waits for the side
             // stream before this copy returns, so the write is ordered like one on `stream`.
             // SAFETY: The stage is pinned and is not written again until this DMA's event (recorded by `queued`)
             // completes, nor freed before (the pool holds it until then).
-            unsafe { result::memcpy_htod_async(dst + range.start as u64, &stage[..], lane.side.raw.0) }
-                .map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"))?;
+            let r = unsafe { result::memcpy_htod_async(dst + range.start as u64, &stage[..], lane.side.raw.0) }
+                .map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"));
+            timing::finish(span, lane.side, &r, || timing::copy("HtoD", range.len(), "staged"));
+            r?;
             lane.queued(k)?;
         }
         Ok(())
@@ -157,13 +165,18 @@ pub(in crate::backend::cuda) unsafe fn upload_pieces(
             }
             for (i, lo, hi) in overlaps() {
                 let dst = pieces[i].0 + (lo - starts[i]) as u64;
+                let span = timing::begin(lane.side);
                 // `lo - starts[i] .. hi - starts[i]` lies within piece `i`, so `dst` has `hi - lo` bytes within its
                 // allocation (the caller's contract); the side stream waited for `stream` (in `staged`) and `stream`
                 // waits for it before this returns, so the write is ordered like one on `stream`.
                 // SAFETY: the stage is pinned and not written again until this chunk's event (recorded by `queued`,
                 // after every DMA of the chunk) completes, nor freed before (the pool holds it until then).
-                unsafe { result::memcpy_htod_async(dst, &stage[lo - range.start..hi - range.start], lane.side.raw.0) }
-                    .map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"))?;
+                let r = unsafe {
+                    result::memcpy_htod_async(dst, &stage[lo - range.start..hi - range.start], lane.side.raw.0)
+                }
+                .map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"));
+                timing::finish(span, lane.side, &r, || timing::copy("HtoD", hi - lo, "staged"));
+                r?;
             }
             lane.queued(k)?;
         }
@@ -187,11 +200,14 @@ pub(in crate::backend::cuda) unsafe fn download(
 ) -> Result<()> {
     match paths::download_path(out.len()) {
         CopyPath::Direct => {
+            let span = timing::begin(stream);
             // SAFETY: `src` holds `out.len()` bytes ready on `stream` (the caller's contract);
             // `out` is borrowed mutably for this call, which waits for the copy (synchronize
             // below) before returning, so the DMA never outlives the borrow.
-            unsafe { result::memcpy_dtoh_async(&mut out[..], src, stream.raw.0) }
-                .map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"))?;
+            let r = unsafe { result::memcpy_dtoh_async(&mut out[..], src, stream.raw.0) }
+                .map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"));
+            timing::finish(span, stream, &r, || timing::copy("DtoH", out.len(), "direct"));
+            r?;
             stream.synchronize()
         }
         CopyPath::Inline => {
@@ -220,13 +236,16 @@ unsafe fn download_staged(dev: &DeviceState, stream: &CudaStream, src: u64, out:
                 Some(range) => {
                     let k = lane.turn();
                     let stage = lane.stage(k, range.len())?;
+                    let span = timing::begin(lane.side);
                     // `range` lies within `0 .. out.len()`, so `src + range.start` has `range.len()` bytes within the
                     // caller's allocation, ordered after its writer (the side stream waited for `stream` in `staged`)
                     // and freed only after the side stream's work (`stream` waits for it at the end).
                     // SAFETY: The stage is pinned, `range.len()` bytes long, idle (`lane.stage` waited for its last
                     // DMA), and read only after this DMA's event completes.
-                    unsafe { result::memcpy_dtoh_async(stage, src + range.start as u64, lane.side.raw.0) }
-                        .map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"))?;
+                    let r = unsafe { result::memcpy_dtoh_async(stage, src + range.start as u64, lane.side.raw.0) }
+                        .map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"));
+                    timing::finish(span, lane.side, &r, || timing::copy("DtoH", range.len(), "staged"));
+                    r?;
                     lane.queued(k)?;
                     Some((k, range))
                 }

@@ -1,0 +1,280 @@
+//! Device times of traced work: while a trace is being written (`crate::trace`), each op
+//! queued on a stream is bracketed by two timing events on that stream, and a collector
+//! thread turns them, once complete, into a slice on the stream's track. A cross-stream
+//! wait gets two timing events around it, which become a `wait` slice (how long the stream
+//! stood still), and a flow arrow from the end of the last op timed on the recording
+//! stream before the event was recorded. Work queued in a capture is not timed (a graph's
+//! replay is, as one slice).
+//!
+//! Times are device times placed on the host's clock: per device and trace, an anchor
+//! event is recorded on an idle stream and waited for, which pins its device time to an
+//! `Instant`; every other event's time is the anchor's plus `cuEventElapsedTime` from it.
+//! Because that elapsed time is an `f32` of milliseconds, a slice that starts more than a
+//! second after its anchor becomes the new anchor, so placements stay within a microsecond.
+//!
+//! Off, an op pays one atomic load ([`crate::trace::is_on`]). A failure of the tracing
+//! itself (no event could be made) drops that slice, never the op.
+
+use std::borrow::Cow;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+use crate::backend::api::fence::Fence;
+use crate::backend::cuda::driver::event::CudaEvent;
+use crate::backend::cuda::driver::stream::CudaStream;
+use crate::device_id::DeviceId;
+use crate::trace::{self, Track};
+
+/// How long after its anchor an event may be before it anchors the later ones itself.
+const REANCHOR_MS: f32 = 1000.0;
+
+/// A device time pinned to the host clock.
+struct Anchor {
+    ordinal: u32,
+    generation: u64,
+    event: Arc<CudaEvent>,
+    at: Instant,
+}
+
+/// Work whose events are queued and not yet all complete.
+enum Pending {
+    /// An op: `begin` and `end` bracket it on `track`.
+    Op { begin: Arc<CudaEvent>, end: Arc<CudaEvent>, track: Track, name: Cow<'static, str>, args: String },
+    /// A wait of `track` from `begin` to `end`, for work of `from` up to `mark` (the end
+    /// of the last op timed there before the event was recorded).
+    Wait { begin: Arc<CudaEvent>, end: Arc<CudaEvent>, track: Track, from: Track, mark: Arc<CudaEvent> },
+}
+
+impl Pending {
+    fn last(&self) -> &CudaEvent {
+        match self {
+            Pending::Op { end, .. } | Pending::Wait { end, .. } => end,
+        }
+    }
+}
+
+static PENDING: Mutex<Vec<Pending>> = Mutex::new(Vec::new());
+static ANCHORS: Mutex<Vec<Anchor>> = Mutex::new(Vec::new());
+/// Timing events no longer needed, by device, for the next spans.
+static POOL: Mutex<Vec<CudaEvent>> = Mutex::new(Vec::new());
+static COLLECTOR: OnceLock<Option<Thread>> = OnceLock::new();
+/// Held while completed work is written, so that [`flush`] returns only once the
+/// collector's batch is written too.
+static WRITING: Mutex<()> = Mutex::new(());
+
+fn lock<T>(m: &'static Mutex<T>) -> MutexGuard<'static, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The track of stream `s` (number 0: its device's default stream).
+fn track(s: &CudaStream) -> Track {
+    let number = if s.is_default() { 0 } else { s.id };
+    Track::Stream { device: DeviceId::Cuda(s.ordinal), key: s.id, number }
+}
+
+/// A timing event recorded on `s` now.
+fn mark(s: &CudaStream) -> Option<Arc<CudaEvent>> {
+    let pooled = {
+        let mut pool = lock(&POOL);
+        pool.iter().position(|e| e.ordinal == s.ordinal).map(|i| pool.swap_remove(i))
+    };
+    let ev = match pooled {
+        Some(e) => e,
+        None => CudaEvent::create(s.ordinal, s.ctx(), true).ok()?,
+    };
+    ev.record(s).ok()?;
+    Some(Arc::new(ev))
+}
+
+/// Whether work queued on `s` now is timed: a trace is on and `s` is not captured.
+fn timed(s: &CudaStream) -> bool {
+    trace::is_on() && s.capture().is_none()
+}
+
+/// Makes sure the device of `s` has an anchor in the current trace.
+fn anchor(s: &CudaStream) -> Option<()> {
+    let generation = trace::generation();
+    let mut anchors = lock(&ANCHORS);
+    if anchors.iter().any(|a| a.ordinal == s.ordinal && a.generation == generation) {
+        return Some(());
+    }
+    // An idle stream of its own, so that the anchor is reached at once.
+    let side = CudaStream::create(s.ordinal, s.ctx()).ok()?;
+    let event = mark(&side)?;
+    event.wait().ok()?;
+    let at = Instant::now();
+    anchors.retain(|a| a.ordinal != s.ordinal);
+    anchors.push(Anchor { ordinal: s.ordinal, generation, event, at });
+    Some(())
+}
+
+/// An op being timed on a stream (see [`begin`]).
+pub(in crate::backend::cuda) struct Span {
+    begin: Arc<CudaEvent>,
+    track: Track,
+}
+
+/// Starts timing what is queued next on `s`, if a trace is on.
+pub(in crate::backend::cuda) fn begin(s: &CudaStream) -> Option<Span> {
+    if !timed(s) {
+        return None;
+    }
+    anchor(s)?;
+    Some(Span { begin: mark(s)?, track: track(s) })
+}
+
+impl Span {
+    /// Ends the span after the op was queued on `s`: a slice `name` with `args` (the
+    /// inside of a JSON object) once the device has run it.
+    pub(in crate::backend::cuda) fn end(self, s: &CudaStream, name: impl Into<Cow<'static, str>>, args: String) {
+        if let Some(end) = mark(s) {
+            s.set_last_timed(Arc::clone(&end));
+            push(Pending::Op { begin: self.begin, end, track: self.track, name: name.into(), args });
+        }
+    }
+}
+
+/// Ends `span` (from [`begin`] on `s`) if the op was queued (`queued` is `Ok`): a slice
+/// `what()` gives the name and args of.
+pub(in crate::backend::cuda) fn finish<R>(
+    span: Option<Span>,
+    s: &CudaStream,
+    queued: &crate::error::Result<R>,
+    what: impl FnOnce() -> (Cow<'static, str>, String),
+) {
+    if let (Some(span), Ok(_)) = (span, queued) {
+        let (name, args) = what();
+        span.end(s, name, args);
+    }
+}
+
+/// The name and args of a copy slice: `kind` (`HtoD`, `DtoH`, `DtoD`, `peer`), its
+/// bytes and the path it took (`pinned`, `direct`, `inline`, `staged`, `device`, `peer`).
+pub(in crate::backend::cuda) fn copy(kind: &'static str, bytes: usize, path: &str) -> (Cow<'static, str>, String) {
+    (format!("copy {kind}").into(), format!(r#""bytes":{bytes},"path":"{path}""#))
+}
+
+/// Where an event recorded on `s` now stands in the trace: `s`'s track and the end of the
+/// last op timed on it (where the arrows of waits for the event start).
+pub(in crate::backend::cuda) fn record_point(s: &CudaStream) -> Option<(Track, Arc<CudaEvent>)> {
+    if timed(s) {
+        Some((track(s), s.last_timed()?))
+    } else {
+        None
+    }
+}
+
+/// Times a wait of `s` for an event recorded at `from` (see [`record_point`]); `wait`
+/// queues it.
+pub(in crate::backend::cuda) fn traced_wait(
+    s: &CudaStream,
+    from: Option<(Track, Arc<CudaEvent>)>,
+    wait: impl FnOnce() -> crate::error::Result<()>,
+) -> crate::error::Result<()> {
+    let Some((from, mark_ev)) = from.filter(|_| timed(s)) else { return wait() };
+    let Some(span) = begin(s) else { return wait() };
+    wait()?;
+    if let Some(end) = mark(s) {
+        push(Pending::Wait { begin: span.begin, end, track: span.track, from, mark: mark_ev });
+    }
+    Ok(())
+}
+
+fn push(p: Pending) {
+    lock(&PENDING).push(p);
+    trace::on_stop(flush);
+    let collector = COLLECTOR.get_or_init(|| {
+        std::thread::Builder::new().name("locus-trace-cuda".into()).spawn(collect).ok().map(|h| h.thread().clone())
+    });
+    if let Some(t) = collector {
+        t.unpark();
+    }
+}
+
+/// The collector thread: writes what has completed, about every half millisecond while
+/// anything is pending, and sleeps when nothing is.
+fn collect() {
+    loop {
+        let left = write_ready(false);
+        if left == 0 {
+            std::thread::park();
+        } else {
+            std::thread::park_timeout(Duration::from_micros(500));
+        }
+    }
+}
+
+/// Waits for every pending event and writes them all (before a trace closes).
+fn flush() {
+    write_ready(true);
+}
+
+/// Writes the pending work whose events are complete (all of it, waiting, when `wait`);
+/// returns how many are left.
+fn write_ready(wait: bool) -> usize {
+    let _writing = lock(&WRITING);
+    let ready: Vec<Pending> = {
+        let mut pending = lock(&PENDING);
+        if wait {
+            std::mem::take(&mut *pending)
+        } else {
+            let (done, left): (Vec<_>, Vec<_>) = pending.drain(..).partition(|p| p.last().is_done());
+            *pending = left;
+            done
+        }
+    };
+    for p in ready {
+        if p.last().wait().is_ok() {
+            write(p);
+        }
+    }
+    lock(&PENDING).len()
+}
+
+/// The host time of `ev` (complete), by its device's anchor; re-anchors past a second.
+fn at(ev: &Arc<CudaEvent>) -> Option<Instant> {
+    let mut anchors = lock(&ANCHORS);
+    let a = anchors.iter_mut().find(|a| a.ordinal == ev.ordinal)?;
+    let ms = a.event.elapsed_ms(ev).ok()?;
+    let when = if ms >= 0.0 {
+        a.at.checked_add(Duration::from_secs_f64(ms as f64 / 1e3))?
+    } else {
+        a.at.checked_sub(Duration::from_secs_f64(-ms as f64 / 1e3))?
+    };
+    if ms > REANCHOR_MS {
+        a.event = Arc::clone(ev);
+        a.at = when;
+    }
+    Some(when)
+}
+
+fn write(p: Pending) {
+    match p {
+        Pending::Op { begin, end, track, name, args } => {
+            if let (Some(b), Some(e)) = (at(&begin), at(&end)) {
+                trace::slice(track, &name, "gpu", b, e, &args);
+            }
+            recycle([begin, end]);
+        }
+        Pending::Wait { begin, end, track, from, mark } => {
+            if let (Some(b), Some(e), Some(m)) = (at(&begin), at(&end), at(&mark)) {
+                // Both ends of the arrow inside a slice: the op waited for, and the wait.
+                let inside = |t: Instant| t.checked_sub(Duration::from_nanos(1)).unwrap_or(t);
+                trace::slice(track, "wait", "wait", b, e, "");
+                trace::flow("wait", from, inside(m), track, inside(e).max(b));
+            }
+            recycle([begin, end, mark]);
+        }
+    }
+}
+
+/// Puts events no one else holds back in the pool.
+fn recycle<const N: usize>(events: [Arc<CudaEvent>; N]) {
+    let mut pool = lock(&POOL);
+    for e in events {
+        if let Ok(e) = Arc::try_unwrap(e) {
+            pool.push(e);
+        }
+    }
+}
