@@ -112,7 +112,7 @@ pub enum Error {
     },
 
     /// An allocation larger than the device has free.
-    #[error("out of memory on {device}: requested {requested} bytes, {free} bytes free")]
+    #[error("out of memory on {device}: requested {requested} bytes, {free} bytes free; {report}")]
     OutOfMemory {
         /// The device (or `cpu`/`pinned`).
         device: DeviceId,
@@ -120,6 +120,10 @@ pub enum Error {
         requested: usize,
         /// Bytes free, as far as known (0 when unknown).
         free: usize,
+        /// What is allocated and reserved, the largest cached block and where the memory
+        /// went (the top allocation sites with `LOCUS_MEMORY_HISTORY=1`), and the snapshot
+        /// written for `LOCUS_OOM_SNAPSHOT`.
+        report: String,
     },
 
     /// A driver call that failed.

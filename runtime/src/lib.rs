@@ -67,7 +67,7 @@ mod guard;
 mod kernel;
 mod loader;
 mod macro_support;
-mod memory;
+pub mod memory;
 pub mod nn;
 mod nvtx;
 pub mod optim;

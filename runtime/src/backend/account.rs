@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::device_id::DeviceId;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// The bytes held on one device, with their high-water mark.
 #[derive(Debug)]
@@ -20,11 +20,8 @@ impl MemoryAccount {
     }
 
     pub(crate) fn reserve(&self, bytes: usize) -> Result<()> {
-        let oom = |held: usize| Error::OutOfMemory {
-            device: self.device,
-            requested: bytes,
-            free: self.capacity.saturating_sub(held),
-        };
+        let oom =
+            |held: usize| crate::backend::blocks::out_of_memory(self.device, bytes, self.capacity.saturating_sub(held));
         let mut held = self.allocated.load(Ordering::Relaxed);
         loop {
             let next = held.checked_add(bytes).filter(|&n| n <= self.capacity).ok_or_else(|| oom(held))?;

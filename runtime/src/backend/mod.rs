@@ -16,6 +16,7 @@
 
 mod account;
 pub(crate) mod api;
+pub(crate) mod blocks;
 mod cuda;
 pub(crate) mod dispatch;
 pub(crate) mod host;

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::backend::account::MemoryAccount;
 use crate::backend::api::fence::Fence;
+use crate::backend::blocks;
 use crate::backend::host::cache::{HostBlock, CACHE};
 use crate::backend::host::graph::HostCapture;
 use crate::backend::host::streams::{HostEvent, HostStream};
@@ -19,7 +20,7 @@ use crate::backend::sync::hazard::{self, Kind, Region, Track};
 use crate::backend::Release;
 use crate::device_id::DeviceId;
 use crate::element::{DType, Element};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// Pageable memory, shared by a buffer and the jobs that use it. Only held (its drop
 /// gives the memory back); every access goes through the buffer's or a span's pointer.
@@ -139,7 +140,7 @@ impl HostBuffer {
         stream: Option<Arc<HostStream>>,
     ) -> Result<Self> {
         account.reserve(len)?;
-        let oom = || Error::OutOfMemory { device: account.device, requested: len, free: 0 };
+        let oom = || blocks::out_of_memory(account.device, len, 0);
         let made = if account.device == DeviceId::Pinned {
             pinned::acquire(len).map(|b| (b.ptr(), Keep::Pinned(b)))
         } else {
@@ -147,6 +148,10 @@ impl HostBuffer {
         };
         match made {
             Ok((ptr, keep)) => {
+                if len > 0 {
+                    let key = stream.as_ref().map_or(0, |s| s.key);
+                    blocks::alloc(account.device, ptr as u64, len, len, key, true);
+                }
                 let written = stream.as_ref().map_or(0, |s| s.order.mark_write());
                 let graph = stream.as_ref().and_then(|s| s.capture());
                 if let Some(c) = &graph {
@@ -326,6 +331,10 @@ impl HostBuffer {
 
 impl Drop for HostBuffer {
     fn drop(&mut self) {
+        let foreign = matches!(&self.keep, Keep::Owned(o) if matches!(**o, Owned::Foreign(_)));
+        if self.len > 0 && !foreign {
+            blocks::free(self.account.device, self.ptr as u64, false);
+        }
         match &self.graph {
             Some(c) => {
                 c.count_buffer(false);

@@ -1,6 +1,7 @@
 //! [`BackendDevice`] for the host backend: streams and events of the simulated devices,
 //! memory, uploads and copies, collectives in host memory, captures and user kernels.
 
+use crate::backend::blocks;
 use crate::backend::host::{collective, graph, inline, kernels, launch, streams, user_kernel};
 use crate::backend::host::{host, pinned_layout, HostBackend, HostBuffer, HostEvent, HostStream};
 use std::sync::Arc;
@@ -115,7 +116,7 @@ impl BackendDevice for HostBackend {
         // SAFETY: the layout has a non-zero size (the pool never asks for 0 bytes).
         let p = unsafe { std::alloc::alloc(layout) };
         if p.is_null() {
-            return Err(Error::OutOfMemory { device: DeviceId::Pinned, requested: bytes, free: 0 });
+            return Err(blocks::out_of_memory(DeviceId::Pinned, bytes, 0));
         }
         Ok(p as usize)
     }

@@ -7,13 +7,14 @@
 use std::sync::{Arc, Mutex};
 
 use crate::backend::account::MemoryAccount;
+use crate::backend::blocks;
 use crate::backend::host::buffer::{HostBuffer, Span};
 use crate::backend::host::kernels::{self, init};
 use crate::backend::host::streams::{current_stream, use_on_stream, HostEvent, HostStream};
 use crate::backend::sync::hazard::{self, Kind};
 use crate::backend::{float_only, Dist};
 use crate::element::{with_dtype, DType, Element, Scalar};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// A kernel: the inputs' bytes, the output's bytes.
 /// A kernel may run more than once: a graph's replays run its recorded jobs again.
@@ -56,8 +57,7 @@ impl Launch {
 /// Runs `kernel` over `ins` into a new buffer (see the module doc).
 pub(in crate::backend::host) fn launch(l: Launch, ins: &[&HostBuffer], mut kernel: Kernel) -> Result<HostBuffer> {
     let device = l.account.device;
-    let bytes =
-        l.len.checked_mul(l.dtype.size()).ok_or(Error::OutOfMemory { device, requested: usize::MAX, free: 0 })?;
+    let bytes = l.len.checked_mul(l.dtype.size()).ok_or_else(|| blocks::out_of_memory(device, usize::MAX, 0))?;
     if device.is_host() {
         let mut out = HostBuffer::alloc(l.account, bytes, None)?;
         let views: Vec<&[u8]> = ins.iter().map(|h| h.bytes()).collect();

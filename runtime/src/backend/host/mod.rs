@@ -161,11 +161,8 @@ impl HostBackend {
 
 /// Simulated pinned memory is page-aligned, like the real thing.
 fn pinned_layout(bytes: usize) -> Result<std::alloc::Layout> {
-    std::alloc::Layout::from_size_align(bytes.max(1), 4096).map_err(|_| Error::OutOfMemory {
-        device: DeviceId::Pinned,
-        requested: bytes,
-        free: 0,
-    })
+    std::alloc::Layout::from_size_align(bytes.max(1), 4096)
+        .map_err(|_| crate::backend::blocks::out_of_memory(DeviceId::Pinned, bytes, 0))
 }
 
 #[cfg(test)]

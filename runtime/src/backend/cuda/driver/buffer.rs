@@ -4,13 +4,14 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{result, sys};
 
+use crate::backend::blocks;
 use crate::backend::cuda::driver::device::{driver, DeviceState};
 use crate::backend::cuda::driver::event::CudaEvent;
 use crate::backend::cuda::driver::graph::CudaCapture;
 use crate::backend::cuda::driver::stream::{free_all_cached, CudaStream};
 use crate::backend::sync::uses::Wait;
 use crate::backend::Release;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 mod free;
 
@@ -97,7 +98,7 @@ impl CudaBuffer {
                             Ok(p) => p,
                             Err(_) => {
                                 let free = result::mem_get_info().map(|(free, _)| free).unwrap_or(0);
-                                return Err(Error::OutOfMemory { device: dev.id(), requested: bytes, free });
+                                return Err(blocks::out_of_memory(dev.id(), bytes, free));
                             }
                         }
                     }
@@ -108,6 +109,7 @@ impl CudaBuffer {
         // The account has no capacity of its own here: the driver says when memory ends.
         // It counts the bytes asked for, as the host backend does (`memory_allocated`).
         dev.account.reserve(bytes)?;
+        blocks::alloc(dev.id(), ptr, cap, bytes, home.id, cached.is_none());
         Ok(new(ptr, uses, home))
     }
 

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{result, sys};
 
+use crate::backend::blocks;
 use crate::backend::cuda::driver::buffer::CudaBuffer;
 use crate::backend::cuda::driver::device::{driver, DeviceState};
 use crate::backend::cuda::driver::event::CudaEvent;
@@ -20,7 +21,7 @@ use crate::backend::cuda::CudaBackend;
 use crate::backend::sync::current_stream::{self as current_streams, Current};
 use crate::device_id::DeviceId;
 use crate::element::DType;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 thread_local! {
     /// The driver streams `on_stream` made current on this thread.
@@ -62,8 +63,7 @@ pub(in crate::backend::cuda) fn alloc(
     for b in inputs {
         b.use_on(&s)?;
     }
-    let bytes =
-        len.checked_mul(dtype.size()).ok_or(Error::OutOfMemory { device: dev.id(), requested: usize::MAX, free: 0 })?;
+    let bytes = len.checked_mul(dtype.size()).ok_or_else(|| blocks::out_of_memory(dev.id(), usize::MAX, 0))?;
     let out = CudaBuffer::alloc(dev, &s, bytes)?;
     Ok((s, out))
 }
@@ -117,7 +117,7 @@ impl CudaBackend {
         match unsafe { result::malloc_host(bytes, sys::CU_MEMHOSTALLOC_PORTABLE) } {
             Ok(p) => Ok(p as usize),
             Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
-                Err(Error::OutOfMemory { device: DeviceId::Pinned, requested: bytes, free: 0 })
+                Err(blocks::out_of_memory(DeviceId::Pinned, bytes, 0))
             }
             Err(e) => Err(driver(0, "cuMemHostAlloc")(e)),
         }

@@ -211,6 +211,7 @@ impl CudaStream {
             // SAFETY: the block came from cuMemAllocAsync on this device and its last use
             // is queued on this stream, before this free.
             let _ = unsafe { result::free_async(ptr, self.raw.0) };
+            crate::backend::blocks::release_cached(crate::device_id::DeviceId::Cuda(self.ordinal), ptr);
         }
     }
 

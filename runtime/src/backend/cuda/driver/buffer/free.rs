@@ -8,6 +8,7 @@ use std::sync::Arc;
 use cudarc::driver::result;
 
 use super::{CudaBuffer, CACHE_MAX};
+use crate::backend::blocks;
 use crate::backend::Release;
 
 impl CudaBuffer {
@@ -47,7 +48,12 @@ impl Drop for CudaBuffer {
         if self.ptr == 0 {
             return;
         }
+        // In the books the block is given back or cached below; a block that must leak
+        // (no context, a wait that failed) or that a capture retires leaves them too.
+        let cached = self.cap <= CACHE_MAX;
+        let id = self.dev.id();
         if self.dev.bind().is_err() {
+            blocks::free(id, self.ptr, false);
             self.dev.account.release(self.bytes);
             // Without the context nothing can be ordered: the block is not reused.
             return;
@@ -63,6 +69,7 @@ impl Drop for CudaBuffer {
             let mut after = users;
             after.push(Arc::clone(&self.home));
             c.retire(self.ptr, self.bytes, after);
+            blocks::free(id, self.ptr, false);
             return;
         }
         self.dev.account.release(self.bytes);
@@ -70,12 +77,14 @@ impl Drop for CudaBuffer {
             if self.home.wait_for(r).is_err() {
                 // A user may still use the memory and its end cannot be ordered before
                 // a reuse: leak the block rather than hand it out again.
+                blocks::free(id, self.ptr, false);
                 return;
             }
         }
         // Work queued later on the home stream runs after every use above, so the memory
         // can be handed out again on this stream at once.
-        if self.cap <= CACHE_MAX {
+        blocks::free(id, self.ptr, cached);
+        if cached {
             // SAFETY: the block holds `self.cap` bytes (a cache bin, allocated on `self.home` or taken from its
             // cache) and this buffer, its only owner, is going; every user's use is ordered before this point of the
             // home stream (the waits above), and the rest is on that stream.

@@ -1,0 +1,334 @@
+//! The books of every device's memory blocks, for memory snapshots and for out-of-memory
+//! errors that explain themselves.
+//!
+//! Each backend reports a block when it hands one to a buffer (fresh from the driver or
+//! the system, or reused from a cache), when the buffer gives it back to a cache, and
+//! when it goes back for good. The books hold the live blocks of each device (address,
+//! size, bytes asked for, stream, whether cached), the totals, and, with
+//! `LOCUS_MEMORY_HISTORY=1` (or [`record_history`]), the backtrace of each allocation and
+//! an event history (the last [`HISTORY`] events), as PyTorch's
+//! `torch.cuda.memory._record_memory_history` keeps them. `pickle` writes them as
+//! PyTorch's snapshot.
+//!
+//! A block is booked under its device's lock: one short critical section per buffer made
+//! or dropped. With history off nothing else is recorded.
+
+pub(crate) mod pickle;
+
+use std::backtrace::Backtrace;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::device_id::DeviceId;
+use crate::error::Error;
+
+/// Blocks up to this size are PyTorch's small segments (and locus's cache bins).
+pub(crate) const CACHE_SMALL: usize = 1 << 20;
+
+/// The most history events kept per device (PyTorch's default `max_entries`).
+pub(crate) const HISTORY: usize = 100_000;
+
+/// What happened to a block, in PyTorch's words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Action {
+    /// Memory asked of the driver (or the system) for a block: a new segment.
+    SegmentAlloc,
+    /// A block handed to a buffer.
+    Alloc,
+    /// The buffer let go: the block waits for the streams that used it.
+    FreeRequested,
+    /// The block is free for reuse (cached) .
+    FreeCompleted,
+    /// The block's memory went back to the driver.
+    SegmentFree,
+    /// An allocation failed.
+    Oom,
+}
+
+impl Action {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Action::SegmentAlloc => "segment_alloc",
+            Action::Alloc => "alloc",
+            Action::FreeRequested => "free_requested",
+            Action::FreeCompleted => "free_completed",
+            Action::SegmentFree => "segment_free",
+            Action::Oom => "oom",
+        }
+    }
+}
+
+/// A live block.
+#[derive(Clone, Debug)]
+pub(crate) struct Block {
+    pub size: usize,
+    /// Bytes the buffer asked for (0 while cached).
+    pub requested: usize,
+    /// The stream it belongs to (its process-unique number).
+    pub stream: u64,
+    /// Cached: free, kept for reuse on its stream.
+    pub cached: bool,
+    /// Where it was allocated, with history on.
+    pub site: Option<Arc<Site>>,
+}
+
+/// One event of the history.
+#[derive(Clone, Debug)]
+pub(crate) struct Event {
+    pub action: Action,
+    pub addr: u64,
+    pub size: usize,
+    pub stream: u64,
+    pub time_us: u64,
+    pub site: Option<Arc<Site>>,
+}
+
+/// An allocation site: a captured backtrace, resolved only when written.
+#[derive(Debug)]
+pub(crate) struct Site(Backtrace);
+
+/// One frame of a site, as PyTorch's snapshot writes it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Frame {
+    pub name: String,
+    pub filename: String,
+    pub line: u64,
+}
+
+impl Site {
+    /// The frames of the backtrace, innermost first, without the allocator's own.
+    pub(crate) fn frames(&self) -> Vec<Frame> {
+        let text = self.0.to_string();
+        let mut frames: Vec<Frame> = Vec::new();
+        for line in text.lines() {
+            let t = line.trim_start();
+            if let Some((n, name)) = t.split_once(": ") {
+                if n.chars().all(|c| c.is_ascii_digit()) {
+                    frames.push(Frame { name: name.to_string(), filename: "??".into(), line: 0 });
+                    continue;
+                }
+            }
+            if let (Some(at), Some(f)) = (t.strip_prefix("at "), frames.last_mut()) {
+                let mut parts = at.rsplitn(3, ':');
+                let (_col, line, file) = (parts.next(), parts.next(), parts.next());
+                if let (Some(file), Some(Ok(line))) = (file, line.map(str::parse)) {
+                    f.filename = file.to_string();
+                    f.line = line;
+                }
+            }
+        }
+        // Drop the frames of the capture and of the backend below the caller's op.
+        let first = frames
+            .iter()
+            .rposition(|f| f.name.contains("backend::blocks") || f.name.contains("std::backtrace"))
+            .map_or(0, |i| i + 1);
+        frames.split_off(first.min(frames.len()))
+    }
+
+    /// The first frame outside locus and the standard library: where the user's code
+    /// asked for the memory.
+    pub(crate) fn caller(&self) -> Option<Frame> {
+        self.frames().into_iter().find(|f| {
+            !f.name.starts_with("locus")
+                && !f.name.starts_with("<locus")
+                && !f.name.starts_with("std::")
+                && !f.name.starts_with("core::")
+                && !f.name.starts_with("alloc::")
+                && !f.name.starts_with("<alloc")
+                && !f.name.starts_with("<core")
+                && !f.name.starts_with("<std")
+        })
+    }
+}
+
+#[derive(Default)]
+struct Books {
+    live: HashMap<u64, Block>,
+    history: VecDeque<Event>,
+}
+
+static BOOKS: OnceLock<Mutex<HashMap<DeviceId, Books>>> = OnceLock::new();
+static HISTORY_ON: OnceLock<AtomicBool> = OnceLock::new();
+
+fn books() -> MutexGuard<'static, HashMap<DeviceId, Books>> {
+    BOOKS.get_or_init(Mutex::default).lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn history_flag() -> &'static AtomicBool {
+    HISTORY_ON
+        .get_or_init(|| AtomicBool::new(std::env::var("LOCUS_MEMORY_HISTORY").is_ok_and(|v| !v.is_empty() && v != "0")))
+}
+
+/// Whether allocation sites and the event history are recorded.
+pub(crate) fn history_on() -> bool {
+    history_flag().load(Ordering::Relaxed)
+}
+
+/// Turns the recording of allocation sites and events on or off (`LOCUS_MEMORY_HISTORY=1`
+/// turns it on at start); off, the history recorded so far is dropped.
+pub(crate) fn record_history(on: bool) {
+    history_flag().store(on, Ordering::Relaxed);
+    if !on {
+        for b in books().values_mut() {
+            b.history.clear();
+        }
+    }
+}
+
+fn now_us() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+}
+
+fn note(b: &mut Books, action: Action, addr: u64, size: usize, stream: u64, site: Option<Arc<Site>>) {
+    if b.history.len() >= HISTORY {
+        b.history.pop_front();
+    }
+    b.history.push_back(Event { action, addr, size, stream, time_us: now_us(), site });
+}
+
+/// Whether `device`'s blocks are booked: those of GPUs (real or simulated), not host memory.
+fn booked(device: DeviceId) -> bool {
+    matches!(device, DeviceId::Cuda(_))
+}
+
+/// A block of `size` bytes at `addr` handed to a buffer of `requested` bytes on `stream`
+/// (`fresh`: just asked of the driver or system, else reused from a cache).
+pub(crate) fn alloc(device: DeviceId, addr: u64, size: usize, requested: usize, stream: u64, fresh: bool) {
+    if !booked(device) {
+        return;
+    }
+    let site = history_on().then(|| Arc::new(Site(Backtrace::force_capture())));
+    let mut all = books();
+    let b = all.entry(device).or_default();
+    if site.is_some() {
+        if fresh {
+            note(b, Action::SegmentAlloc, addr, size, stream, site.clone());
+        }
+        note(b, Action::Alloc, addr, size, stream, site.clone());
+    }
+    b.live.insert(addr, Block { size, requested, stream, cached: false, site });
+}
+
+/// The buffer at `addr` let go of its block; `cached`: kept for reuse, else given back.
+pub(crate) fn free(device: DeviceId, addr: u64, cached: bool) {
+    if !booked(device) {
+        return;
+    }
+    let mut all = books();
+    let Some(b) = all.get_mut(&device) else { return };
+    let record = history_on();
+    let block = if cached {
+        b.live.get_mut(&addr).map(|blk| {
+            blk.cached = true;
+            blk.requested = 0;
+            blk.clone()
+        })
+    } else {
+        b.live.remove(&addr)
+    };
+    if let (true, Some(blk)) = (record, block) {
+        note(b, Action::FreeRequested, addr, blk.size, blk.stream, blk.site.clone());
+        note(b, Action::FreeCompleted, addr, blk.size, blk.stream, blk.site.clone());
+        if !cached {
+            note(b, Action::SegmentFree, addr, blk.size, blk.stream, None);
+        }
+    }
+}
+
+/// A cached block at `addr` went back to the driver.
+pub(crate) fn release_cached(device: DeviceId, addr: u64) {
+    let mut all = books();
+    let Some(b) = all.get_mut(&device) else { return };
+    if let Some(blk) = b.live.remove(&addr) {
+        if history_on() {
+            note(b, Action::SegmentFree, addr, blk.size, blk.stream, None);
+        }
+    }
+}
+
+/// What the books hold for one device.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct DeviceBooks {
+    pub blocks: Vec<(u64, Block)>,
+    pub history: Vec<Event>,
+}
+
+/// A copy of every device's books, blocks by address.
+pub(crate) fn read() -> Vec<(DeviceId, DeviceBooks)> {
+    let all = books();
+    let mut out: Vec<(DeviceId, DeviceBooks)> = all
+        .iter()
+        .map(|(d, b)| {
+            let mut blocks: Vec<(u64, Block)> = b.live.iter().map(|(a, blk)| (*a, blk.clone())).collect();
+            blocks.sort_by_key(|(a, _)| *a);
+            (*d, DeviceBooks { blocks, history: b.history.iter().cloned().collect() })
+        })
+        .collect();
+    out.sort_by_key(|(d, _)| *d);
+    out
+}
+
+/// An out-of-memory error on `device` for `requested` bytes, with `free` bytes the
+/// driver reports free, that says what is allocated, reserved and free and where the
+/// memory went; with `LOCUS_OOM_SNAPSHOT=path` it also writes the snapshot there.
+pub(crate) fn out_of_memory(device: DeviceId, requested: usize, free: usize) -> Error {
+    let (mut allocated, mut reserved, mut largest_cached) = (0usize, 0usize, 0usize);
+    let mut sites: HashMap<String, (usize, usize)> = HashMap::new();
+    let mut biggest: Vec<(usize, u64)> = Vec::new();
+    {
+        let mut all = books();
+        let b = all.entry(device).or_default();
+        if history_on() {
+            note(b, Action::Oom, 0, requested, 0, None);
+        }
+        for blk in b.live.values() {
+            reserved += blk.size;
+            if blk.cached {
+                largest_cached = largest_cached.max(blk.size);
+                continue;
+            }
+            allocated += blk.requested;
+            biggest.push((blk.requested, blk.stream));
+            if let Some(f) = blk.site.as_ref().and_then(|s| s.caller()) {
+                let e = sites.entry(format!("{} ({}:{})", f.name, f.filename, f.line)).or_default();
+                e.0 += blk.requested;
+                e.1 += 1;
+            }
+        }
+    }
+    let mib = |b: usize| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64);
+    let mut report = format!(
+        "asked for {}; {} allocated by tensors, {} reserved by locus ({} cached for reuse, the largest cached \
+         block {}), {} free on the device",
+        mib(requested),
+        mib(allocated),
+        mib(reserved),
+        mib(reserved - allocated.min(reserved)),
+        mib(largest_cached),
+        mib(free)
+    );
+    if sites.is_empty() {
+        biggest.sort_unstable_by(|a, b| b.cmp(a));
+        let list: Vec<String> = biggest.iter().take(5).map(|(s, st)| format!("{} on stream {st}", mib(*s))).collect();
+        if !list.is_empty() {
+            report += &format!("; the largest live tensors: {}", list.join(", "));
+        }
+        report += "; set LOCUS_MEMORY_HISTORY=1 to see where the memory was allocated";
+    } else {
+        let mut top: Vec<(String, (usize, usize))> = sites.into_iter().collect();
+        top.sort_by_key(|b| std::cmp::Reverse(b.1 .0));
+        let list: Vec<String> =
+            top.iter().take(5).map(|(at, (bytes, n))| format!("{} in {n} tensors at {at}", mib(*bytes))).collect();
+        report += &format!("; the top allocation sites: {}", list.join("; "));
+    }
+    if let Some(path) = std::env::var_os("LOCUS_OOM_SNAPSHOT").filter(|p| !p.is_empty()) {
+        let path = std::path::PathBuf::from(path);
+        report += &match pickle::write_snapshot(&path) {
+            Ok(()) => format!("; snapshot written to {}", path.display()),
+            Err(e) => format!("; the snapshot could not be written to {}: {e}", path.display()),
+        };
+    }
+    Error::OutOfMemory { device, requested, free, report }
+}
