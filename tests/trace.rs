@@ -246,3 +246,50 @@ fn device_slices_agree_with_cuda_event_timings() -> locus::Result<()> {
     std::fs::remove_file(&file).ok();
     Ok(())
 }
+
+/// `LOCUS_TRACE=path` starts a trace when the backend starts; a process that never stops
+/// it and exits still leaves every event it recorded, the file closed at exit.
+#[test]
+fn locus_trace_in_the_environment_traces_the_whole_process() -> locus::Result<()> {
+    if std::env::var_os("LOCUS_TRACE_CHILD").is_some() {
+        // The child: some work and a range, then exit without `trace::stop`. The trace
+        // starts with the backend.
+        locus::backend_name()?;
+        assert!(trace::is_on(), "LOCUS_TRACE started a trace");
+        let _r = locus::range!("child work");
+        let x = Tensor::<G>::full([256, 256], 2.0)?;
+        assert_eq!(x.matmul(&x)?.sum()?.item()?, 4.0 * 256.0 * 256.0 * 256.0);
+        std::process::exit(0);
+    }
+    let file = path("env");
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "locus_trace_in_the_environment_traces_the_whole_process", "--nocapture"])
+        .env("LOCUS_TRACE_CHILD", "1")
+        .env("LOCUS_TRACE", &file)
+        .output()
+        .unwrap();
+    let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the child: {log}");
+    let whole = std::fs::read_to_string(&file).expect("the trace the child left");
+    let all: Vec<Value> = serde_json::from_str(&whole).expect("the events as a whole JSON array");
+    let slices = |cat: &str| all.iter().filter(|e| e["ph"] == "X" && e["cat"] == cat).count();
+    let op_cat = if locus::backend_name()? == "host" { "op" } else { "gpu" };
+    assert!(slices(op_cat) >= 3, "the child's ops (fill, matmul, sum) are in the trace: {whole}");
+    // The range never ended (the process exited inside it): it has no slice, and
+    // nothing else is lost.
+    assert!(!all.iter().any(|e| e["name"] == "child work"));
+    // A path that cannot be written stops the backend with an error naming it.
+    let bad = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "locus_trace_in_the_environment_traces_the_whole_process", "--nocapture"])
+        .env("LOCUS_TRACE_CHILD", "1")
+        .env("LOCUS_TRACE", "/nonexistent-dir/locus/t.json")
+        .output()
+        .unwrap();
+    let log = format!("{}{}", String::from_utf8_lossy(&bad.stdout), String::from_utf8_lossy(&bad.stderr));
+    assert!(
+        !bad.status.success() && log.contains("LOCUS_TRACE") && log.contains("/nonexistent-dir/locus/t.json"),
+        "{log}"
+    );
+    std::fs::remove_file(&file).ok();
+    Ok(())
+}

@@ -6,9 +6,9 @@
 //! device, one thread per stream), a cross-stream wait is a `wait` slice with a flow arrow
 //! from the end of the op it waits for, and a [`Range`] (the [`range!`](crate::range)
 //! macro) is a slice on its thread's track, nested by time. [`stop`] closes the file.
-//! Events reach the file from a writer thread as they come, each batch flushed, so a
-//! process that never calls `stop` (or dies) leaves a trace whose last `]` is missing,
-//! which both viewers accept.
+//! Events reach the file from a writer thread as they come, each batch flushed; a process
+//! that exits without calling `stop` has it called at exit, and one that dies leaves a
+//! trace whose last `]` is missing, which both viewers accept.
 //!
 //! Off, the cost is one atomic load per op. The host backend traces its simulated streams
 //! (the times of their workers); the cuda backend records ranges and host-side events
@@ -149,7 +149,27 @@ pub fn start(path: impl AsRef<Path>) -> Result<()> {
     *state = Some(Recorder { path: path.to_path_buf(), tx, writer, named: HashSet::new() });
     GENERATION.fetch_add(1, Ordering::AcqRel);
     ON.store(true, Ordering::Release);
+    stop_at_exit();
     Ok(())
+}
+
+/// Makes the process's exit (a return from `main`, `std::process::exit`) stop the trace
+/// being written, so its last events and the closing `]` reach the file.
+fn stop_at_exit() {
+    #[cfg(target_os = "linux")]
+    {
+        static REGISTERED: std::sync::Once = std::sync::Once::new();
+        extern "C" fn at_exit() {
+            if is_on() {
+                let _ = stop();
+            }
+        }
+        REGISTERED.call_once(|| {
+            // SAFETY: `at_exit` is a plain `extern "C" fn()` that stays valid for the
+            // life of the process; libc calls it once, at exit.
+            let _ = unsafe { libc::atexit(at_exit) };
+        });
+    }
 }
 
 /// Stops the trace and closes its file, once every event recorded before has been
