@@ -85,7 +85,8 @@ fn history_records_where_each_block_came_from_and_what_happened() -> locus::Resu
     Ok(())
 }
 
-/// Python's `pickle` reads the snapshot, with the keys and types `_memory_viz` reads.
+/// Python's `pickle` reads the snapshot, with the keys and types of PyTorch 2.11's own
+/// `torch.cuda.memory._snapshot()` (compared on the H100).
 #[test]
 fn the_pickle_is_what_pytorch_snapshots_are() -> locus::Result<()> {
     let _one = lock();
@@ -100,7 +101,7 @@ fn the_pickle_is_what_pytorch_snapshots_are() -> locus::Result<()> {
     let check = r#"
 import pickle, sys
 d = pickle.load(open(sys.argv[1], "rb"))
-assert set(d) >= {"segments", "device_traces", "allocator_settings"}, d.keys()
+assert set(d) == {"segments", "device_traces", "allocator_settings", "external_annotations"}, d.keys()
 seg_keys = {"device", "address", "total_size", "allocated_size", "active_size", "requested_size",
             "stream", "segment_type", "segment_pool_id", "is_expandable", "frames", "blocks"}
 for s in d["segments"]:
@@ -116,7 +117,7 @@ assert len(mine) == 1 and mine[0]["blocks"][0]["state"] == "active_allocated", m
 assert mine[0]["address"] > 0 and mine[0]["device"] == 0
 trace = d["device_traces"][0]
 for e in trace:
-    assert set(e) == {"action", "addr", "size", "stream", "time_us", "frames"}, e.keys()
+    assert set(e) == {"action", "addr", "size", "stream", "time_us", "compile_context", "user_metadata", "frames"}, e.keys()
 assert any(e["action"] == "alloc" and e["addr"] == mine[0]["address"] for e in trace)
 print("ok", len(d["segments"]), len(trace))
 "#;

@@ -203,6 +203,14 @@ fn device_slices_agree_with_cuda_event_timings() -> locus::Result<()> {
     let m = Tensor::<G>::full([4096, 4096], 0.5)?;
     let h = Tensor::<locus::Pinned>::full([1 << 24], 1.0)?;
     assert_eq!(m.sum()?.item()?, 0.5 * 4096.0 * 4096.0); // ready before the trace
+                                                         // Warm up outside the trace: the first gemm on a stream makes its cuBLAS handle, and
+                                                         // the device is idle meanwhile, which the user's events would count.
+    on_stream(&s, || -> locus::Result<()> {
+        let warm = (m.matmul(&m)?, h.to::<G>()?);
+        drop(warm);
+        Ok(())
+    })?;
+    s.synchronize()?;
     let file = path("timing");
     trace::start(&file)?;
     let mut measured = Vec::new();

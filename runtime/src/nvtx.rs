@@ -26,8 +26,11 @@ const MODULE_CORE: c_uint = 1;
 /// `NVTX_CBID_CORE_RangePushA` and `NVTX_CBID_CORE_RangePop`: their slots in it.
 const CORE_RANGE_PUSH_A: usize = 9;
 const CORE_RANGE_POP: usize = 11;
-/// `NVTX_CBID_CORE_SIZE`: the slots of the core table, the first (invalid) one included.
-const CORE_SIZE: usize = 16;
+/// `NVTX_CBID_*_SIZE` of each module, 1 (core) to 6 (sync): the slots of its table, the
+/// first (invalid) one included.
+const MODULE_SIZES: [usize; MODULES] = [16, 9, 15, 7, 16, 7];
+const MODULES: usize = 6;
+const MAX_SLOTS: usize = 16;
 /// `NVTX_ETID_CALLBACKS` and `NVTX_ETID_VERSIONINFO`: the export tables a tool may ask for.
 const ETID_CALLBACKS: u32 = 1;
 const ETID_VERSIONINFO: u32 = 3;
@@ -50,12 +53,14 @@ struct VersionInfo {
     set_injection_nvtx_version: unsafe extern "C" fn(u32),
 }
 
-/// The tables the tool writes into: the slots of the core module, and the array of
-/// pointers to them that `GetModuleFunctionTable` hands out (one null entry past the end,
-/// as NVTX's own tables have).
+/// The tables the tool writes into, one per NVTX module (core, CUDA, OpenCL, CUDA
+/// runtime, core 2, sync), each with its slot 0 unused, as NVTX's own globals lay them
+/// out; and per module the array of pointers to its slots that `GetModuleFunctionTable`
+/// hands out (one null entry past the end). A tool fills the modules it supports; locus
+/// calls only the core module's push and pop.
 struct Tables {
-    slots: [Slot; CORE_SIZE],
-    table: [*mut Slot; CORE_SIZE + 1],
+    slots: [[Slot; MAX_SLOTS]; MODULES],
+    table: [[*mut Slot; MAX_SLOTS + 1]; MODULES],
 }
 
 /// The entry points the tool filled in.
@@ -87,8 +92,8 @@ unsafe extern "C" fn set_injection_nvtx_version(_version: u32) {}
 fn tables() -> &'static Mutex<Tables> {
     TABLES.get_or_init(|| {
         Box::new(Mutex::new(Tables {
-            slots: [std::ptr::null_mut(); CORE_SIZE],
-            table: [std::ptr::null_mut(); CORE_SIZE + 1],
+            slots: [[std::ptr::null_mut(); MAX_SLOTS]; MODULES],
+            table: [[std::ptr::null_mut(); MAX_SLOTS + 1]; MODULES],
         }))
     })
 }
@@ -102,57 +107,75 @@ unsafe extern "C" fn get_export_table(id: u32) -> *const c_void {
     }
 }
 
-/// `GetModuleFunctionTable`: the core module's table (the only one here) and its size.
+/// `GetModuleFunctionTable`: module `module`'s table and its size, as NVTX's own gives
+/// them: `NVTX_CBID_*_SIZE` entries (the unused first one included) and a null past them.
 unsafe extern "C" fn get_module_function_table(
     module: c_uint,
     out_table: *mut *mut *mut Slot,
     out_size: *mut c_uint,
 ) -> c_int {
     let Some(tables) = TABLES.get() else { return 0 };
-    if module != MODULE_CORE {
-        return 0;
-    }
+    let Some(m) = (module as usize).checked_sub(1).filter(|&m| m < MODULES) else { return 0 };
+    let size = MODULE_SIZES[m];
     let mut t = tables.lock().unwrap_or_else(|p| p.into_inner());
     // The table points at the slots of this same boxed, never-moved value.
-    let base: *mut Slot = t.slots.as_mut_ptr();
-    for i in 1..CORE_SIZE {
-        t.table[i] = base.wrapping_add(i);
+    let base: *mut Slot = t.slots[m].as_mut_ptr();
+    for i in 1..size {
+        t.table[m][i] = base.wrapping_add(i);
     }
     if !out_size.is_null() {
         // SAFETY: the tool passes a valid pointer or null (checked).
-        unsafe { *out_size = (CORE_SIZE - 1) as c_uint };
+        unsafe { *out_size = size as c_uint };
     }
     if !out_table.is_null() {
         // SAFETY: as above.
-        unsafe { *out_table = t.table.as_mut_ptr() };
+        unsafe { *out_table = t.table[m].as_mut_ptr() };
     }
     1
 }
 
-/// Loads the tool `NVTX_INJECTION64_PATH` names and lets it fill the table.
+/// Loads the tool `NVTX_INJECTION64_PATH` names and lets it fill the tables; with
+/// `LOCUS_NVTX_DEBUG` set, says on stderr how that went.
 fn init() -> Option<Entries> {
     let path = std::env::var_os("NVTX_INJECTION64_PATH").filter(|p| !p.is_empty())?;
+    let r = load(&path);
+    if std::env::var_os("LOCUS_NVTX_DEBUG").is_some() {
+        match &r {
+            Ok(e) => eprintln!(
+                "locus nvtx: {} initialised; push {}, pop {}",
+                path.to_string_lossy(),
+                if e.push.is_some() { "set" } else { "not set" },
+                if e.pop.is_some() { "set" } else { "not set" }
+            ),
+            Err(why) => eprintln!("locus nvtx: {}: {why}", path.to_string_lossy()),
+        }
+    }
+    r.ok()
+}
+
+fn load(path: &std::ffi::OsStr) -> Result<Entries, String> {
     tables();
     // SAFETY: loading the library runs its initialisers: the profiler's own library,
     // named by the profiler for this purpose.
-    let lib = unsafe { libloading::Library::new(&path) }.ok()?;
+    let lib = unsafe { libloading::Library::new(path) }.map_err(|e| e.to_string())?;
     type Init = unsafe extern "C" fn(unsafe extern "C" fn(u32) -> *const c_void) -> c_int;
     // SAFETY: `InitializeInjectionNvtx2` has this signature in the NVTX 3 protocol.
-    let entry: Init = *unsafe { lib.get::<Init>(b"InitializeInjectionNvtx2\0") }.ok()?;
+    let entry: Init = *unsafe { lib.get::<Init>(b"InitializeInjectionNvtx2\0") }.map_err(|e| e.to_string())?;
     // SAFETY: the protocol's call: the tool queries `get_export_table` and writes its
     // functions into the slots `get_module_function_table` gives it.
     if unsafe { entry(get_export_table) } == 0 {
-        return None;
+        return Err("InitializeInjectionNvtx2 returned 0".into());
     }
     // The tool's functions live as long as its library: keep it loaded.
     std::mem::forget(lib);
     let t = tables().lock().unwrap_or_else(|p| p.into_inner());
-    let (push, pop) = (t.slots[CORE_RANGE_PUSH_A], t.slots[CORE_RANGE_POP]);
+    let core = MODULE_CORE as usize - 1;
+    let (push, pop) = (t.slots[core][CORE_RANGE_PUSH_A], t.slots[core][CORE_RANGE_POP]);
     // SAFETY: a non-null slot holds the tool's function of that slot's NVTX signature.
     let push = (!push.is_null()).then(|| unsafe { std::mem::transmute::<Slot, PushA>(push) });
     // SAFETY: as above.
     let pop = (!pop.is_null()).then(|| unsafe { std::mem::transmute::<Slot, Pop>(pop) });
-    Some(Entries { push, pop })
+    Ok(Entries { push, pop })
 }
 
 fn entries() -> Option<Entries> {
@@ -202,14 +225,18 @@ mod tests {
             assert_eq!((*v).version, 3);
             assert!(get_export_table(2).is_null());
             let (mut table, mut size) = (std::ptr::null_mut(), 0);
-            assert_eq!(((*cb).get_module_function_table)(2, &mut table, &mut size), 0);
+            assert_eq!(((*cb).get_module_function_table)(0, &mut table, &mut size), 0);
+            assert_eq!(((*cb).get_module_function_table)(7, &mut table, &mut size), 0);
+            assert_eq!(((*cb).get_module_function_table)(2, &mut table, &mut size), 1);
+            assert_eq!(size, 9, "NVTX_CBID_CUDA_SIZE");
+            assert!((*table.add(9)).is_null(), "a null past the end");
             assert_eq!(((*cb).get_module_function_table)(MODULE_CORE, &mut table, &mut size), 1);
-            assert_eq!(size as usize, CORE_SIZE - 1);
+            assert_eq!(size, 16, "NVTX_CBID_CORE_SIZE");
             assert!((*table).is_null(), "slot 0 is invalid");
             *(*table.add(CORE_RANGE_POP)) = fake_pop as Slot;
         }
         let t = tables().lock().unwrap();
-        assert_eq!(t.slots[CORE_RANGE_POP], fake_pop as Slot);
-        assert!(t.slots[CORE_RANGE_PUSH_A].is_null());
+        assert_eq!(t.slots[0][CORE_RANGE_POP], fake_pop as Slot);
+        assert!(t.slots[0][CORE_RANGE_PUSH_A].is_null());
     }
 }

@@ -83,6 +83,8 @@ fn event_value(e: &Event) -> Value {
         ("size", size(e.size)),
         ("stream", int(e.stream)),
         ("time_us", int(e.time_us)),
+        ("compile_context", s("N/A")),
+        ("user_metadata", s("")),
         ("frames", frames(f)),
     ])
 }
@@ -112,6 +114,7 @@ pub(crate) fn snapshot_of(books: &[(DeviceId, DeviceBooks)]) -> Value {
     dict(vec![
         ("segments", Value::List(segments)),
         ("device_traces", Value::List(traces)),
+        ("external_annotations", Value::List(Vec::new())),
         (
             "allocator_settings",
             dict(vec![
@@ -121,7 +124,8 @@ pub(crate) fn snapshot_of(books: &[(DeviceId, DeviceBooks)]) -> Value {
                 ("expandable_segments", Value::Bool(false)),
                 ("pinned_num_register_threads", int(1)),
                 ("release_lock_on_cudamalloc", Value::Bool(false)),
-                ("pinned_use_host_register", Value::Bool(false)),
+                ("pinned_use_cuda_host_register", Value::Bool(false)),
+                ("graph_capture_record_stream_reuse", Value::Bool(false)),
                 ("roundup_power2_divisions", Value::Dict(Vec::new())),
             ]),
         ),
