@@ -208,6 +208,9 @@ def ceiling(name):
         return d2d_ceiling()
     if base == "small_add_1k_submit":
         return "ceiling_launch_floor"
+    # Tracing on against the same batch with it off: the per-op cost of a trace (issue 37).
+    if base == "small_add_1k_submit_traced":
+        return "small_add_1k_submit"
     if base == "small_add_1k_sync":
         return "ceiling_launch_floor_sync"
     # A #[locus::kernel] launch is measured against the built-in op's submit (target ≤ 1.05×).

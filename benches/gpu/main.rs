@@ -288,17 +288,9 @@ fn small_ops() {
     let a = Tensor::<G>::rand([1024], 1).unwrap();
     let b = Tensor::<G>::rand([1024], 2).unwrap();
     let n = raw::LAUNCHES;
-    let submit = samples(|| {
-        sync();
-        let t = Instant::now();
-        for _ in 0..n {
-            drop((&a + &b).unwrap());
-        }
-        let us = t.elapsed().as_secs_f64() / n as f64 * 1e6;
-        sync();
-        us
-    });
+    let submit = add_submit(&a, &b);
     row("small_add_1k_submit", &submit, "us/op", "1024-element add, host time per op in a batch of 20000, no sync");
+    small_add_traced(&a, &b);
     let mut out = Tensor::<G>::zeros([1024]).unwrap();
     // The first launch compiles the kernel: the warm-up samples take it.
     let user = samples(|| {
@@ -327,6 +319,48 @@ fn small_ops() {
         t.elapsed().as_secs_f64() / (n / 10) as f64 * 1e6
     });
     row("small_add_1k_sync", &synced, "us/op", "1024-element add + synchronize, per op in a batch of 2000");
+}
+
+/// The samples of `small_add_1k_submit`: host time per 1024-element add in a batch of
+/// `raw::LAUNCHES`, no sync inside the batch.
+fn add_submit(a: &Tensor<G>, b: &Tensor<G>) -> Vec<f64> {
+    let n = raw::LAUNCHES;
+    samples(|| {
+        sync();
+        let t = Instant::now();
+        for _ in 0..n {
+            drop((a + b).unwrap());
+        }
+        let us = t.elapsed().as_secs_f64() / n as f64 * 1e6;
+        sync();
+        us
+    })
+}
+
+/// `small_add_1k_submit` while a trace is written (issue 37): what tracing costs an op
+/// (two timing events on its stream, a slice for the collector to write), against the
+/// same batch untraced.
+fn small_add_traced(a: &Tensor<G>, b: &Tensor<G>) {
+    let file = std::env::temp_dir().join(format!("locus-bench-trace-{}.json", std::process::id()));
+    locus::trace::start(&file).unwrap();
+    let traced = add_submit(a, b);
+    locus::trace::stop().unwrap();
+    std::fs::remove_file(&file).ok();
+    row(
+        "small_add_1k_submit_traced",
+        &traced,
+        "us/op",
+        "small_add_1k_submit while a trace is written (LOCUS_TRACE): host time per op in a batch of 20000, no sync",
+    );
+}
+
+/// Only the rows of `gpu trace`: the 1024-element add untraced and traced.
+fn trace_rows() {
+    let a = Tensor::<G>::rand([1024], 1).unwrap();
+    let b = Tensor::<G>::rand([1024], 2).unwrap();
+    let submit = add_submit(&a, &b);
+    row("small_add_1k_submit", &submit, "us/op", "1024-element add, host time per op in a batch of 20000, no sync");
+    small_add_traced(&a, &b);
 }
 
 fn large_ops() {
@@ -583,6 +617,10 @@ fn main() {
     }
     if std::env::args().any(|a| a == "train") {
         train::steps(); // the training rows alone: `gpu train`
+        return;
+    }
+    if std::env::args().any(|a| a == "trace") {
+        trace_rows(); // the tracing rows alone: `gpu trace`
         return;
     }
     if std::env::args().any(|a| a == "checkpoint") {
