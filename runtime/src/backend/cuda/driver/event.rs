@@ -64,6 +64,13 @@ impl CudaEvent {
         Ok(())
     }
 
+    /// Records a timing mark of `timing` on `stream`: the driver's record alone, with none
+    /// of the books of [`CudaEvent::record`] (no stream waits for a mark).
+    pub(in crate::backend::cuda) fn record_mark(&self, stream: &CudaStream) -> Result<()> {
+        // SAFETY: both handles are alive.
+        unsafe { result::event::record(self.raw.0, stream.raw.0) }.map_err(driver(self.ordinal, "cuEventRecord"))
+    }
+
     /// Where the last record stands in the trace (see `timing::record_point`).
     pub(in crate::backend::cuda) fn traced_at(&self) -> Option<(Track, Arc<CudaEvent>)> {
         if crate::trace::is_on() {

@@ -16,6 +16,7 @@
 //! itself (no event could be made) drops that slice, never the op.
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -59,6 +60,8 @@ static ANCHORS: Mutex<Vec<Anchor>> = Mutex::new(Vec::new());
 /// Timing events no longer needed, by device, for the next spans.
 static POOL: Mutex<Vec<CudaEvent>> = Mutex::new(Vec::new());
 static COLLECTOR: OnceLock<Option<Thread>> = OnceLock::new();
+/// Whether the collector sleeps until woken (nothing was pending).
+static SLEEPING: AtomicBool = AtomicBool::new(false);
 /// Held while completed work is written, so that [`flush`] returns only once the
 /// collector's batch is written too.
 static WRITING: Mutex<()> = Mutex::new(());
@@ -83,7 +86,7 @@ fn mark(s: &CudaStream) -> Option<Arc<CudaEvent>> {
         Some(e) => e,
         None => CudaEvent::create(s.ordinal, s.ctx(), true).ok()?,
     };
-    ev.record(s).ok()?;
+    ev.record_mark(s).ok()?;
     Some(Arc::new(ev))
 }
 
@@ -183,25 +186,32 @@ pub(in crate::backend::cuda) fn traced_wait(
 
 fn push(p: Pending) {
     lock(&PENDING).push(p);
-    trace::on_stop(flush);
+    static HOOKED: std::sync::Once = std::sync::Once::new();
+    HOOKED.call_once(|| trace::on_stop(flush));
     let collector = COLLECTOR.get_or_init(|| {
         std::thread::Builder::new().name("locus-trace-cuda".into()).spawn(collect).ok().map(|h| h.thread().clone())
     });
-    if let Some(t) = collector {
+    // Woken only from its long sleep: while work is pending it looks every millisecond.
+    if let (Some(t), true) = (collector, SLEEPING.swap(false, Ordering::AcqRel)) {
         t.unpark();
     }
 }
 
-/// The collector thread: writes what has completed, about every half millisecond while
+/// The collector thread: writes what has completed, about every millisecond while
 /// anything is pending, and sleeps when nothing is.
 fn collect() {
     loop {
-        let left = write_ready(false);
-        if left == 0 {
-            std::thread::park();
-        } else {
-            std::thread::park_timeout(Duration::from_micros(500));
+        if write_ready(false) > 0 {
+            std::thread::park_timeout(Duration::from_millis(1));
+            continue;
         }
+        SLEEPING.store(true, Ordering::Release);
+        // Work pushed between the count and the flag finds the flag set only after this
+        // look, so it is not missed.
+        if lock(&PENDING).is_empty() {
+            std::thread::park();
+        }
+        SLEEPING.store(false, Ordering::Release);
     }
 }
 
@@ -214,15 +224,20 @@ fn flush() {
 /// returns how many are left.
 fn write_ready(wait: bool) -> usize {
     let _writing = lock(&WRITING);
-    let ready: Vec<Pending> = {
+    // Taken out of the list, so that the queries below never hold up an op being queued.
+    let all = std::mem::take(&mut *lock(&PENDING));
+    let ready = if wait {
+        all
+    } else {
+        // In the order queued, up to the first not complete: the rest waits for the next
+        // look (work completes in stream order, mostly in queue order across streams).
+        let done = all.iter().position(|p| !p.last().is_done()).unwrap_or(all.len());
+        let mut all = all;
+        let rest = all.split_off(done);
         let mut pending = lock(&PENDING);
-        if wait {
-            std::mem::take(&mut *pending)
-        } else {
-            let (done, left): (Vec<_>, Vec<_>) = pending.drain(..).partition(|p| p.last().is_done());
-            *pending = left;
-            done
-        }
+        let newer = std::mem::replace(&mut *pending, rest);
+        pending.extend(newer);
+        all
     };
     for p in ready {
         if p.last().wait().is_ok() {
