@@ -103,6 +103,15 @@ fn a_two_stream_pipeline_traces_its_streams_waits_and_ranges() -> locus::Result<
     assert_eq!(matmuls.len(), 3, "one matmul a step: {slices:?}");
     assert!(sums_traced.len() >= 3 && (!host || sums_traced.len() == 3), "a sum a step: {slices:?}");
     let (ta, tb) = (track(matmuls[0]), track(sums_traced[0]));
+    if host {
+        // The host backend's slices say what each op reads and writes.
+        let m = matmuls[0];
+        assert_eq!(
+            (m["args"]["bytes_read"].as_u64(), m["args"]["bytes_written"].as_u64()),
+            (Some(2 * 64 * 64 * 4), Some(64 * 64 * 4)),
+            "{m}"
+        );
+    }
     assert_ne!(ta, tb, "the two stages are on two tracks");
     assert!(matmuls.iter().all(|e| track(e) == ta) && sums_traced.iter().all(|e| track(e) == tb));
     assert!(named[&ta].starts_with("stream ") && named[&tb].starts_with("stream "), "{named:?}");

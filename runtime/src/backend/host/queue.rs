@@ -31,6 +31,9 @@ pub(crate) struct Queue {
     track: Track,
 }
 
+/// An op's name and trace args.
+type Named = (&'static str, String);
+
 /// How many finished jobs' end times a queue keeps while a trace is written, for the
 /// flow arrows of the waits that name them.
 const RECENT: usize = 256;
@@ -38,7 +41,7 @@ const RECENT: usize = 256;
 #[derive(Default)]
 struct State {
     /// Each job, with the name its slice has in a trace (none: not traced).
-    jobs: VecDeque<(Job, Option<&'static str>)>,
+    jobs: VecDeque<(Job, Option<Named>)>,
     /// While a trace is written: the last traced jobs' numbers and end times.
     recent: VecDeque<(u64, Instant)>,
     /// Jobs queued so far; job `n` (from 1) is the n-th.
@@ -78,9 +81,15 @@ impl Queue {
         self.push_named(job, None)
     }
 
-    /// Queues `job`, op `name` (a slice of that name in a trace), and returns its number.
-    pub(in crate::backend::host) fn push_op(self: &Arc<Self>, job: Job, name: &'static str) -> Result<u64> {
-        self.push_named(job, Some(name))
+    /// Queues `job`, op `name` (a slice of that name in a trace, with `args`: the inside
+    /// of a JSON object), and returns its number.
+    pub(in crate::backend::host) fn push_op(
+        self: &Arc<Self>,
+        job: Job,
+        name: &'static str,
+        args: String,
+    ) -> Result<u64> {
+        self.push_named(job, Some((name, args)))
     }
 
     /// Queues a wait for job `seq` of `other`: a `wait` slice in a trace, with a flow
@@ -106,7 +115,7 @@ impl Queue {
         self.lock().recent.iter().rev().find(|(n, _)| *n <= seq).map(|(_, at)| *at)
     }
 
-    fn push_named(self: &Arc<Self>, job: Job, name: Option<&'static str>) -> Result<u64> {
+    fn push_named(self: &Arc<Self>, job: Job, name: Option<Named>) -> Result<u64> {
         let mut s = self.lock();
         if !s.worker {
             let queue = Arc::clone(self);
@@ -181,8 +190,8 @@ impl Queue {
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
             let finished = Instant::now();
             let traced = name.filter(|_| trace::is_on());
-            if let Some(name) = traced {
-                trace::slice(self.track, name, "op", begin, finished, "");
+            if let Some((name, args)) = &traced {
+                trace::slice(self.track, name, "op", begin, finished, args);
             }
             s = self.lock();
             if let Err(e) = outcome {

@@ -90,7 +90,14 @@ impl HostStream {
             c.record(job);
             return Ok((0, Clock::default()));
         }
-        let seq = self.queue.push_op(job, op)?;
+        // In a trace, the op's slice says how many bytes it reads and writes.
+        let args = if crate::trace::is_on() {
+            let sum = |k: Kind| uses.iter().filter(|(_, u)| *u == k).map(|(r, _)| r.bytes).sum::<usize>();
+            format!(r#""bytes_read":{},"bytes_written":{}"#, sum(Kind::Read), sum(Kind::Write))
+        } else {
+            String::new()
+        };
+        let seq = self.queue.push_op(job, op, args)?;
         let clock = if hazard::enabled() { hazard::stream_op(self.agent(), seq, op, uses) } else { Clock::default() };
         Ok((seq, clock))
     }
