@@ -50,8 +50,9 @@ impl PieceUploads for InlineDma<'_> {
         let span = timing::begin(self.stream);
         // `at + len` is at most the upload's length (the trait's contract), so `dst + at` has `len` bytes within the
         // allocation `new`'s contract names, written in `stream`'s order like any op's output.
-        // SAFETY: the source is page-locked pool memory that is neither written nor reused before this DMA's event
+        // the source is page-locked pool memory that is neither written nor reused before this DMA's event
         // (see above), so the DMA may read it after this call returns.
+        // SAFETY: as said just above.
         let r = unsafe { result::memcpy_htod_async(self.dst + at as u64, piece, self.stream.raw.0) }
             .map_err(driver(self.dev.ordinal, "cuMemcpyHtoDAsync"));
         timing::finish(span, self.stream, &r, || timing::copy("HtoD", len, "inline"));
@@ -104,8 +105,9 @@ impl PieceDownloads for InlineDownload<'_> {
         let span = timing::begin(self.stream);
         // `at + len` is at most the download's length (the trait's contract), so `src + at` has `len` bytes within the
         // allocation `new`'s contract names, ready on `stream` and allocated until its work is done.
-        // SAFETY: the destination is page-locked pool memory that nothing else touches until this DMA's event
+        // the destination is page-locked pool memory that nothing else touches until this DMA's event
         // completes (see above), so the DMA may write it after this call returns.
+        // SAFETY: as said just above.
         let r = unsafe { result::memcpy_dtoh_async(landing, self.src + at as u64, self.stream.raw.0) }
             .map_err(driver(self.dev.ordinal, "cuMemcpyDtoHAsync"));
         timing::finish(span, self.stream, &r, || timing::copy("DtoH", len, "inline"));

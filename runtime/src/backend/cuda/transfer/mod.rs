@@ -53,9 +53,10 @@ pub(in crate::backend::cuda) fn upload_async(
     let done = Arc::new(CudaEvent::create(dev.ordinal, dev.ctx.cu_ctx(), false)?);
     if !src.bytes().is_empty() {
         let span = timing::begin(s);
-        // SAFETY: `out` holds `src.bytes().len()` bytes on this device; `src` is
+        // `out` holds `src.bytes().len()` bytes on this device; `src` is
         // page-locked memory that stays allocated and unwritten until `done`
         // completes (dispatch holds it, or it is retired below if that cannot be known).
+        // SAFETY: as said just above.
         let r = unsafe { result::memcpy_htod_async(out.ptr(), src.bytes(), s.raw.0) }
             .map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"));
         timing::finish(span, s, &r, || timing::copy("HtoD", src.bytes().len(), "pinned"));
@@ -82,9 +83,10 @@ pub(in crate::backend::cuda) fn download_async(
     if b.bytes() > 0 {
         same_length("to_pinned_async", dst.len(), b.bytes())?;
         let span = timing::begin(s);
-        // SAFETY: `dst` is a fresh page-locked buffer of the source's length that the
+        // `dst` is a fresh page-locked buffer of the source's length that the
         // caller exposes only after `done` (a `Pending`); dispatch holds it from reuse
         // until then, or it is retired below if that cannot be known.
+        // SAFETY: as said just above.
         let r = unsafe { result::memcpy_dtoh_async(dst.bytes_mut(), b.ptr(), s.raw.0) }
             .map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"));
         timing::finish(span, s, &r, || timing::copy("DtoH", b.bytes(), "pinned"));
@@ -165,12 +167,13 @@ pub(in crate::backend::cuda) fn copy(bk: &CudaBackend, b: &CudaBuffer, dst: Devi
     s.wait_for(&writer)?;
     to.bind()?;
     let span = timing::begin(&s);
-    // SAFETY: `out` holds `bytes` bytes of `to`, allocated on `s`; `b` holds `bytes` bytes of `from`, and both
+    let (dst_ctx, src_ctx) = (to.ctx.cu_ctx(), from.ctx.cu_ctx());
+    // `out` holds `bytes` bytes of `to`, allocated on `s`; `b` holds `bytes` bytes of `from`, and both
     // contexts are the devices' live primary contexts. `s` waited for `b`'s writer above, and `b`'s stream waits
     // for `s` below, so `b`'s free (ordered on its stream) comes after the copy; `out` is freed on `s`.
-    let r =
-        unsafe { result::memcpy_peer_async(to.ctx.cu_ctx(), out.ptr(), from.ctx.cu_ctx(), b.ptr(), bytes, s.raw.0) }
-            .map_err(driver(to.ordinal, "cuMemcpyPeerAsync"));
+    // SAFETY: as said just above.
+    let r = unsafe { result::memcpy_peer_async(dst_ctx, out.ptr(), src_ctx, b.ptr(), bytes, s.raw.0) }
+        .map_err(driver(to.ordinal, "cuMemcpyPeerAsync"));
     timing::finish(span, &s, &r, || timing::copy("peer", bytes, "peer"));
     r?;
     writer.wait_for(&s)?;

@@ -71,11 +71,12 @@ pub(in crate::backend::cuda) unsafe fn upload(
 /// As [`upload`].
 unsafe fn upload_direct(dev: &DeviceState, stream: &CudaStream, dst: u64, data: &[u8]) -> Result<()> {
     let span = timing::begin(stream);
-    // SAFETY: `dst` holds at least `data.len()` bytes of this device (the caller's contract) and is written on
+    // `dst` holds at least `data.len()` bytes of this device (the caller's contract) and is written on
     // `stream`, whose work orders its later uses. `data` is valid for reads until this function returns: the
     // driver stages pageable memory before returning, and page-locked memory is waited for just below.
-    let r =
-        unsafe { result::memcpy_htod_async(dst, data, stream.raw.0) }.map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"));
+    // SAFETY: as said just above.
+    let r = unsafe { result::memcpy_htod_async(dst, data, stream.raw.0) };
+    let r = r.map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"));
     timing::finish(span, stream, &r, || timing::copy("HtoD", data.len(), "direct"));
     r?;
     // The driver stages a small pageable copy before it returns, but reads page-locked
@@ -103,8 +104,9 @@ unsafe fn upload_staged(dev: &DeviceState, stream: &CudaStream, dst: u64, data: 
             // `range` lies within `0 .. data.len()`, so `dst + range.start` has `range.len()` bytes within the caller's
             // allocation (contract). The side stream waited for `stream` (in `staged`), and `stream` waits for the side
             // stream before this copy returns, so the write is ordered like one on `stream`.
-            // SAFETY: The stage is pinned and is not written again until this DMA's event (recorded by `queued`)
+            // The stage is pinned and is not written again until this DMA's event (recorded by `queued`)
             // completes, nor freed before (the pool holds it until then).
+            // SAFETY: as said just above.
             let r = unsafe { result::memcpy_htod_async(dst + range.start as u64, &stage[..], lane.side.raw.0) }
                 .map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"));
             timing::finish(span, lane.side, &r, || timing::copy("HtoD", range.len(), "staged"));
@@ -169,8 +171,9 @@ pub(in crate::backend::cuda) unsafe fn upload_pieces(
                 // `lo - starts[i] .. hi - starts[i]` lies within piece `i`, so `dst` has `hi - lo` bytes within its
                 // allocation (the caller's contract); the side stream waited for `stream` (in `staged`) and `stream`
                 // waits for it before this returns, so the write is ordered like one on `stream`.
-                // SAFETY: the stage is pinned and not written again until this chunk's event (recorded by `queued`,
+                // the stage is pinned and not written again until this chunk's event (recorded by `queued`,
                 // after every DMA of the chunk) completes, nor freed before (the pool holds it until then).
+                // SAFETY: as said just above.
                 let r = unsafe {
                     result::memcpy_htod_async(dst, &stage[lo - range.start..hi - range.start], lane.side.raw.0)
                 }
@@ -201,9 +204,10 @@ pub(in crate::backend::cuda) unsafe fn download(
     match paths::download_path(out.len()) {
         CopyPath::Direct => {
             let span = timing::begin(stream);
-            // SAFETY: `src` holds `out.len()` bytes ready on `stream` (the caller's contract);
+            // `src` holds `out.len()` bytes ready on `stream` (the caller's contract);
             // `out` is borrowed mutably for this call, which waits for the copy (synchronize
             // below) before returning, so the DMA never outlives the borrow.
+            // SAFETY: as said just above.
             let r = unsafe { result::memcpy_dtoh_async(&mut out[..], src, stream.raw.0) }
                 .map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"));
             timing::finish(span, stream, &r, || timing::copy("DtoH", out.len(), "direct"));
@@ -240,8 +244,9 @@ unsafe fn download_staged(dev: &DeviceState, stream: &CudaStream, src: u64, out:
                     // `range` lies within `0 .. out.len()`, so `src + range.start` has `range.len()` bytes within the
                     // caller's allocation, ordered after its writer (the side stream waited for `stream` in `staged`)
                     // and freed only after the side stream's work (`stream` waits for it at the end).
-                    // SAFETY: The stage is pinned, `range.len()` bytes long, idle (`lane.stage` waited for its last
+                    // The stage is pinned, `range.len()` bytes long, idle (`lane.stage` waited for its last
                     // DMA), and read only after this DMA's event completes.
+                    // SAFETY: as said just above.
                     let r = unsafe { result::memcpy_dtoh_async(stage, src + range.start as u64, lane.side.raw.0) }
                         .map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"));
                     timing::finish(span, lane.side, &r, || timing::copy("DtoH", range.len(), "staged"));
