@@ -66,6 +66,10 @@ pub(crate) struct CudaStream {
     default: AtomicBool,
     /// The end of the last op timed on this stream while a trace is on (`timing`).
     last_timed: Mutex<Option<Arc<CudaEvent>>>,
+    /// Held from the first timing event of a traced op to its last (`timing::begin`), so
+    /// that ops queued here by several threads (the copy threads on a copy stream) never
+    /// fall between another op's two marks.
+    timed_op: Mutex<()>,
 }
 
 impl std::fmt::Debug for CudaStream {
@@ -103,6 +107,7 @@ impl CudaStream {
             capture: Mutex::new(None),
             default: AtomicBool::new(false),
             last_timed: Mutex::new(None),
+            timed_op: Mutex::new(()),
         })
     }
 
@@ -124,6 +129,11 @@ impl CudaStream {
     /// The end of the last op timed here (see `timing`).
     pub(in crate::backend::cuda) fn last_timed(&self) -> Option<Arc<CudaEvent>> {
         self.last_timed.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Held while one traced op is queued here, between its two timing events.
+    pub(in crate::backend::cuda) fn timed_op(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.timed_op.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub(in crate::backend::cuda) fn set_last_timed(&self, end: Arc<CudaEvent>) {

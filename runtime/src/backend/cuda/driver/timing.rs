@@ -112,22 +112,25 @@ fn anchor(s: &CudaStream) -> Option<()> {
     Some(())
 }
 
-/// An op being timed on a stream (see [`begin`]).
-pub(in crate::backend::cuda) struct Span {
+/// An op being timed on a stream (see [`begin`]): until it ends, no other thread queues
+/// work on that stream, so its slice holds only its own op.
+pub(in crate::backend::cuda) struct Span<'s> {
     begin: Arc<CudaEvent>,
     track: Track,
+    _alone: MutexGuard<'s, ()>,
 }
 
 /// Starts timing what is queued next on `s`, if a trace is on.
-pub(in crate::backend::cuda) fn begin(s: &CudaStream) -> Option<Span> {
+pub(in crate::backend::cuda) fn begin(s: &CudaStream) -> Option<Span<'_>> {
     if !timed(s) {
         return None;
     }
     anchor(s)?;
-    Some(Span { begin: mark(s)?, track: track(s) })
+    let alone = s.timed_op();
+    Some(Span { begin: mark(s)?, track: track(s), _alone: alone })
 }
 
-impl Span {
+impl Span<'_> {
     /// Ends the span after the op was queued on `s`: a slice `name` with `args` (the
     /// inside of a JSON object) once the device has run it.
     pub(in crate::backend::cuda) fn end(self, s: &CudaStream, name: impl Into<Cow<'static, str>>, args: String) {
@@ -141,7 +144,7 @@ impl Span {
 /// Ends `span` (from [`begin`] on `s`) if the op was queued (`queued` is `Ok`): a slice
 /// `what()` gives the name and args of.
 pub(in crate::backend::cuda) fn finish<R>(
-    span: Option<Span>,
+    span: Option<Span<'_>>,
     s: &CudaStream,
     queued: &crate::error::Result<R>,
     what: impl FnOnce() -> (Cow<'static, str>, String),
