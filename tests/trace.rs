@@ -200,7 +200,7 @@ fn copies_queued_by_several_threads_on_one_stream_never_overlap() -> locus::Resu
         let copies: Vec<&Value> =
             all.iter().filter(|e| e["ph"] == "X" && e["name"].as_str().is_some_and(|n| n.contains("HtoD"))).collect();
         let bytes: u64 = copies.iter().map(|c| c["args"]["bytes"].as_u64().unwrap()).sum();
-        assert_eq!(bytes, 4 * 4 << 24, "every byte of four 64 MiB uploads: {copies:?}");
+        assert_eq!(bytes, (4 * 4) << 24, "every byte of four 64 MiB uploads: {copies:?}");
         assert!(copies.iter().any(|c| c["args"]["path"] == "staged"), "pageable 64 MiB goes staged: {copies:?}");
     }
     assert_streams_run_one_op_at_a_time(&all);
