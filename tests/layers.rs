@@ -24,7 +24,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// What the backend may name from the rest of the crate.
-const FOUNDATION: [&str; 7] = ["error", "element", "shape", "device_id", "trace", "nvtx", "env_fuzz"];
+const FOUNDATION: [&str; 8] = ["error", "element", "shape", "device_id", "trace", "nvtx", "env_fuzz", "faults"];
 /// The longest backend file, in lines.
 const MAX_LINES: usize = 400;
 

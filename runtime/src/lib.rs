@@ -62,6 +62,7 @@ mod element;
 #[cfg(test)]
 mod env_fuzz;
 mod error;
+pub mod faults;
 mod graph;
 mod guard;
 mod kernel;

@@ -58,6 +58,7 @@ fn choose() -> Result<AnyBackend> {
     let requested = std::env::var("LOCUS_BACKEND").unwrap_or_else(|_| "auto".into());
     let no_backend = |reason: String| Error::NoBackend { requested: requested.clone(), reason };
     crate::trace::start_from_env().map_err(no_backend)?;
+    crate::faults::start_from_env().map_err(no_backend)?;
     let cuda = |b: cuda::CudaBackend| AnyBackend::new(Imp::Cuda(Box::leak(Box::new(b))));
     match parse_backend(&requested).map_err(no_backend)? {
         Requested::Host => Ok(AnyBackend::new(Imp::Host(host::backend()?))),

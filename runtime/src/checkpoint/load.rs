@@ -105,7 +105,9 @@ pub(super) fn load<D: Device>(
     let file_err = |reason: String| Error::Checkpoint { op: OP, path: shown.clone(), reason };
     let device = placement.id();
     let backend = backend::for_device(device)?;
-    let file = File::open(path).map_err(|e| file_err(format!("cannot be opened: {e}")))?;
+    let file = crate::faults::io(crate::faults::Point::Read)
+        .and_then(|()| File::open(path))
+        .map_err(|e| file_err(format!("cannot be opened: {e}")))?;
     // SAFETY: the map is read while this function runs and dropped before it returns.
     // Another process truncating or writing the file meanwhile is the documented
     // exception every memory-mapped reader has (a SIGBUS, or torn data).

@@ -95,15 +95,19 @@ pub(super) fn save<D: Device>(
     let io = |what: &str, e: std::io::Error| {
         file_err(format!("cannot be written ({what}: {e}); check the directory and the free space"))
     };
+    // Each write may fail (a full disk, or the fault plan's `write` point).
+    let put = |out: &mut std::io::BufWriter<std::fs::File>, bytes: &[u8]| {
+        crate::faults::io(crate::faults::Point::Write).and_then(|()| out.write_all(bytes)).map_err(|e| io("write", e))
+    };
     let write = || -> Result<()> {
         let file = std::fs::File::create(&tmp).map_err(|e| io("create", e))?;
         let mut out = std::io::BufWriter::with_capacity(8 << 20, file);
-        out.write_all(&(header.len() as u64).to_le_bytes()).map_err(|e| io("write", e))?;
-        out.write_all(&header).map_err(|e| io("write", e))?;
+        put(&mut out, &(header.len() as u64).to_le_bytes())?;
+        put(&mut out, &header)?;
         for (_, t) in &list {
             each!(t, t => {
                 let v = t.to_vec()?;
-                out.write_all(bytemuck::cast_slice(&v)).map_err(|e| io("write", e))?;
+                put(&mut out, bytemuck::cast_slice(&v))?;
             });
         }
         out.flush().map_err(|e| io("write", e))?;

@@ -330,5 +330,8 @@ pub(crate) fn out_of_memory(device: DeviceId, requested: usize, free: usize) -> 
             Err(e) => format!("; the snapshot could not be written to {}: {e}", path.display()),
         };
     }
+    if let Some(fault) = crate::faults::note() {
+        report += &format!("; {fault}");
+    }
     Error::OutOfMemory { device, requested, free, report }
 }

@@ -21,6 +21,7 @@ use crate::backend::Release;
 use crate::device_id::DeviceId;
 use crate::element::{DType, Element};
 use crate::error::Result;
+use crate::faults::{self, Point};
 
 /// Pageable memory, shared by a buffer and the jobs that use it. Only held (its drop
 /// gives the memory back); every access goes through the buffer's or a span's pointer.
@@ -139,8 +140,12 @@ impl HostBuffer {
         len: usize,
         stream: Option<Arc<HostStream>>,
     ) -> Result<Self> {
-        account.reserve(len)?;
         let oom = || blocks::out_of_memory(account.device, len, 0);
+        // An allocation of a device that the fault plan fails is out of memory.
+        if !account.device.is_host() && faults::fails(Point::Alloc).is_some() {
+            return Err(oom());
+        }
+        account.reserve(len)?;
         let made = if account.device == DeviceId::Pinned {
             pinned::acquire(len).map(|b| (b.ptr(), Keep::Pinned(b)))
         } else {

@@ -16,6 +16,7 @@ use crate::backend::{BackendDevice, BackendStorage, Collective, CommOp, Dist, Re
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
 use crate::error::{Error, Result};
+use crate::faults::{self, Point};
 
 impl BackendDevice for HostBackend {
     type Stream = Arc<HostStream>;
@@ -63,6 +64,7 @@ impl BackendDevice for HostBackend {
 
     fn new_stream(&self, device: DeviceId) -> Result<Arc<HostStream>> {
         host().account(device)?;
+        faults::check(Point::Stream, device, "new_stream")?;
         Ok(HostStream::new_side(device))
     }
 
@@ -85,6 +87,7 @@ impl BackendDevice for HostBackend {
     }
 
     fn wait_event(&self, stream: &Arc<HostStream>, event: &Arc<HostEvent>) -> Result<()> {
+        faults::check(Point::Wait, stream.device, "wait_event")?;
         event.wait_on(stream)
     }
 
@@ -113,6 +116,9 @@ impl BackendDevice for HostBackend {
 
     fn alloc_pinned(&self, bytes: usize) -> Result<usize> {
         let layout = pinned_layout(bytes)?;
+        if faults::fails(Point::Pinned).is_some() {
+            return Err(blocks::out_of_memory(DeviceId::Pinned, bytes, 0));
+        }
         // SAFETY: the layout has a non-zero size (the pool never asks for 0 bytes).
         let p = unsafe { std::alloc::alloc(layout) };
         if p.is_null() {
@@ -136,6 +142,9 @@ impl BackendDevice for HostBackend {
             return inline::upload(device, data);
         }
         // Pageable memory is read before this returns, as cuMemcpyHtoD does.
+        if !device.is_host() {
+            faults::check(Point::Copy, device, "upload")?;
+        }
         let mut out = host().alloc_for_overwrite(device, data.len())?;
         kernels::copy(out.bytes_mut(), data)?;
         Ok(out)
@@ -222,6 +231,9 @@ impl BackendDevice for HostBackend {
         len: usize,
         op: Collective<'_, HostBuffer>,
     ) -> Result<Option<Vec<HostBuffer>>> {
+        if let Some(&first) = devices.first() {
+            faults::check(Point::Collective, first, "collective")?;
+        }
         collective::collective(devices, dtype, len, op)
     }
 

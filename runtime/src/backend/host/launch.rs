@@ -186,6 +186,14 @@ pub(in crate::backend::host) fn queue_copy(
         }),
     )?;
     let done = Arc::new(HostEvent::default());
-    done.record(s)?;
+    if let Err(e) = done.record(s) {
+        // The copy is queued but its end unmarked (as the cuda backend's `marked`): wait
+        // for it, or never reuse the pinned memory it may still use.
+        if s.synchronize().is_err() {
+            src.retire();
+            dst.retire();
+        }
+        return Err(e);
+    }
     Ok(done)
 }

@@ -76,6 +76,7 @@ impl BackendStorage for HostBuffer {
             let s = current_stream(device);
             use_on_stream(self, &s)?;
             s.synchronize()?;
+            crate::faults::check(crate::faults::Point::Copy, device, "download")?;
         }
         kernels::copy(out, self.bytes())
     }

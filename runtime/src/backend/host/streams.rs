@@ -19,6 +19,10 @@ use crate::backend::sync::ordering::{self, Mark, Order};
 use crate::backend::sync::uses::{BookedStream, Wait};
 use crate::device_id::DeviceId;
 use crate::error::Result;
+use crate::faults::{self, Point};
+
+/// The ops of this backend that are copies (a fault at `copy`; every other op's is at `launch`).
+const COPIES: [&str; 6] = ["upload", "download", "upload_async", "download_async", "copy_from", "copy"];
 
 /// A simulated stream of one device.
 #[derive(Debug)]
@@ -86,6 +90,10 @@ impl HostStream {
         uses: &[(Region<'_>, Kind)],
         job: Job,
     ) -> Result<(u64, Clock)> {
+        // What can fail when work is queued on a GPU (the launch, or a copy's DMA), in a
+        // capture too.
+        let point = if COPIES.contains(&op) { Point::Copy } else { Point::Launch };
+        faults::check(point, self.device, op)?;
         if let Some(c) = self.capture() {
             c.record(job);
             return Ok((0, Clock::default()));
@@ -204,6 +212,7 @@ pub(in crate::backend::host) fn use_on_stream(h: &HostBuffer, on: &Arc<HostStrea
 /// `on` waits for what the books say (`sync/uses.rs`): on the host a stream's queue up to
 /// now, after which `on` is ordered after that stream's write `upto`.
 fn wait_for(on: &Arc<HostStream>, w: Wait<'_, HostStream, HostEvent>) -> Result<()> {
+    faults::check(Point::Wait, on.device, "wait_event")?;
     match w {
         Wait::Stream { stream, upto } => {
             on.wait_stream(stream)?;
@@ -286,6 +295,7 @@ impl HostEvent {
 
     /// Records the event at the current end of `stream`.
     pub(in crate::backend::host) fn record(&self, stream: &Arc<HostStream>) -> Result<()> {
+        faults::check(Point::Record, stream.device, "record_event")?;
         let writes = stream.order.writes();
         let (clock, _) = if hazard::enabled() { hazard::stream_clock(stream.agent()) } else { Default::default() };
         let (seq, at) = stream.queue.mark();

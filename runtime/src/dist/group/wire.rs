@@ -133,6 +133,11 @@ pub(super) fn drain(r: &mut TcpStream, h: &Header) {
 }
 
 pub(super) fn write_msg(w: &mut TcpStream, header: &[u8], payload: &[u8]) -> io::Result<()> {
+    if let Err(e) = crate::faults::io(crate::faults::Point::Collective) {
+        // As a connection that broke: the peer sees its end at once.
+        let _ = w.shutdown(std::net::Shutdown::Both);
+        return Err(e);
+    }
     w.write_all(header)?;
     w.write_all(payload)?;
     w.flush()

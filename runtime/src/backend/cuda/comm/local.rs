@@ -54,7 +54,7 @@ pub(in crate::backend::cuda) fn nccl_type(dtype: DType) -> nsys::ncclDataType_t 
 }
 
 fn nccl_err(device: DeviceId, call: &'static str) -> impl Fn(nccl::NcclError) -> Error {
-    move |e| Error::Driver { device, call, code: format!("{:?}", e.0) }
+    move |e| Error::Driver { device, call, code: crate::faults::noted(format!("{:?}", e.0)) }
 }
 
 /// Makes locus' record of the thread's current context true again after NCCL, which
@@ -76,6 +76,7 @@ pub(in crate::backend::cuda) fn collective(
     if devices.len() < 2 || len == 0 || !present() || devices.len() > i32::MAX as usize {
         return Ok(None);
     }
+    crate::faults::check(crate::faults::Point::Collective, devices[0], "ncclGroupStart")?;
     let states: Vec<&'static DeviceState> = devices.iter().map(|&d| b.dev(d)).collect::<Result<_>>()?;
     // A rank per device: the devices are distinct (the trait's contract).
     let ordinals: Vec<u32> = states.iter().map(|d| d.ordinal).collect();

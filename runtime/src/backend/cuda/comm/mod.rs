@@ -24,6 +24,7 @@ use crate::backend::{BackendDevice, CommOp, CommReduce};
 use crate::device_id::DeviceId;
 use crate::element::DType;
 use crate::error::{Error, Result};
+use crate::faults::Point;
 
 /// This process's rank of an NCCL communicator on one device.
 pub(crate) struct ProcessComm {
@@ -66,7 +67,7 @@ impl Drop for ProcessComm {
 }
 
 fn err(device: DeviceId, call: &'static str) -> impl Fn(nccl::NcclError) -> Error {
-    move |e| Error::Driver { device, call, code: format!("{:?}", e.0) }
+    move |e| Error::Driver { device, call, code: crate::faults::noted(format!("{:?}", e.0)) }
 }
 
 fn comm_err(op: &'static str, reason: String) -> Error {
@@ -211,9 +212,10 @@ fn run(pc: &Arc<ProcessComm>, dtype: DType, len: usize, op: CommOp<'_, CudaBuffe
     // `stream`, written only by this call before any reader waits for it; `comm` is this
     // rank of a live communicator on this device, used under its lock; `dt` is `dtype`'s
     // NCCL type and every rank index is below the world size (checked above).
+    let failed = || err(id, op.name())(nccl::NcclError(nsys::ncclResult_t::ncclSystemError));
     let span = timing::begin(&s);
     // SAFETY: the pointers, comm and sizes are valid as said above; the context is current.
-    let called = unsafe {
+    let called = crate::faults::gate(Point::Collective, failed, || unsafe {
         match op {
             CommOp::AllReduce { .. } => {
                 nccl::all_reduce(send, recv, len, dt, reduction, comm, stream).map_err(err(id, "ncclAllReduce"))
@@ -231,7 +233,7 @@ fn run(pc: &Arc<ProcessComm>, dtype: DType, len: usize, op: CommOp<'_, CudaBuffe
             }
             CommOp::Recv { peer } => nccl::recv(recv, len, dt, peer as i32, comm, stream).map_err(err(id, "ncclRecv")),
         }
-    };
+    });
     drop(guard);
     timing::finish(span, &s, &called, || {
         (op.name().into(), format!(r#""elements":{len},"dtype":"{dtype}","ranks":{}"#, pc.world))

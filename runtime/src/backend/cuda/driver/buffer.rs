@@ -5,13 +5,14 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{result, sys};
 
 use crate::backend::blocks;
-use crate::backend::cuda::driver::device::{driver, DeviceState};
+use crate::backend::cuda::driver::device::{driver, failure, DeviceState, OOM};
 use crate::backend::cuda::driver::event::CudaEvent;
 use crate::backend::cuda::driver::graph::CudaCapture;
 use crate::backend::cuda::driver::stream::{free_all_cached, CudaStream};
 use crate::backend::sync::uses::Wait;
 use crate::backend::Release;
 use crate::error::Result;
+use crate::faults::{gate, Point};
 
 mod free;
 
@@ -87,14 +88,14 @@ impl CudaBuffer {
                 // The memory comes back uninitialised, which is fine for bytes: every op writes its output before a
                 // read; the buffer keeps `home` and frees the block there.
                 // SAFETY: `home` is a live stream of `dev` (an `Arc` held for the call); `dev`'s context is current.
-                match unsafe { result::malloc_async(home.raw.0, cap) } {
+                match gate(Point::Alloc, failure(OOM), || unsafe { result::malloc_async(home.raw.0, cap) }) {
                     Ok(p) => p,
                     Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
                         // Give back what the cache holds, then try once more.
                         free_all_cached(dev.ordinal);
                         // `free_all_cached` touches only streams of `dev`, so it binds no other context.
                         // SAFETY: as for the first attempt: the same live stream, `dev`'s context still current.
-                        match unsafe { result::malloc_async(home.raw.0, cap) } {
+                        match gate(Point::Alloc, failure(OOM), || unsafe { result::malloc_async(home.raw.0, cap) }) {
                             Ok(p) => p,
                             Err(_) => {
                                 let free = result::mem_get_info().map(|(free, _)| free).unwrap_or(0);

@@ -129,11 +129,29 @@ impl std::fmt::Debug for DeviceState {
     }
 }
 
+/// Codes the failures the fault plan makes return: out of memory (allocations, streams),
+/// out of resources (launches), and any other error (copies, records, waits).
+pub(crate) const OOM: sys::CUresult = sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY;
+pub(crate) const LAUNCH: sys::CUresult = sys::CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+pub(crate) const UNKNOWN: sys::CUresult = sys::CUresult::CUDA_ERROR_UNKNOWN;
+
+/// The error a driver call made to fail by the fault plan returns (`crate::faults::gate`).
+pub(crate) fn failure(code: sys::CUresult) -> impl FnOnce() -> DriverError {
+    move || DriverError(code)
+}
+
+/// A copy's driver call, unless the fault plan fails it (its `copy` point).
+pub(crate) fn dma<T>(
+    call: impl FnOnce() -> std::result::Result<T, DriverError>,
+) -> std::result::Result<T, DriverError> {
+    crate::faults::gate(crate::faults::Point::Copy, failure(UNKNOWN), call)
+}
+
 /// A driver error as a locus error naming the device and the call.
 pub(crate) fn driver(device: u32, call: &'static str) -> impl FnOnce(DriverError) -> Error {
     move |e| {
         let code = e.error_name().map(|c| c.to_string_lossy().into_owned()).unwrap_or_else(|_| format!("{:?}", e.0));
-        Error::Driver { device: DeviceId::Cuda(device), call, code }
+        Error::Driver { device: DeviceId::Cuda(device), call, code: crate::faults::noted(code) }
     }
 }
 

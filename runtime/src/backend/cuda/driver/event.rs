@@ -6,12 +6,13 @@
 use cudarc::driver::{result, sys};
 
 use crate::backend::api::fence::Fence;
-use crate::backend::cuda::driver::device::{driver, set_current, Handle};
+use crate::backend::cuda::driver::device::{driver, failure, set_current, Handle, UNKNOWN};
 use crate::backend::cuda::driver::graph::CudaCapture;
 use crate::backend::cuda::driver::stream::CudaStream;
 use crate::backend::cuda::driver::timing;
 use crate::backend::sync::ordering::Mark;
 use crate::error::Result;
+use crate::faults::{gate, Point};
 use crate::trace::Track;
 use std::sync::{Arc, Mutex, Weak};
 
@@ -55,7 +56,8 @@ impl CudaEvent {
         // Read before the record: the event then claims no write queued after it.
         let writes = stream.order.writes();
         // SAFETY: both handles are alive.
-        unsafe { result::event::record(self.raw.0, stream.raw.0) }.map_err(driver(self.ordinal, "cuEventRecord"))?;
+        gate(Point::Record, failure(UNKNOWN), || unsafe { result::event::record(self.raw.0, stream.raw.0) })
+            .map_err(driver(self.ordinal, "cuEventRecord"))?;
         self.mark.set(stream.id, writes);
         *self.captured.lock().unwrap_or_else(|p| p.into_inner()) = stream.capture().map(|c| Arc::downgrade(&c));
         if crate::trace::is_on() {

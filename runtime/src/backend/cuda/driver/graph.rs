@@ -18,11 +18,12 @@ use std::sync::{Arc, Mutex, Weak};
 
 use cudarc::driver::{result, sys};
 
-use crate::backend::cuda::driver::device::{driver, DeviceState, Handle};
+use crate::backend::cuda::driver::device::{driver, failure, DeviceState, Handle, LAUNCH};
 use crate::backend::cuda::driver::event::CudaEvent;
 use crate::backend::cuda::driver::stream::CudaStream;
 use crate::backend::cuda::driver::timing;
 use crate::error::{Error, Result};
+use crate::faults::{gate, Point};
 
 /// One capture, and then the memory of its graph.
 pub(crate) struct CudaCapture {
@@ -244,7 +245,8 @@ impl CudaGraph {
         // and its own memory, freed only after every stream it was replayed on (below).
         let span = timing::begin(s);
         // SAFETY: so, and the executable graph is alive (destroyed only in drop), `s` a live stream of its device.
-        let r = unsafe { result::graph::launch(self.exec.0, s.raw.0) }.map_err(driver(s.ordinal, "cuGraphLaunch"));
+        let r = gate(Point::Launch, failure(LAUNCH), || unsafe { result::graph::launch(self.exec.0, s.raw.0) })
+            .map_err(driver(s.ordinal, "cuGraphLaunch"));
         timing::finish(span, s, &r, || ("graph replay".into(), String::new()));
         r?;
         if first {

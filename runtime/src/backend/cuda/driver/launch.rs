@@ -15,12 +15,13 @@ use cudarc::driver::{result, sys};
 use locus_kernels::Source;
 
 use crate::backend::cuda::driver::buffer::CudaBuffer;
-use crate::backend::cuda::driver::device::{driver, DeviceState};
+use crate::backend::cuda::driver::device::{driver, failure, DeviceState, LAUNCH};
 use crate::backend::cuda::driver::memory::{alloc, done};
 use crate::backend::cuda::driver::stream::CudaStream;
 use crate::backend::cuda::driver::timing;
 use crate::element::{DType, Scalar};
 use crate::error::Result;
+use crate::faults::{gate, Point};
 
 /// A value a kernel takes as a parameter, passed by copy of its bytes.
 ///
@@ -197,8 +198,10 @@ impl DeviceState {
         // This device's context is current (bind above); `f`, `stream`, the values in `args` and the memory they
         // name are valid for this launch by the caller's contract.
         // SAFETY: as said above; `pointers` points into `args`, alive until the call (which copies the values) returns.
-        let r = unsafe { result::launch_kernel(f, grid, block, shared, stream.raw.0, &mut pointers) }
-            .map_err(driver(self.ordinal, "cuLaunchKernel"));
+        let r = gate(Point::Launch, failure(LAUNCH), || unsafe {
+            result::launch_kernel(f, grid, block, shared, stream.raw.0, &mut pointers)
+        })
+        .map_err(driver(self.ordinal, "cuLaunchKernel"));
         timing::finish(span, stream, &r, || {
             let args = format!(
                 r#""grid":[{},{},{}],"block":[{},{},{}],"shared":{shared}"#,

@@ -13,7 +13,7 @@ use cudarc::driver::{result, sys};
 
 use crate::backend::blocks;
 use crate::backend::cuda::driver::buffer::CudaBuffer;
-use crate::backend::cuda::driver::device::{driver, DeviceState};
+use crate::backend::cuda::driver::device::{dma, driver, failure, DeviceState, OOM};
 use crate::backend::cuda::driver::event::CudaEvent;
 use crate::backend::cuda::driver::stream::CudaStream;
 use crate::backend::cuda::driver::timing;
@@ -22,6 +22,7 @@ use crate::backend::sync::current_stream::{self as current_streams, Current};
 use crate::device_id::DeviceId;
 use crate::element::DType;
 use crate::error::Result;
+use crate::faults::{gate, Point};
 
 thread_local! {
     /// The driver streams `on_stream` made current on this thread.
@@ -99,7 +100,7 @@ impl CudaBackend {
         }
         let span = timing::begin(s);
         // SAFETY: both ranges are valid, ordered and alive on `s`, by the caller's contract.
-        let r = unsafe { result::memcpy_dtod_async(dst, src, bytes, s.raw.0) }
+        let r = dma(|| unsafe { result::memcpy_dtod_async(dst, src, bytes, s.raw.0) })
             .map_err(driver(s.ordinal, "cuMemcpyDtoDAsync"));
         timing::finish(span, s, &r, || timing::copy("DtoD", bytes, "device"));
         r
@@ -114,7 +115,8 @@ impl CudaBackend {
         // SAFETY: a context is current (bind above); the driver returns a new page-locked
         // block of `bytes` bytes (or an error) and touches nothing of ours. Its contents are
         // uninitialised: the pinned pool zeroes every block before handing it out.
-        match unsafe { result::malloc_host(bytes, sys::CU_MEMHOSTALLOC_PORTABLE) } {
+        match gate(Point::Pinned, failure(OOM), || unsafe { result::malloc_host(bytes, sys::CU_MEMHOSTALLOC_PORTABLE) })
+        {
             Ok(p) => Ok(p as usize),
             Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
                 Err(blocks::out_of_memory(DeviceId::Pinned, bytes, 0))

@@ -14,12 +14,13 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use cudarc::cublas::sys::cublasHandle_t;
 use cudarc::driver::{result, sys};
 
-use crate::backend::cuda::driver::device::{driver, set_current, FastMap, Handle};
+use crate::backend::cuda::driver::device::{driver, failure, set_current, FastMap, Handle, OOM, UNKNOWN};
 use crate::backend::cuda::driver::event::CudaEvent;
 use crate::backend::cuda::driver::graph::CudaCapture;
 use crate::backend::cuda::driver::timing;
 use crate::backend::sync::ordering::{new_stream_id, Order};
 use crate::error::{Error, Result};
+use crate::faults::{gate, Point};
 
 /// Live stream objects of this process (the devices' own included).
 static LIVE: AtomicUsize = AtomicUsize::new(0);
@@ -39,7 +40,8 @@ static BLAS_POOL: Mutex<Vec<PooledBlas>> = Mutex::new(Vec::new());
 
 /// A cuBLAS error as a locus error naming the device and the call.
 pub(in crate::backend::cuda) fn blas_err(device: u32, call: &str, e: impl std::fmt::Debug) -> Error {
-    Error::Kernel { device: crate::device_id::DeviceId::Cuda(device), name: call.into(), message: format!("{e:?}") }
+    let message = crate::faults::noted(format!("{e:?}"));
+    Error::Kernel { device: crate::device_id::DeviceId::Cuda(device), name: call.into(), message }
 }
 
 /// A stream of one device. Destroyed with its last reference (the device's default
@@ -91,7 +93,7 @@ impl crate::backend::sync::uses::BookedStream for CudaStream {
 impl CudaStream {
     /// A new non-blocking stream; the device's context must be current.
     pub(crate) fn create(ordinal: u32, ctx: sys::CUcontext) -> Result<Self> {
-        let raw = result::stream::create(result::stream::StreamKind::NonBlocking)
+        let raw = gate(Point::Stream, failure(OOM), || result::stream::create(result::stream::StreamKind::NonBlocking))
             .map_err(driver(ordinal, "cuStreamCreate"))?;
         LIVE.fetch_add(1, Ordering::Relaxed);
         Ok(CudaStream {
@@ -178,8 +180,10 @@ impl CudaStream {
     pub(crate) fn wait(&self, ev: &CudaEvent) -> Result<()> {
         timing::traced_wait(self, ev.traced_at(), || {
             // SAFETY: both handles are alive; the driver copies the event's state at the call.
-            unsafe { result::stream::wait_event(self.raw.0, ev.raw.0, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) }
-                .map_err(driver(self.ordinal, "cuStreamWaitEvent"))
+            gate(Point::Wait, failure(UNKNOWN), || unsafe {
+                result::stream::wait_event(self.raw.0, ev.raw.0, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+            })
+            .map_err(driver(self.ordinal, "cuStreamWaitEvent"))
         })?;
         if let Some((writer, upto)) = ev.recorded_at() {
             self.order.note_wait(writer, upto);

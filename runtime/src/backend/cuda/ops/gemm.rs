@@ -20,6 +20,7 @@ use crate::backend::cuda::driver::timing;
 use crate::backend::{Gemm, MatmulPrecision};
 use crate::element::DType;
 use crate::error::{Error, Result};
+use crate::faults::{gate, Point};
 
 /// Which cuBLAS routine runs a float product.
 #[derive(Clone, Copy, Debug)]
@@ -128,9 +129,11 @@ pub(in crate::backend::cuda) fn matmul(a: &CudaBuffer, b: &CudaBuffer, dtype: DT
     // The leading dimensions (ldb, lda, n) are those of the operands as stored, read as column-major; all dims and the
     // batch fit an `i32` and the strides an `i64` (checked above). `alpha`/`beta` point at locals of the element
     // type the routine reads (f64 for D, f32 for S and for Ex, whose compute types are all 32F), alive for the call.
+    let failed =
+        || cudarc::cublas::result::CublasError(cudarc::cublas::sys::cublasStatus_t::CUBLAS_STATUS_EXECUTION_FAILED);
     let span = timing::begin(&stream);
     // SAFETY: for the reasons in the comment just above.
-    let r = unsafe {
+    let r = gate(Point::Launch, failed, || unsafe {
         use cudarc::cublas::result as blas;
         match (routine, batch) {
             (Routine::S, 1) => blas::sgemm(
@@ -252,7 +255,7 @@ pub(in crate::backend::cuda) fn matmul(a: &CudaBuffer, b: &CudaBuffer, dtype: DT
                 algo,
             ),
         }
-    };
+    });
     let r = r.map_err(|e| blas_err(dev.ordinal, name, e));
     timing::finish(span, &stream, &r, || (name.into(), format!(r#""m":{m},"n":{n},"k":{k},"batch":{batch}"#)));
     r?;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use cudarc::driver::result;
 
 use crate::backend::api::fence::Fence;
-use crate::backend::cuda::driver::device::{driver, DeviceState};
+use crate::backend::cuda::driver::device::{dma, driver, DeviceState};
 use crate::backend::cuda::driver::event::CudaEvent;
 use crate::backend::cuda::driver::stream::CudaStream;
 use crate::backend::cuda::driver::timing;
@@ -53,7 +53,7 @@ impl PieceUploads for InlineDma<'_> {
         // the source is page-locked pool memory that is neither written nor reused before this DMA's event
         // (see above), so the DMA may read it after this call returns.
         // SAFETY: as said just above.
-        let r = unsafe { result::memcpy_htod_async(self.dst + at as u64, piece, self.stream.raw.0) }
+        let r = dma(|| unsafe { result::memcpy_htod_async(self.dst + at as u64, piece, self.stream.raw.0) })
             .map_err(driver(self.dev.ordinal, "cuMemcpyHtoDAsync"));
         timing::finish(span, self.stream, &r, || timing::copy("HtoD", len, "inline"));
         r
@@ -108,7 +108,7 @@ impl PieceDownloads for InlineDownload<'_> {
         // the destination is page-locked pool memory that nothing else touches until this DMA's event
         // completes (see above), so the DMA may write it after this call returns.
         // SAFETY: as said just above.
-        let r = unsafe { result::memcpy_dtoh_async(landing, self.src + at as u64, self.stream.raw.0) }
+        let r = dma(|| unsafe { result::memcpy_dtoh_async(landing, self.src + at as u64, self.stream.raw.0) })
             .map_err(driver(self.dev.ordinal, "cuMemcpyDtoHAsync"));
         timing::finish(span, self.stream, &r, || timing::copy("DtoH", len, "inline"));
         r?;

@@ -12,7 +12,7 @@ use cudarc::driver::result;
 
 use crate::backend::api::traits::PinnedMemory;
 use crate::backend::cuda::driver::buffer::CudaBuffer;
-use crate::backend::cuda::driver::device::driver;
+use crate::backend::cuda::driver::device::{dma, driver};
 use crate::backend::cuda::driver::event::CudaEvent;
 use crate::backend::cuda::driver::memory::{alloc, current, done};
 use crate::backend::cuda::driver::stream::CudaStream;
@@ -57,7 +57,7 @@ pub(in crate::backend::cuda) fn upload_async(
         // page-locked memory that stays allocated and unwritten until `done`
         // completes (dispatch holds it, or it is retired below if that cannot be known).
         // SAFETY: as said just above.
-        let r = unsafe { result::memcpy_htod_async(out.ptr(), src.bytes(), s.raw.0) }
+        let r = dma(|| unsafe { result::memcpy_htod_async(out.ptr(), src.bytes(), s.raw.0) })
             .map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"));
         timing::finish(span, s, &r, || timing::copy("HtoD", src.bytes().len(), "pinned"));
         r?;
@@ -87,7 +87,7 @@ pub(in crate::backend::cuda) fn download_async(
         // caller exposes only after `done` (a `Pending`); dispatch holds it from reuse
         // until then, or it is retired below if that cannot be known.
         // SAFETY: as said just above.
-        let r = unsafe { result::memcpy_dtoh_async(dst.bytes_mut(), b.ptr(), s.raw.0) }
+        let r = dma(|| unsafe { result::memcpy_dtoh_async(dst.bytes_mut(), b.ptr(), s.raw.0) })
             .map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"));
         timing::finish(span, s, &r, || timing::copy("DtoH", b.bytes(), "pinned"));
         r?;
@@ -172,7 +172,7 @@ pub(in crate::backend::cuda) fn copy(bk: &CudaBackend, b: &CudaBuffer, dst: Devi
     // contexts are the devices' live primary contexts. `s` waited for `b`'s writer above, and `b`'s stream waits
     // for `s` below, so `b`'s free (ordered on its stream) comes after the copy; `out` is freed on `s`.
     // SAFETY: as said just above.
-    let r = unsafe { result::memcpy_peer_async(dst_ctx, out.ptr(), src_ctx, b.ptr(), bytes, s.raw.0) }
+    let r = dma(|| unsafe { result::memcpy_peer_async(dst_ctx, out.ptr(), src_ctx, b.ptr(), bytes, s.raw.0) })
         .map_err(driver(to.ordinal, "cuMemcpyPeerAsync"));
     timing::finish(span, &s, &r, || timing::copy("peer", bytes, "peer"));
     r?;

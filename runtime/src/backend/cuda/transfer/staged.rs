@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use cudarc::driver::result;
 
-use crate::backend::cuda::driver::device::{driver, DeviceState};
+use crate::backend::cuda::driver::device::{dma, driver, DeviceState};
 use crate::backend::cuda::driver::event::CudaEvent;
 use crate::backend::cuda::driver::stream::CudaStream;
 use crate::backend::cuda::driver::timing;
@@ -27,8 +27,7 @@ use crate::backend::transfer::upload;
 use crate::backend::workers::{copy_threads, on_copiers};
 use crate::error::Result;
 
-/// Chunks are powers of two in this range: small enough that every thread gets a few,
-/// large enough that the driver calls per chunk cost little.
+/// Chunks are powers of two in this range: every thread gets a few, and a chunk's driver calls cost little.
 const CHUNK_MIN: usize = 1 << 20;
 const CHUNK_MAX: usize = 2 << 20;
 
@@ -75,7 +74,7 @@ unsafe fn upload_direct(dev: &DeviceState, stream: &CudaStream, dst: u64, data: 
     // `stream`, whose work orders its later uses. `data` is valid for reads until this function returns: the
     // driver stages pageable memory before returning, and page-locked memory is waited for just below.
     // SAFETY: as said just above.
-    let r = unsafe { result::memcpy_htod_async(dst, data, stream.raw.0) };
+    let r = dma(|| unsafe { result::memcpy_htod_async(dst, data, stream.raw.0) });
     let r = r.map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"));
     timing::finish(span, stream, &r, || timing::copy("HtoD", data.len(), "direct"));
     r?;
@@ -107,7 +106,7 @@ unsafe fn upload_staged(dev: &DeviceState, stream: &CudaStream, dst: u64, data: 
             // The stage is pinned and is not written again until this DMA's event (recorded by `queued`)
             // completes, nor freed before (the pool holds it until then).
             // SAFETY: as said just above.
-            let r = unsafe { result::memcpy_htod_async(dst + range.start as u64, &stage[..], lane.side.raw.0) }
+            let r = dma(|| unsafe { result::memcpy_htod_async(dst + range.start as u64, &stage[..], lane.side.raw.0) })
                 .map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"));
             timing::finish(span, lane.side, &r, || timing::copy("HtoD", range.len(), "staged"));
             r?;
@@ -174,9 +173,9 @@ pub(in crate::backend::cuda) unsafe fn upload_pieces(
                 // the stage is pinned and not written again until this chunk's event (recorded by `queued`,
                 // after every DMA of the chunk) completes, nor freed before (the pool holds it until then).
                 // SAFETY: as said just above.
-                let r = unsafe {
+                let r = dma(|| unsafe {
                     result::memcpy_htod_async(dst, &stage[lo - range.start..hi - range.start], lane.side.raw.0)
-                }
+                })
                 .map_err(driver(dev.ordinal, "cuMemcpyHtoDAsync"));
                 timing::finish(span, lane.side, &r, || timing::copy("HtoD", hi - lo, "staged"));
                 r?;
@@ -208,7 +207,7 @@ pub(in crate::backend::cuda) unsafe fn download(
             // `out` is borrowed mutably for this call, which waits for the copy (synchronize
             // below) before returning, so the DMA never outlives the borrow.
             // SAFETY: as said just above.
-            let r = unsafe { result::memcpy_dtoh_async(&mut out[..], src, stream.raw.0) }
+            let r = dma(|| unsafe { result::memcpy_dtoh_async(&mut out[..], src, stream.raw.0) })
                 .map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"));
             timing::finish(span, stream, &r, || timing::copy("DtoH", out.len(), "direct"));
             r?;
@@ -241,13 +240,14 @@ unsafe fn download_staged(dev: &DeviceState, stream: &CudaStream, src: u64, out:
                     let k = lane.turn();
                     let stage = lane.stage(k, range.len())?;
                     let span = timing::begin(lane.side);
-                    // `range` lies within `0 .. out.len()`, so `src + range.start` has `range.len()` bytes within the
-                    // caller's allocation, ordered after its writer (the side stream waited for `stream` in `staged`)
-                    // and freed only after the side stream's work (`stream` waits for it at the end).
-                    // The stage is pinned, `range.len()` bytes long, idle (`lane.stage` waited for its last
-                    // DMA), and read only after this DMA's event completes.
+                    let from = src + range.start as u64;
+                    // `range` lies within `0 .. out.len()`, so `from` has `range.len()` bytes within the caller's
+                    // allocation, ordered after its writer (the side stream waited for `stream` in `staged`) and
+                    // freed only after the side stream's work (`stream` waits for it at the end). The stage is
+                    // pinned, `range.len()` bytes long, idle (`lane.stage` waited for its last DMA), and read only
+                    // after this DMA's event completes.
                     // SAFETY: as said just above.
-                    let r = unsafe { result::memcpy_dtoh_async(stage, src + range.start as u64, lane.side.raw.0) }
+                    let r = dma(|| unsafe { result::memcpy_dtoh_async(stage, from, lane.side.raw.0) })
                         .map_err(driver(dev.ordinal, "cuMemcpyDtoHAsync"));
                     timing::finish(span, lane.side, &r, || timing::copy("DtoH", range.len(), "staged"));
                     r?;
