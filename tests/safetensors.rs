@@ -487,3 +487,70 @@ fn a_failed_save_never_damages_the_previous_file() -> locus::Result<()> {
     assert_eq!(back.get::<f32>("w")?.to_vec()?, old.to_vec()?);
     Ok(())
 }
+
+/// The values of tests/fixtures/make_safetensors.py: multiples of 1/8, exact in every
+/// float type.
+fn fixture_floats(n: usize) -> Vec<f64> {
+    (0..n).map(|i| ((i * 37) % 101) as f64 / 8.0 - 50.0 / 8.0).collect()
+}
+
+/// The tensors of tests/fixtures/make_safetensors.py, built by locus (on `Cuda<0>` and the
+/// host placements), by the same formulas.
+fn fixture_tensors() -> locus::Result<Vec<(&'static str, AnyTensor<Dyn>)>> {
+    let f = fixture_floats;
+    let f32s = |n| f(n).into_iter().map(|v| v as f32).collect::<Vec<_>>();
+    Ok(vec![
+        ("f32", Tensor::<Cuda<0>>::from_vec(f32s(12), [3, 4])?.into_dyn().into()),
+        ("f64", Tensor::<Cpu, f64>::from_vec(f(5).into_iter().map(|v| v / 3.0).collect(), [5])?.into_dyn().into()),
+        ("bf16", Tensor::<Cuda<0>>::from_vec(f32s(6), [2, 3])?.to_dtype::<bf16>()?.into_dyn().into()),
+        ("f16", Tensor::<Pinned>::from_vec(f32s(7), [7])?.to_dtype::<f16>()?.into_dyn().into()),
+        (
+            "i32",
+            Tensor::<Cuda<0>, i32>::from_vec(
+                (0..4).map(|i: i64| ((i * 7919) % (1 << 31) - (1 << 30)) as i32).collect(),
+                [4],
+            )?
+            .into_dyn()
+            .into(),
+        ),
+        (
+            "i64",
+            Tensor::<Cuda<0>, i64>::from_vec((0..4).map(|i: i64| i * (1 << 33) - 5).collect(), [2, 2])?
+                .into_dyn()
+                .into(),
+        ),
+        (
+            "u8",
+            Tensor::<Cpu, u8>::from_vec((0..10).map(|i: u32| ((i * 37) % 256) as u8).collect(), [10])?
+                .into_dyn()
+                .into(),
+        ),
+        ("scalar", Tensor::<Cuda<0>>::full([], 2.5)?.into_dyn().into()),
+        ("empty", Tensor::<Cuda<0>>::zeros([0])?.into_dyn().into()),
+    ])
+}
+
+/// A file locus writes (every dtype, metadata) loads in Python's `safetensors` with every
+/// value (tests/fixtures/check_safetensors.py), where Python has the package and PyTorch
+/// (the GPU machine); elsewhere it says it skipped.
+#[test]
+fn files_locus_writes_load_in_python() -> locus::Result<()> {
+    let probe = std::process::Command::new("python3").args(["-c", "import safetensors, torch"]).output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        println!("skipped: python3 with the safetensors package and torch is not here (the GPU machine has them)");
+        return Ok(());
+    }
+    let f = TempFile::new("for-python");
+    let meta = [("format", "pt"), ("writer", "locus"), ("note", "ünïcode ✓")]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .into_iter()
+        .collect();
+    locus::save_safetensors_with_metadata(&f.0, fixture_tensors()?, &meta)?;
+    let script = std::env::temp_dir().join(format!("locus-check-safetensors-{}.py", std::process::id()));
+    std::fs::write(&script, include_str!("fixtures/check_safetensors.py")).unwrap();
+    let out = std::process::Command::new("python3").arg(&script).arg(&f.0).output().unwrap();
+    std::fs::remove_file(&script).ok();
+    let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && log.contains("python: ok"), "python said: {log}");
+    Ok(())
+}

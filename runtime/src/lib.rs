@@ -96,7 +96,8 @@ pub use backend::host::cache::{host_stats, release_cached_host, HostStats};
 pub use backend::pinned_pool::{pinned_stats, release_cached_pinned, PinnedStats};
 pub use backend::{backend_name, device_count};
 pub use checkpoint::{
-    load_safetensors, load_safetensors_on, load_safetensors_with, save_safetensors, AnyTensor, Checkpoint, LoadOptions,
+    load_safetensors, load_safetensors_on, load_safetensors_with, save_safetensors, save_safetensors_with_metadata,
+    AnyTensor, Checkpoint, LoadOptions,
 };
 pub use copy::{AsyncSource, HostPlacement, Pending, Transfer};
 pub use device::{devices, Cpu, Cuda, Device, DeviceId, Dyn, FixedDevice, Here, Pinned, StaticDevice};

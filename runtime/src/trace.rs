@@ -196,7 +196,9 @@ pub fn stop() -> Result<PathBuf> {
 
 /// Whether a trace is being written.
 pub fn is_on() -> bool {
-    ON.load(Ordering::Acquire)
+    // A build with `--cfg locus_no_trace_hooks` has no tracing at all: the A side of the
+    // bench row that measures what the hooks cost when off (docs/BENCHMARKS.md).
+    !cfg!(locus_no_trace_hooks) && ON.load(Ordering::Acquire)
 }
 
 /// The number of the trace being written (or last written): one more for each [`start`].

@@ -25,7 +25,7 @@ use crate::tensor::Tensor;
 
 pub use load::{load_safetensors, load_safetensors_on, load_safetensors_with};
 pub use options::LoadOptions;
-pub use save::save_safetensors;
+pub use save::{save_safetensors, save_safetensors_with_metadata};
 
 /// A tensor of any element type locus has, on placement `D`: what a checkpoint holds.
 ///

@@ -47,6 +47,35 @@ where
     save(path.as_ref(), list, &BTreeMap::new())
 }
 
+/// As [`save_safetensors`], with `metadata` in the file's `__metadata__` (string keys and
+/// values, as `safetensors.torch.save_file(.., metadata=)` writes; readers get it from
+/// `safe_open(..).metadata()` and [`Checkpoint::metadata`](crate::Checkpoint::metadata)).
+///
+/// ```
+/// # extern crate locus_runtime as locus;
+/// use std::collections::BTreeMap;
+/// use locus::{Cuda, Tensor};
+/// let path = std::env::temp_dir().join(format!("locus-doc-meta-{}.safetensors", std::process::id()));
+/// let meta = BTreeMap::from([("format".to_string(), "pt".to_string()), ("step".into(), "1200".into())]);
+/// locus::save_safetensors_with_metadata(&path, [("w", Tensor::<Cuda<0>>::ones([2])?)], &meta)?;
+/// assert_eq!(locus::load_safetensors::<Cuda<0>>(&path)?.metadata(), &meta);
+/// # std::fs::remove_file(&path).ok();
+/// # Ok::<(), locus::Error>(())
+/// ```
+pub fn save_safetensors_with_metadata<D, N, T>(
+    path: impl AsRef<Path>,
+    tensors: impl IntoIterator<Item = (N, T)>,
+    metadata: &BTreeMap<String, String>,
+) -> Result<()>
+where
+    D: Device,
+    N: AsRef<str>,
+    T: Into<AnyTensor<D>>,
+{
+    let list = tensors.into_iter().map(|(n, t)| (n.as_ref().to_string(), t.into())).collect();
+    save(path.as_ref(), list, metadata)
+}
+
 pub(super) fn save<D: Device>(
     path: &Path,
     mut list: Vec<(String, AnyTensor<D>)>,

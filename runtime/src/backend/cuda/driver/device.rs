@@ -119,8 +119,9 @@ pub(crate) struct DeviceState {
     /// User kernels by [`KernelSource::id`], with the module that owns each; a failed
     /// compile or load is kept too, so it is reported again rather than retried.
     user: Mutex<FastMap<usize, UserFunction>>,
-    copy: OnceLock<std::result::Result<Arc<CudaStream>, Error>>,
-    graphs: OnceLock<std::result::Result<Arc<CudaStream>, Error>>,
+    /// Made on first use; a creation that fails is tried again at the next use.
+    copy: OnceLock<Arc<CudaStream>>,
+    graphs: OnceLock<Arc<CudaStream>>,
 }
 
 impl std::fmt::Debug for DeviceState {
@@ -287,23 +288,23 @@ impl DeviceState {
     /// captured: no user can reach it), so that blocks freed by one graph are reused by
     /// the next without a driver allocation.
     pub(crate) fn graph_stream(&self) -> Result<&Arc<CudaStream>> {
-        self.graphs
-            .get_or_init(|| {
-                self.bind()?;
-                CudaStream::create(self.ordinal, self.ctx.cu_ctx()).map(Arc::new)
-            })
-            .as_ref()
-            .map_err(Clone::clone)
+        self.side_stream(&self.graphs)
     }
 
     pub(crate) fn copy_stream(&self) -> Result<&Arc<CudaStream>> {
-        self.copy
-            .get_or_init(|| {
-                self.bind()?;
-                CudaStream::create(self.ordinal, self.ctx.cu_ctx()).map(Arc::new)
-            })
-            .as_ref()
-            .map_err(Clone::clone)
+        self.side_stream(&self.copy)
+    }
+
+    /// The stream in `cell`, made now if it is not yet. A creation that fails is an error
+    /// of this call only (the next one tries again); of two threads that make one at once,
+    /// the first to finish sets it and the other's is destroyed.
+    fn side_stream<'a>(&self, cell: &'a OnceLock<Arc<CudaStream>>) -> Result<&'a Arc<CudaStream>> {
+        if let Some(s) = cell.get() {
+            return Ok(s);
+        }
+        self.bind()?;
+        let made = Arc::new(CudaStream::create(self.ordinal, self.ctx.cu_ctx())?);
+        Ok(cell.get_or_init(|| made))
     }
 }
 
