@@ -57,8 +57,11 @@ impl Pending {
 
 static PENDING: Mutex<Vec<Pending>> = Mutex::new(Vec::new());
 static ANCHORS: Mutex<Vec<Anchor>> = Mutex::new(Vec::new());
-/// Timing events no longer needed, by device, for the next spans.
-static POOL: Mutex<Vec<CudaEvent>> = Mutex::new(Vec::new());
+/// Timing events no longer needed, by device ordinal, for the next spans.
+static POOL: Mutex<Vec<Vec<CudaEvent>>> = Mutex::new(Vec::new());
+/// Timing events made for a device when a trace first reaches it, so that the ops of a
+/// trace's first milliseconds (before the collector gives events back) make none.
+const PREMADE: usize = 4096;
 static COLLECTOR: OnceLock<Option<Thread>> = OnceLock::new();
 /// Whether the collector sleeps until woken (nothing was pending).
 static SLEEPING: AtomicBool = AtomicBool::new(false);
@@ -78,10 +81,7 @@ fn track(s: &CudaStream) -> Track {
 
 /// A timing event recorded on `s` now.
 fn mark(s: &CudaStream) -> Option<Arc<CudaEvent>> {
-    let pooled = {
-        let mut pool = lock(&POOL);
-        pool.iter().position(|e| e.ordinal == s.ordinal).map(|i| pool.swap_remove(i))
-    };
+    let pooled = lock(&POOL).get_mut(s.ordinal as usize).and_then(Vec::pop);
     let ev = match pooled {
         Some(e) => e,
         None => CudaEvent::create(s.ordinal, s.ctx(), true).ok()?,
@@ -107,6 +107,17 @@ fn anchor(s: &CudaStream) -> Option<()> {
     let event = mark(&side)?;
     event.wait().ok()?;
     let at = Instant::now();
+    if !anchors.iter().any(|a| a.ordinal == s.ordinal) {
+        // The device's first trace: its events are made now, not op by op.
+        let made: Vec<CudaEvent> =
+            (0..PREMADE).map_while(|_| CudaEvent::create(s.ordinal, s.ctx(), true).ok()).collect();
+        let mut pool = lock(&POOL);
+        let at = s.ordinal as usize;
+        if pool.len() <= at {
+            pool.resize_with(at + 1, Vec::new);
+        }
+        pool[at].extend(made);
+    }
     anchors.retain(|a| a.ordinal != s.ordinal);
     anchors.push(Anchor { ordinal: s.ordinal, generation, event, at });
     Some(())
@@ -292,7 +303,11 @@ fn recycle<const N: usize>(events: [Arc<CudaEvent>; N]) {
     let mut pool = lock(&POOL);
     for e in events {
         if let Ok(e) = Arc::try_unwrap(e) {
-            pool.push(e);
+            let at = e.ordinal as usize;
+            if pool.len() <= at {
+                pool.resize_with(at + 1, Vec::new);
+            }
+            pool[at].push(e);
         }
     }
 }
