@@ -179,7 +179,14 @@ fn counting() -> String {
 }
 
 /// One run of `w` under `plan`: `Err` with what went wrong.
-fn run(name: &str, w: Workload, plan: &str, clean: &Values, base: &Held) -> Result<u64, String> {
+/// How a run ended: faults made, and whether the workload returned `Err` (else the
+/// failures were absorbed: retried, or on a path with a fallback).
+struct Ran {
+    made: u64,
+    err: bool,
+}
+
+fn run(name: &str, w: Workload, plan: &str, clean: &Values, base: &Held) -> Result<Ran, String> {
     // The pinned pool allocates afresh (its allocations are calls too).
     locus::release_cached_pinned();
     faults::inject(plan).map_err(|e| e.to_string())?;
@@ -187,6 +194,7 @@ fn run(name: &str, w: Workload, plan: &str, clean: &Values, base: &Held) -> Resu
     let made = faults::counts().total_failed();
     let notes = faults::made();
     faults::clear();
+    let err = matches!(outcome, Ok(Err(_)));
     let why = match outcome {
         Err(_) => Some("panicked".to_string()),
         Ok(Ok(v)) if &v != clean => Some(format!("returned Ok with other values: {v:?} (without faults {clean:?})")),
@@ -205,7 +213,7 @@ fn run(name: &str, w: Workload, plan: &str, clean: &Values, base: &Held) -> Resu
         return Err(format!("{name} under `{plan}` left {now:?}, not {base:?} (faults made: {notes:?})"));
     }
     match w() {
-        Ok(v) if &v == clean => Ok(made),
+        Ok(v) if &v == clean => Ok(Ran { made, err }),
         other => Err(format!("{name} after `{plan}`: the next run without faults gave {other:?}")),
     }
 }
@@ -255,8 +263,9 @@ fn every_injected_fault_is_an_error_or_nothing_and_leaves_nothing_behind() {
     // The watchdog thread starts before the baseline, so it is part of it.
     watchdog(Arc::clone(&progress), Arc::clone(&at));
     let mut failures = Vec::new();
-    let mut table: BTreeMap<(&str, Point), (u64, u64)> = BTreeMap::new();
-    let (mut runs, mut injected) = (0u64, 0u64);
+    // (workload, point) -> single-fault runs, faults made, runs that ended in `Err`
+    let mut table: BTreeMap<(&str, Point), (u64, u64, u64)> = BTreeMap::new();
+    let (mut runs, mut injected, mut errors) = (0u64, 0u64, 0u64);
     for (name, w) in WORKLOADS {
         // Twice without faults: the second run's baseline has every cache and pool warm.
         let clean = w().unwrap_or_else(|e| panic!("{name} without faults: {e}"));
@@ -282,12 +291,14 @@ fn every_injected_fault_is_an_error_or_nothing_and_leaves_nothing_behind() {
             progress.store(true, Ordering::SeqCst);
             runs += 1;
             match run(name, w, &plan, &clean, &base) {
-                Ok(made) => {
+                Ok(Ran { made, err }) => {
                     injected += made;
+                    errors += u64::from(err);
                     if let Some(p) = point {
                         let e = table.entry((name, p)).or_default();
                         e.0 += 1;
                         e.1 += made;
+                        e.2 += u64::from(err);
                     }
                 }
                 Err(why) => {
@@ -311,10 +322,16 @@ fn every_injected_fault_is_an_error_or_nothing_and_leaves_nothing_behind() {
     runs += c_runs;
     injected += c_injected;
     failures.extend(c_failures);
-    for ((w, p), (n, made)) in &table {
-        println!("{w:>14} {:>10}: {n:>3} single-fault runs, {made:>3} faults made", p.name());
+    println!("| workload | point | single-fault runs | ended in Err | absorbed |");
+    println!("|---|---|---|---|---|");
+    for ((w, p), (n, made, err)) in &table {
+        println!("| {w} | {} | {n} | {err} | {} |", p.name(), made - err);
     }
-    println!("fault campaign: {runs} runs, {injected} faults injected, {} failures", failures.len());
+    println!(
+        "fault campaign: {runs} runs, {injected} faults injected, {errors} runs ended in Err, {} failures \
+         (panics, hangs, leaks, wrong values or unexplained errors)",
+        failures.len()
+    );
     assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
     assert!(injected >= 2000, "only {injected} faults were injected");
 }
