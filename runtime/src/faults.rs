@@ -294,6 +294,9 @@ pub(crate) fn fails(point: Point) -> Option<Fault> {
         UNREAD if from_env().is_err() || STATE.load(Ordering::SeqCst) != ARMED => return None,
         _ => {}
     }
+    // A note of an earlier failure that no error took (one absorbed by a retry) must not
+    // be said of a later, real error: each point reached replaces it.
+    LAST.with(|l| l.borrow_mut().take());
     let call = CALLS[point as usize].fetch_add(1, Ordering::SeqCst) + 1;
     let seed = {
         let plan = lock(&PLAN);
