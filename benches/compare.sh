@@ -90,6 +90,15 @@ for i in $(seq 1 "$runs"); do
     echo "compare.sh: the locus bench failed or measured nothing (see $d/locus.tsv)" >&2
     exit 1
   fi
+  # The off cost of the trace hooks (issue 37): the same add from a build without them,
+  # when one is there (built with RUSTFLAGS="--cfg locus_no_trace_hooks" into
+  # .gpu/benches/gpu_nohooks; see docs/BENCHMARKS.md).
+  if [ -x .gpu/benches/gpu_nohooks ]; then
+    # shellcheck disable=SC2086
+    .gpu/benches/gpu_nohooks trace $qflag | awk -F'\t' -v OFS='\t' \
+      '$1 == "small_add_1k_submit" { $1 = "small_add_1k_submit_nohooks"; $4 = "the same add, a build without the trace hooks"; print }' \
+      >> "$d/locus.tsv"
+  fi
   if ! awk -F'\t' '!/^#/ && NF > 1 && $2 != "n/a" { found = 1 } END { exit !found }' "$d/locus.tsv"; then
     echo "compare.sh: the locus bench measured nothing (see $d/locus.tsv)" >&2
     exit 1
@@ -211,6 +220,9 @@ def ceiling(name):
     # Tracing on against the same batch with it off: the per-op cost of a trace (issue 37).
     if base == "small_add_1k_submit_traced":
         return "small_add_1k_submit"
+    # A build without the hooks against this one, trace off: their off cost (about 1.0).
+    if base == "small_add_1k_submit_nohooks":
+        return "small_add_1k_submit"
     if base == "small_add_1k_sync":
         return "ceiling_launch_floor_sync"
     # A #[locus::kernel] launch is measured against the built-in op's submit (target ≤ 1.05×).
@@ -271,4 +283,9 @@ print(
     "The ceiling of user_kernel_1k_submit is small_add_1k_submit: a #[locus::kernel] launch against the built-in "
     "op's submit of the same add (the target is at most 1.05x)."
 )
+if "small_add_1k_submit_nohooks" in locus:
+    print(
+        "The ceiling of small_add_1k_submit_nohooks is small_add_1k_submit: the same add from a build without the "
+        "trace hooks against this build with tracing off; about 1.0 means the hooks cost nothing when off."
+    )
 PY
