@@ -109,6 +109,12 @@ def copies(pageable_only=False):
         d = host.to(dev)
         t = wall_time(lambda: d.to("cpu"))
         row(f"d2h_pageable_{mb}MiB{suffix}", gbs(size, t), "GB/s", f"tensor.to('cpu'){pages}")
+        # Like for like with locus's rows (issue 35): fresh memory each time, and one
+        # pageable destination reused.
+        row(f"d2h_fresh_{mb}MiB{suffix}", gbs(size, t), "GB/s", f"tensor.to('cpu') (new memory each time){pages}")
+        out = torch.empty(size, dtype=torch.uint8)
+        t = wall_time(lambda: out.copy_(d))
+        row(f"d2h_reused_{mb}MiB{suffix}", gbs(size, t), "GB/s", f"out.copy_(tensor) into one pageable tensor reused{pages}")
         if pageable_only:
             continue
         pinned = host.pin_memory()

@@ -251,7 +251,25 @@ fn copies() {
             &format!("d2h_pageable_{mb}MiB"),
             &gbs(size as f64, &d2h),
             "GB/s",
-            "Tensor<Cuda<0>>::to::<Cpu>(), wall time",
+            "Tensor<Cuda<0>>::to::<Cpu>() (into a block of locus's host cache), wall time",
+        );
+        // Like for like with PyTorch (issue 35): into fresh memory (`to_vec`, a new `Vec`;
+        // PyTorch's `d.to('cpu')`) and into one destination reused (`copy_to_slice`;
+        // PyTorch's `out.copy_(d)`).
+        let fresh = wall_time(|| drop(dev.to_vec().unwrap()));
+        row(
+            &format!("d2h_fresh_{mb}MiB"),
+            &gbs(size as f64, &fresh),
+            "GB/s",
+            "Tensor::to_vec() (a new Vec), wall time",
+        );
+        let mut out = vec![0u8; size];
+        let reused = wall_time(|| dev.copy_to_slice(&mut out).unwrap());
+        row(
+            &format!("d2h_reused_{mb}MiB"),
+            &gbs(size as f64, &reused),
+            "GB/s",
+            "Tensor::copy_to_slice() into one pageable Vec reused, wall time",
         );
         let pinned = host.pin_memory().unwrap();
         let s = Stream::<G>::new().unwrap();

@@ -246,6 +246,36 @@ impl<D: Device, T: Element> Tensor<D, T> {
         Ok(out)
     }
 
+    /// The elements in row-major order, copied into `out` (the host memory of the
+    /// caller's, reused from call to call: PyTorch's `out.copy_(t)` into a CPU tensor), by
+    /// the same paths as [`Tensor::to_vec`]. `out` must hold exactly [`Tensor::numel`]
+    /// elements.
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cuda, Tensor};
+    /// let t = Tensor::<Cuda<0>, i32>::arange(0, 4, 1)?;
+    /// let mut out = [0; 4];
+    /// t.copy_to_slice(&mut out)?;
+    /// assert_eq!(out, [0, 1, 2, 3]);
+    /// assert!(t.copy_to_slice(&mut [0; 3]).is_err());
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn copy_to_slice(&self, out: &mut [T]) -> Result<()> {
+        if out.len() != self.numel() {
+            return Err(Error::InvalidArgument {
+                op: "copy_to_slice",
+                reason: format!(
+                    "the slice holds {} elements and the tensor of shape {:?} has {}",
+                    out.len(),
+                    self.shape(),
+                    self.numel()
+                ),
+            });
+        }
+        self.storage.read_into(bytemuck::cast_slice_mut(out))
+    }
+
     /// The one element of a tensor with exactly one element.
     ///
     /// ```
