@@ -372,8 +372,12 @@ fn small_add_traced(a: &Tensor<G>, b: &Tensor<G>) {
     );
 }
 
-/// Only the rows of `gpu trace`: the 1024-element add untraced and traced.
+/// Only the rows of `gpu trace`: the 1024-element add untraced and traced, and the raw
+/// launch floor without and with two timing events a launch.
 fn trace_rows() {
+    let raw = raw::Raw::new();
+    raw::launch_floor(&raw);
+    raw::timed_launch_floor(&raw);
     let a = Tensor::<G>::rand([1024], 1).unwrap();
     let b = Tensor::<G>::rand([1024], 2).unwrap();
     let submit = add_submit(&a, &b);

@@ -163,7 +163,7 @@ fn d2d(raw: &Raw) {
 /// `LAUNCHES` empty launches after a context synchronize, host time until the last
 /// launch returns, per launch; and a batch of `LAUNCHES / 10` launches each followed by
 /// a context synchronize (`cuCtxSynchronize`, what `locus::synchronize` calls).
-fn launch_floor(raw: &Raw) {
+pub(crate) fn launch_floor(raw: &Raw) {
     let submit = samples(|| {
         raw.sync_ctx();
         let t = Instant::now();
@@ -190,6 +190,42 @@ fn launch_floor(raw: &Raw) {
         t.elapsed().as_secs_f64() / (LAUNCHES / 10) as f64 * 1e6
     });
     row("ceiling_launch_floor_sync", &synced, "us", "empty kernel + cuCtxSynchronize, per op in a batch of 2000");
+}
+
+/// The floor of a traced op (issue 37): each empty launch of the submit batch bracketed
+/// by two `cuEventRecord`s of timing events made beforehand, as locus's trace brackets an
+/// op, with nothing reading them until the batch is done. `small_add_1k_submit_traced`
+/// minus this row, minus `small_add_1k_submit` minus the plain floor, is what the trace's
+/// own bookkeeping and its collector cost an op.
+pub(crate) fn timed_launch_floor(raw: &Raw) {
+    raw.bind();
+    let events: Vec<sys::CUevent> =
+        (0..2 * LAUNCHES).map(|_| result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).unwrap()).collect();
+    let submit = samples(|| {
+        raw.sync_ctx();
+        let t = Instant::now();
+        for pair in events.chunks_exact(2) {
+            // SAFETY: both events were made on this context above and live to the end of
+            // this function; the stream lives as long as `raw`.
+            unsafe { result::event::record(pair[0], raw.stream).unwrap() };
+            raw.launch_empty();
+            // SAFETY: as just above.
+            unsafe { result::event::record(pair[1], raw.stream).unwrap() };
+        }
+        let us = t.elapsed().as_secs_f64() / LAUNCHES as f64 * 1e6;
+        raw.sync_ctx();
+        us
+    });
+    row(
+        "ceiling_launch_floor_timed",
+        &submit,
+        "us",
+        "empty kernel between two cuEventRecord (timing events made beforehand), per launch in a batch of 20000, no sync",
+    );
+    for e in events {
+        // SAFETY: every record completed (the context was synchronized after the last sample).
+        unsafe { result::event::destroy(e).unwrap() };
+    }
 }
 
 /// Pinned copies one way, and both ways at once.
@@ -395,5 +431,6 @@ pub(crate) fn ceilings(raw: &Raw) {
     d2d(raw);
     mix(raw);
     launch_floor(raw);
+    timed_launch_floor(raw);
     pinned(raw);
 }
