@@ -16,7 +16,8 @@
 //! itself (no event could be made) drops that slice, never the op.
 
 use std::borrow::Cow;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -56,6 +57,9 @@ impl Pending {
 }
 
 static PENDING: Mutex<Vec<Pending>> = Mutex::new(Vec::new());
+/// Work the collector took from `PENDING` whose events are not yet complete, in the order
+/// queued (touched only under `WRITING`).
+static BACKLOG: Mutex<VecDeque<Pending>> = Mutex::new(VecDeque::new());
 static ANCHORS: Mutex<Vec<Anchor>> = Mutex::new(Vec::new());
 /// Timing events no longer needed, by device ordinal, for the next spans. (Making 4096
 /// a device up front, so that no traced op makes one, was measured on an H100: the cost
@@ -94,9 +98,17 @@ fn timed(s: &CudaStream) -> bool {
     trace::is_on() && s.capture().is_none()
 }
 
+/// For the first devices, one more than the trace generation each last anchored in: the
+/// check of every traced op, with no lock (the collector holds `ANCHORS` often).
+static ANCHORED: [AtomicU64; 64] = [const { AtomicU64::new(0) }; 64];
+
 /// Makes sure the device of `s` has an anchor in the current trace.
 fn anchor(s: &CudaStream) -> Option<()> {
     let generation = trace::generation();
+    let fast = ANCHORED.get(s.ordinal as usize);
+    if fast.is_some_and(|g| g.load(Ordering::Acquire) == generation + 1) {
+        return Some(());
+    }
     let mut anchors = lock(&ANCHORS);
     if anchors.iter().any(|a| a.ordinal == s.ordinal && a.generation == generation) {
         return Some(());
@@ -108,6 +120,9 @@ fn anchor(s: &CudaStream) -> Option<()> {
     let at = Instant::now();
     anchors.retain(|a| a.ordinal != s.ordinal);
     anchors.push(Anchor { ordinal: s.ordinal, generation, event, at });
+    if let Some(g) = fast {
+        g.store(generation + 1, Ordering::Release);
+    }
     Some(())
 }
 
@@ -226,27 +241,32 @@ fn flush() {
 /// returns how many are left.
 fn write_ready(wait: bool) -> usize {
     let _writing = lock(&WRITING);
-    // Taken out of the list, so that the queries below never hold up an op being queued.
-    let all = std::mem::take(&mut *lock(&PENDING));
-    let ready = if wait {
-        all
-    } else {
-        // In the order queued, up to the first not complete: the rest waits for the next
-        // look (work completes in stream order, mostly in queue order across streams).
-        let done = all.iter().position(|p| !p.last().is_done()).unwrap_or(all.len());
-        let mut all = all;
-        let rest = all.split_off(done);
+    let mut backlog = lock(&BACKLOG);
+    // What was queued since the last look moves to the backlog at once (the list keeps
+    // its capacity when nothing came meanwhile), so that an op being queued never waits
+    // for the queries below, nor for work that is not yet complete to be moved back.
+    let mut newer = std::mem::take(&mut *lock(&PENDING));
+    backlog.extend(newer.drain(..));
+    {
         let mut pending = lock(&PENDING);
-        let newer = std::mem::replace(&mut *pending, rest);
-        pending.extend(newer);
-        all
-    };
-    for p in ready {
-        if p.last().wait().is_ok() {
-            write(p);
+        if pending.is_empty() && pending.capacity() < newer.capacity() {
+            std::mem::swap(&mut *pending, &mut newer);
         }
     }
-    lock(&PENDING).len()
+    // In the order queued, up to the first not complete: the rest waits for the next
+    // look (work completes in stream order, mostly in queue order across streams).
+    let mut spent = Vec::new();
+    while let Some(p) = backlog.front() {
+        if !wait && !p.last().is_done() {
+            break;
+        }
+        let Some(p) = backlog.pop_front() else { break };
+        if p.last().wait().is_ok() {
+            write(p, &mut spent);
+        }
+    }
+    recycle(spent);
+    backlog.len() + lock(&PENDING).len()
 }
 
 /// The host time of `ev` (complete), by its device's anchor; re-anchors past a second.
@@ -266,13 +286,14 @@ fn at(ev: &Arc<CudaEvent>) -> Option<Instant> {
     Some(when)
 }
 
-fn write(p: Pending) {
+/// Writes `p`'s slice (and arrow); its events go to `spent`, for [`recycle`].
+fn write(p: Pending, spent: &mut Vec<Arc<CudaEvent>>) {
     match p {
         Pending::Op { begin, end, track, name, args } => {
             if let (Some(b), Some(e)) = (at(&begin), at(&end)) {
                 trace::slice(track, &name, "gpu", b, e, &args);
             }
-            recycle([begin, end]);
+            spent.extend([begin, end]);
         }
         Pending::Wait { begin, end, track, from, mark } => {
             if let (Some(b), Some(e), Some(m)) = (at(&begin), at(&end), at(&mark)) {
@@ -281,13 +302,16 @@ fn write(p: Pending) {
                 trace::slice(track, "wait", "wait", b, e, "");
                 trace::flow("wait", from, inside(m), track, inside(e).max(b));
             }
-            recycle([begin, end, mark]);
+            spent.extend([begin, end, mark]);
         }
     }
 }
 
-/// Puts events no one else holds back in the pool.
-fn recycle<const N: usize>(events: [Arc<CudaEvent>; N]) {
+/// Puts the events no one else holds back in the pool (one lock for a look's worth).
+fn recycle(events: Vec<Arc<CudaEvent>>) {
+    if events.is_empty() {
+        return;
+    }
     let mut pool = lock(&POOL);
     for e in events {
         if let Ok(e) = Arc::try_unwrap(e) {
