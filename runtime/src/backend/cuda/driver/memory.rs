@@ -112,11 +112,12 @@ impl CudaBackend {
         // Any context will do: portable memory is pinned for all of them.
         let dev = self.dev(DeviceId::Cuda(0))?;
         dev.bind()?;
-        // SAFETY: a context is current (bind above); the driver returns a new page-locked
-        // block of `bytes` bytes (or an error) and touches nothing of ours. Its contents are
+        // A context is current (bind above); the driver returns a new page-locked block of
+        // `bytes` bytes (or an error) and touches nothing of ours. Its contents are
         // uninitialised: the pinned pool zeroes every block before handing it out.
-        match gate(Point::Pinned, failure(OOM), || unsafe { result::malloc_host(bytes, sys::CU_MEMHOSTALLOC_PORTABLE) })
-        {
+        let flags = sys::CU_MEMHOSTALLOC_PORTABLE;
+        // SAFETY: as said just above.
+        match gate(Point::Pinned, failure(OOM), || unsafe { result::malloc_host(bytes, flags) }) {
             Ok(p) => Ok(p as usize),
             Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
                 Err(blocks::out_of_memory(DeviceId::Pinned, bytes, 0))
