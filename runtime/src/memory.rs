@@ -135,7 +135,8 @@ pub struct SnapshotBlock {
 pub struct SnapshotEvent {
     /// What happened.
     pub action: &'static str,
-    /// The block's address (0 for `oom`).
+    /// The block's address; for `oom`, the bytes the driver reported free (PyTorch's
+    /// `device_free`).
     pub address: u64,
     /// Its bytes (asked for, for `oom`).
     pub size: usize,

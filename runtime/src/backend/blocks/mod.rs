@@ -78,6 +78,7 @@ pub(crate) struct Block {
 #[derive(Clone, Debug)]
 pub(crate) struct Event {
     pub action: Action,
+    /// The block's address; for [`Action::Oom`], the bytes the driver said were free.
     pub addr: u64,
     pub size: usize,
     pub stream: u64,
@@ -281,7 +282,8 @@ pub(crate) fn out_of_memory(device: DeviceId, requested: usize, free: usize) -> 
         let mut all = books();
         let b = all.entry(device).or_default();
         if history_on() {
-            note(b, Action::Oom, 0, requested, 0, None);
+            // PyTorch's oom entry carries the driver's free bytes where others carry an address.
+            note(b, Action::Oom, free as u64, requested, 0, None);
         }
         for blk in b.live.values() {
             reserved += blk.size;

@@ -10,7 +10,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use super::{read, Block, DeviceBooks, Event, Frame, CACHE_SMALL};
+use super::{read, Action, Block, DeviceBooks, Event, Frame, CACHE_SMALL};
 use crate::device_id::DeviceId;
 use crate::error::{Error, Result};
 
@@ -79,7 +79,8 @@ fn event_value(e: &Event) -> Value {
     let f = e.site.as_ref().map_or_else(Vec::new, |s| s.frames());
     dict(vec![
         ("action", s(e.action.name())),
-        ("addr", int(e.addr)),
+        // An oom entry names the device's free bytes instead (`device_free`, as PyTorch's).
+        (if e.action == Action::Oom { "device_free" } else { "addr" }, int(e.addr)),
         ("size", size(e.size)),
         ("stream", int(e.stream)),
         ("time_us", int(e.time_us)),
