@@ -684,7 +684,8 @@ fn fail<T>(msg: String) -> Result<T, TestCaseError> {
 impl Fuzz {
     /// Runs `f` unless the reference's result is large but possible, and holds what it
     /// gives to `want`; the results on `device` where given. `None` when it failed or was
-    /// not asked for.
+    /// not asked for. (A thin generic shell: the checking is [`Fuzz::check_erased`], compiled
+    /// once rather than once per call site, dtype and placement.)
     fn check<R: Observe>(
         &mut self,
         op: &str,
@@ -692,25 +693,43 @@ impl Fuzz {
         device: Option<DeviceId>,
         f: impl FnOnce() -> locus::Result<R>,
     ) -> Result<Option<R>, TestCaseError> {
+        let (mut f, mut kept) = (Some(f), None);
+        let keep = self.check_erased(op, want, device, &mut |seen| {
+            let r = f.take().expect("an op runs once")()?;
+            r.observe(seen);
+            kept = Some(r);
+            Ok(())
+        })?;
+        Ok(if keep { kept } else { None })
+    }
+
+    /// [`Fuzz::check`] with the op's type erased: `f` runs the op and observes what it
+    /// gave. Whether the result is kept.
+    fn check_erased(
+        &mut self,
+        op: &str,
+        want: Want,
+        device: Option<DeviceId>,
+        f: &mut dyn FnMut(&mut Vec<Seen>) -> locus::Result<()>,
+    ) -> Result<bool, TestCaseError> {
         let class = want.class();
         let what = format!("{op} of {} on {}", self.dtype, self.place);
-        let (outcome, result) = if class == Size::Skip {
+        let (outcome, keep) = if class == Size::Skip {
             self.skipped += 1;
-            (Outcome::NotAsked, None)
+            (Outcome::NotAsked, false)
         } else {
             self.calls += 1;
             watchdog::entering(&what, &format!("{want:?}"));
             let started = std::time::Instant::now();
-            let r = catch_unwind(AssertUnwindSafe(f));
+            let mut seen = Vec::new();
+            let r = catch_unwind(AssertUnwindSafe(|| f(&mut seen)));
             *self.time.entry(op.to_string()).or_default() += started.elapsed();
             let r = match r {
                 Ok(r) => r,
                 Err(p) => return fail(format!("{what} panicked (expected {want:?}): {}", message(p))),
             };
             match (r, &want) {
-                (Ok(r), Want::Out(out)) if class == Size::Fits => {
-                    let mut seen = Vec::new();
-                    r.observe(&mut seen);
+                (Ok(()), Want::Out(out)) if class == Size::Fits => {
                     let same = seen.len() == out.len()
                         && seen.iter().zip(out).all(|(s, (dims, dtype))| {
                             wide(&s.dims) == *dims
@@ -720,16 +739,16 @@ impl Fuzz {
                     if !same {
                         return fail(format!("{what}: expected {out:?} on {device:?}, got {seen:?}"));
                     }
-                    (Outcome::Ok(seen.into_iter().map(|s| s.dims).collect()), Some(r))
+                    (Outcome::Ok(seen.into_iter().map(|s| s.dims).collect()), true)
                 }
-                (Ok(_), Want::Out(out)) => {
+                (Ok(()), Want::Out(out)) => {
                     return fail(format!("{what} succeeded, but its result {out:?} cannot exist"))
                 }
-                (Ok(_), _) => return fail(format!("{what} succeeded on invalid input")),
+                (Ok(()), _) => return fail(format!("{what} succeeded on invalid input")),
                 (Err(e), Want::Out(out)) if class == Size::Fits => {
                     return fail(format!("{what} failed on valid input (expected {out:?}): {e}"))
                 }
-                (Err(_), _) => (Outcome::Err, None),
+                (Err(_), _) => (Outcome::Err, false),
             }
         };
         let n = match outcome {
@@ -741,7 +760,7 @@ impl Fuzz {
         if self.logging {
             self.log.push((op.to_string(), outcome));
         }
-        Ok(result)
+        Ok(keep)
     }
 
     /// All of one case's calls on `place`, in `dtype`: what each gave.
