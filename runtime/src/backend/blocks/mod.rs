@@ -140,8 +140,22 @@ impl Site {
                 && !f.name.starts_with("<alloc")
                 && !f.name.starts_with("<core")
                 && !f.name.starts_with("<std")
+                && !library_file(&f.filename)
         })
     }
+}
+
+/// Whether `file`, as a backtrace names it, is one of locus's own sources or the standard
+/// library's. A build with line tables only (`debug = "line-tables-only"`) names an
+/// inlined frame by its bare fn name (`launch`, not `locus_runtime::…::launch`), so the
+/// file is what tells.
+fn library_file(file: &str) -> bool {
+    let file = file.strip_prefix("./").unwrap_or(file);
+    // This file's path as the compiler gave it, less its place in the crate: the crate's
+    // `src/` (relative in locus's workspace, absolute for a dependency).
+    let here = file!();
+    let own = here.strip_suffix("backend/blocks/mod.rs").unwrap_or(here);
+    file.starts_with(own) || file.starts_with("/rustc/")
 }
 
 #[derive(Default)]
