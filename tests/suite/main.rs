@@ -1,0 +1,25 @@
+//! The integration tests that read or set no process-wide state (memory and wait counters,
+//! copy tuning, roles, traces, fault injection, the environment) compile as one test
+//! binary, one module per former file: a fresh `cargo test --workspace` links one binary
+//! instead of fifteen, and compiles the crate's generic code once for them all (issue 35
+//! build time). A test that counts or sets something process-wide stays in tests/*.rs,
+//! where no other file's tests run beside it.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod activations;
+mod compare_select;
+mod consistency;
+mod dim_reduce;
+mod guard_order;
+mod half;
+mod i64;
+mod index_select;
+mod loader;
+mod more_ops;
+mod ndarray;
+mod ops;
+mod softmax;
+mod training;
+mod transpose_dims;
