@@ -59,6 +59,12 @@ impl Storage {
 
     /// Copies the contents into `out`, which holds exactly [`Storage::bytes`] bytes.
     pub(crate) fn read_into(&self, out: &mut [u8]) -> Result<()> {
+        self.buf.download(crate::backend::transfer::as_uninit(out))
+    }
+
+    /// [`Storage::read_into`] memory that may be uninitialized (a fresh `Vec`'s
+    /// capacity): `Ok` means every byte of `out` was written.
+    pub(crate) fn read_into_uninit(&self, out: &mut [std::mem::MaybeUninit<u8>]) -> Result<()> {
         self.buf.download(out)
     }
 
@@ -86,7 +92,7 @@ impl Storage {
         } else {
             // Device memory to the host: straight into the new host buffer.
             let mut out = host::host().alloc_for_overwrite(dst, self.bytes())?;
-            self.buf.download(out.bytes_mut())?;
+            self.buf.download(crate::backend::transfer::as_uninit(out.bytes_mut()))?;
             Buffer::Host(out)
         };
         Ok(Storage::new(buf, dst, self.dtype, self.len))

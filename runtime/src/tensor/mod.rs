@@ -241,8 +241,22 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn to_vec(&self) -> Result<Vec<T>> {
-        let mut out = vec![T::ZERO; self.numel()];
-        self.storage.read_into(bytemuck::cast_slice_mut(&mut out))?;
+        // Straight into the new vector's capacity, not zeroed first: zeroing would cost as
+        // much as the copy where the allocator hands back reused memory (issue 35).
+        let n = self.numel();
+        let mut out: Vec<T> = Vec::with_capacity(n);
+        let spare = out.spare_capacity_mut();
+        let bytes = std::mem::size_of_val(spare);
+        // The capacity holds at least `n` elements of `T`, `bytes` bytes in all, borrowed
+        // mutably here; `MaybeUninit<u8>` has no alignment or validity to keep.
+        // SAFETY: as said just above.
+        let raw =
+            unsafe { std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast::<std::mem::MaybeUninit<u8>>(), bytes) };
+        self.storage.read_into_uninit(&mut raw[..n * std::mem::size_of::<T>()])?;
+        // The download wrote every byte of the first `n` elements (its `Ok`): the bytes of
+        // this tensor's `n` elements of `T` (plain old data, `bytemuck::Pod`).
+        // SAFETY: as said just above.
+        unsafe { out.set_len(n) };
         Ok(out)
     }
 

@@ -247,7 +247,9 @@ pub(crate) trait BackendStorage: Sized + Debug {
     /// The device this memory lives on.
     fn device_id(&self) -> DeviceId;
     /// Copies all of this buffer into `out` (same length), waiting for it on the host.
-    fn download(&self, out: &mut [u8]) -> Result<()>;
+    /// `out` may be uninitialized (a fresh `Vec`'s capacity): `Ok` means every byte of it
+    /// was written.
+    fn download(&self, out: &mut [std::mem::MaybeUninit<u8>]) -> Result<()>;
     /// Queues a copy of this buffer into pinned `dst` on `stream` (of this buffer's
     /// device); the event marks its end. The caller (dispatch) holds `dst` from reuse until then.
     fn download_async(&self, dst: &mut Self::Pinned, stream: &Self::Stream) -> Result<Self::Event>;

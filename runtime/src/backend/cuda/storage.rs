@@ -32,7 +32,7 @@ impl BackendStorage for CudaBuffer {
         self.device().id()
     }
 
-    fn download(&self, out: &mut [u8]) -> Result<()> {
+    fn download(&self, out: &mut [std::mem::MaybeUninit<u8>]) -> Result<()> {
         transfer::download(self, out)
     }
 

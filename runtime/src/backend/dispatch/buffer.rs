@@ -94,7 +94,7 @@ impl Buffer {
         }
     }
 
-    pub(crate) fn download(&self, out: &mut [u8]) -> Result<()> {
+    pub(crate) fn download(&self, out: &mut [std::mem::MaybeUninit<u8>]) -> Result<()> {
         capture::refuse("to_vec / item (a read by the host)", HOST_READ)?;
         match self {
             Buffer::Host(h) => h.download(out),

@@ -191,7 +191,7 @@ impl BackendDevice for HostBackend {
             (true, _) => self.upload(device, h.bytes()),
             (false, true) => {
                 let mut out = host().alloc_for_overwrite(device, h.len())?;
-                h.download(out.bytes_mut())?;
+                h.download(crate::backend::transfer::as_uninit(out.bytes_mut()))?;
                 Ok(out)
             }
             (false, false) => launch::launch(

@@ -30,7 +30,7 @@ pub(in crate::backend::host) fn upload(device: DeviceId, data: &[u8]) -> Result<
 
 /// `out.len()` bytes of the simulated device's buffer `src`, after its writer, into
 /// `out`, through the inline path.
-pub(in crate::backend::host) fn download(src: &HostBuffer, out: &mut [u8]) -> Result<()> {
+pub(in crate::backend::host) fn download(src: &HostBuffer, out: &mut [std::mem::MaybeUninit<u8>]) -> Result<()> {
     let s = current_stream(src.account.device);
     use_on_stream(src, &s)?;
     let mut dma = DownloadPieces { s: &s, src };

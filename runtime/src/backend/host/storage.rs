@@ -63,7 +63,7 @@ impl BackendStorage for HostBuffer {
         self.account.device
     }
 
-    fn download(&self, out: &mut [u8]) -> Result<()> {
+    fn download(&self, out: &mut [std::mem::MaybeUninit<u8>]) -> Result<()> {
         same_length("to_vec", out.len(), self.len())?;
         let device = self.device_id();
         // The sizes the cuda backend downloads inline go the same way here.
@@ -78,7 +78,7 @@ impl BackendStorage for HostBuffer {
             s.synchronize()?;
             crate::faults::check(crate::faults::Point::Copy, device, "download")?;
         }
-        kernels::copy(out, self.bytes())
+        kernels::copy_into(out, self.bytes())
     }
 
     fn download_async(&self, dst: &mut HostBuffer, stream: &Arc<HostStream>) -> Result<Arc<HostEvent>> {
@@ -378,10 +378,11 @@ mod tests {
         for device in [DeviceId::Cpu, DeviceId::Cuda(0)] {
             let x = fill(host().account(device).expect("account"), DType::F32, 4, Scalar::F32(1.0)).expect("fill");
             let mut short = [0u8; 12];
-            let e = x.download(&mut short).expect_err("12 bytes cannot hold 4 f32");
+            let e =
+                x.download(crate::backend::transfer::as_uninit(&mut short)).expect_err("12 bytes cannot hold 4 f32");
             assert!(e.to_string().contains("wrong length (12 bytes for 16)"), "{e}");
             let mut right = [0u8; 16];
-            x.download(&mut right).expect("download");
+            x.download(crate::backend::transfer::as_uninit(&mut right)).expect("download");
             assert_eq!(bytemuck::cast_slice::<u8, f32>(&right), &[1.0; 4]);
         }
     }

@@ -11,8 +11,11 @@
 //! the stream, or retires the block. Nothing here depends on a `Drop` of anything the
 //! caller holds.
 
+use std::mem::MaybeUninit;
+
 use crate::backend::pinned_pool::{self as pinned, PinnedBlock};
 use crate::backend::transfer::paths::{inline_download_piece, MIN_PIECE};
+use crate::backend::transfer::write_bytes;
 use crate::error::Result;
 
 /// What the inline download needs of a backend: the DMA of one piece of the source into
@@ -45,7 +48,7 @@ pub(crate) trait PieceDownloads {
 /// Downloads into `out` through one block of the pinned pool: every piece's DMA is
 /// queued at once, and each piece is copied out as soon as its event has completed.
 /// Returns once `out` holds the data and no DMA uses the block any more.
-pub(crate) fn download_inline<Q: PieceDownloads>(out: &mut [u8], dma: &mut Q) -> Result<()> {
+pub(crate) fn download_inline<Q: PieceDownloads>(out: &mut [MaybeUninit<u8>], dma: &mut Q) -> Result<()> {
     if out.is_empty() {
         return Ok(());
     }
@@ -64,7 +67,7 @@ pub(crate) fn download_inline<Q: PieceDownloads>(out: &mut [u8], dma: &mut Q) ->
 }
 
 /// Queues every piece's DMA, then copies each piece out once its event has completed.
-fn land<Q: PieceDownloads>(out: &mut [u8], piece: usize, settle: &mut Settle<'_, Q>) -> Result<()> {
+fn land<Q: PieceDownloads>(out: &mut [MaybeUninit<u8>], piece: usize, settle: &mut Settle<'_, Q>) -> Result<()> {
     let total = out.len();
     let count = total.div_ceil(piece);
     let range = |i: usize| (i * piece, piece.min(total - i * piece));
@@ -87,7 +90,7 @@ fn land<Q: PieceDownloads>(out: &mut [u8], piece: usize, settle: &mut Settle<'_,
         // not pool memory.
         // SAFETY: for the reasons in the comment just above.
         let landed = unsafe { std::slice::from_raw_parts(settle.stage.ptr().add(at), len) };
-        out[at..at + len].copy_from_slice(landed);
+        write_bytes(&mut out[at..at + len], landed);
     }
     Ok(())
 }
@@ -204,7 +207,7 @@ mod tests {
                 set_inline_download_piece(piece);
                 let mut dma = Landing::new(&data);
                 let mut out = vec![0u8; len];
-                download_inline(&mut out, &mut dma)?;
+                download_inline(crate::backend::transfer::as_uninit(&mut out), &mut dma)?;
                 assert!(out == data, "{len} bytes in pieces of {piece}: the bytes differ");
                 let piece = piece.max(MIN_PIECE);
                 let want: Vec<(usize, usize)> =
@@ -226,12 +229,12 @@ mod tests {
         let mut out = vec![0u8; data.len()];
         let mut dma = Landing::new(&data);
         dma.fail_queue_at = Some(2);
-        assert!(download_inline(&mut out, &mut dma).is_err());
+        assert!(download_inline(crate::backend::transfer::as_uninit(&mut out), &mut dma).is_err());
         assert_eq!((dma.queued.len(), dma.waits, dma.landed), (2, 1, 0), "the queued DMAs are waited for");
 
         let mut dma = Landing::new(&data);
         dma.fail_sync_at = Some(1);
-        assert!(download_inline(&mut out, &mut dma).is_err());
+        assert!(download_inline(crate::backend::transfer::as_uninit(&mut out), &mut dma).is_err());
         assert_eq!((dma.synced, dma.waits, dma.landed), (1, 1, 0));
         assert!(out[..256 << 10] == data[..256 << 10], "the piece that landed was copied out");
 
@@ -241,7 +244,7 @@ mod tests {
         let mut dma = Landing::new(&data);
         dma.fail_sync_at = Some(0);
         dma.wait_fails = true;
-        assert!(download_inline(&mut out, &mut dma).is_err());
+        assert!(download_inline(crate::backend::transfer::as_uninit(&mut out), &mut dma).is_err());
         let again: Vec<PinnedBlock> = (0..8).map(|_| pinned::acquire(data.len())).collect::<Result<_>>()?;
         assert!(again.iter().all(|b| b.ptr() as usize != dma.stage), "a block a DMA may still write was reused");
         Ok(())

@@ -132,7 +132,7 @@ pub(in crate::backend::cuda) fn upload_parts(
     outs.into_iter().map(done).collect()
 }
 
-pub(in crate::backend::cuda) fn download(b: &CudaBuffer, out: &mut [u8]) -> Result<()> {
+pub(in crate::backend::cuda) fn download(b: &CudaBuffer, out: &mut [std::mem::MaybeUninit<u8>]) -> Result<()> {
     let dev = b.device();
     same_length("to_vec", out.len(), b.bytes())?;
     if out.is_empty() {

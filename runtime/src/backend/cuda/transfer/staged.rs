@@ -8,6 +8,7 @@
 //! stages of its own and queues their DMAs itself on the device's copy stream, so no
 //! thread waits for another: while one chunk's DMA runs, the other threads copy.
 
+use std::mem::MaybeUninit;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -186,19 +187,18 @@ pub(in crate::backend::cuda) unsafe fn upload_pieces(
     })
 }
 
-/// Device-to-host: `out.len()` bytes of device memory at `src`, after `stream`'s work,
-/// into `out`. Returns when `out` holds the data.
+/// Device-to-host: `out.len()` bytes at `src`, after `stream`'s work, into `out` (maybe
+/// uninitialized). Returns when every byte of `out` holds the data.
 ///
 /// # Safety
 /// `src .. src + out.len()` lies within a live allocation of `dev` that was written
 /// before this point of `stream`'s order and stays allocated until `stream`'s work queued
-/// now is done (a buffer ready on `stream` and freed after it). `dev`'s context is
-/// current on this thread.
+/// now is done (a buffer ready on `stream` and freed after it). `dev`'s context is current.
 pub(in crate::backend::cuda) unsafe fn download(
     dev: &DeviceState,
     stream: &CudaStream,
     src: u64,
-    out: &mut [u8],
+    out: &mut [MaybeUninit<u8>],
 ) -> Result<()> {
     match paths::download_path(out.len()) {
         CopyPath::Direct => {
@@ -228,7 +228,7 @@ pub(in crate::backend::cuda) unsafe fn download(
 ///
 /// # Safety
 /// As [`download`].
-unsafe fn download_staged(dev: &DeviceState, stream: &CudaStream, src: u64, out: &mut [u8]) -> Result<()> {
+unsafe fn download_staged(dev: &DeviceState, stream: &CudaStream, src: u64, out: &mut [MaybeUninit<u8>]) -> Result<()> {
     // The threads write disjoint chunks of `out`, so they share it as an address.
     let base = out.as_mut_ptr() as usize;
     staged(dev, stream, out.len(), &|lane: &mut Lane| {

@@ -61,6 +61,18 @@ pub(in crate::backend) fn copy(dst: &mut [u8], src: &[u8]) -> Result<()> {
     })
 }
 
+/// [`copy`] into memory that may be uninitialized (a download into a fresh `Vec`'s
+/// capacity): `Ok` means every byte of `dst` was written.
+pub(in crate::backend) fn copy_into(dst: &mut [std::mem::MaybeUninit<u8>], src: &[u8]) -> Result<()> {
+    if dst.len() != src.len() {
+        return Err(Error::InvalidArgument { op: "copy", reason: format!("{} bytes into {}", src.len(), dst.len()) });
+    }
+    split_mut(dst, 1, COPY_GRAIN, &|start, d| {
+        crate::backend::transfer::write_bytes(d, &src[start..start + d.len()]);
+        Ok(())
+    })
+}
+
 /// The numbers of one [`Blocks`] copy, without its source buffer.
 #[derive(Clone, Copy, Debug)]
 pub(in crate::backend) struct Geometry {
