@@ -1,4 +1,4 @@
-//! Host-side benchmarks with criterion: what needs no GPU. The device guard (entering
+//! Host-side benchmarks: what needs no GPU. The device guard (entering
 //! the current device, and switching devices) and the dispatch overhead of a small op on
 //! the host backend (everything from `&a + &b` to the backend call, with a 16-element
 //! kernel that costs next to nothing: the submit alone, and submit + kernel + synchronize).
@@ -9,16 +9,20 @@
 //! locus (issue 35: the earlier memcpy bound spawned threads per sample and used plain
 //! stores).
 //!
-//!     LOCUS_BACKEND=host cargo bench --bench host
+//!     LOCUS_BACKEND=host cargo bench --bench host [-- FILTER]
+//!
+//! Each row runs its body in batches long enough to time (10 ms or more, at least one
+//! call), one untimed batch then its samples, and prints the time per call as median, min
+//! and max, tab-separated (`# row median unit note min max`). FILTER picks rows by
+//! substring, `a|b` for either (`-- "f32 matmul|16 Mi"`).
 
 use std::hint::black_box;
 use std::sync::{mpsc, Arc};
-use std::time::Duration;
+use std::time::Instant;
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use locus::{Cpu, Cuda, DeviceGuard, DeviceId, Tensor};
 
-fn guard(c: &mut Criterion) {
+fn guard(c: &Bench) {
     let _outer = DeviceGuard::enter(DeviceId::Cuda(0)).expect("cuda:0 exists on every backend");
     c.bench_function("guard enter+exit, same device", |b| {
         b.iter(|| drop(black_box(DeviceGuard::enter(DeviceId::Cuda(0)))))
@@ -30,7 +34,7 @@ fn guard(c: &mut Criterion) {
     }
 }
 
-fn dispatch(c: &mut Criterion) {
+fn dispatch(c: &Bench) {
     let a = Tensor::<Cuda<0>>::ones([16]).expect("a 16-element tensor");
     let x = Tensor::<Cuda<0>>::ones([16]).expect("a 16-element tensor");
     // The host backend is asynchronous: `&a + &x` queues the kernel on the simulated
@@ -50,18 +54,17 @@ fn dispatch(c: &mut Criterion) {
     c.bench_function("add of 16 elements, Dyn operand (run-time check)", |b| b.iter(|| black_box(&a + &s)));
 }
 
-fn matmul(c: &mut Criterion) {
-    let mut g = c.benchmark_group("f32 matmul");
-    g.sample_size(30).measurement_time(Duration::from_secs(8));
+fn matmul(c: &Bench) {
+    let g = c.group("f32 matmul", 30);
     for n in [256usize, 1024] {
         let a = Tensor::<Cpu>::rand([n, n], 1).expect("a");
         let b = Tensor::<Cpu>::rand([n, n], 2).expect("b");
-        g.bench_with_input(BenchmarkId::new("locus Tensor<Cpu>::matmul", n), &n, |bch, _| {
+        g.bench_function(&format!("locus Tensor<Cpu>::matmul/{n}"), |bch| {
             bch.iter(|| black_box(a.matmul(&b).expect("matmul")))
         });
         let (x, y) = (a.to_vec().expect("a"), b.to_vec().expect("b"));
         let mut out = vec![0f32; n * n];
-        g.bench_with_input(BenchmarkId::new("matrixmultiply::sgemm (threading)", n), &n, |bch, _| {
+        g.bench_function(&format!("matrixmultiply::sgemm (threading)/{n}"), |bch| {
             bch.iter(|| {
                 // SAFETY: x, y and out hold n * n f32 each, row-major with row stride n.
                 unsafe {
@@ -72,7 +75,6 @@ fn matmul(c: &mut Criterion) {
             })
         });
     }
-    g.finish();
 }
 
 /// Threads made once and kept, each running the jobs sent to it, as locus's host pool
@@ -217,10 +219,9 @@ unsafe fn sum_avx(a: &[f32]) -> f64 {
 #[derive(Clone, Copy)]
 struct Ptr(usize);
 
-fn bandwidth(c: &mut Criterion) {
+fn bandwidth(c: &Bench) {
     const N: usize = 16 << 20;
-    let mut g = c.benchmark_group("16 Mi f32");
-    g.sample_size(10).measurement_time(Duration::from_secs(4));
+    let g = c.group("16 Mi f32", 10);
     let a = Tensor::<Cpu>::rand([N], 1).expect("a");
     let b = Tensor::<Cpu>::rand([N], 2).expect("b");
     g.bench_function("locus add (3 x 64 MiB moved, output from the host cache)", |bch| {
@@ -261,8 +262,87 @@ fn bandwidth(c: &mut Criterion) {
             black_box(sums.lock().expect("sums").iter().sum::<f64>())
         })
     });
-    g.finish();
 }
 
-criterion_group!(benches, guard, dispatch, matmul, bandwidth);
-criterion_main!(benches);
+/// The rows the command line picks (every row without a filter), timed as the module's
+/// doc says.
+struct Bench {
+    filters: Vec<String>,
+}
+
+/// Rows under one name, each with `samples` timed batches.
+struct Group<'a> {
+    bench: &'a Bench,
+    name: &'static str,
+    samples: usize,
+}
+
+/// What a row's body is given: `iter` runs the timed call.
+struct Bencher {
+    iters: u64,
+    secs: f64,
+}
+
+impl Bencher {
+    fn iter<R>(&mut self, mut f: impl FnMut() -> R) {
+        let t = Instant::now();
+        for _ in 0..self.iters {
+            black_box(f());
+        }
+        self.secs = t.elapsed().as_secs_f64();
+    }
+}
+
+impl Bench {
+    fn from_args() -> Bench {
+        // `cargo bench` passes `--bench`; anything else not an option is a filter.
+        let args = std::env::args().skip(1).filter(|a| !a.starts_with("--"));
+        Bench { filters: args.flat_map(|a| a.split('|').map(str::to_string).collect::<Vec<_>>()).collect() }
+    }
+
+    fn group(&self, name: &'static str, samples: usize) -> Group<'_> {
+        Group { bench: self, name, samples }
+    }
+
+    fn bench_function(&self, name: &str, body: impl FnMut(&mut Bencher)) {
+        Group { bench: self, name: "", samples: 21 }.bench_function(name, body);
+    }
+}
+
+impl Group<'_> {
+    fn bench_function(&self, name: &str, mut body: impl FnMut(&mut Bencher)) {
+        let row = if self.name.is_empty() { name.to_string() } else { format!("{}/{name}", self.name) };
+        if !self.bench.filters.is_empty() && !self.bench.filters.iter().any(|f| row.contains(f.as_str())) {
+            return;
+        }
+        let mut batch = |iters: u64| {
+            let mut b = Bencher { iters, secs: 0.0 };
+            body(&mut b);
+            b.secs
+        };
+        // Calls per batch: doubled until a batch takes 10 ms (that batch is the untimed one).
+        let mut iters = 1;
+        while batch(iters) < 0.01 && iters < 1 << 30 {
+            iters *= 2;
+        }
+        let mut per_call: Vec<f64> = (0..self.samples).map(|_| batch(iters) / iters as f64).collect();
+        per_call.sort_by(f64::total_cmp);
+        let (scale, unit) = match per_call[per_call.len() / 2] {
+            t if t < 1e-6 => (1e9, "ns"),
+            t if t < 1e-3 => (1e6, "us"),
+            _ => (1e3, "ms"),
+        };
+        let (median, min, max) = (per_call[per_call.len() / 2], per_call[0], per_call[per_call.len() - 1]);
+        let note = format!("{} samples, {iters} calls each", self.samples);
+        println!("{row}\t{:.3}\t{unit}\t{note}\t{:.3}\t{:.3}", median * scale, min * scale, max * scale);
+    }
+}
+
+fn main() {
+    let bench = Bench::from_args();
+    println!("# row\tmedian\tunit\tnote\tmin\tmax");
+    guard(&bench);
+    dispatch(&bench);
+    matmul(&bench);
+    bandwidth(&bench);
+}
