@@ -246,12 +246,11 @@ impl<D: Device, T: Element> Tensor<D, T> {
         let n = self.numel();
         let mut out: Vec<T> = Vec::with_capacity(n);
         let spare = out.spare_capacity_mut();
-        let bytes = std::mem::size_of_val(spare);
+        let (bytes, at) = (std::mem::size_of_val(spare), spare.as_mut_ptr().cast::<std::mem::MaybeUninit<u8>>());
         // The capacity holds at least `n` elements of `T`, `bytes` bytes in all, borrowed
         // mutably here; `MaybeUninit<u8>` has no alignment or validity to keep.
         // SAFETY: as said just above.
-        let raw =
-            unsafe { std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast::<std::mem::MaybeUninit<u8>>(), bytes) };
+        let raw = unsafe { std::slice::from_raw_parts_mut(at, bytes) };
         self.storage.read_into_uninit(&mut raw[..n * std::mem::size_of::<T>()])?;
         // The download wrote every byte of the first `n` elements (its `Ok`): the bytes of
         // this tensor's `n` elements of `T` (plain old data, `bytemuck::Pod`).
