@@ -59,7 +59,9 @@ impl Storage {
 
     /// Copies the contents into `out`, which holds exactly [`Storage::bytes`] bytes.
     pub(crate) fn read_into(&self, out: &mut [u8]) -> Result<()> {
-        self.buf.download(crate::backend::transfer::as_uninit(out))
+        // SAFETY: a download writes only initialized bytes through the view (its contract).
+        let out = unsafe { crate::backend::transfer::as_uninit(out) };
+        self.buf.download(out)
     }
 
     /// [`Storage::read_into`] memory that may be uninitialized (a fresh `Vec`'s
@@ -92,7 +94,9 @@ impl Storage {
         } else {
             // Device memory to the host: straight into the new host buffer.
             let mut out = host::host().alloc_for_overwrite(dst, self.bytes())?;
-            self.buf.download(crate::backend::transfer::as_uninit(out.bytes_mut()))?;
+            // SAFETY: a download writes only initialized bytes through the view (its contract).
+            let bytes = unsafe { crate::backend::transfer::as_uninit(out.bytes_mut()) };
+            self.buf.download(bytes)?;
             Buffer::Host(out)
         };
         Ok(Storage::new(buf, dst, self.dtype, self.len))

@@ -114,6 +114,7 @@ impl<Q: PieceDownloads> Drop for Settle<'_, Q> {
 
 #[cfg(test)]
 mod tests {
+    use crate::backend::transfer::as_uninit;
     use crate::backend::transfer::download::*;
     use crate::backend::transfer::paths::set_inline_download_piece;
     use crate::backend::transfer::paths::tests::knobs;
@@ -207,7 +208,9 @@ mod tests {
                 set_inline_download_piece(piece);
                 let mut dma = Landing::new(&data);
                 let mut out = vec![0u8; len];
-                download_inline(crate::backend::transfer::as_uninit(&mut out), &mut dma)?;
+                // SAFETY: a download writes only initialized bytes through the view (its contract).
+                let view = unsafe { as_uninit(&mut out) };
+                download_inline(view, &mut dma)?;
                 assert!(out == data, "{len} bytes in pieces of {piece}: the bytes differ");
                 let piece = piece.max(MIN_PIECE);
                 let want: Vec<(usize, usize)> =
@@ -229,12 +232,16 @@ mod tests {
         let mut out = vec![0u8; data.len()];
         let mut dma = Landing::new(&data);
         dma.fail_queue_at = Some(2);
-        assert!(download_inline(crate::backend::transfer::as_uninit(&mut out), &mut dma).is_err());
+        // SAFETY: a download writes only initialized bytes through the view (its contract).
+        let view = unsafe { as_uninit(&mut out) };
+        assert!(download_inline(view, &mut dma).is_err());
         assert_eq!((dma.queued.len(), dma.waits, dma.landed), (2, 1, 0), "the queued DMAs are waited for");
 
         let mut dma = Landing::new(&data);
         dma.fail_sync_at = Some(1);
-        assert!(download_inline(crate::backend::transfer::as_uninit(&mut out), &mut dma).is_err());
+        // SAFETY: a download writes only initialized bytes through the view (its contract).
+        let view = unsafe { as_uninit(&mut out) };
+        assert!(download_inline(view, &mut dma).is_err());
         assert_eq!((dma.synced, dma.waits, dma.landed), (1, 1, 0));
         assert!(out[..256 << 10] == data[..256 << 10], "the piece that landed was copied out");
 
@@ -244,7 +251,9 @@ mod tests {
         let mut dma = Landing::new(&data);
         dma.fail_sync_at = Some(0);
         dma.wait_fails = true;
-        assert!(download_inline(crate::backend::transfer::as_uninit(&mut out), &mut dma).is_err());
+        // SAFETY: a download writes only initialized bytes through the view (its contract).
+        let view = unsafe { as_uninit(&mut out) };
+        assert!(download_inline(view, &mut dma).is_err());
         let again: Vec<PinnedBlock> = (0..8).map(|_| pinned::acquire(data.len())).collect::<Result<_>>()?;
         assert!(again.iter().all(|b| b.ptr() as usize != dma.stage), "a block a DMA may still write was reused");
         Ok(())

@@ -21,12 +21,15 @@ pub(crate) fn write_bytes(dst: &mut [MaybeUninit<u8>], src: &[u8]) {
 
 /// `bytes` as memory a download may write: a view of initialized bytes as maybe
 /// uninitialized, for the downloads that fill a caller's existing buffer.
-pub(crate) fn as_uninit(bytes: &mut [u8]) -> &mut [MaybeUninit<u8>] {
+///
+/// # Safety
+/// Nothing may write an uninitialized byte through the view (`MaybeUninit::uninit()`),
+/// which would leave `bytes` invalid: give it only to code that writes data, as the
+/// downloads do.
+pub(crate) unsafe fn as_uninit(bytes: &mut [u8]) -> &mut [MaybeUninit<u8>] {
     let (ptr, len) = (bytes.as_mut_ptr(), bytes.len());
     // `MaybeUninit<u8>` has `u8`'s layout, and the view borrows `bytes` mutably for its
-    // life. Writing uninitialized bytes through it would leave `bytes` invalid, but the
-    // downloads given it write only initialized bytes (their contract: `Ok` means every
-    // byte was written with data).
+    // life; what is written through it is the caller's contract.
     // SAFETY: as said just above.
     unsafe { std::slice::from_raw_parts_mut(ptr.cast::<MaybeUninit<u8>>(), len) }
 }

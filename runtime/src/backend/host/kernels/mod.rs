@@ -52,13 +52,8 @@ pub(in crate::backend::host::kernels) fn map<T: Element, U: Element>(
 
 /// `dst` made a copy of `src` (the same length), split over the pool when large.
 pub(in crate::backend) fn copy(dst: &mut [u8], src: &[u8]) -> Result<()> {
-    if dst.len() != src.len() {
-        return Err(Error::InvalidArgument { op: "copy", reason: format!("{} bytes into {}", src.len(), dst.len()) });
-    }
-    split_mut(dst, 1, COPY_GRAIN, &|start, d| {
-        d.copy_from_slice(&src[start..start + d.len()]);
-        Ok(())
-    })
+    // SAFETY: `copy_into` writes only bytes of `src` through the view.
+    copy_into(unsafe { crate::backend::transfer::as_uninit(dst) }, src)
 }
 
 /// [`copy`] into memory that may be uninitialized (a download into a fresh `Vec`'s
