@@ -306,10 +306,13 @@ fn device_slices_agree_with_cuda_event_timings() -> locus::Result<()> {
 /// from a `Loader` (4 workers, copies on the loader's streams) and the example's step (a
 /// matmul, relu, matmul, relu and mean) on the default stream, with the user's events
 /// around each op. Each traced op's device time (its slices summed) agrees with the
-/// user's events within 5%, or, for an op too short for that, within the cost of the two
-/// records the user's pair spans besides the op's slice (the trace's opening record and
-/// the user's closing one; the user measures a record's cost here with two events and
+/// user's events within 5%, or, for an op too short for that, within the cost of the
+/// records the user's pair spans besides the op's slices (one per slice, the trace's
+/// opening record, and the user's closing one: a one-kernel op's pair spans two, the
+/// mean's two kernels three; the user measures a record's cost here with two events and
 /// nothing between) plus 1 µs, the resolution of cuEventElapsedTime (about 0.5 µs per end).
+/// (The first version allowed two records for every op: on an H100 the mean's pairs were
+/// 3.7–4.6 µs longer than its two slices, three records of 1.28 µs.)
 ///
 /// The user's events time the device, not the host: when the device runs ahead and waits
 /// for the host's next launch, a pair spans that wait too. So each step is held behind
@@ -383,24 +386,28 @@ fn loader_pipeline_slices_agree_with_cuda_event_timings() -> locus::Result<()> {
         .collect();
     ops.sort_by(|x, y| ts(x).total_cmp(&ts(y)));
     let name = |e: &Value| e["name"].as_str().unwrap().to_string();
-    let mut steps: Vec<[f64; 5]> = Vec::new();
+    // Per step and op: the slices' summed duration and how many slices.
+    let mut steps: Vec<[(f64, usize); 5]> = Vec::new();
     let mut k = 0;
     while k < ops.len() {
         assert!(name(ops[k]).contains("gemm"), "a step starts with a gemm: {}", ops[k]);
-        let mut t = [0.0; 5];
-        t[0] = ops[k]["dur"].as_f64().unwrap();
+        let mut t = [(0.0, 1); 5];
+        t[0].0 = ops[k]["dur"].as_f64().unwrap();
         assert!(name(ops[k + 1]).contains("relu"), "{}", ops[k + 1]);
-        t[1] = ops[k + 1]["dur"].as_f64().unwrap();
+        t[1].0 = ops[k + 1]["dur"].as_f64().unwrap();
         assert!(name(ops[k + 2]).contains("gemm"), "{}", ops[k + 2]);
-        t[2] = ops[k + 2]["dur"].as_f64().unwrap();
+        t[2].0 = ops[k + 2]["dur"].as_f64().unwrap();
         assert!(name(ops[k + 3]).contains("relu"), "{}", ops[k + 3]);
-        t[3] = ops[k + 3]["dur"].as_f64().unwrap();
+        t[3].0 = ops[k + 3]["dur"].as_f64().unwrap();
         // The mean: every kernel up to the next step's gemm.
         k += 4;
+        t[4] = (0.0, 0);
         while k < ops.len() && !name(ops[k]).contains("gemm") {
-            t[4] += ops[k]["dur"].as_f64().unwrap();
+            t[4].0 += ops[k]["dur"].as_f64().unwrap();
+            t[4].1 += 1;
             k += 1;
         }
+        assert!(t[4].1 > 0, "step {} has no mean kernel", steps.len());
         steps.push(t);
     }
     assert_eq!(steps.len(), measured.len(), "one traced step per batch");
@@ -408,21 +415,22 @@ fn loader_pipeline_slices_agree_with_cuda_event_timings() -> locus::Result<()> {
     let (mut worst, mut bad) = (0.0f64, Vec::new());
     for (i, (traced, events)) in steps.iter().zip(&measured).enumerate() {
         for op in 0..5 {
-            let (t, e) = (traced[op], events[op]);
-            let line = format!("step {i} {}: traced {t:.2} µs, events {e:.2} µs", OPS[op]);
+            let ((t, slices), e) = (traced[op], events[op]);
+            let records = (slices + 1) as f64 * pair + 1.0;
+            let line = format!(
+                "step {i} {}: traced {t:.2} µs in {slices} slice(s), events {e:.2} µs (allowed {:.2} µs)",
+                OPS[op],
+                (0.05 * e).max(records)
+            );
             println!("{line}");
             worst = worst.max((t - e).abs() / e);
-            if (t - e).abs() > (0.05 * e).max(2.0 * pair + 1.0) {
+            if (t - e).abs() > (0.05 * e).max(records) {
                 bad.push(line);
             }
         }
     }
     println!("{} steps; a record costs up to {pair:.2} µs; largest difference {:.2}%", steps.len(), worst * 100.0);
-    assert!(
-        bad.is_empty(),
-        "traced durations off the events' by more than 5% (or {:.2} µs): {bad:#?}",
-        2.0 * pair + 1.0
-    );
+    assert!(bad.is_empty(), "traced durations off the events' by more than 5% (or the records between): {bad:#?}");
     std::fs::remove_file(&file).ok();
     Ok(())
 }
