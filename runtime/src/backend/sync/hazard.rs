@@ -46,22 +46,35 @@ fn asked_for(v: Option<&str>) -> bool {
 const HOST: u64 = 0;
 
 /// For each agent (by key), the last of its operations ordered before some point.
+///
+/// Indexed by key: stream keys are small and dense (`ordering::new_stream_id` counts from
+/// 1; the host is 0), so a join is one pass over two slices. Every op books and clones a
+/// clock that grows with the streams the process ever made; as a hash map that cost most
+/// of a debug build's time in tests that make thousands of streams (tests/faults.rs).
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Clock(HashMap<u64, u64>);
+pub(crate) struct Clock(Vec<u64>);
 
 impl Clock {
     fn get(&self, agent: u64) -> u64 {
-        self.0.get(&agent).copied().unwrap_or(0)
+        usize::try_from(agent).ok().and_then(|i| self.0.get(i)).copied().unwrap_or(0)
     }
 
     fn tick(&mut self, agent: u64, seq: u64) {
-        let at = self.0.entry(agent).or_insert(0);
-        *at = (*at).max(seq);
+        let Ok(i) = usize::try_from(agent) else { return };
+        if i >= self.0.len() {
+            self.0.resize(i + 1, 0);
+        }
+        self.0[i] = self.0[i].max(seq);
     }
 
     fn join(&mut self, other: &Clock) {
-        for (&a, &s) in &other.0 {
-            self.tick(a, s);
+        if other.0.len() > self.0.len() {
+            self.0.resize(other.0.len(), 0);
+        }
+        for (at, &seq) in self.0.iter_mut().zip(&other.0) {
+            if seq > *at {
+                *at = seq;
+            }
         }
     }
 }
@@ -325,8 +338,9 @@ mod tests {
         assert!(n >= 4000 && asked_for(None) && !asked_for(Some(" off\n")), "{n} values");
     }
 
-    fn agent(key: u64) -> Agent {
-        Agent::Stream { key: 1_000_000 + key, device: DeviceId::Cuda(0), id: key }
+    /// A stream agent numbered `id` on cuda:0, with a key no other stream of the process has.
+    fn agent(id: u64) -> Agent {
+        Agent::Stream { key: crate::backend::sync::ordering::new_stream_id(), device: DeviceId::Cuda(0), id }
     }
 
     fn region(track: &Track) -> Region<'_> {
