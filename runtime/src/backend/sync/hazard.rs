@@ -28,6 +28,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{LazyLock, Mutex};
 
+pub(crate) use crate::backend::sync::clock::Clock;
 use crate::device_id::DeviceId;
 use crate::element::DType;
 
@@ -44,40 +45,6 @@ fn asked_for(v: Option<&str>) -> bool {
 
 /// The host's component of every clock.
 const HOST: u64 = 0;
-
-/// For each agent (by key), the last of its operations ordered before some point.
-///
-/// Indexed by key: stream keys are small and dense (`ordering::new_stream_id` counts from
-/// 1; the host is 0), so a join is one pass over two slices. Every op books and clones a
-/// clock that grows with the streams the process ever made; as a hash map that cost most
-/// of a debug build's time in tests that make thousands of streams (tests/faults.rs).
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Clock(Vec<u64>);
-
-impl Clock {
-    fn get(&self, agent: u64) -> u64 {
-        usize::try_from(agent).ok().and_then(|i| self.0.get(i)).copied().unwrap_or(0)
-    }
-
-    fn tick(&mut self, agent: u64, seq: u64) {
-        let Ok(i) = usize::try_from(agent) else { return };
-        if i >= self.0.len() {
-            self.0.resize(i + 1, 0);
-        }
-        self.0[i] = self.0[i].max(seq);
-    }
-
-    fn join(&mut self, other: &Clock) {
-        if other.0.len() > self.0.len() {
-            self.0.resize(other.0.len(), 0);
-        }
-        for (at, &seq) in self.0.iter_mut().zip(&other.0) {
-            if seq > *at {
-                *at = seq;
-            }
-        }
-    }
-}
 
 /// Who uses memory: the host, or one simulated stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,9 +1,11 @@
 //! Ordering work between streams and the host: the streams `on_stream` made current
 //! ([`current_stream`]), the books that decide when a cross-stream use needs a wait
-//! ([`ordering`]), the host model's hazard checker ([`hazard`]), and the rules of work
-//! in a graph capture both backends follow ([`capture`]).
+//! ([`ordering`]), the host model's hazard checker ([`hazard`]) and its vector clock
+//! ([`clock`]), and the rules of work in a graph capture both backends follow
+//! ([`capture`]).
 
 pub(crate) mod capture;
+pub(crate) mod clock;
 pub(crate) mod current_stream;
 pub(crate) mod hazard;
 pub(crate) mod ordering;
