@@ -13,6 +13,7 @@
 //!
 //! Without the cuda backend it measures nothing and exits with status 1.
 
+mod breakdown;
 mod checkpoint;
 mod grads;
 mod graph;
@@ -645,6 +646,19 @@ fn main() {
         trace_rows(); // the tracing rows alone: `gpu trace`
         return;
     }
+    if std::env::args().any(|a| a == "breakdown") {
+        breakdown::rows(&raw::Raw::new()); // the host-time breakdown alone: `gpu breakdown`
+        return;
+    }
+    if let Some(at) = args.iter().position(|a| a == "breakdown-loop") {
+        let (name, secs) = (args.get(at + 1).map_or("add_1k", String::as_str), args.get(at + 2));
+        let secs = secs.and_then(|s| s.parse().ok()).unwrap_or(5.0);
+        if let Err(e) = breakdown::profile_loop(&raw::Raw::new(), name, secs) {
+            eprintln!("gpu breakdown-loop: {e}");
+            std::process::exit(2);
+        }
+        return;
+    }
     if std::env::args().any(|a| a == "checkpoint") {
         checkpoint::load(); // the checkpoint row alone: `gpu checkpoint`
         return;
@@ -653,6 +667,7 @@ fn main() {
     raw::ceilings(&raw);
     copies();
     small_ops();
+    breakdown::rows(&raw);
     graph::chain20();
     large_ops();
     softmax();

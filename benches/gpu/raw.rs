@@ -13,6 +13,8 @@ use crate::{GIB, MIB};
 /// Raw driver state on device 0's primary context (the one locus uses).
 pub(crate) struct Raw {
     stream: sys::CUstream,
+    /// Two 1024-float buffers and an event for the breakdown rows' small launches.
+    small: (sys::CUdeviceptr, sys::CUdeviceptr, sys::CUevent),
     copy: sys::CUfunction,
     empty: sys::CUfunction,
     sms: u64,
@@ -65,14 +67,23 @@ impl Raw {
         let sms = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
         let threads_per_sm = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR);
         let stream = result::stream::create(result::stream::StreamKind::NonBlocking).unwrap();
-        Raw { stream, copy, empty, sms, threads_per_sm, ctx, _module: module }
+        // SAFETY: plain allocations and an event on the bound context, kept for the process
+        // (the bench holds one `Raw` to its end).
+        let small = unsafe {
+            (
+                result::malloc_sync(4096).unwrap(),
+                result::malloc_sync(4096).unwrap(),
+                result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).unwrap(),
+            )
+        };
+        Raw { stream, small, copy, empty, sms, threads_per_sm, ctx, _module: module }
     }
 
     fn bind(&self) {
         self.ctx.bind_to_thread().unwrap();
     }
 
-    fn sync_ctx(&self) {
+    pub(crate) fn sync_ctx(&self) {
         self.bind();
         result::ctx::synchronize().unwrap();
     }
@@ -117,7 +128,19 @@ impl Raw {
         unsafe { result::launch_kernel(self.copy, (grid, 1, 1), (256, 1, 1), 0, self.stream, &mut args).unwrap() };
     }
 
-    fn launch_empty(&self) {
+    /// The copy kernel over the two 1024-float buffers of `small` (one block).
+    pub(crate) fn launch_small_copy(&self) {
+        // SAFETY: both buffers hold 4096 bytes (256 float4s) and live for the process.
+        unsafe { self.copy_kernel(self.small.0, self.small.1, 256, 1) };
+    }
+
+    /// Records the small event on the raw stream.
+    pub(crate) fn record(&self) {
+        // SAFETY: the event and the stream were made on this context and live for the process.
+        unsafe { result::event::record(self.small.2, self.stream).unwrap() };
+    }
+
+    pub(crate) fn launch_empty(&self) {
         // SAFETY: `empty` takes no arguments and touches no memory.
         unsafe { result::launch_kernel(self.empty, (1, 1, 1), (1, 1, 1), 0, self.stream, &mut []).unwrap() };
     }

@@ -19,6 +19,7 @@ pub(crate) mod api;
 pub(crate) mod blocks;
 mod cuda;
 pub(crate) mod dispatch;
+pub(crate) mod fast_map;
 pub(crate) mod host;
 pub(crate) mod pinned_pool;
 pub(crate) mod sync;

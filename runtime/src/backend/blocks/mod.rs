@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::backend::fast_map::FastMap;
 use crate::device_id::DeviceId;
 use crate::error::Error;
 
@@ -160,14 +161,14 @@ fn library_file(file: &str) -> bool {
 
 #[derive(Default)]
 struct Books {
-    live: HashMap<u64, Block>,
+    live: FastMap<u64, Block>,
     history: VecDeque<Event>,
 }
 
-static BOOKS: OnceLock<Mutex<HashMap<DeviceId, Books>>> = OnceLock::new();
+static BOOKS: OnceLock<Mutex<FastMap<DeviceId, Books>>> = OnceLock::new();
 static HISTORY_ON: OnceLock<AtomicBool> = OnceLock::new();
 
-fn books() -> MutexGuard<'static, HashMap<DeviceId, Books>> {
+fn books() -> MutexGuard<'static, FastMap<DeviceId, Books>> {
     BOOKS.get_or_init(Mutex::default).lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -235,10 +236,11 @@ pub(crate) fn free(device: DeviceId, addr: u64, cached: bool) {
     let Some(b) = all.get_mut(&device) else { return };
     let record = history_on();
     let block = if cached {
-        b.live.get_mut(&addr).map(|blk| {
+        b.live.get_mut(&addr).and_then(|blk| {
             blk.cached = true;
             blk.requested = 0;
-            blk.clone()
+            // The history's entries need the block's details; without history, no copy.
+            record.then(|| blk.clone())
         })
     } else {
         b.live.remove(&addr)

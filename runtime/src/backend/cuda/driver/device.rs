@@ -13,6 +13,8 @@ use cudarc::driver::{result, sys, CudaContext, CudaModule, DriverError};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use locus_kernels::Source;
 
+pub(crate) use crate::backend::fast_map::FastMap;
+
 use crate::backend::account::MemoryAccount;
 use crate::backend::api::user_kernel::KernelSource;
 use crate::backend::cuda::driver::stream::CudaStream;
@@ -349,25 +351,3 @@ fn keep_pool_memory(ctx: &CudaContext, ordinal: u32) -> Result<()> {
     }
     Ok(())
 }
-
-/// FNV-1a: a fast hasher for the small, trusted keys of the per-device tables, which are
-/// looked up on every op.
-#[derive(Default)]
-pub(crate) struct Fnv(u64);
-
-impl std::hash::Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 { 0xcbf2_9ce4_8422_2325 } else { self.0 };
-        for &b in bytes {
-            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
-        }
-        self.0 = h;
-    }
-}
-
-/// A `HashMap` with [`Fnv`].
-pub(crate) type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<Fnv>>;

@@ -54,9 +54,10 @@ pub(in crate::backend::cuda) struct KernelArgs {
 }
 
 impl KernelArgs {
-    /// An empty argument list.
+    /// An empty argument list, with room for the values of most kernels (8 words), so
+    /// that pushing them does not reallocate on every launch.
     pub(in crate::backend::cuda) fn new() -> Self {
-        Self::default()
+        Self { words: Vec::with_capacity(8), starts: Vec::with_capacity(8) }
     }
 
     /// Appends `value` as the next parameter.
