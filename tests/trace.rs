@@ -312,7 +312,9 @@ fn device_slices_agree_with_cuda_event_timings() -> locus::Result<()> {
 /// mean's two kernels three; the user measures a record's cost here with two events and
 /// nothing between) plus 1 µs, the resolution of cuEventElapsedTime (about 0.5 µs per end).
 /// (The first version allowed two records for every op: on an H100 the mean's pairs were
-/// 3.7–4.6 µs longer than its two slices, three records of 1.28 µs.)
+/// 3.7–4.6 µs longer than its two slices, three records of 1.28 µs.) The same batches run
+/// untraced first: each op's median slice agrees with its median untraced pair within 5%
+/// (plus one record per slice beyond the first).
 ///
 /// The user's events time the device, not the host: when the device runs ahead and waits
 /// for the host's next launch, a pair spans that wait too. So each step is held behind
@@ -361,10 +363,16 @@ fn loader_pipeline_slices_agree_with_cuda_event_timings() -> locus::Result<()> {
     for b in Loader::from_dataset(data.clone(), batch, Some(0))?.workers(4).prefetch(4).to::<G>()? {
         step(&b?)?;
     }
+    let us = |a: &locus::Event<G>, b: &locus::Event<G>| a.elapsed(b).map(|t| t.as_secs_f64() * 1e6);
+    // The same batches untraced: what the user's events give with no trace records between.
+    let mut untraced = Vec::new();
+    for b in Loader::from_dataset(data.clone(), batch, Some(1))?.workers(4).prefetch(4).to::<G>()? {
+        let (ev, _) = step(&b?)?;
+        untraced.push(ev.windows(2).map(|p| us(&p[0], &p[1])).collect::<locus::Result<Vec<f64>>>()?);
+    }
     let file = path("pipeline");
     trace::start(&file)?;
     let (mut measured, mut pairs) = (Vec::new(), Vec::new());
-    let us = |a: &locus::Event<G>, b: &locus::Event<G>| a.elapsed(b).map(|t| t.as_secs_f64() * 1e6);
     for b in Loader::from_dataset(data.clone(), batch, Some(1))?.workers(4).prefetch(4).to::<G>()? {
         let (ev, pair) = step(&b?)?;
         measured.push(ev.windows(2).map(|p| us(&p[0], &p[1])).collect::<locus::Result<Vec<f64>>>()?);
@@ -431,6 +439,26 @@ fn loader_pipeline_slices_agree_with_cuda_event_timings() -> locus::Result<()> {
     }
     println!("{} steps; a record costs up to {pair:.2} µs; largest difference {:.2}%", steps.len(), worst * 100.0);
     assert!(bad.is_empty(), "traced durations off the events' by more than 5% (or the records between): {bad:#?}");
+    // Against the untraced run, op by op (median over the steps): a slice spans its op and
+    // the trace's closing record, as the user's untraced pair spans the op and the user's
+    // closing record, so a one-kernel op agrees within 5%; each further slice of an op adds
+    // one record (the mean: two kernels).
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let mut off = Vec::new();
+    for op in 0..5 {
+        let t = median(steps.iter().map(|s| s[op].0).collect());
+        let u = median(untraced.iter().map(|e| e[op]).collect());
+        let slices = steps[0][op].1;
+        let allowed = 0.05 * u + (slices - 1) as f64 * pair;
+        println!("{} (op {op}): traced {t:.2} µs in {slices} slice(s), untraced events {u:.2} µs", OPS[op]);
+        if (t - u).abs() > allowed {
+            off.push(format!("{} (op {op}): traced {t:.2} µs, untraced {u:.2} µs, allowed {allowed:.2} µs", OPS[op]));
+        }
+    }
+    assert!(off.is_empty(), "traced medians off the untraced events' by more than 5%: {off:#?}");
     std::fs::remove_file(&file).ok();
     Ok(())
 }
