@@ -13,7 +13,7 @@ use cudarc::driver::{result, sys, CudaContext, CudaModule, DriverError};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use locus_kernels::Source;
 
-pub(crate) use crate::backend::fast_map::FastMap;
+use crate::backend::fast_map::FastMap;
 
 use crate::backend::account::MemoryAccount;
 use crate::backend::api::user_kernel::KernelSource;

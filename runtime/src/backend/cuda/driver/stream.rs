@@ -14,10 +14,11 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use cudarc::cublas::sys::cublasHandle_t;
 use cudarc::driver::{result, sys};
 
-use crate::backend::cuda::driver::device::{driver, failure, set_current, FastMap, Handle, OOM, UNKNOWN};
+use crate::backend::cuda::driver::device::{driver, failure, set_current, Handle, OOM, UNKNOWN};
 use crate::backend::cuda::driver::event::CudaEvent;
 use crate::backend::cuda::driver::graph::CudaCapture;
 use crate::backend::cuda::driver::timing;
+use crate::backend::fast_map::FastMap;
 use crate::backend::sync::ordering::{new_stream_id, Order};
 use crate::error::{Error, Result};
 use crate::faults::{gate, Point};
