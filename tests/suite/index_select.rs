@@ -3,8 +3,8 @@
 //! lists, for element types of every width, u8, bf16, i32, f32 and f64 (the GPU copies
 //! 1- to 16-byte units, and long rows a block per row: the embedding lookup); then the
 //! errors: indices out of range (named, the first one; even when the result is empty),
-//! shapes and placements; and graph captures, which refuse the ops that read their check
-//! back.
+//! shapes and placements; and graph captures, where the indices are an input of the graph
+//! checked before each replay, and indices computed in the capture are refused.
 
 use locus::{bf16, Cpu, Cuda, DeviceId, Element, Error, Graph, Stream, Tensor};
 use proptest::prelude::*;
@@ -165,16 +165,57 @@ fn index_select_errors_for_shapes_dims_and_placements() -> locus::Result<()> {
 }
 
 #[test]
-fn ops_that_check_indices_on_the_device_are_not_captured_in_graphs() -> locus::Result<()> {
+fn index_ops_in_a_graph_check_the_input_indices_before_each_replay() -> locus::Result<()> {
+    let s = Stream::<G>::new()?;
+    let values = vec![0.0, 1.0, 2.0, 2.0, 1.0, 0.0, 5.0, 5.0];
+    let (mut logits, mut ids) =
+        (Tensor::<G>::from_vec(values.clone(), [4, 2])?, Tensor::<G, i32>::from_vec(vec![1, 0, 1, 1], [4])?);
+    let eager = Tensor::<G>::from_vec(values, [4, 2])?;
+    let mut g = Graph::capture(&s, (&mut logits, &mut ids), |(logits, ids)| {
+        Ok((logits.index_select(0, ids)?, logits.cross_entropy(ids)?))
+    })?;
+    let want = |ids: &[i32]| -> locus::Result<(Vec<f32>, Vec<f32>)> {
+        let ids = Tensor::<G, i32>::from_vec(ids.to_vec(), [4])?;
+        Ok((eager.index_select(0, &ids)?.to_vec()?, eager.cross_entropy(&ids)?.to_vec()?))
+    };
+    let read = |(rows, loss): (locus::Output<'_, G>, locus::Output<'_, G>)| -> locus::Result<(Vec<f32>, Vec<f32>)> {
+        Ok((rows.to_vec()?, loss.to_vec()?))
+    };
+    let first = read(g.replay()?)?;
+    assert_eq!(first, want(&[1, 0, 1, 1])?);
+    // Out of range for the rows (and the classes): index_select's error, as eager, and the
+    // graph does not run: the outputs keep the last replay's values.
+    for (bad, op) in
+        [(vec![0, 1, 9, 0], "index_select"), (vec![0, 1, 3, 0], "cross_entropy"), (vec![-1, 1, 0, 0], "index_select")]
+    {
+        g.inputs_mut().1.copy_from_slice(&bad)?;
+        let e = g.replay().map(|_| ()).unwrap_err();
+        let eager_e = match op {
+            "index_select" => eager.index_select(0, &Tensor::<G, i32>::from_vec(bad.clone(), [4])?).map(|_| ()),
+            _ => eager.cross_entropy(&Tensor::<G, i32>::from_vec(bad.clone(), [4])?).map(|_| ()),
+        }
+        .unwrap_err();
+        assert_eq!(e, eager_e, "{bad:?}");
+        assert!(matches!(e, Error::InvalidArgument { op: o, .. } if o == op), "{bad:?}: {e}");
+        assert_eq!(read(g.outputs()?)?, first, "{bad:?}: the graph ran");
+    }
+    g.inputs_mut().1.copy_from_slice(&[0, 1, 1, 0])?;
+    assert_eq!(read(g.replay()?)?, want(&[0, 1, 1, 0])?);
+    Ok(())
+}
+
+#[test]
+fn indices_computed_in_a_capture_are_refused() -> locus::Result<()> {
     let s = Stream::<G>::new()?;
     let mut logits = Tensor::<G>::from_vec(vec![0.0, 1.0, 2.0, 2.0, 1.0, 0.0, 5.0, 5.0], [4, 2])?;
     let mut ids = Tensor::<G, i32>::from_vec(vec![1, 0, 1, 1], [4])?;
     let mut refused = Vec::new();
     let mut g = Graph::capture(&s, (&mut logits, &mut ids), |(logits, ids)| {
-        for r in [logits.index_select(0, ids).map(|_| ()), logits.cross_entropy(ids).map(|_| ())] {
+        let made = ids.to_dtype::<f32>()?.to_dtype::<i32>()?;
+        for r in [logits.index_select(0, &made).map(|_| ()), logits.cross_entropy(&made).map(|_| ())] {
             match r {
                 Err(Error::NotCapturable { op, reason }) => {
-                    assert!(reason.contains("reads back whether an index was out of range"), "{reason}");
+                    assert!(reason.contains("computed in the capture"), "{reason}");
                     refused.push(op);
                 }
                 other => panic!("expected NotCapturable, got {other:?}"),

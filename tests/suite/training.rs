@@ -687,3 +687,93 @@ fn a_graphed_step_leaves_a_parameter_without_gradient_alone() -> locus::Result<(
     assert_eq!(model.spare.weight.to_vec()?, spare_before);
     Ok(())
 }
+
+/// An embedding and a classifier over it: the indices of both `index_select` and
+/// `cross_entropy` are a graphed step's inputs.
+struct Tagger {
+    emb: nn::Embedding<G>,
+    head: Linear<G>,
+}
+
+impl Parameters<G> for Tagger {
+    fn visit_params(&self, prefix: &str, f: &mut dyn FnMut(&str, &Param<G>)) {
+        self.emb.visit_params(&nn::join(prefix, "emb"), f);
+        self.head.visit_params(&nn::join(prefix, "head"), f);
+    }
+    fn visit_params_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut Param<G>)) {
+        self.emb.visit_params_mut(&nn::join(prefix, "emb"), f);
+        self.head.visit_params_mut(&nn::join(prefix, "head"), f);
+    }
+}
+
+fn tagger() -> locus::Result<Tagger> {
+    Ok(Tagger { emb: nn::Embedding::new(8, 4, 3)?, head: Linear::new(4, 8, 4)? })
+}
+
+fn tagger_loss(m: &Tagger, ids: &Tensor<G, i32>, targets: &Tensor<G, i32>) -> locus::Result<Tensor<G>> {
+    m.head.forward(&m.emb.forward(ids)?)?.cross_entropy(targets)
+}
+
+fn params_of(m: &Tagger) -> locus::Result<Vec<Vec<f32>>> {
+    let mut all = Vec::new();
+    m.visit_params("", &mut |_, p| all.push(p.tensor().clone()));
+    all.iter().map(|t| t.to_vec()).collect()
+}
+
+/// A graphed step with an embedding and a cross-entropy (their indices in the inputs)
+/// takes the eager steps; a batch with an index or a target out of range is the eager
+/// op's error at `replay`, and the step does not run: the weights, the optimizer's count
+/// and the last loss stay as they were, and the next good batch goes on from there.
+#[test]
+fn a_graphed_step_checks_its_input_indices_and_loses_nothing_on_a_bad_batch() -> locus::Result<()> {
+    let stream = locus::Stream::<G>::new()?;
+    let (mut eager, mut eager_opt) = (tagger()?, AdamW::new(0.05));
+    let (mut model, mut opt) = (tagger()?, AdamW::new(0.05));
+    let (mut ids, mut targets) = (Tensor::<G, i32>::zeros([6])?, Tensor::<G, i32>::zeros([6])?);
+    let mut graphed =
+        locus::GraphedStep::capture(&stream, &mut model, &mut opt, (&mut ids, &mut targets), |m, (i, t)| {
+            tagger_loss(m, i, t)
+        })?;
+    let good = |k: i32| {
+        ((0..6).map(|j| (j * 3 + k) % 8).collect::<Vec<_>>(), (0..6).map(|j| (j + 2 * k) % 8).collect::<Vec<_>>())
+    };
+    let (mut last, mut taken) = (f32::NAN, 0);
+    for k in 0..6 {
+        let (mut i, mut t) = good(k);
+        let bad = k == 2 || k == 4;
+        if k == 2 {
+            i[3] = 8;
+        }
+        if k == 4 {
+            t[5] = -1;
+        }
+        let (mut ii, mut ti) = graphed.inputs_mut();
+        ii.copy_from_slice(&i)?;
+        ti.copy_from_slice(&t)?;
+        let (it, tt) = (Tensor::<G, i32>::from_vec(i, [6])?, Tensor::<G, i32>::from_vec(t, [6])?);
+        if bad {
+            let want = tagger_loss(&eager, &it, &tt).map(|_| ()).unwrap_err();
+            let before = params_of(graphed.module())?;
+            assert_eq!(graphed.replay().map(|_| ()).unwrap_err(), want, "batch {k}");
+            assert_eq!(graphed.steps(), taken, "batch {k}: no step taken");
+            assert_eq!(graphed.loss()?.item()?.to_bits(), last.to_bits(), "batch {k}: the last loss is kept");
+            assert_eq!(params_of(graphed.module())?, before, "batch {k}: the weights are kept");
+            continue;
+        }
+        nn::zero_grad(&eager);
+        let want = tagger_loss(&eager, &it, &tt)?;
+        want.backward()?;
+        eager_opt.step(&mut eager)?;
+        last = graphed.replay()?.item()?;
+        taken += 1;
+        let want = want.item()?;
+        assert!((last - want).abs() <= 1e-6 * want.abs(), "batch {k}: graphed loss {last}, eager {want}");
+    }
+    assert_eq!(graphed.steps(), 4);
+    drop(graphed);
+    for (a, b) in params_of(&model)?.iter().flatten().zip(params_of(&eager)?.iter().flatten()) {
+        assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "weights: {a} against {b}");
+    }
+    assert_eq!(opt.steps_of("emb.weight"), 4);
+    Ok(())
+}

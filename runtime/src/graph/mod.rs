@@ -18,6 +18,9 @@
 //! - Work forked to other streams of the device inside the capture (a stream that waits
 //!   for an event recorded on a captured stream joins the capture) is part of the graph,
 //!   with the same order, and must be joined back before the closure returns.
+//! - Indices that `index_select` and `cross_entropy` read in the capture come from the
+//!   inputs, and each replay checks them first: one out of range is the op's own error
+//!   and the graph does not run (indices computed in the capture are refused).
 //! - A replay is ordered like any op: after the writes of its inputs, before later
 //!   reads of its outputs, after earlier reads of them (on any stream).
 //!

@@ -16,7 +16,7 @@ use crate::backend::account::MemoryAccount;
 use crate::backend::host::buffer::HostBuffer;
 use crate::backend::host::queue::Job;
 use crate::backend::host::streams::{use_on_stream, HostStream};
-use crate::backend::sync::capture;
+use crate::backend::sync::capture::{self, IndexRule, Indexed};
 use crate::backend::sync::hazard::{self, Kind};
 use crate::device_id::DeviceId;
 use crate::error::{Error, Result};
@@ -41,6 +41,8 @@ pub(crate) struct HostCapture {
     /// allocated on `account` until the capture goes.
     held: AtomicUsize,
     account: &'static MemoryAccount,
+    /// Indices in the inputs that captured ops read, checked before each replay.
+    rules: Mutex<Vec<IndexRule>>,
 }
 
 impl Drop for HostCapture {
@@ -80,6 +82,25 @@ impl HostCapture {
     /// Records `job` instead of queueing it.
     pub(in crate::backend::host) fn record(&self, job: Job) {
         lock(&self.jobs).push(RecordedJob(job));
+    }
+
+    /// A captured op reads `count` indices (`of`) from `index`: an input of the graph,
+    /// whose replays check them first; indices made in the capture are an error.
+    pub(in crate::backend::host) fn require(
+        self: &Arc<Self>,
+        index: &HostBuffer,
+        count: usize,
+        of: Indexed,
+    ) -> Result<()> {
+        let rule = IndexRule { addr: index.addr() as u64, count, of };
+        if self.may_read(index)? {
+            return Err(capture::computed_indices(rule.op()));
+        }
+        let mut rules = lock(&self.rules);
+        if !rules.contains(&rule) {
+            rules.push(rule);
+        }
+        Ok(())
     }
 
     /// Captured work may read `h` if it was made in this capture or is an input.
@@ -125,6 +146,7 @@ pub(in crate::backend::host) fn begin(s: &Arc<HostStream>, inputs: &[&HostBuffer
         live: AtomicUsize::new(0),
         held: AtomicUsize::new(0),
         account: crate::backend::host::host().account(s.device)?,
+        rules: Mutex::new(Vec::new()),
     };
     s.set_capture(Some(Arc::new(c)));
     Ok(())
@@ -192,6 +214,7 @@ impl HostGraph {
                 reason: "a graph cannot replay inside a capture; replay it before or after".into(),
             });
         }
+        self.check_rules(s, reads)?;
         let mut uses = Vec::new();
         if hazard::enabled() {
             uses.extend(reads.iter().filter(|h| h.len() > 0).map(|h| (h.region(None), Kind::Read)));
@@ -208,5 +231,39 @@ impl HostGraph {
             }),
         )?;
         Ok(())
+    }
+
+    /// Checks the indices of every rule on `s` (ordered after the inputs' writers) before
+    /// a replay: the error of the first rule with an index out of range.
+    fn check_rules(&self, s: &Arc<HostStream>, reads: &[&HostBuffer]) -> Result<()> {
+        let rules = lock(&self.capture.rules).clone();
+        if rules.is_empty() {
+            return Ok(());
+        }
+        let mut spans = Vec::with_capacity(rules.len());
+        let mut uses = Vec::new();
+        for r in rules {
+            let Some(h) = reads.iter().find(|h| h.addr() as u64 == r.addr) else {
+                return Err(Error::InvalidArgument {
+                    op: "Graph::replay",
+                    reason: format!("the indices of a captured {} are not among the graph's inputs", r.op()),
+                });
+            };
+            if hazard::enabled() {
+                uses.push((h.region(None), Kind::Read));
+            }
+            spans.push((h.span(), r));
+        }
+        let result = Arc::new(Mutex::new(Ok(())));
+        let slot = Arc::clone(&result);
+        let check = Box::new(move || {
+            // SAFETY: the job runs on `s` after the inputs' last writes (the caller ordered
+            // them), and nothing writes an input while the graph borrows it.
+            let r = spans.iter().try_for_each(|(span, rule)| rule.check(unsafe { span.bytes() }));
+            *lock(&slot) = r;
+        });
+        let (seq, clock) = s.launch("index_check", &uses, check)?;
+        s.wait_job(seq, &clock)?;
+        std::mem::replace(&mut *lock(&result), Ok(()))
     }
 }

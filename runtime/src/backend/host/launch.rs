@@ -11,6 +11,7 @@ use crate::backend::blocks;
 use crate::backend::host::buffer::{HostBuffer, Span};
 use crate::backend::host::kernels::{self, init};
 use crate::backend::host::streams::{current_stream, use_on_stream, HostEvent, HostStream};
+use crate::backend::sync::capture::Indexed;
 use crate::backend::sync::hazard::{self, Kind};
 use crate::backend::{float_only, Dist};
 use crate::element::{with_dtype, DType, Element, Scalar};
@@ -40,6 +41,10 @@ pub(in crate::backend::host) struct Launch {
     /// Wait for the kernel and return its error (as the cuda backend does for integer
     /// division, whose zero divisor the kernel finds).
     pub check: bool,
+    /// The second input holds indices the kernel checks: how many, and what they pick. In
+    /// a graph capture (where nothing runs to wait for) they must be an input of the
+    /// graph, whose replays check them first.
+    pub indices: Option<(usize, Indexed)>,
 }
 
 impl Launch {
@@ -50,7 +55,7 @@ impl Launch {
         dtype: DType,
         len: usize,
     ) -> Self {
-        Launch { op, account, dtype, len, check: false }
+        Launch { op, account, dtype, len, check: false, indices: None }
     }
 }
 
@@ -65,6 +70,10 @@ pub(in crate::backend::host) fn launch(l: Launch, ins: &[&HostBuffer], mut kerne
         return Ok(out);
     }
     let stream = current_stream(device);
+    let capture = stream.capture();
+    if let (Some(c), Some((count, of)), Some(index)) = (&capture, l.indices, ins.get(1)) {
+        c.require(index, count, of)?;
+    }
     for h in ins {
         use_on_stream(h, &stream)?;
     }
@@ -101,7 +110,7 @@ pub(in crate::backend::host) fn launch(l: Launch, ins: &[&HostBuffer], mut kerne
     }
     let (seq, clock) = stream.launch(l.op, &uses, job)?;
     drop(uses);
-    if let Some(result) = result {
+    if let Some(result) = result.filter(|_| capture.is_none()) {
         stream.wait_job(seq, &clock)?;
         std::mem::replace(&mut *result.lock().unwrap_or_else(|p| p.into_inner()), Ok(()))?;
     }

@@ -333,7 +333,11 @@ impl BackendStorage for HostBuffer {
     fn index_select(&self, index: &Self, dtype: DType, g: Gather) -> Result<Self> {
         let size = dtype.size();
         launch(
-            Launch { check: true, ..self.op("index_select", dtype, g.out_len()) },
+            Launch {
+                check: true,
+                indices: Some((g.count, crate::backend::sync::capture::Indexed::Rows(g))),
+                ..self.op("index_select", dtype, g.out_len())
+            },
             &[self, index],
             Box::new(move |ins, out| gather::index_select(ins[0], typed(ins[1]), out, size, g)),
         )

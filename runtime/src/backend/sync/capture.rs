@@ -60,3 +60,70 @@ pub(crate) fn unjoined() -> Error {
             .into(),
     }
 }
+
+/// Indices a captured op reads from an input of the graph, which the host cannot check
+/// during the capture (nothing runs) and so checks before every replay: the first
+/// `count` i32 at the start of the input at `addr` must lie in `[0, bound)`. A replay
+/// with one out of range is the error the op gives eagerly, and the graph does not run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct IndexRule {
+    pub addr: u64,
+    pub count: usize,
+    pub of: Indexed,
+}
+
+/// What a rule's indices pick: rows of an `index_select`, or the classes of a
+/// cross-entropy's targets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Indexed {
+    Rows(crate::backend::Gather),
+    Classes(usize),
+}
+
+impl IndexRule {
+    /// The op that reads the indices.
+    pub(crate) fn op(&self) -> &'static str {
+        match self.of {
+            Indexed::Rows(_) => "index_select",
+            Indexed::Classes(_) => "cross_entropy",
+        }
+    }
+
+    /// The indices' upper bound (exclusive).
+    pub(crate) fn bound(&self) -> usize {
+        match self.of {
+            Indexed::Rows(g) => g.size,
+            Indexed::Classes(c) => c,
+        }
+    }
+
+    /// The op's own error for `value`, found at position `at`.
+    pub(crate) fn error(&self, at: usize, value: i64) -> Error {
+        match self.of {
+            Indexed::Rows(g) => g.out_of_range(at, value),
+            Indexed::Classes(c) => crate::backend::bad_target(at, value, c),
+        }
+    }
+
+    /// The first index out of range among the rule's, read from `indices` (the bytes of
+    /// its input, i32 in native order), as the op's error.
+    pub(crate) fn check(&self, indices: &[u8]) -> Result<()> {
+        let bound = self.bound();
+        let values = indices.chunks_exact(4).take(self.count).map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+        match values.enumerate().find(|&(_, t)| t < 0 || t as usize >= bound) {
+            Some((at, t)) => Err(self.error(at, t.into())),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A captured index op whose indices were computed in the capture: they do not exist
+/// until a replay, so nothing can check them before it.
+pub(crate) fn computed_indices(op: &'static str) -> Error {
+    Error::NotCapturable {
+        op,
+        reason: "its indices are computed in the capture, and an index is checked before each replay, which needs \
+                 it to exist; pass the indices (i32, contiguous) in the graph's inputs"
+            .into(),
+    }
+}

@@ -7,7 +7,8 @@
 //!   graph and is freed there when the capture is dropped, after every stream the graph
 //!   was replayed on; a replay's stream first waits for the allocations;
 //! - the graph's inputs: the only memory made before the capture that captured work may
-//!   read (`CudaBuffer::use_on` asks [`CudaCapture::check_input`]);
+//!   read (`CudaBuffer::use_on` asks [`CudaCapture::check_input`]), and the indices in them
+//!   that captured ops read, checked before each replay (`flag::check_rules`);
 //! - the streams that joined it by waiting for one of its events (a fork), as the driver
 //!   joins them;
 //! - blocks freed during the capture whose free would otherwise be ordered on a
@@ -20,8 +21,10 @@ use cudarc::driver::{result, sys};
 
 use crate::backend::cuda::driver::device::{driver, failure, DeviceState, Handle, LAUNCH};
 use crate::backend::cuda::driver::event::CudaEvent;
+use crate::backend::cuda::driver::flag::check_rules;
 use crate::backend::cuda::driver::stream::CudaStream;
 use crate::backend::cuda::driver::timing;
+use crate::backend::sync::capture::IndexRule;
 use crate::error::{Error, Result};
 use crate::faults::{gate, Point};
 
@@ -42,6 +45,8 @@ pub(crate) struct CudaCapture {
     live: AtomicUsize,
     /// Bytes of buffers that went but whose memory the graph still holds.
     held: AtomicUsize,
+    /// Indices in the inputs that captured ops read, checked before each replay.
+    rules: Mutex<Vec<IndexRule>>,
 }
 
 impl std::fmt::Debug for CudaCapture {
@@ -70,6 +75,14 @@ impl CudaCapture {
             return Ok(());
         }
         Err(crate::backend::sync::capture::not_an_input())
+    }
+
+    /// Keeps `rule`, for the replays to check.
+    pub(crate) fn require(&self, rule: IndexRule) {
+        let mut rules = lock(&self.rules);
+        if !rules.contains(&rule) {
+            rules.push(rule);
+        }
     }
 
     /// Counts a buffer made in the capture coming (`true`) or going.
@@ -150,6 +163,7 @@ pub(crate) fn begin(dev: &'static DeviceState, s: &Arc<CudaStream>, inputs: Vec<
         replayed_on: Mutex::new(Vec::new()),
         live: AtomicUsize::new(0),
         held: AtomicUsize::new(0),
+        rules: Mutex::new(Vec::new()),
     });
     // SAFETY: the stream is alive (held by `s`) and not being captured (checked above);
     // relaxed mode lets the graph's pool allocate on its own stream meanwhile.
@@ -236,6 +250,8 @@ impl CudaGraph {
             });
         }
         c.dev.bind()?;
+        // The indices captured ops read from the inputs, before anything of the replay runs.
+        check_rules(c.dev, s, &lock(&c.rules).clone())?;
         let mut on = lock(&c.replayed_on);
         let first = !on.iter().any(|r| Arc::ptr_eq(r, s));
         if first {

@@ -10,6 +10,7 @@ use crate::backend::cuda::driver::buffer::CudaBuffer;
 use crate::backend::cuda::driver::flag::first_bad_index;
 use crate::backend::cuda::driver::launch::KernelArgs;
 use crate::backend::cuda::driver::memory::{alloc, done};
+use crate::backend::sync::capture::{IndexRule, Indexed};
 use crate::backend::Gather;
 use crate::element::DType;
 use crate::error::Result;
@@ -49,7 +50,8 @@ pub(in crate::backend::cuda) fn index_select(
     // Every launch below reads `index` (`count` i32), ready and kept alive on `s` with
     // `x` and `out` (see `alloc`), and reports into `err`, `first_bad_index`'s 8-byte
     // word on `s`.
-    let bad = first_bad_index(dev, &s, |err| {
+    let rule = IndexRule { addr: index.ptr(), count: g.count, of: Indexed::Rows(g) };
+    let bad = first_bad_index(dev, &s, (index, rule), |err| {
         if len == 0 {
             let f = dev.function(Source::Gather, "index_check")?;
             let args = KernelArgs::new().ptr(index).u64(count).u64(size).ptr(err);

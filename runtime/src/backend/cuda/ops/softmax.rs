@@ -13,6 +13,7 @@ use crate::backend::cuda::driver::device::DeviceState;
 use crate::backend::cuda::driver::flag::first_bad_index;
 use crate::backend::cuda::driver::launch::KernelArgs;
 use crate::backend::cuda::driver::memory::{alloc, done};
+use crate::backend::sync::capture::{IndexRule, Indexed};
 use crate::backend::{bad_target, float_only, SoftmaxOp};
 use crate::element::DType;
 use crate::error::Result;
@@ -135,7 +136,8 @@ pub(in crate::backend::cuda) fn cross_entropy_rows(
         ("block", dev.row_grid(n, threads), (threads, 1, 1))
     };
     let f = dev.kernel(Source::Softmax, "nll", variant, dtype)?;
-    let bad = first_bad_index(dev, &s, |err| {
+    let rule = IndexRule { addr: targets.ptr(), count: rows, of: Indexed::Classes(classes) };
+    let bad = first_bad_index(dev, &s, (targets, rule), |err| {
         let args = KernelArgs::new().ptr(x).ptr(targets).ptr(&out).u64(n).u64(c).ptr(err);
         // `nll_{warp,block}_{dtype}(const T* x, const i32* target, T* loss, u64
         // rows, u64 c, u64* err)`: `x` holds `rows * classes` elements of `dtype`,

@@ -7,6 +7,7 @@ use half::{bf16, f16};
 use crate::backend::host::buffer::HostBuffer;
 use crate::backend::host::kernels::softmax;
 use crate::backend::host::launch::{launch, typed, typed_mut, Launch};
+use crate::backend::sync::capture::Indexed;
 use crate::backend::{float_only, SoftmaxOp};
 use crate::element::{DType, Float};
 use crate::error::{Error, Result};
@@ -38,7 +39,7 @@ pub(in crate::backend::host) fn cross_entropy_rows(
         [cross_entropy_of::<f32>, cross_entropy_of::<f64>, cross_entropy_of::<bf16>, cross_entropy_of::<f16>];
     let f = float_kernel("cross_entropy", dtype, kernels)?;
     launch(
-        Launch { check: true, ..x.op("cross_entropy", dtype, n) },
+        Launch { check: true, indices: Some((n, Indexed::Classes(classes))), ..x.op("cross_entropy", dtype, n) },
         &[x, targets],
         Box::new(move |ins, out| f(ins[0], ins[1], out, classes)),
     )
