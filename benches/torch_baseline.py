@@ -397,12 +397,17 @@ def train_graphed_rows(name, width, batch, steps, dtype):
     step_rows(name, steps, note, step)
 
 
-def tiny_gpt(steps=20):
+def tiny_gpt(steps=20, graphed=False):
     """examples/tiny_gpt's model and step on one GPU (gpu/train.rs tiny_gpt): token and
     position embeddings, 2 blocks of (LayerNorm, 4-head causal attention from batched
     matmuls and an additive -inf mask, LayerNorm, GELU MLP), LayerNorm, a head over 256
     bytes; cross_entropy, backward, clip_grad_norm_(1), AdamW(foreach) lr 3e-3 wd 0.01;
-    16 x 32 fixed bytes. A sample is `steps` steps + synchronize; the row is tokens/s."""
+    16 x 32 fixed bytes. A sample is `steps` steps + synchronize; the row is tokens/s.
+
+    With `graphed`, the step is PyTorch's whole-network capture (gpu/train.rs
+    tiny_gpt_graphed): torch.cuda.graph around forward, backward, clipping and
+    AdamW(capturable=True, foreach=True), warmed up on a side stream as its documentation
+    does; each step copies the bytes and targets into the static inputs and replays."""
     torch.backends.cuda.matmul.allow_tf32 = False
     context, width, heads, layers, batch, vocab = 32, 64, 4, 2, 16, 256
     hd = width // heads
@@ -452,22 +457,51 @@ def tiny_gpt(steps=20):
             return self.head(self.ln(x))
 
     model = Gpt().to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01, foreach=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01, foreach=True, capturable=graphed)
     n = batch * context
     byte_values = torch.tensor([float((i * 37 + 11) % 256) for i in range(n)], device=dev).reshape(batch, context)
     following = torch.tensor([(i * 37 + 48) % 256 for i in range(n)], device=dev)
 
-    def step():
+    def eager_step(x, t):
         opt.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(model(byte_values).reshape(n, vocab), following)
+        loss = torch.nn.functional.cross_entropy(model(x).reshape(n, vocab), t)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
         opt.step()
 
+    if not graphed:
+        def step():
+            eager_step(byte_values, following)
+
+        step()
+        torch.cuda.synchronize(dev)
+        note = f"examples/tiny_gpt's model, {batch} x {context} bytes: forward, cross_entropy, backward, clip_grad_norm_(1), AdamW(foreach), one GPU, {steps} steps + synchronize per sample, wall"
+        row("tiny_gpt_tokens", samples(lambda: n * steps_per_second(steps, step)), "tokens/s", note)
+        return
+    static_x, static_t = torch.zeros_like(byte_values), torch.zeros_like(following)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            eager_step(static_x, static_t)
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)
+    with torch.cuda.graph(g):
+        static_loss = torch.nn.functional.cross_entropy(model(static_x).reshape(n, vocab), static_t)
+        static_loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
+        opt.step()
+
+    def step():
+        static_x.copy_(byte_values)
+        static_t.copy_(following)
+        g.replay()
+
     step()
     torch.cuda.synchronize(dev)
-    note = f"examples/tiny_gpt's model, {batch} x {context} bytes: forward, cross_entropy, backward, clip_grad_norm_(1), AdamW(foreach), one GPU, {steps} steps + synchronize per sample, wall"
-    row("tiny_gpt_tokens", samples(lambda: n * steps_per_second(steps, step)), "tokens/s", note)
+    note = f"torch.cuda.graph: examples/tiny_gpt's model, {batch} x {context} bytes: forward, cross_entropy, backward, clip_grad_norm_(1), AdamW(capturable, foreach) as one graph, bytes/targets copied in + replay per step, {steps} steps + synchronize per sample, wall"
+    row("tiny_gpt_graphed_tokens", samples(lambda: n * steps_per_second(steps, step)), "tokens/s", note)
 
 
 def train():
@@ -477,6 +511,7 @@ def train():
     train_graphed_rows("train_mlp_f32_w256_b32_graphed", 256, 32, 100, torch.float32)
     train_graphed_rows("train_mlp_f32_w4096_b512_graphed", 4096, 512, 10, torch.float32)
     tiny_gpt()
+    tiny_gpt(graphed=True)
 
 
 def data_parallel():

@@ -141,6 +141,71 @@ fn tiny_gpt(steps: usize) -> locus::Result<()> {
     Ok(())
 }
 
+/// tiny_gpt's step of [`tiny_gpt`] captured once as a `GraphedStep` (clipping in the
+/// graph) and replayed, the byte ids, targets and causal mask its inputs, against PyTorch's
+/// whole-network capture of the same step (`torch_baseline.py` `tiny_gpt_graphed()`).
+/// Each step copies the batch into the static inputs, on both sides; before the timing,
+/// 3 replays must take the eager steps of a twin model (losses within 1e-4), else the
+/// bench fails.
+fn tiny_gpt_graphed(steps: usize) -> locus::Result<()> {
+    use super::tiny_gpt_model::{Gpt, BATCH, CONTEXT, VOCAB};
+    let n = BATCH * CONTEXT;
+    let ids = Tensor::<G, i32>::from_vec((0..n).map(|i| ((i * 37 + 11) % 256) as i32).collect(), [BATCH, CONTEXT])?;
+    let next = Tensor::<G, i32>::from_vec((0..n).map(|i| ((i * 37 + 48) % 256) as i32).collect(), [n])?;
+    let loss_of = |m: &Gpt<G>, ids: &Tensor<G, i32>, next: &Tensor<G, i32>, mask: &Tensor<G>| {
+        m.logits(ids, mask)?.reshape([n, VOCAB])?.cross_entropy(next)
+    };
+    let (mut twin, mut twin_opt) = (Gpt::new_on(G::default(), 1)?, AdamW::<G>::new(3e-3).weight_decay(0.01));
+    let (mut model, mut opt) = (Gpt::new_on(G::default(), 1)?, AdamW::<G>::new(3e-3).weight_decay(0.01));
+    let stream = Stream::<G>::new()?;
+    let (mut is, mut ts) = (Tensor::<G, i32>::zeros([BATCH, CONTEXT])?, Tensor::<G, i32>::zeros([n])?);
+    let mut ms = model.mask().clone();
+    let mut step = GraphedStep::capture_clipped(
+        &stream,
+        &mut model,
+        &mut opt,
+        (&mut is, &mut ts, &mut ms),
+        1.0,
+        |m, (i, t, k)| loss_of(m, i, t, k),
+    )?;
+    for k in 0..3 {
+        nn::zero_grad(&twin);
+        let want = loss_of(&twin, &ids, &next, twin.mask())?;
+        want.backward()?;
+        clip_grad_norm(&twin, 1.0)?;
+        twin_opt.step(&mut twin)?;
+        let (mut ii, mut ti, _) = step.inputs_mut();
+        ii.copy_from(&ids)?;
+        ti.copy_from(&next)?;
+        let (got, want) = (step.replay()?.item()?, want.item()?);
+        if (got - want).abs() > 1e-4 * want.abs() {
+            return Err(locus::Error::InvalidArgument {
+                op: "tiny_gpt_graphed",
+                reason: format!("step {k}: the graphed loss {got} is not the eager {want}"),
+            });
+        }
+    }
+    let mut one = || -> locus::Result<()> {
+        let (mut ii, mut ti, _) = step.inputs_mut();
+        ii.copy_from(&ids)?;
+        ti.copy_from(&next)?;
+        step.replay().map(drop)
+    };
+    let note = format!(
+        "GraphedStep: examples/tiny_gpt's model, {BATCH} x {CONTEXT} bytes: forward, cross_entropy, backward, clip_grad_norm(1), AdamW as one graph, ids/targets copied in + replay per step, {steps} steps + synchronize per sample, wall"
+    );
+    let per_sample = samples(|| {
+        let start = Instant::now();
+        for _ in 0..steps {
+            one().unwrap();
+        }
+        stream.synchronize().unwrap();
+        (steps * n) as f64 / start.elapsed().as_secs_f64()
+    });
+    row("tiny_gpt_graphed_tokens", &per_sample, "tokens/s", &note);
+    Ok(())
+}
+
 /// The training rows.
 pub(crate) fn steps() {
     rows::<f32>("train_mlp_f32_w4096_b512", 4096, 512, 10).unwrap();
@@ -149,4 +214,5 @@ pub(crate) fn steps() {
     graphed_rows::<f32>("train_mlp_f32_w256_b32_graphed", 256, 32, 100).unwrap();
     graphed_rows::<f32>("train_mlp_f32_w4096_b512_graphed", 4096, 512, 10).unwrap();
     tiny_gpt(20).unwrap();
+    tiny_gpt_graphed(20).unwrap();
 }

@@ -100,19 +100,34 @@ impl<D: Device> Gpt<D> {
     }
 }
 
-/// The logits of the next byte at every position, `[b, t, VOCAB]`, for byte values given
-/// as f32 (exact below 2^24), `[b, t]`: `DataParallel` hands a module one element type.
-impl<D: Device> Module<D> for Gpt<D> {
-    fn forward(&self, bytes: &Tensor<D>) -> locus::Result<Tensor<D>> {
-        let (b, t) = (bytes.shape()[0], bytes.shape()[1]);
-        let ids = bytes.to_dtype::<i32>()?;
-        let mut x = (self.tokens.forward(&ids)? + &self.positions.narrow(0, 0, t)?)?;
-        let mask = self.mask.narrow(0, 0, t)?.narrow(1, 0, t)?;
+impl<D: Device> Gpt<D> {
+    /// The logits of the next byte at every position, `[b, t, VOCAB]`, for byte ids
+    /// `[b, t]` and a causal mask of at least `[t, t]` ([`Gpt::mask`], or a graph's input
+    /// holding it: a captured step reads only its inputs and the parameters).
+    pub fn logits(&self, ids: &Tensor<D, i32>, mask: &Tensor<D>) -> locus::Result<Tensor<D>> {
+        let (b, t) = (ids.shape()[0], ids.shape()[1]);
+        let mut x = (self.tokens.forward(ids)? + &self.positions.narrow(0, 0, t)?)?;
+        let mask = mask.narrow(0, 0, t)?.narrow(1, 0, t)?;
         for block in &self.blocks {
             x = block.forward(&x, &mask)?;
         }
         let logits = self.head.forward(&self.ln.forward(&x)?)?;
         debug_assert_eq!(logits.shape(), &[b, t, VOCAB]);
         Ok(logits)
+    }
+
+    /// The causal mask, `[CONTEXT, CONTEXT]` (for a graphed step's input: the benchmark
+    /// and the tests use it, the example does not).
+    #[allow(dead_code)]
+    pub fn mask(&self) -> &Tensor<D> {
+        &self.mask
+    }
+}
+
+/// The logits of the next byte at every position, `[b, t, VOCAB]`, for byte values given
+/// as f32 (exact below 2^24), `[b, t]`: `DataParallel` hands a module one element type.
+impl<D: Device> Module<D> for Gpt<D> {
+    fn forward(&self, bytes: &Tensor<D>) -> locus::Result<Tensor<D>> {
+        self.logits(&bytes.to_dtype::<i32>()?, &self.mask)
     }
 }

@@ -21,5 +21,9 @@ mod more_ops;
 mod ndarray;
 mod ops;
 mod softmax;
+/// The model of examples/tiny_gpt, for its graphed step (training.rs).
+#[path = "../../examples/tiny_gpt/model.rs"]
+#[allow(dead_code)]
+mod tiny_gpt_model;
 mod training;
 mod transpose_dims;

@@ -777,3 +777,48 @@ fn a_graphed_step_checks_its_input_indices_and_loses_nothing_on_a_bad_batch() ->
     assert_eq!(opt.steps_of("emb.weight"), 4);
     Ok(())
 }
+
+/// examples/tiny_gpt's step (embedding, attention with a masked softmax, LayerNorm, GELU
+/// MLP, cross-entropy, clipping, AdamW with weight decay) as one `GraphedStep`, its byte
+/// ids, targets and mask the inputs: the eager steps' losses, on three batches (bit for
+/// bit on the host backend, which runs the same arithmetic).
+#[test]
+fn tiny_gpt_as_a_graphed_step_takes_the_eager_steps() -> locus::Result<()> {
+    use crate::tiny_gpt_model::{Gpt, BATCH, CONTEXT, VOCAB};
+    let n = BATCH * CONTEXT;
+    let loss_of = |m: &Gpt<G>, ids: &Tensor<G, i32>, next: &Tensor<G, i32>, mask: &Tensor<G>| {
+        m.logits(ids, mask)?.reshape([n, VOCAB])?.cross_entropy(next)
+    };
+    let (mut eager, mut eager_opt) = (Gpt::new_on(G::default(), 5)?, AdamW::<G>::new(3e-3).weight_decay(0.01));
+    let (mut model, mut opt) = (Gpt::new_on(G::default(), 5)?, AdamW::<G>::new(3e-3).weight_decay(0.01));
+    let stream = locus::Stream::<G>::new()?;
+    let (mut is, mut ts) = (Tensor::<G, i32>::zeros([BATCH, CONTEXT])?, Tensor::<G, i32>::zeros([n])?);
+    let mut ms = model.mask().clone();
+    let mut step = locus::GraphedStep::capture_clipped(
+        &stream,
+        &mut model,
+        &mut opt,
+        (&mut is, &mut ts, &mut ms),
+        1.0,
+        |m, (i, t, k)| loss_of(m, i, t, k),
+    )?;
+    for k in 0..3 {
+        let bytes = |shift: usize| (0..n).map(|i| ((i * 37 + 11 * k + shift) % 256) as i32).collect::<Vec<_>>();
+        let (ids, next) =
+            (Tensor::<G, i32>::from_vec(bytes(0), [BATCH, CONTEXT])?, Tensor::<G, i32>::from_vec(bytes(37), [n])?);
+        nn::zero_grad(&eager);
+        let want = loss_of(&eager, &ids, &next, eager.mask())?;
+        want.backward()?;
+        clip_grad_norm(&eager, 1.0)?;
+        eager_opt.step(&mut eager)?;
+        let (mut ii, mut ti, _) = step.inputs_mut();
+        ii.copy_from(&ids)?;
+        ti.copy_from(&next)?;
+        let (got, want) = (step.replay()?.item()?, want.item()?);
+        assert!((got - want).abs() <= 1e-5 * want.abs(), "step {k}: graphed loss {got}, eager {want}");
+        if locus::backend_name()? == "host" {
+            assert_eq!(got.to_bits(), want.to_bits(), "step {k}: the host runs the same arithmetic");
+        }
+    }
+    Ok(())
+}
