@@ -4,7 +4,7 @@
 //!
 //! The focused tests come first: the cases of issue 14 (dims whose product overflows on
 //! empty tensors, results too large to exist, hangs on huge empty dims) and the bugs the
-//! property found. Then the property, [`every_op_on_every_dtype_gives_the_reference_shape`]:
+//! property found. Then the property, [`fuzz`] (two tests, float and integer types, side by side):
 //!
 //! * Inputs: shapes of rank 0 to 4 with dims 0 to 5; in a third of them one dim large but
 //!   feasible (64, 4096) or huge (2^20 up to `usize::MAX`), most often beside a 0 so that
@@ -1662,8 +1662,22 @@ fn second_gpu() -> DeviceId {
     DeviceId::Cuda(if locus::device_count().unwrap_or(1) >= 2 { 1 } else { 0 })
 }
 
+/// The float types: the fuzz of [`fuzz`] in f32, f64, bf16 and f16.
 #[test]
-fn every_op_on_every_dtype_gives_the_reference_shape() {
+fn every_op_on_every_float_type_gives_the_reference_shape() {
+    fuzz(0..4, "floats");
+}
+
+/// The integer and byte types (i32, i64, u8), in a test of its own so that both halves run
+/// side by side.
+#[test]
+fn every_op_on_every_integer_type_gives_the_reference_shape() {
+    fuzz(4..7, "integers");
+}
+
+/// Every op on the element types `dtypes` (0..7: f32, f64, bf16, f16, i32, i64, u8) of
+/// random shapes on every placement: the same outcome on each, and every op reached.
+fn fuzz(dtypes: std::ops::Range<u8>, label: &str) {
     // PROPTEST_CASES=40 keeps a debug run on a GPU, where every op waits for the device, short.
     let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(240);
     let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
@@ -1673,7 +1687,7 @@ fn every_op_on_every_dtype_gives_the_reference_shape() {
     let result = runner.run(&case(), |c| {
         inputs.set(inputs.get() + 1);
         let fz = &mut *fz.borrow_mut();
-        for dtype in 0..7 {
+        for dtype in dtypes.clone() {
             let cpu = fz.run_on(Cpu, dtype, &c)?;
             let cuda = fz.run_on(Cuda::<0>, dtype, &c)?;
             compare(&cpu, &cuda, ("cpu", "cuda:0"))?;
@@ -1696,7 +1710,7 @@ fn every_op_on_every_dtype_gives_the_reference_shape() {
     }
     let table: Vec<String> = ops.iter().map(|(op, counts)| format!("  {op}: {}", counts.join(", "))).collect();
     eprintln!(
-        "shape fuzz: {} inputs tried ({cases} cases asked for), {} op calls, {} large but possible results not asked \
+        "shape fuzz ({label}): {} inputs tried ({cases} cases asked for), {} op calls, {} large but possible results not asked \
          for, {:.1} s; per op and element type, calls ok/err/not asked:\n{}",
         inputs.get(),
         fz.calls,
@@ -1707,7 +1721,7 @@ fn every_op_on_every_dtype_gives_the_reference_shape() {
     let mut slowest: Vec<_> = fz.time.iter().collect();
     slowest.sort_by(|a, b| b.1.cmp(a.1));
     let slowest: Vec<String> = slowest.iter().take(8).map(|(op, t)| format!("{op} {:.1} s", t.as_secs_f64())).collect();
-    eprintln!("shape fuzz: the slowest ops: {}", slowest.join(", "));
+    eprintln!("shape fuzz ({label}): the slowest ops: {}", slowest.join(", "));
     if let Err(e) = result {
         panic!("{e}");
     }

@@ -218,3 +218,31 @@ fn an_op_of_another_device_inside_on_stream_is_an_error_naming_both() -> locus::
     assert_eq!((&x * 2.0)?.to_vec()?, vec![2.0; 4]);
     Ok(())
 }
+
+/// Two threads queue ops on the default stream and read each result on one side stream.
+/// A read on the side stream skips the wait for a write its stream is already ordered
+/// after (an event recorded on the writer later than the write); an op's write must not
+/// be numbered before its job is queued, or an event that the other thread records in
+/// between (before the job) claims it, and a read of the op's output skips a wait it
+/// needs: the hazard checker (on in debug builds) reports that read.
+#[test]
+fn a_write_is_numbered_only_once_queued_so_no_event_of_another_thread_claims_it() -> locus::Result<()> {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let side = Stream::<G>::new()?;
+    let x = Tensor::<G>::ones([64])?;
+    let work = |k: f32| -> locus::Result<()> {
+        for _ in 0..1500 {
+            let y = (&x * k)?;
+            let s = on_stream(&side, || y.sum())?;
+            assert_eq!(s.item()?, 64.0 * k);
+        }
+        Ok(())
+    };
+    let work = &work;
+    std::thread::scope(|scope| {
+        let a = scope.spawn(move || work(2.0));
+        let b = scope.spawn(move || work(3.0));
+        a.join().expect("thread a")?;
+        b.join().expect("thread b")
+    })
+}

@@ -157,12 +157,13 @@ impl HostBuffer {
                     let key = stream.as_ref().map_or(0, |s| s.key);
                     blocks::alloc(account.device, ptr as u64, len, len, key, true);
                 }
-                let written = stream.as_ref().map_or(0, |s| s.order.mark_write());
+                // The write that makes the contents is not queued yet: numbered by
+                // `mark_written` once it is (0, which no wait covers, until then).
                 let graph = stream.as_ref().and_then(|s| s.capture());
                 if let Some(c) = &graph {
                     c.count_buffer(true);
                 }
-                let uses = Uses::new(stream.clone(), written);
+                let uses = Uses::new(stream.clone(), 0);
                 Ok(HostBuffer {
                     ptr,
                     len,
@@ -237,6 +238,17 @@ impl HostBuffer {
     /// Who wrote this memory last and who used it.
     pub(in crate::backend::host) fn uses(&self) -> std::sync::MutexGuard<'_, Uses> {
         self.uses.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Numbers the write that makes this memory's contents, just queued on its stream:
+    /// a number taken before the job is queued could be claimed by an event another
+    /// thread records on the stream in between, before the job, and a stream waiting for
+    /// that event would then skip the wait for this write.
+    pub(in crate::backend::host) fn mark_written(&self) {
+        let mut u = self.uses();
+        if let Some(w) = u.writer.clone() {
+            u.written = w.order.mark_write();
+        }
     }
 
     /// The address, which names the memory while it lives (a graph's inputs).

@@ -50,6 +50,7 @@ pub(crate) fn collective(
         .map(|&d| {
             let mut out = host().alloc_for_overwrite(d, result.len())?;
             out.bytes_mut().copy_from_slice(&result);
+            out.mark_written();
             Ok(out)
         })
         .collect::<Result<_>>()?;

@@ -147,6 +147,7 @@ impl BackendDevice for HostBackend {
         }
         let mut out = host().alloc_for_overwrite(device, data.len())?;
         kernels::copy(out.bytes_mut(), data)?;
+        out.mark_written();
         Ok(out)
     }
 
@@ -180,6 +181,7 @@ impl BackendDevice for HostBackend {
         // `out` is fresh memory of this stream; dispatch holds `src` until `done`.
         let out = HostBuffer::alloc(host().account(device)?, src.len(), Some(Arc::clone(stream)))?;
         let done = launch::queue_copy(stream, "upload_async", src, &out)?;
+        out.mark_written();
         Ok((out, done))
     }
 

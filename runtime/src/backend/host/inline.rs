@@ -25,6 +25,7 @@ pub(in crate::backend::host) fn upload(device: DeviceId, data: &[u8]) -> Result<
     let out = HostBuffer::alloc(host().account(device)?, data.len(), Some(Arc::clone(&s)))?;
     let mut dma = Pieces { s: &s, out: &out, booked: false };
     upload::upload_inline(data, &mut dma)?;
+    out.mark_written();
     Ok(out)
 }
 

@@ -109,6 +109,7 @@ pub(in crate::backend::host) fn launch(l: Launch, ins: &[&HostBuffer], mut kerne
         uses.push((out.region(Some(l.dtype)), Kind::Write));
     }
     let (seq, clock) = stream.launch(l.op, &uses, job)?;
+    out.mark_written();
     drop(uses);
     if let Some(result) = result.filter(|_| capture.is_none()) {
         stream.wait_job(seq, &clock)?;
