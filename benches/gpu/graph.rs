@@ -19,7 +19,7 @@ const REPLAYS: usize = crate::raw::LAUNCHES / CHAIN;
 const CAPTURES: usize = 100;
 
 /// `y = x + b`, then `y = y + b` 19 times: 20 adds, each into a new tensor.
-fn chain(x: &Tensor<G>, b: &Tensor<G>) -> locus::Result<Tensor<G>> {
+pub(crate) fn chain(x: &Tensor<G>, b: &Tensor<G>) -> locus::Result<Tensor<G>> {
     let mut y = (x + b)?;
     for _ in 1..CHAIN {
         y = (&y + b)?;

@@ -9,6 +9,7 @@
 //!     gpu checkpoint                                                (the checkpoint row alone)
 //!     gpu copies                                                    (the copy rows alone)
 //!     gpu train                                                     (the training rows alone)
+//!     gpu breakdown                                                 (an op's and a replay's time in parts)
 //!     gpu grads FILE                                                (gradients for benches/torch_grads.py)
 //!
 //! Without the cuda backend it measures nothing and exits with status 1.
@@ -17,6 +18,7 @@ mod breakdown;
 mod checkpoint;
 mod grads;
 mod graph;
+mod graph_breakdown;
 mod method;
 mod raw;
 /// The model of examples/tiny_gpt, for its training row.
@@ -647,7 +649,9 @@ fn main() {
         return;
     }
     if std::env::args().any(|a| a == "breakdown") {
-        breakdown::rows(&raw::Raw::new()); // the host-time breakdown alone: `gpu breakdown`
+        let raw = raw::Raw::new();
+        breakdown::rows(&raw); // the breakdowns alone: `gpu breakdown`
+        graph_breakdown::rows_all(&raw);
         return;
     }
     if let Some(at) = args.iter().position(|a| a == "breakdown-loop") {
@@ -669,6 +673,7 @@ fn main() {
     small_ops();
     breakdown::rows(&raw);
     graph::chain20();
+    graph_breakdown::rows_all(&raw);
     large_ops();
     softmax();
     matmul();

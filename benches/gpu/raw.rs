@@ -17,6 +17,8 @@ pub(crate) struct Raw {
     small: (sys::CUdeviceptr, sys::CUdeviceptr, sys::CUevent),
     copy: sys::CUfunction,
     empty: sys::CUfunction,
+    /// The C++ baseline's `add_f32` (one thread per element), for the raw graph chain.
+    add: sys::CUfunction,
     sms: u64,
     threads_per_sm: u64,
     ctx: Arc<CudaContext>,
@@ -28,6 +30,10 @@ pub(crate) struct Raw {
 /// requests per thread are in flight; a grid-stride loop lets any grid cover the data.
 const RAW_KERNELS: &str = r#"
 extern "C" __global__ void empty() {}
+extern "C" __global__ void add_f32(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a[i] + b[i];
+}
 #define UNROLL 4
 extern "C" __global__ void copy4(const float4* __restrict__ x, float4* __restrict__ y, unsigned long long n) {
     const unsigned long long step = (unsigned long long)gridDim.x * blockDim.x * UNROLL;
@@ -63,6 +69,7 @@ impl Raw {
         let module = ctx.load_module(cudarc::nvrtc::compile_ptx_with_opts(RAW_KERNELS, opts).unwrap()).unwrap();
         let copy = module.load_function("copy4").unwrap().cu_function();
         let empty = module.load_function("empty").unwrap().cu_function();
+        let add = module.load_function("add_f32").unwrap().cu_function();
         let attr = |a| ctx.attribute(a).unwrap().max(1) as u64;
         let sms = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
         let threads_per_sm = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR);
@@ -76,11 +83,35 @@ impl Raw {
                 result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).unwrap(),
             )
         };
-        Raw { stream, small, copy, empty, sms, threads_per_sm, ctx, _module: module }
+        Raw { stream, small, copy, empty, add, sms, threads_per_sm, ctx, _module: module }
     }
 
-    fn bind(&self) {
+    pub(crate) fn bind(&self) {
         self.ctx.bind_to_thread().unwrap();
+    }
+
+    /// The raw stream the ceilings queue on.
+    pub(crate) fn stream(&self) -> sys::CUstream {
+        self.stream
+    }
+
+    /// Queues `out = a + b` over `n` floats with the C++ baseline's grid (`n / 256` blocks of 256).
+    ///
+    /// # Safety
+    /// `a`, `b` and `out` are device allocations of at least `n` floats, alive until the
+    /// launch completes on `self.stream` (or, captured, until the graph's last replay does).
+    pub(crate) unsafe fn add_f32(&self, a: sys::CUdeviceptr, b: sys::CUdeviceptr, out: sys::CUdeviceptr, n: i32) {
+        let mut args = [
+            &a as *const _ as *mut c_void,
+            &b as *const _ as *mut c_void,
+            &out as *const _ as *mut c_void,
+            &n as *const _ as *mut c_void,
+        ];
+        let grid = (n as u32).div_ceil(256);
+        // SAFETY: `add_f32(a, b, out, n)` takes three pointers and an int, given in order;
+        // the memory is valid by the caller's contract, and `args` points at locals that
+        // live through the call, which copies the values.
+        unsafe { result::launch_kernel(self.add, (grid, 1, 1), (256, 1, 1), 0, self.stream, &mut args).unwrap() };
     }
 
     pub(crate) fn sync_ctx(&self) {
@@ -89,7 +120,7 @@ impl Raw {
     }
 
     /// Seconds per sample of the work `f` queues on `self.stream`, between two events.
-    fn time(&self, mut f: impl FnMut()) -> Vec<f64> {
+    pub(crate) fn time(&self, mut f: impl FnMut()) -> Vec<f64> {
         self.bind();
         let (a, b) = (
             result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).unwrap(),

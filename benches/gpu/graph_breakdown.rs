@@ -1,0 +1,182 @@
+//! Where a graph replay's time goes (issue 35, item 2): the 20-add chain of `graph.rs`
+//! replayed from a locus `Graph` and, beside it, the same 20 launches (the C++ baseline's
+//! `add_f32`, one thread per element) captured from a raw stream with cudarc. Each pair
+//! of rows times one part the same way on both sides:
+//!
+//! - `graph_breakdown_{raw_,}launch`: host time of one `cuGraphLaunch` / `Graph::replay`,
+//!   in batches of `BATCH` replays, each batch after a synchronize (so the queue never
+//!   fills and only the host's own work is timed), per replay;
+//! - `graph_breakdown_{raw_,}gpu`: device time of one replay, `GPU_REPLAYS` replays queued
+//!   back to back between two events, per replay: what the graph itself costs the GPU;
+//! - `graph_breakdown_{raw_,}sync`: `cuStreamSynchronize` / `Stream::synchronize` of an
+//!   idle stream, per call;
+//! - `graph_breakdown_{raw_,}replay_sync`: a replay and a synchronize of its stream, wall
+//!   time per replay in a batch of 1000: the `graph_chain20_replay` row (times 20) and
+//!   its raw twin, which the parts above add up to with the launch's latency.
+
+use std::time::{Duration, Instant};
+
+use cudarc::driver::{result, sys};
+use locus::{Graph, Stream, Tensor};
+
+use crate::method::{row, samples};
+use crate::raw::Raw;
+use crate::{stream_time, G};
+
+/// Replays per host-time batch: 160 kernels, far below the driver's launch queue.
+const BATCH: usize = 8;
+/// Batches per host-time sample.
+const BATCHES: usize = 100;
+/// Replays between the two events of a device-time sample.
+const GPU_REPLAYS: usize = 100;
+/// Replays per sample of the replay + synchronize rows (as `graph_chain20_replay`).
+const SYNCED: usize = 1000;
+/// Synchronizes of an idle stream per sample.
+const SYNCS: usize = 2000;
+/// Elements per add, as `graph.rs`.
+const N: usize = 1024;
+
+/// Host microseconds per call of `op`, in `BATCHES` batches of `BATCH`, each after `settle`.
+fn host_per_call(mut op: impl FnMut(), mut settle: impl FnMut()) -> f64 {
+    let mut timed = Duration::ZERO;
+    for _ in 0..BATCHES {
+        settle();
+        let t = Instant::now();
+        for _ in 0..BATCH {
+            op();
+        }
+        timed += t.elapsed();
+    }
+    settle();
+    timed.as_secs_f64() / (BATCHES * BATCH) as f64 * 1e6
+}
+
+/// Wall microseconds per call of `op`, `count` calls in a row.
+fn wall_per_call(count: usize, mut op: impl FnMut()) -> f64 {
+    let t = Instant::now();
+    for _ in 0..count {
+        op();
+    }
+    t.elapsed().as_secs_f64() / count as f64 * 1e6
+}
+
+/// Prints the four rows of one side (`prefix` is `raw_` or empty).
+fn rows(prefix: &str, side: &str, parts: [Vec<f64>; 4]) {
+    let [launch, gpu, sync, replay_sync] = parts;
+    let row_of = |part: &str, v: &[f64], note: String| row(&format!("graph_breakdown_{prefix}{part}"), v, "us", &note);
+    row_of(
+        "launch",
+        &launch,
+        format!("{side}: host time of one replay call, in {BATCHES} batches of {BATCH}, each after a synchronize"),
+    );
+    row_of(
+        "gpu",
+        &gpu,
+        format!("{side}: device time per replay, {GPU_REPLAYS} replays back to back between two events"),
+    );
+    row_of("sync", &sync, format!("{side}: synchronize of the idle stream, per call in a batch of {SYNCS}"));
+    row_of(
+        "replay_sync",
+        &replay_sync,
+        format!("{side}: one replay + synchronize of its stream, wall time per replay in a batch of {SYNCED}"),
+    );
+}
+
+/// The raw side: the chain captured from `raw`'s stream, launched with `cuGraphLaunch`.
+fn raw_side(raw: &Raw) {
+    raw.bind();
+    let s = raw.stream();
+    let bytes = N * 4;
+    // SAFETY: plain allocations on the bound context, freed at the end of this function
+    // after the stream is synchronized; memset so that the adds read defined values.
+    let (x, b, y) = unsafe {
+        let alloc = || {
+            let p = result::malloc_sync(bytes).unwrap();
+            result::memset_d8_sync(p, 0, bytes).unwrap();
+            p
+        };
+        (alloc(), alloc(), (0..20).map(|_| alloc()).collect::<Vec<_>>())
+    };
+    // SAFETY: the stream is raw's, alive for the process; the 20 launches read and write
+    // the allocations above, alive until the end of this function, after the last replay
+    // completed; the graph and its executable are destroyed below, once.
+    let (graph, exec) = unsafe {
+        result::stream::begin_capture(s, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL).unwrap();
+        raw.add_f32(x, b, y[0], N as i32);
+        for i in 1..20 {
+            raw.add_f32(y[i - 1], b, y[i], N as i32);
+        }
+        let graph = result::stream::end_capture(s).unwrap();
+        (graph, result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0)).unwrap())
+    };
+    // SAFETY (every closure below): `exec` and `s` live until the end of this function.
+    let launch = || unsafe { result::graph::launch(exec, s).unwrap() };
+    let sync = || unsafe { result::stream::synchronize(s).unwrap() };
+    let host = samples(|| host_per_call(launch, sync));
+    let gpu: Vec<f64> = raw
+        .time(|| {
+            for _ in 0..GPU_REPLAYS {
+                launch();
+            }
+        })
+        .into_iter()
+        .map(|t| t / GPU_REPLAYS as f64 * 1e6)
+        .collect();
+    let idle = samples(|| wall_per_call(SYNCS, sync));
+    let replay_sync = samples(|| {
+        sync();
+        wall_per_call(SYNCED, || {
+            launch();
+            sync();
+        })
+    });
+    rows("raw_", "raw cudarc graph of the 20 add_f32 launches", [host, gpu, idle, replay_sync]);
+    // SAFETY: the stream is idle (the last sample synchronized it): no replay runs, and
+    // no work uses the allocations.
+    unsafe {
+        result::graph::exec_destroy(exec).unwrap();
+        result::graph::destroy(graph).unwrap();
+        for p in [x, b].into_iter().chain(y) {
+            result::free_sync(p).unwrap();
+        }
+    }
+}
+
+/// The locus side: `Graph::capture` of `graph.rs`'s chain, `Graph::replay`.
+fn locus_side() {
+    let stream = Stream::<G>::new().unwrap();
+    let mut x = Tensor::<G>::rand([N], 1).unwrap();
+    let mut b = Tensor::<G>::rand([N], 2).unwrap();
+    let mut g = Graph::capture(&stream, (&mut x, &mut b), |(x, b)| crate::graph::chain(x, b)).unwrap();
+    let host = samples(|| {
+        host_per_call(
+            || {
+                let _ = g.replay().unwrap();
+            },
+            || stream.synchronize().unwrap(),
+        )
+    });
+    let gpu: Vec<f64> = stream_time(&stream, || {
+        for _ in 0..GPU_REPLAYS {
+            let _ = g.replay().unwrap();
+        }
+    })
+    .into_iter()
+    .map(|t| t / GPU_REPLAYS as f64 * 1e6)
+    .collect();
+    let idle = samples(|| wall_per_call(SYNCS, || stream.synchronize().unwrap()));
+    let replay_sync = samples(|| {
+        stream.synchronize().unwrap();
+        wall_per_call(SYNCED, || {
+            let _ = g.replay().unwrap();
+            stream.synchronize().unwrap();
+        })
+    });
+    rows("", "locus Graph::replay of the 20-add chain", [host, gpu, idle, replay_sync]);
+}
+
+/// Every row (`gpu breakdown`, and the full run).
+pub(crate) fn rows_all(raw: &Raw) {
+    raw_side(raw);
+    locus_side();
+}
