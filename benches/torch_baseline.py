@@ -4,7 +4,7 @@
 operation, or the per-operation average over one batch. Prints
 `row<TAB>median<TAB>unit<TAB>note<TAB>min<TAB>max` lines.
 
-    python3 benches/torch_baseline.py [--quick] [--pageable-only | --copies-only | --checkpoint-only | --train-only]
+    python3 benches/torch_baseline.py [--quick] [--pageable-only | --copies-only | --checkpoint-only | --train-only | --profile-tiny-gpt]
 
 --pageable-only prints the pageable copy rows alone; run with THP_MEM_ALLOC_ENABLE=1 in
 the environment (read by PyTorch at startup: host tensors of 2 MiB and more then get
@@ -397,7 +397,28 @@ def train_graphed_rows(name, width, batch, steps, dtype):
     step_rows(name, steps, note, step)
 
 
-def tiny_gpt(steps=20, graphed=False):
+def profile_steps(step, steps):
+    """The CUDA kernels of `steps` calls of `step` (after 3 untimed), from torch.profiler:
+    per kernel name, launches and device microseconds per step, largest first; the
+    PyTorch side of benches/trace_summary.py."""
+    from torch.profiler import ProfilerActivity, profile
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize(dev)
+    with profile(activities=[ProfilerActivity.CUDA]) as p:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize(dev)
+    kernels = [(e.key, e.count, e.device_time_total) for e in p.key_averages()
+               if e.device_type == torch.autograd.DeviceType.CUDA]
+    n, t = sum(k[1] for k in kernels), sum(k[2] for k in kernels)
+    print(f"# per step of {steps}: {n / steps:.0f} kernels, {t / steps:.1f} us")
+    print("# kernel\tlaunches/step\tus/step\tus/launch")
+    for key, count, total in sorted(kernels, key=lambda k: -k[2]):
+        print(f"{key[:90]}\t{count / steps:.1f}\t{total / steps:.1f}\t{total / count:.2f}")
+
+
+def tiny_gpt(steps=20, graphed=False, profile=False):
     """examples/tiny_gpt's model and step on one GPU (gpu/train.rs tiny_gpt): token and
     position embeddings, 2 blocks of (LayerNorm, 4-head causal attention from batched
     matmuls and an additive -inf mask, LayerNorm, GELU MLP), LayerNorm, a head over 256
@@ -475,6 +496,9 @@ def tiny_gpt(steps=20, graphed=False):
 
         step()
         torch.cuda.synchronize(dev)
+        if profile:
+            profile_steps(step, 5)
+            return
         note = f"examples/tiny_gpt's model, {batch} x {context} bytes: forward, cross_entropy, backward, clip_grad_norm_(1), AdamW(foreach), one GPU, {steps} steps + synchronize per sample, wall"
         row("tiny_gpt_tokens", samples(lambda: n * steps_per_second(steps, step)), "tokens/s", note)
         return
@@ -625,6 +649,9 @@ if __name__ == "__main__":
         sys.exit(0)
     if "--train-only" in sys.argv:
         train()
+        sys.exit(0)
+    if "--profile-tiny-gpt" in sys.argv:
+        tiny_gpt(profile=True)
         sys.exit(0)
     if "--checkpoint-only" in sys.argv:
         checkpoint()

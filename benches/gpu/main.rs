@@ -9,6 +9,7 @@
 //!     gpu checkpoint                                                (the checkpoint row alone)
 //!     gpu copies                                                    (the copy rows alone)
 //!     gpu train                                                     (the training rows alone)
+//!     gpu train-trace PATH [STEPS]                                  (tiny_gpt's eager steps traced)
 //!     gpu breakdown                                                 (an op's and a replay's time in parts)
 //!     gpu grads FILE                                                (gradients for benches/torch_grads.py)
 //!
@@ -657,6 +658,12 @@ fn main() {
     }
     if std::env::args().any(|a| a == "copies") {
         copies(); // the copy rows alone: `gpu copies`
+        return;
+    }
+    if let Some(at) = args.iter().position(|a| a == "train-trace") {
+        let path = args.get(at + 1).map_or("tiny_gpt_trace.json", String::as_str);
+        let steps = args.get(at + 2).and_then(|s| s.parse().ok()).unwrap_or(5);
+        train::tiny_gpt_trace(path, steps).unwrap(); // `gpu train-trace PATH [STEPS]`
         return;
     }
     if std::env::args().any(|a| a == "train") {

@@ -104,12 +104,9 @@ fn graphed_rows<T: Float>(name: &str, width: usize, batch: usize, steps: usize) 
     step_rows(name, steps, &note, one, || stream.synchronize().unwrap())
 }
 
-/// tiny_gpt's training step on one GPU (the model of examples/tiny_gpt): forward,
-/// `cross_entropy`, backward, clipping to norm 1, AdamW, on a fixed random batch of
-/// `BATCH` sequences of `CONTEXT` bytes, against the same model and step in PyTorch eager
-/// (benches/torch_baseline.py `tiny_gpt()`). A sample is `steps` steps and one
-/// synchronize, in wall time; the row is tokens (bytes) per second.
-fn tiny_gpt(steps: usize) -> locus::Result<()> {
+/// One eager step of tiny_gpt on a fixed batch (forward, `cross_entropy`, backward,
+/// clipping, AdamW), as a closure over its own model and optimizer.
+fn tiny_gpt_step() -> locus::Result<impl FnMut() -> locus::Result<()>> {
     use super::tiny_gpt_model::{Gpt, BATCH, CONTEXT, VOCAB};
     let mut model = Gpt::new_on(G::default(), 1)?;
     let mut opt = AdamW::<G>::new(3e-3).weight_decay(0.01);
@@ -117,13 +114,40 @@ fn tiny_gpt(steps: usize) -> locus::Result<()> {
     let n = BATCH * CONTEXT;
     let bytes = Tensor::<G>::from_vec((0..n).map(|i| ((i * 37 + 11) % 256) as f32).collect(), [BATCH, CONTEXT])?;
     let next = Tensor::<G, i32>::from_vec((0..n).map(|i| ((i * 37 + 48) % 256) as i32).collect(), [n])?;
-    let mut step = || -> locus::Result<()> {
+    Ok(move || -> locus::Result<()> {
         nn::zero_grad(&model);
         let loss = model.forward(&bytes)?.reshape([BATCH * CONTEXT, VOCAB])?.cross_entropy(&next)?;
         loss.backward()?;
         clip_grad_norm(&model, 1.0)?;
         opt.step(&mut model)
-    };
+    })
+}
+
+/// `gpu train-trace PATH [STEPS]`: STEPS (default 5) eager tiny_gpt steps traced into
+/// PATH, after 3 untraced ones: every op's device time, for `benches/trace_summary.py`.
+pub(crate) fn tiny_gpt_trace(path: &str, steps: usize) -> locus::Result<()> {
+    let mut step = tiny_gpt_step()?;
+    for _ in 0..3 {
+        step()?;
+    }
+    sync();
+    locus::trace::start(path)?;
+    for k in 0..steps {
+        let _range = locus::range!("step {}", k);
+        step()?;
+    }
+    sync();
+    locus::trace::stop().map(drop)
+}
+
+/// tiny_gpt's training step on one GPU (the model of examples/tiny_gpt): forward,
+/// `cross_entropy`, backward, clipping to norm 1, AdamW, on a fixed random batch of
+/// `BATCH` sequences of `CONTEXT` bytes, against the same model and step in PyTorch eager
+/// (benches/torch_baseline.py `tiny_gpt()`). A sample is `steps` steps and one
+/// synchronize, in wall time; the row is tokens (bytes) per second.
+fn tiny_gpt(steps: usize) -> locus::Result<()> {
+    use super::tiny_gpt_model::{BATCH, CONTEXT};
+    let mut step = tiny_gpt_step()?;
     step()?;
     sync();
     let per_sample = samples(|| {
