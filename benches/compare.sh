@@ -8,6 +8,8 @@
 #
 #     bash benches/compare.sh [--runs N] [OUTDIR]    full method, 3 runs by default
 #     bash benches/compare.sh --quick [OUTDIR]       one run, fewer samples (developers)
+#     bash benches/compare.sh --summarize --runs N OUTDIR   the table again from OUTDIR/run1..N/
+#                                                   (runs made by separate calls, gathered)
 #
 # OUTDIR defaults to benches/results/<UTC date and time>/ (a temporary directory with
 # --quick); it gets run<i>/{locus,torch,torch_thp,cpp}.tsv, header.txt, summary.tsv and
@@ -17,12 +19,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-quick=0; runs=""; out=""
+quick=0; runs=""; out=""; summarize=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1; shift ;;
+    --summarize) summarize=1; shift ;;
     --runs) runs="${2:-}"; shift 2 || { echo "compare.sh: --runs needs a number" >&2; exit 2; } ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     -*) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
     *) out="$1"; shift ;;
   esac
@@ -76,7 +79,16 @@ cpp_na() { # $1 = file, $2 = why
   } > "$1"
 }
 
+if [ "$summarize" = 1 ]; then
+  [ -n "$out" ] || { echo "compare.sh: --summarize needs the OUTDIR of the runs" >&2; exit 2; }
+  for i in $(seq 1 "$runs"); do
+    for f in locus torch torch_thp cpp; do
+      [ -f "$out/run$i/$f.tsv" ] || { echo "compare.sh: --summarize: no $out/run$i/$f.tsv" >&2; exit 2; }
+    done
+  done
+fi
 for i in $(seq 1 "$runs"); do
+  [ "$summarize" = 1 ] && break
   d="$out/run$i"
   mkdir -p "$d"
   echo "compare.sh: run $i of $runs into $d" >&2
