@@ -67,7 +67,7 @@ else
   cat "$build/nvcc.log" >&2
   cpp_why="nvcc failed to build benches/cpp/baseline.cu"
 fi
-[ -n "$cpp" ] || echo "compare.sh: $cpp_why; the C++ rows are n/a" >&2
+[ -n "$cpp" ] || [ "$summarize" = 1 ] || echo "compare.sh: $cpp_why; the C++ rows are n/a" >&2
 cpp_na() { # $1 = file, $2 = why
   {
     echo "# cpp baseline: not run ($2)"
