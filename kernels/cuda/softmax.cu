@@ -1,5 +1,6 @@
-// Softmax and log-softmax over one dim of a [outer, len, inner] view, and the per-row
-// losses of cross-entropy (log-softmax at the target, negated).
+// Softmax and log-softmax over one dim of a [outer, len, inner] view, the per-row
+// losses of cross-entropy (log-softmax at the target, negated), and LayerNorm's
+// normalisation of rows and its gradient.
 //
 // Every value is read with `to_acc`, computed in `Acc<T>::type` (float for f32 and the
 // 16-bit types, double for f64) and written with `from_acc`. Stable: the row's maximum
@@ -248,6 +249,66 @@ __device__ void nll_rows(const T* __restrict__ x, const i32* __restrict__ target
     }
 }
 
+// LayerNorm's normalisation of each row of `len` (no weight or bias): (x - mean) * rstd,
+// rstd = 1 / sqrt(var + eps), the variance biased (over len), as PyTorch's. Group G reads
+// the row three times (the mean, the variance about it, the write; the later reads come
+// from L1/L2), in the accumulator type.
+__device__ __forceinline__ f32 acc_rsqrt(f32 v) { return 1.0f / sqrtf(v); }
+__device__ __forceinline__ f64 acc_rsqrt(f64 v) { return 1.0 / sqrt(v); }
+
+template <typename T, typename G> struct RowMoments {
+    typename Acc<T>::type mean, rstd;
+    __device__ __forceinline__ RowMoments(const T* p, u64 len, f64 eps) {
+        typedef typename Acc<T>::type A;
+        A s = (A)0;
+        for (u64 i = G::rank(); i < len; i += G::size()) s += to_acc(p[i]);
+        mean = G::all(s, SumOp()) / (A)len;
+        A v = (A)0;
+        for (u64 i = G::rank(); i < len; i += G::size()) {
+            const A d = to_acc(p[i]) - mean;
+            v += d * d;
+        }
+        rstd = acc_rsqrt(G::all(v, SumOp()) / (A)len + (A)eps);
+    }
+};
+
+template <typename T, typename G>
+__device__ void norm_rows(const T* __restrict__ x, T* __restrict__ y, u64 rows, u64 len, f64 eps) {
+    for (u64 row = G::first(); row < rows; row += G::step()) {
+        const T* p = x + row * len;
+        T* q = y + row * len;
+        const RowMoments<T, G> m(p, len, eps);
+        for (u64 i = G::rank(); i < len; i += G::size()) q[i] = from_acc<T>((to_acc(p[i]) - m.mean) * m.rstd);
+    }
+}
+
+// The gradient of norm_rows at x, given the gradient g of its output:
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), xhat = (x - mean) * rstd, one row per
+// group, the moments computed again from x.
+template <typename T, typename G>
+__device__ void norm_back_rows(const T* __restrict__ x, const T* __restrict__ g, T* __restrict__ dx, u64 rows, u64 len,
+                               f64 eps) {
+    typedef typename Acc<T>::type A;
+    for (u64 row = G::first(); row < rows; row += G::step()) {
+        const T* p = x + row * len;
+        const T* gp = g + row * len;
+        T* q = dx + row * len;
+        const RowMoments<T, G> m(p, len, eps);
+        A sg = (A)0, sgx = (A)0;
+        for (u64 i = G::rank(); i < len; i += G::size()) {
+            const A gi = to_acc(gp[i]);
+            sg += gi;
+            sgx += gi * ((to_acc(p[i]) - m.mean) * m.rstd);
+        }
+        sg = G::all(sg, SumOp()) / (A)len;
+        sgx = G::all(sgx, SumOp()) / (A)len;
+        for (u64 i = G::rank(); i < len; i += G::size()) {
+            const A xh = (to_acc(p[i]) - m.mean) * m.rstd;
+            q[i] = from_acc<T>(m.rstd * (to_acc(gp[i]) - sg - xh * sgx));
+        }
+    }
+}
+
 // Values a thread of a block kernel holds of its row: as many as fit with the rest of
 // the kernel in 64 registers (blocks of 1024 threads need that) without spilling, as
 // ptxas reports for sm_90: 32 (vectors) or 24 (single loads) in f32 (also for the
@@ -269,7 +330,12 @@ __device__ void nll_rows(const T* __restrict__ x, const i32* __restrict__ target
 // u64 outer, u64 len, u64 inner); and
 //   nll_warp_T, nll_block_T       (const T* x, const i32* target, T* loss, u64 rows, u64 c,
 //                                 u64* err): cross-entropy's per-row loss, a warp or a
-//                                 block per row.
+//                                 block per row;
+//   layer_norm_{warp,block}_T     (const T* x, T* y, u64 rows, u64 len, f64 eps): each row
+//                                 normalised (a warp per row in blocks of (32, rows per
+//                                 block), or a block of whole warps per row);
+//   layer_norm_back_{warp,block}_T (const T* x, const T* g, T* dx, u64 rows, u64 len,
+//                                 f64 eps): its gradient.
 #define SOFTMAX_OP(NAME, LOG, T)                                                                             \
     extern "C" __global__ void __launch_bounds__(128) NAME##_warp4_##T(const T* x, T* out, u64 rows, u64 len) { \
         softmax_regs<T, LOG, WarpRow, false, 4>(x, out, rows, len);                                          \
@@ -298,6 +364,18 @@ __device__ void nll_rows(const T* __restrict__ x, const i32* __restrict__ target
     }                                                                                                        \
     extern "C" __global__ void __launch_bounds__(1024) nll_block_##T(const T* x, const i32* target, T* loss, u64 rows, u64 c, u64* err) { \
         nll_rows<T, BlockRow>(x, target, loss, rows, c, err);                                                \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(128) layer_norm_warp_##T(const T* x, T* y, u64 rows, u64 len, f64 eps) { \
+        norm_rows<T, WarpRow>(x, y, rows, len, eps);                                                         \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(1024) layer_norm_block_##T(const T* x, T* y, u64 rows, u64 len, f64 eps) { \
+        norm_rows<T, BlockRow>(x, y, rows, len, eps);                                                        \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(128) layer_norm_back_warp_##T(const T* x, const T* g, T* dx, u64 rows, u64 len, f64 eps) { \
+        norm_back_rows<T, WarpRow>(x, g, dx, rows, len, eps);                                                \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(1024) layer_norm_back_block_##T(const T* x, const T* g, T* dx, u64 rows, u64 len, f64 eps) { \
+        norm_back_rows<T, BlockRow>(x, g, dx, rows, len, eps);                                               \
     }
 
 SOFTMAX(f32)

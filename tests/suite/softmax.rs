@@ -330,3 +330,86 @@ fn cross_entropy_errors_name_the_bad_target_or_shape() -> locus::Result<()> {
     assert!((loss - 2.0f32.ln()).abs() < 1e-6, "{loss}");
     Ok(())
 }
+
+/// LayerNorm of `rows` rows of `len` (`x`, weight `w`, bias `b`) and the gradients of
+/// `Σ c · y` with respect to x, w and b, in f64 by the definition (biased variance).
+#[allow(clippy::type_complexity)]
+fn layer_norm_reference(
+    x: &[f64],
+    (w, b, c): (&[f64], &[f64], &[f64]),
+    len: usize,
+    eps: f64,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (mut y, mut dx, mut dw, mut db) = (vec![0.0; x.len()], vec![0.0; x.len()], vec![0.0; len], vec![0.0; len]);
+    for (r, row) in x.chunks(len).enumerate() {
+        let n = len as f64;
+        let mean = row.iter().sum::<f64>() / n;
+        let rstd = 1.0 / (row.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n + eps).sqrt();
+        let xhat: Vec<f64> = row.iter().map(|v| (v - mean) * rstd).collect();
+        let dxhat: Vec<f64> = (0..len).map(|j| c[r * len + j] * w[j]).collect();
+        let (m1, m2) = (dxhat.iter().sum::<f64>() / n, dxhat.iter().zip(&xhat).map(|(d, h)| d * h).sum::<f64>() / n);
+        for j in 0..len {
+            y[r * len + j] = xhat[j] * w[j] + b[j];
+            dx[r * len + j] = rstd * (dxhat[j] - m1 - xhat[j] * m2);
+            dw[j] += c[r * len + j] * xhat[j];
+            db[j] += c[r * len + j];
+        }
+    }
+    (y, dx, dw, db)
+}
+
+/// `nn::LayerNorm` forward and backward (one kernel each for the normalisation) against
+/// [`layer_norm_reference`], at the row lengths where the GPU goes from a warp per row to
+/// a block, in f64, f32 and bf16 (`tol` relative to `max(1, |want|)`).
+fn layer_norm_matches<T: Float>(tol: f64) -> locus::Result<()> {
+    use locus::nn::{LayerNorm, Module};
+    use locus::Param;
+    for (k, (rows, len)) in [(3, 1), (4, 5), (5, 64), (2, 1024), (3, 1025), (2, 3000)].into_iter().enumerate() {
+        let seed = 100 + k as u64;
+        let (x, w, b, c) = (
+            values(rows * len, seed, 2.0),
+            values(len, seed + 1, 1.5),
+            values(len, seed + 2, 1.0),
+            values(rows * len, seed + 3, 1.0),
+        );
+        let typed =
+            |v: &[f64], shape: &[usize]| Tensor::<G, T>::from_vec(v.iter().map(|&v| T::from_f64(v)).collect(), shape);
+        // The reference reads what the tensors hold (rounded to T).
+        let held = |v: &[f64]| v.iter().map(|&v| T::from_f64(v).to_f64()).collect::<Vec<f64>>();
+        let (x, w, b, c) = (held(&x), held(&w), held(&b), held(&c));
+        let mut norm = LayerNorm::<G, T>::new(len)?;
+        norm.weight.set(typed(&w, &[len])?)?;
+        norm.bias.set(typed(&b, &[len])?)?;
+        let input = Param::new(typed(&x, &[rows, len])?);
+        let y = norm.forward(&input)?;
+        (&y * &typed(&c, &[rows, len])?)?.sum()?.backward()?;
+        let (want_y, want_dx, want_dw, want_db) = layer_norm_reference(&x, (&w, &b, &c), len, 1e-5);
+        let grad = |p: &Param<G, T>| p.grad().expect("a gradient").to_vec();
+        for (what, got, want) in [
+            ("y", y.to_vec()?, want_y),
+            ("dx", grad(&input)?, want_dx),
+            ("dweight", grad(&norm.weight)?, want_dw),
+            ("dbias", grad(&norm.bias)?, want_db),
+        ] {
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                let (g, w) = (g.to_f64(), *w);
+                assert!(
+                    (g - w).abs()
+                        <= tol
+                            * w.abs().max(1.0)
+                            * if what == "dweight" || what == "dbias" { rows as f64 } else { 1.0 },
+                    "{} rows of {len}, {what}[{i}]: {g} against {w}",
+                    rows
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn layer_norm_and_its_gradients_match_the_f64_reference_at_every_row_length() -> locus::Result<()> {
+    layer_norm_matches::<f64>(1e-10)?;
+    layer_norm_matches::<f32>(2e-4)?;
+    layer_norm_matches::<bf16>(3e-2)
+}

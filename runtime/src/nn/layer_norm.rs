@@ -1,6 +1,7 @@
 //! `LayerNorm`: each row normalised over its last dim, then scaled and shifted by
-//! learned `weight` and `bias` (PyTorch's `nn.LayerNorm(dim)`), built from the tensor ops,
-//! so its gradient is theirs.
+//! learned `weight` and `bias` (PyTorch's `nn.LayerNorm(dim)`): the normalisation is one
+//! kernel forward and one backward (`Tensor::normalize_last`), the weight and bias the
+//! tensor ops, so their gradients are those ops'.
 
 use super::params::{join, Parameters};
 use crate::autograd::Param;
@@ -64,10 +65,7 @@ impl<D: Device, T: Float> Module<D, T> for LayerNorm<D, T> {
                 rhs: self.weight.shape().to_vec(),
             });
         }
-        let centered = (x - &x.mean_dim(dim, true)?)?;
-        let var = centered.square()?.mean_dim(dim, true)?;
-        let normed = (&centered / &var.shifted(self.eps)?.sqrt()?)?;
-        (&normed * &*self.weight)? + &*self.bias
+        (&x.normalize_last(self.eps)? * &*self.weight)? + &*self.bias
     }
 }
 

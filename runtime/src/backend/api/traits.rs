@@ -309,6 +309,11 @@ pub(crate) trait BackendStorage: Sized + Debug {
     /// `op` (softmax or log-softmax, float types only) over the dim `r` describes; the
     /// result has this buffer's length.
     fn softmax(&self, op: SoftmaxOp, dtype: DType, r: Reduction) -> Result<Self>;
+    /// LayerNorm's normalisation of each of `rows` rows of `len` (> 0) elements (float
+    /// types only): `(x - mean) / sqrt(var + eps)`, the variance biased. With `grad` (the
+    /// gradient of that output, of this buffer's length and device), the gradient with
+    /// respect to this buffer instead. Either result has this buffer's length.
+    fn layer_norm(&self, grad: Option<&Self>, dtype: DType, rows: usize, len: usize, eps: f64) -> Result<Self>;
     /// The elements `index` (`g.count` i32 of this buffer's device) picks along the
     /// middle dim of `g`, as `g` lays them out (`g.out_len()` elements, which the caller
     /// has checked). An index out of `[0, g.size)` is an error (the first one, in order);

@@ -304,6 +304,24 @@ impl Buffer {
         }
     }
 
+    /// [`BackendStorage::layer_norm`]: the normalised rows, or with `grad` their gradient.
+    pub(crate) fn layer_norm(
+        &self,
+        grad: Option<&Buffer>,
+        dtype: DType,
+        rows: usize,
+        len: usize,
+        eps: f64,
+    ) -> Result<Buffer> {
+        capture::on_device("layer_norm", self.device_id())?;
+        match (self, grad.map(|g| self.pair("layer_norm", g)).transpose()?) {
+            (_, Some(Pair::Host(x, g))) => x.layer_norm(Some(g), dtype, rows, len, eps).map(Buffer::Host),
+            (_, Some(Pair::Cuda(x, g))) => x.layer_norm(Some(g), dtype, rows, len, eps).map(Buffer::Cuda),
+            (Buffer::Host(x), None) => x.layer_norm(None, dtype, rows, len, eps).map(Buffer::Host),
+            (Buffer::Cuda(x), None) => x.layer_norm(None, dtype, rows, len, eps).map(Buffer::Cuda),
+        }
+    }
+
     pub(crate) fn index_select(&self, index: &Buffer, dtype: DType, g: Gather) -> Result<Buffer> {
         capture::on_device("index_select", self.device_id())?;
         match self.pair("index_select", index)? {

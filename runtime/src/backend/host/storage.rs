@@ -330,6 +330,10 @@ impl BackendStorage for HostBuffer {
         softmax::softmax(self, op, dtype, r)
     }
 
+    fn layer_norm(&self, grad: Option<&Self>, dtype: DType, rows: usize, len: usize, eps: f64) -> Result<Self> {
+        softmax::layer_norm(self, grad, dtype, (rows, len), eps)
+    }
+
     fn index_select(&self, index: &Self, dtype: DType, g: Gather) -> Result<Self> {
         let size = dtype.size();
         launch(

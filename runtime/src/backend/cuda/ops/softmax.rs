@@ -112,6 +112,51 @@ pub(in crate::backend::cuda) fn softmax(
     done(out)
 }
 
+/// LayerNorm's normalisation of each of `rows` rows of `len` elements of `x`, or with
+/// `grad` (of the same length) its gradient with respect to `x`: a warp per row up to 1024
+/// elements, else a block of whole warps.
+pub(in crate::backend::cuda) fn layer_norm(
+    x: &CudaBuffer,
+    grad: Option<&CudaBuffer>,
+    dtype: DType,
+    (rows, len): (usize, usize),
+    eps: f64,
+) -> Result<CudaBuffer> {
+    float_only("layer_norm", dtype)?;
+    let dev = x.device();
+    let (s, out) = match grad {
+        Some(g) => alloc(dev, dtype, rows * len, &[x, g])?,
+        None => alloc(dev, dtype, rows * len, &[x])?,
+    };
+    if rows * len == 0 {
+        return done(out);
+    }
+    let (n, l) = (rows as u64, len as u64);
+    let (variant, grid, block) = match (l <= 1024, grad.is_some()) {
+        (true, false) => ("warp", dev.row_grid(n.div_ceil(WARP_ROWS as u64), 32 * WARP_ROWS), (32, WARP_ROWS, 1)),
+        (true, true) => ("back_warp", dev.row_grid(n.div_ceil(WARP_ROWS as u64), 32 * WARP_ROWS), (32, WARP_ROWS, 1)),
+        (false, back) => {
+            // About eight elements per thread, in whole warps.
+            let threads = l.div_ceil(8).div_ceil(32).clamp(2, 32) as u32 * 32;
+            (if back { "back_block" } else { "block" }, dev.row_grid(n, threads), (threads, 1, 1))
+        }
+    };
+    let f = dev.kernel(Source::Softmax, "layer_norm", variant, dtype)?;
+    let args = match grad {
+        None => KernelArgs::new().ptr(x).ptr(&out),
+        Some(g) => KernelArgs::new().ptr(x).ptr(g).ptr(&out),
+    };
+    // `layer_norm_{warp,block}_{dtype}(const T* x, T* y, u64 rows, u64 len, f64 eps)` and
+    // `layer_norm_back_{warp,block}_{dtype}(const T* x, const T* g, T* dx, u64 rows, u64
+    // len, f64 eps)`: `x`, `grad` and `out` hold `rows * len` elements of `dtype` (the
+    // caller's contract and `alloc`), ready and kept alive on `s`; the warp kernels get
+    // blocks of `(32, WARP_ROWS)`, the block kernels whole warps, at most 1024 threads
+    // (their launch bounds), and every access is bounded by the counts.
+    // SAFETY: for the reasons in the comment just above.
+    unsafe { dev.launch(f, (grid, 1, 1), block, &s, args.u64(n).u64(l).f64(eps))? };
+    done(out)
+}
+
 /// Cross-entropy's loss of each of the `rows` rows of `[rows, classes]` logits `x`, with
 /// `targets` (`rows` i32), after checking every target on the device.
 pub(in crate::backend::cuda) fn cross_entropy_rows(

@@ -1,5 +1,5 @@
 //! The host backend's row ops: softmax and log-softmax over one dim, cross-entropy's loss
-//! per row. Like the other kernels, each splits its output over the
+//! per row, LayerNorm's normalisation of rows and its gradient. Like the other kernels, each splits its output over the
 //! worker pool (`split_mut`) in whole rows, so every output is computed as on one thread.
 //!
 //! Softmax is computed in f64 whatever the float type, in two passes per row (the
@@ -104,6 +104,48 @@ pub(in crate::backend) fn cross_entropy_rows<T: Float>(
             // Checked above: 0 <= target < classes.
             let t = targets[row] as usize;
             *o = T::from_f64(m + s.ln() - p[t].to_f64());
+        }
+        Ok(())
+    })
+}
+
+/// The mean and `1 / sqrt(var + eps)` of `row` (not empty), in f64, the variance biased.
+fn moments<T: Float>(row: &[T], eps: f64) -> (f64, f64) {
+    let n = row.len() as f64;
+    let mean = row.iter().map(|v| v.to_f64()).sum::<f64>() / n;
+    let var = row.iter().map(|v| (v.to_f64() - mean).powi(2)).sum::<f64>() / n;
+    (mean, 1.0 / (var + eps).sqrt())
+}
+
+/// Each row of `len` of `x` normalised into `out` (`(x - mean) * rstd`), or, with `grad`,
+/// the gradient of that with respect to `x`: `rstd * (g - mean(g) - xhat * mean(g * xhat))`.
+/// In f64, rounded once.
+pub(in crate::backend) fn layer_norm<T: Float>(
+    x: &[T],
+    grad: Option<&[T]>,
+    out: &mut [T],
+    len: usize,
+    eps: f64,
+) -> Result<()> {
+    if out.is_empty() {
+        return Ok(());
+    }
+    split_mut(out, len, (GRAIN / len).max(1), &|start, out| {
+        for (k, o) in out.chunks_mut(len).enumerate() {
+            let at = start + k * len;
+            let row = &x[at..at + len];
+            let (mean, rstd) = moments(row, eps);
+            let xhat = |v: &T| (v.to_f64() - mean) * rstd;
+            let Some(g) = grad.map(|g| &g[at..at + len]) else {
+                o.iter_mut().zip(row).for_each(|(o, v)| *o = T::from_f64(xhat(v)));
+                continue;
+            };
+            let n = len as f64;
+            let sg = g.iter().map(|v| v.to_f64()).sum::<f64>() / n;
+            let sgx = g.iter().zip(row).map(|(g, v)| g.to_f64() * xhat(v)).sum::<f64>() / n;
+            for ((o, v), g) in o.iter_mut().zip(row).zip(g) {
+                *o = T::from_f64(rstd * (g.to_f64() - sg - xhat(v) * sgx));
+            }
         }
         Ok(())
     })
