@@ -8,7 +8,7 @@
 //!     gpu pipeline                                                  (the pipeline rows alone)
 //!     gpu checkpoint                                                (the checkpoint row alone)
 //!     gpu copies                                                    (the copy rows alone)
-//!     gpu train                                                     (the training rows alone)
+//!     gpu train                                                     (the training and autograd rows alone)
 //!     gpu train-trace PATH [STEPS]                                  (tiny_gpt's eager steps traced)
 //!     gpu breakdown                                                 (an op's and a replay's time in parts)
 //!     gpu grads FILE                                                (gradients for benches/torch_grads.py)

@@ -230,8 +230,66 @@ fn tiny_gpt_graphed(steps: usize) -> locus::Result<()> {
     Ok(())
 }
 
+/// Ops per chain of the autograd rows: far below the launch queue's depth, as the
+/// breakdown's batches, so the host's own time is what is timed.
+const CHAIN: usize = 128;
+
+/// What one recorded op costs backward against forward (issue 35's last target: backward
+/// per op at most 1.3 times the forward op's submit): a chain of `CHAIN` multiplies of a
+/// 1024-element tensor that tracks gradients by a constant tensor, each sample after a
+/// synchronize. `autograd_forward_1k_submit`: host time per op of the chain as recorded
+/// (the op and its tape node); `autograd_backward_1k_per_op`: host time of `backward()` on
+/// its sum, per op of the chain (one `g * w` per op, the sum's and the leaf's few extra
+/// spread over the chain), until `backward` returns with every kernel queued.
+fn autograd_chain() -> locus::Result<()> {
+    let x = locus::Param::new(Tensor::<G>::rand([1024], 1)?);
+    let w = (Tensor::<G>::rand([1024], 2)? * 0.5)?;
+    let chain = || -> locus::Result<Tensor<G>> {
+        let mut y = (&*x * &w)?;
+        for _ in 1..CHAIN {
+            y = (&y * &w)?;
+        }
+        Ok(y)
+    };
+    let per_op = |t: Instant| t.elapsed().as_secs_f64() / CHAIN as f64 * 1e6;
+    let forward = samples(|| {
+        sync();
+        let t = Instant::now();
+        let y = chain().unwrap();
+        let us = per_op(t);
+        drop(y);
+        sync();
+        us
+    });
+    let backward = samples(|| {
+        let loss = chain().and_then(|y| y.sum()).unwrap();
+        sync();
+        let t = Instant::now();
+        loss.backward().unwrap();
+        let us = per_op(t);
+        sync();
+        x.zero_grad();
+        us
+    });
+    let what = format!("a chain of {CHAIN} multiplies of 1024 f32 (tracking gradients) by a constant tensor");
+    row(
+        "autograd_forward_1k_submit",
+        &forward,
+        "us/op",
+        &format!("{what}: host time per op of the forward, recorded, no sync"),
+    );
+    row(
+        "autograd_backward_1k_per_op",
+        &backward,
+        "us/op",
+        &format!("{what}: host time of backward() on its sum until it returns, per op of the chain"),
+    );
+    Ok(())
+}
+
 /// The training rows.
 pub(crate) fn steps() {
+    autograd_chain().unwrap();
     rows::<f32>("train_mlp_f32_w4096_b512", 4096, 512, 10).unwrap();
     rows::<bf16>("train_mlp_bf16_w4096_b512", 4096, 512, 10).unwrap();
     rows::<f32>("train_mlp_f32_w256_b32", 256, 32, 100).unwrap();
