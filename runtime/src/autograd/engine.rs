@@ -3,13 +3,14 @@
 //! gradients accumulated only once every rule has succeeded (a failed pass changes no
 //! gradient and frees nothing, so it can be retried).
 
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::sync::{Arc, PoisonError};
 
 use half::{bf16, f16};
 
 use super::mode::no_grad;
 use super::node::{Kind, Node};
+use crate::backend::fast_map::FastMap;
 use crate::backend::{self, dispatch::current};
 use crate::device::Dyn;
 use crate::element::{DType, Element};
@@ -40,16 +41,17 @@ fn err(reason: String) -> Error {
     Error::Backward { reason }
 }
 
-/// For each node, the edges into it from the nodes a pass reaches.
-type Deps = HashMap<*const Node, usize>;
+/// For each node, the edges into it from the nodes a pass reaches (keyed by address: FNV,
+/// not SipHash, for the lookups every node of a pass makes).
+type Deps = FastMap<*const Node, usize>;
 
 /// Every node the pass will reach, checked before any rule runs: no rule freed by an
 /// earlier pass, no input written in place since an op read it, no value written in
 /// place after its op made it. With the nodes comes, for each, the number of edges into
 /// it from reachable nodes: once that many rules have run, its gradient is complete.
 fn check(root: &Arc<Node>) -> Result<(Vec<Arc<Node>>, Deps)> {
-    let mut seen: HashMap<*const Node, ()> = HashMap::new();
-    let mut deps = Deps::new();
+    let mut seen: FastMap<*const Node, ()> = FastMap::default();
+    let mut deps = Deps::default();
     let mut stack = vec![Arc::clone(root)];
     let mut all = Vec::new();
     while let Some(node) = stack.pop() {
@@ -158,7 +160,7 @@ pub(crate) fn backward_observed(
 ) -> Result<()> {
     let (all, mut deps) = check(root)?;
     let _off = no_grad();
-    let mut grads: HashMap<*const Node, Erased> = HashMap::new();
+    let mut grads: FastMap<*const Node, Erased> = FastMap::default();
     let mut leaves: Vec<(Arc<Node>, Erased)> = Vec::new();
     if root.is_leaf() {
         on_ready(root, &seed)?;
