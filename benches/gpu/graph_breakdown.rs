@@ -109,8 +109,9 @@ fn raw_side(raw: &Raw) {
         let graph = result::stream::end_capture(s).unwrap();
         (graph, result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0)).unwrap())
     };
-    // SAFETY (every closure below): `exec` and `s` live until the end of this function.
+    // SAFETY: `exec` and `s` live until the end of this function.
     let launch = || unsafe { result::graph::launch(exec, s).unwrap() };
+    // SAFETY: `s` lives for the process.
     let sync = || unsafe { result::stream::synchronize(s).unwrap() };
     let host = samples(|| host_per_call(launch, sync));
     let gpu: Vec<f64> = raw
