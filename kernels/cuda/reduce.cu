@@ -1,5 +1,5 @@
-// Reductions: sum, mean and max over all elements (two passes: per-block partials,
-// then one block) and over one dim of a [outer, len, inner] view.
+// Reductions: sum, mean, max and the sum of squares over all elements (two passes:
+// per-block partials, then one block) and over one dim of a [outer, len, inner] view.
 //
 // Float sums accumulate in f64 and integer sums in unsigned 32-bit (64-bit for i64),
 // wrapping, as the host backend does, so both give the same answers.
@@ -23,6 +23,18 @@ template <typename T> struct Mean {
     static __device__ A load(T v) { return (A)v; }
     static __device__ A combine(A a, A b) { return a + b; }
     static __device__ T finish(A a, u64 len) { return (T)(a / (f64)len); }
+};
+
+// The sum of the squares (float types), each squared in f64 as it is read.
+template <typename T> struct SumSq {
+    typedef f64 A;
+    static __device__ A init() { return 0.0; }
+    static __device__ A load(T v) {
+        const A a = (A)v;
+        return a * a;
+    }
+    static __device__ A combine(A a, A b) { return a + b; }
+    static __device__ T finish(A a, u64) { return (T)a; }
 };
 
 template <typename T> struct MaxInit { static __device__ T v() { return (T)0; } };
@@ -154,3 +166,7 @@ REDUCE(mean, Mean, bf16)
 REDUCE(mean, Mean, f16)
 REDUCE(max, Max, bf16)
 REDUCE(max, Max, f16)
+REDUCE(sumsq, SumSq, f32)
+REDUCE(sumsq, SumSq, f64)
+REDUCE(sumsq, SumSq, bf16)
+REDUCE(sumsq, SumSq, f16)

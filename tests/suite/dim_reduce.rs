@@ -553,3 +553,29 @@ fn dim_reductions_of_dyn_tensors_stay_on_their_device() -> locus::Result<()> {
     assert_eq!((v.to_vec()?, i.to_vec()?, i.device()), (vec![3, 8], vec![1, 0], d.device()));
     Ok(())
 }
+
+/// `sum_squares` (gradient clipping's norm, one read): against the f64 sum of the squares
+/// of the values the tensor holds, at lengths on both sides of the GPU's switch from one
+/// block to per-block partials (65536), in f64, f32 and bf16; and its gradient, `2 x g`.
+#[test]
+fn sum_squares_is_the_sum_of_the_squares_and_its_gradient_is_twice_the_input() -> locus::Result<()> {
+    fn check<T: Float>(v: &[f64], tol: f64) -> locus::Result<()> {
+        let held: Vec<T> = v.iter().map(|&x| T::from_f64(x)).collect();
+        let want: f64 = held.iter().map(|x| x.to_f64() * x.to_f64()).sum();
+        let got = Tensor::<G, T>::from_vec(held, [v.len()])?.sum_squares()?.item()?.to_f64();
+        assert!((got - want).abs() <= tol * want.max(1.0), "{} of {}: {got} against {want}", T::DTYPE, v.len());
+        Ok(())
+    }
+    for n in [0usize, 1, 7, 1000, 65_536, 65_537, 200_001] {
+        let v: Vec<f64> = (0..n).map(|i| ((i * 37 % 101) as f64 - 50.0) / 7.0).collect();
+        check::<f64>(&v, 1e-12)?;
+        check::<f32>(&v, 1e-6)?;
+        check::<bf16>(&v, 8e-3)?;
+    }
+    let m = Tensor::<G>::from_vec((0..12).map(|i| i as f32 - 5.5).collect(), [3, 4])?;
+    assert_eq!(m.sum_squares()?.item()?, (0..12).map(|i| (i as f32 - 5.5).powi(2)).sum::<f32>());
+    let p = locus::Param::new(Tensor::<G, f64>::from_vec(vec![1.0, -2.0, 0.5], [3])?);
+    (p.sum_squares()? * 3.0)?.backward()?;
+    assert_eq!(p.grad().expect("a gradient").to_vec()?, vec![6.0, -12.0, 3.0]);
+    Ok(())
+}

@@ -32,7 +32,7 @@ pub fn clip_grad_norm<D: Device, T: Float>(
     let mut total: Option<Result<Tensor<D, T>>> = None;
     model.visit_params("", &mut |_, p| {
         let Some(g) = p.grad() else { return };
-        let sq = g.square().and_then(|s| s.sum());
+        let sq = g.sum_squares();
         total = Some(match total.take() {
             None => sq,
             Some(acc) => acc.and_then(|a| sq.and_then(|s| &a + &s)),

@@ -1,4 +1,4 @@
-//! Reductions: of all elements (`sum`, `max`, `min`, `mean`, each a 0-d tensor) and over
+//! Reductions: of all elements (`sum`, `max`, `min`, `mean`, `sum_squares`, each a 0-d tensor) and over
 //! one dim (`sum_dim`, `mean_dim`, `max_dim` and `min_dim` (values and indices), `argmax`
 //! and `argmin`), each of the latter dropping the dim or, with `keepdim`, keeping it as a
 //! dim of 1, as PyTorch's `keepdim=True` does.
@@ -295,6 +295,25 @@ impl<D: Device, T: Float> Tensor<D, T> {
             {
                 move |g: Tensor<_, _>| g.scaled(1.0 / shape.numel() as f64)?.unreduce(&shape, None)
             }
+        }))
+    }
+
+    /// The sum of the squares of all elements (the squared L2 norm), as a 0-d tensor, in
+    /// one read: the squares are never stored, and the sum accumulates in f64. Gradient
+    /// clipping takes it of every gradient.
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
+    /// let t = Tensor::<Cpu>::from_vec(vec![1.0, -2.0, 3.0], [3])?;
+    /// assert_eq!(t.sum_squares()?.item()?, 14.0);
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn sum_squares(&self) -> Result<Self> {
+        let out = self.reduce(ReduceKind::SumSquares, Reduction::all(self.numel()), Shape::scalar())?;
+        Ok(self.track1(out, "sum_squares", |_| {
+            let x = self.saved();
+            move |g: Tensor<_, _>| x.times(&g.scaled(2.0)?)
         }))
     }
 

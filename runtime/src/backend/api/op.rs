@@ -107,7 +107,13 @@ impl ReduceKind {
             ReduceKind::Sum => "sum",
             ReduceKind::Mean => "mean",
             ReduceKind::Max => "max",
+            ReduceKind::SumSquares => "sum_squares",
         }
+    }
+
+    /// Float types only (a mean, a sum of squares).
+    pub(crate) fn float_only(self) -> bool {
+        matches!(self, ReduceKind::Mean | ReduceKind::SumSquares)
     }
 }
 
@@ -178,6 +184,8 @@ pub(crate) enum ReduceKind {
     Sum,
     Mean,
     Max,
+    /// The sum of the squares, in one read (gradient clipping's norm).
+    SumSquares,
 }
 
 /// Softmax or its logarithm over one dim (float types only).

@@ -227,14 +227,10 @@ impl BackendStorage for HostBuffer {
     }
 
     fn reduce(&self, op: ReduceKind, dtype: DType, r: Reduction) -> Result<Self> {
-        if op == ReduceKind::Mean {
-            float_only("mean", dtype)?;
+        if op.float_only() {
+            float_only(op.name(), dtype)?;
         }
-        let name = match op {
-            ReduceKind::Sum => "sum",
-            ReduceKind::Mean => "mean",
-            ReduceKind::Max => "max",
-        };
+        let name = op.name();
         launch(
             self.op(name, dtype, r.out_len()),
             &[self],

@@ -1,4 +1,4 @@
-//! Reductions (`sum`, `mean`, `max`) over one dim, kernels of reduce.cu. A whole-tensor
+//! Reductions (`sum`, `mean`, `max`, the sum of squares) over one dim, kernels of reduce.cu. A whole-tensor
 //! reduction runs in one block when small, else in two launches through per-block
 //! partial results; a reduction over the last dim gives each row to a block, and one over
 //! an inner dim gives each output element to a thread.
@@ -24,9 +24,10 @@ pub(in crate::backend::cuda) fn reduce(
         ReduceKind::Sum => "sum",
         ReduceKind::Mean => "mean",
         ReduceKind::Max => "max",
+        ReduceKind::SumSquares => "sumsq",
     };
-    if op == ReduceKind::Mean {
-        float_only("mean", dtype)?;
+    if op.float_only() {
+        float_only(op.name(), dtype)?;
     }
     let dev = x.device();
     let (stream, out) = alloc(dev, dtype, r.out_len(), &[x])?;

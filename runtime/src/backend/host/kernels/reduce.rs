@@ -1,5 +1,5 @@
-//! Sums, means and maxima over all elements or one dim (reduce.cu): floats accumulated
-//! in f64 in lanes and per-thread partials added in a fixed order.
+//! Sums, means, maxima and sums of squares over all elements or one dim (reduce.cu):
+//! floats accumulated in f64 in lanes and per-thread partials added in a fixed order.
 
 use crate::backend::host::kernels::init::fill;
 use crate::backend::host::kernels::GRAIN;
@@ -9,15 +9,27 @@ use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::shape::Reduction;
 
-/// The f64 sum of `x` in sixteen lanes, added pairwise; with AVX2 where the processor
-/// has it (the same additions in the same order, so the same result, four at a time).
-fn sum_f64<T: Element>(x: &[T]) -> f64 {
+/// The f64 sum of `x` (of its squares with `SQ`) in sixteen lanes, added pairwise; with
+/// AVX2 where the processor has it (the same additions in the same order, so the same
+/// result, four at a time).
+fn sum_f64<T: Element, const SQ: bool>(x: &[T]) -> f64 {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the processor has AVX2, checked on the line above.
-        return unsafe { sum_f64_avx2(x) };
+        return unsafe { sum_f64_avx2::<T, SQ>(x) };
     }
-    sum_lanes(x)
+    sum_lanes::<T, SQ>(x)
+}
+
+/// An element as the sum adds it: itself, or with `SQ` its square (in f64).
+#[inline(always)]
+fn term<T: Element, const SQ: bool>(v: T) -> f64 {
+    let v = v.to_f64();
+    if SQ {
+        v * v
+    } else {
+        v
+    }
 }
 
 /// [`sum_lanes`] compiled for AVX2.
@@ -26,23 +38,23 @@ fn sum_f64<T: Element>(x: &[T]) -> f64 {
 /// The processor must have AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn sum_f64_avx2<T: Element>(x: &[T]) -> f64 {
-    sum_lanes(x)
+unsafe fn sum_f64_avx2<T: Element, const SQ: bool>(x: &[T]) -> f64 {
+    sum_lanes::<T, SQ>(x)
 }
 
 /// Sixteen independent f64 sums (which the compiler vectorizes), then added pairwise.
 /// Lanes start at -0.0, the neutral element, as `Iterator::sum` of f64 does.
 #[inline(always)]
-fn sum_lanes<T: Element>(x: &[T]) -> f64 {
+fn sum_lanes<T: Element, const SQ: bool>(x: &[T]) -> f64 {
     let mut lanes = [-0.0f64; 16];
     let mut runs = x.chunks_exact(16);
     for run in &mut runs {
         for (s, v) in lanes.iter_mut().zip(run) {
-            *s += v.to_f64();
+            *s += term::<T, SQ>(*v);
         }
     }
     for (s, v) in lanes.iter_mut().zip(runs.remainder()) {
-        *s += v.to_f64();
+        *s += term::<T, SQ>(*v);
     }
     let mut width = 16;
     while width > 1 {
@@ -65,7 +77,8 @@ enum Acc<T> {
 fn reduce_row<T: Element>(op: ReduceKind, x: &[T]) -> Acc<T> {
     match op {
         ReduceKind::Max => Acc::Elem(x[1..].iter().fold(x[0], |m, &v| m.max_of(v))),
-        _ if T::DTYPE.is_float() => Acc::Float(sum_f64(x)),
+        ReduceKind::SumSquares => Acc::Float(sum_f64::<T, true>(x)),
+        _ if T::DTYPE.is_float() => Acc::Float(sum_f64::<T, false>(x)),
         _ => Acc::Elem(x.iter().fold(T::ZERO, |s, &v| s.add(v))),
     }
 }
@@ -138,8 +151,11 @@ fn reduce_strided<T: Element>(op: ReduceKind, x: &[T], out: &mut [T], start: usi
         let dst = &mut out[done..done + n];
         if op != ReduceKind::Max && T::DTYPE.is_float() {
             let mut acc = vec![-0.0f64; n];
+            let square = op == ReduceKind::SumSquares;
             for j in 0..r.len {
-                acc.iter_mut().zip(run(j)).for_each(|(s, v)| *s += v.to_f64());
+                acc.iter_mut()
+                    .zip(run(j))
+                    .for_each(|(s, v)| *s += if square { term::<T, true>(*v) } else { v.to_f64() });
             }
             dst.iter_mut().zip(acc).for_each(|(d, s)| *d = finish(op, Acc::Float(s), r.len));
         } else {
