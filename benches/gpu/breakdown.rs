@@ -33,18 +33,24 @@ pub(crate) const BATCH: usize = 128;
 const BATCHES: usize = 40;
 
 /// Host microseconds per op of `op`, over one sample of `BATCHES` batches of `BATCH`.
-fn per_op(mut op: impl FnMut(), mut settle: impl FnMut()) -> f64 {
+fn per_op(op: impl FnMut(), settle: impl FnMut()) -> f64 {
+    host_per_call((BATCHES, BATCH), op, settle)
+}
+
+/// Host microseconds per call of `op` over `batches` batches of `batch` calls, each
+/// batch after `settle` (only the calls are timed): the method of every breakdown row.
+pub(crate) fn host_per_call((batches, batch): (usize, usize), mut op: impl FnMut(), mut settle: impl FnMut()) -> f64 {
     let mut timed = Duration::ZERO;
-    for _ in 0..BATCHES {
+    for _ in 0..batches {
         settle();
         let t = Instant::now();
-        for _ in 0..BATCH {
+        for _ in 0..batch {
             op();
         }
         timed += t.elapsed();
     }
     settle();
-    timed.as_secs_f64() / (BATCHES * BATCH) as f64 * 1e6
+    timed.as_secs_f64() / (batches * batch) as f64 * 1e6
 }
 
 /// The named op of the breakdown (`None` for an unknown name), each a closure that queues

@@ -14,11 +14,12 @@
 //!   time per replay in a batch of 1000: the `graph_chain20_replay` row (times 20) and
 //!   its raw twin, which the parts above add up to with the launch's latency.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use cudarc::driver::{result, sys};
 use locus::{Graph, Stream, Tensor};
 
+use crate::breakdown::host_per_call;
 use crate::method::{row, samples};
 use crate::raw::Raw;
 use crate::{stream_time, G};
@@ -35,21 +36,6 @@ const SYNCED: usize = 1000;
 const SYNCS: usize = 2000;
 /// Elements per add, as `graph.rs`.
 const N: usize = 1024;
-
-/// Host microseconds per call of `op`, in `BATCHES` batches of `BATCH`, each after `settle`.
-fn host_per_call(mut op: impl FnMut(), mut settle: impl FnMut()) -> f64 {
-    let mut timed = Duration::ZERO;
-    for _ in 0..BATCHES {
-        settle();
-        let t = Instant::now();
-        for _ in 0..BATCH {
-            op();
-        }
-        timed += t.elapsed();
-    }
-    settle();
-    timed.as_secs_f64() / (BATCHES * BATCH) as f64 * 1e6
-}
 
 /// Wall microseconds per call of `op`, `count` calls in a row.
 fn wall_per_call(count: usize, mut op: impl FnMut()) -> f64 {
@@ -113,7 +99,7 @@ fn raw_side(raw: &Raw) {
     let launch = || unsafe { result::graph::launch(exec, s).unwrap() };
     // SAFETY: `s` lives for the process.
     let sync = || unsafe { result::stream::synchronize(s).unwrap() };
-    let host = samples(|| host_per_call(launch, sync));
+    let host = samples(|| host_per_call((BATCHES, BATCH), launch, sync));
     let gpu: Vec<f64> = raw
         .time(|| {
             for _ in 0..GPU_REPLAYS {
@@ -151,6 +137,7 @@ fn locus_side() {
     let mut g = Graph::capture(&stream, (&mut x, &mut b), |(x, b)| crate::graph::chain(x, b)).unwrap();
     let host = samples(|| {
         host_per_call(
+            (BATCHES, BATCH),
             || {
                 let _ = g.replay().unwrap();
             },

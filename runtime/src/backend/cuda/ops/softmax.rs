@@ -132,14 +132,14 @@ pub(in crate::backend::cuda) fn layer_norm(
         return done(out);
     }
     let (n, l) = (rows as u64, len as u64);
-    let (variant, grid, block) = match (l <= 1024, grad.is_some()) {
-        (true, false) => ("warp", dev.row_grid(n.div_ceil(WARP_ROWS as u64), 32 * WARP_ROWS), (32, WARP_ROWS, 1)),
-        (true, true) => ("back_warp", dev.row_grid(n.div_ceil(WARP_ROWS as u64), 32 * WARP_ROWS), (32, WARP_ROWS, 1)),
-        (false, back) => {
-            // About eight elements per thread, in whole warps.
-            let threads = l.div_ceil(8).div_ceil(32).clamp(2, 32) as u32 * 32;
-            (if back { "back_block" } else { "block" }, dev.row_grid(n, threads), (threads, 1, 1))
-        }
+    let back = grad.is_some();
+    let (variant, grid, block) = if l <= 1024 {
+        let grid = dev.row_grid(n.div_ceil(WARP_ROWS as u64), 32 * WARP_ROWS);
+        (if back { "back_warp" } else { "warp" }, grid, (32, WARP_ROWS, 1))
+    } else {
+        // About eight elements per thread, in whole warps.
+        let threads = l.div_ceil(8).div_ceil(32).clamp(2, 32) as u32 * 32;
+        (if back { "back_block" } else { "block" }, dev.row_grid(n, threads), (threads, 1, 1))
     };
     let f = dev.kernel(Source::Softmax, "layer_norm", variant, dtype)?;
     let args = match grad {
