@@ -18,6 +18,7 @@ mod i64;
 mod index_select;
 mod loader;
 mod more_ops;
+mod multi_tensor;
 mod ndarray;
 mod ops;
 mod softmax;

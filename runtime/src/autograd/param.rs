@@ -119,6 +119,19 @@ impl<D: Device, T: Float> Param<D, T> {
         self.leaf.bump(op);
         &mut self.tensor
     }
+
+    /// The values moved out, for an optimizer's kernel to write in place among other
+    /// parameters' (counts as a write by `op`); `stand_in`, of the same shape and device and
+    /// sharing no memory with them, holds their place until [`put_values`](Self::put_values).
+    pub(crate) fn take_values(&mut self, op: &'static str, stand_in: Tensor<D, T>) -> Tensor<D, T> {
+        self.leaf.bump(op);
+        std::mem::replace(&mut self.tensor, stand_in)
+    }
+
+    /// Puts back the values [`take_values`](Self::take_values) took.
+    pub(crate) fn put_values(&mut self, values: Tensor<D, T>) {
+        self.tensor = values;
+    }
 }
 
 impl<D: HostPlacement, T: Float> Param<D, T> {

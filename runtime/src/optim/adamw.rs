@@ -4,8 +4,9 @@
 use std::path::Path;
 
 use super::fused::{self, AdamWStep};
-use super::state::{each_gradient, State};
-use crate::autograd::no_grad;
+use super::multi::{self, AdamWSlot, StepValues};
+use super::state::State;
+use crate::autograd::{no_grad, Param};
 use crate::checkpoint::Checkpoint;
 use crate::device::{Device, DeviceId};
 use crate::element::Float;
@@ -97,33 +98,109 @@ impl<D: Device, T: Float> AdamW<D, T> {
         }
     }
 
-    /// One update of every parameter of `model` that has a gradient: one kernel per
-    /// parameter, in place (PyTorch's fused AdamW), with no wait for the device.
+    /// One update of every parameter of `model` that has a gradient, in place, with no
+    /// wait for the device: on a CUDA device one kernel for up to 32 parameters (PyTorch's
+    /// `foreach`/fused AdamW), in host memory the update as tensor ops.
     pub fn step(&mut self, model: &mut impl Parameters<D, T>) -> Result<()> {
         let _off = no_grad();
-        each_gradient(model, |name, p, g| {
-            let t = self.steps_of(name) + 1;
+        let mut batch = self.take_batch(model, false, |opt, name, p, g, t| {
             let at = p.placement();
             let shape = p.shape().to_vec();
-            let s = self.step_values(t);
-            let mut m = self.state.slot(name, "exp_avg", || Tensor::zeros_on(at, &shape))?.clone();
-            let mut v = self.state.slot(name, "exp_avg_sq", || Tensor::zeros_on(at, &shape))?.clone();
-            // The state's handles are moved out and back, so the kernel's outputs are
-            // not shared (a shared output would be copied first).
-            self.state.slots.entry(name.to_string()).or_default().clear();
-            if matches!(at.id(), DeviceId::Cuda(_)) {
-                fused::adamw(p.values_mut("AdamW::step"), &g, &mut m, &mut v, &s)?;
-            } else {
-                let (np, nm, nv) = fused::adamw_by_ops(&p.detach(), &g, &m, &v, &s)?;
-                p.set(np)?;
-                (m, v) = (nm, nv);
-            }
-            let keys = self.state.slots.entry(name.to_string()).or_default();
-            keys.insert("exp_avg", m);
-            keys.insert("exp_avg_sq", v);
-            self.state.steps.insert(name.to_string(), t);
+            let m = opt.state.slot(name, "exp_avg", || Tensor::zeros_on(at, &shape))?.clone();
+            let v = opt.state.slot(name, "exp_avg_sq", || Tensor::zeros_on(at, &shape))?.clone();
+            let (np, nm, nv) = fused::adamw_by_ops(&p.detach(), &g, &m, &v, &opt.step_values(t))?;
+            p.set(np)?;
+            let keys = opt.state.slots.entry(name.to_string()).or_default();
+            keys.insert("exp_avg", nm);
+            keys.insert("exp_avg_sq", nv);
+            opt.state.steps.insert(name.to_string(), t);
             Ok(())
-        })
+        })?;
+        let launched = self.launch_by_step(&mut batch);
+        self.put_back(model, batch, true);
+        launched
+    }
+
+    /// The parameters of `model` with a gradient, moved out with their moments for one
+    /// launch over all of them (pass 1 of a step; [`put_back`](Self::put_back) is pass 2).
+    /// Each taken parameter holds its gradient in the meantime; parameters in host
+    /// memory (a CUDA kernel cannot run there) go to `by_ops` instead, unless `graphed`.
+    /// On an `Err` everything taken so far is put back and the `Err` comes back.
+    fn take_batch(
+        &mut self,
+        model: &mut impl Parameters<D, T>,
+        graphed: bool,
+        mut by_ops: impl FnMut(&mut Self, &str, &mut Param<D, T>, Tensor<D, T>, u64) -> Result<()>,
+    ) -> Result<Vec<Pending<D, T>>> {
+        let mut batch = Vec::new();
+        let mut result = Ok(());
+        model.visit_params_mut("", &mut |name, p| {
+            let Some(g) = p.grad().filter(|_| result.is_ok()) else { return };
+            let t = self.steps_of(name) + 1;
+            if !graphed && !matches!(p.placement().id(), DeviceId::Cuda(_)) {
+                result = by_ops(self, name, p, g, t);
+                return;
+            }
+            let moments = if graphed {
+                self.state.slots.get_mut(name).and_then(|k| Some((k.remove("exp_avg")?, k.remove("exp_avg_sq")?)))
+            } else {
+                let (at, shape) = (p.placement(), p.shape().to_vec());
+                let made = ["exp_avg", "exp_avg_sq"]
+                    .into_iter()
+                    .try_for_each(|key| self.state.slot(name, key, || Tensor::zeros_on(at, &shape)).map(drop));
+                if let Err(e) = made {
+                    result = Err(e);
+                    return;
+                }
+                self.state.slots.get_mut(name).and_then(|k| Some((k.remove("exp_avg")?, k.remove("exp_avg_sq")?)))
+            };
+            let Some((m, v)) = moments else {
+                result = Err(missing_moments(name));
+                return;
+            };
+            // The values leave the parameter (the gradient, of the same shape, holds their
+            // place), so the kernel writes them in place: they are not shared.
+            let values = p.take_values("AdamW::step", g.clone());
+            batch.push(Pending { name: name.to_string(), t, done: false, slot: AdamWSlot { p: values, g, m, v } });
+        });
+        match result {
+            Ok(()) => Ok(batch),
+            Err(e) => {
+                self.put_back(model, batch, false);
+                Err(e)
+            }
+        }
+    }
+
+    /// One launch group per step count (the bias corrections differ), each group's
+    /// parameters marked done once their launches are queued.
+    fn launch_by_step(&self, batch: &mut [Pending<D, T>]) -> Result<()> {
+        let mut steps: Vec<u64> = batch.iter().map(|b| b.t).collect();
+        steps.sort_unstable();
+        steps.dedup();
+        for t in steps {
+            let mut group: Vec<&mut AdamWSlot<D, T>> =
+                batch.iter_mut().filter(|b| b.t == t).map(|b| &mut b.slot).collect();
+            multi::adamw(&mut group, StepValues::Given, &self.step_values(t))?;
+            batch.iter_mut().filter(|b| b.t == t).for_each(|b| b.done = true);
+        }
+        Ok(())
+    }
+
+    /// Pass 2: every taken parameter's values back in place and its moments in the state,
+    /// in the order they were taken; with `count`, the step of each one done.
+    fn put_back(&mut self, model: &mut impl Parameters<D, T>, batch: Vec<Pending<D, T>>, count: bool) {
+        let mut taken = batch.into_iter().peekable();
+        model.visit_params_mut("", &mut |name, p| {
+            let Some(b) = taken.next_if(|b| b.name == name) else { return };
+            p.put_values(b.slot.p);
+            let keys = self.state.slots.entry(b.name.clone()).or_default();
+            keys.insert("exp_avg", b.slot.m);
+            keys.insert("exp_avg_sq", b.slot.v);
+            if count && b.done {
+                self.state.steps.insert(b.name, b.t);
+            }
+        });
     }
 
     /// Before a graph captures steps of `model`: every parameter's moments made (zeros
@@ -176,20 +253,14 @@ impl<D: Device, T: Float> AdamW<D, T> {
         hyper: &Tensor<D, f64>,
     ) -> Result<Vec<String>> {
         let _off = no_grad();
+        let mut batch = self.take_batch(model, true, |_, _, _, _, _| Ok(()))?;
         // Only β₁, β₂ and eps are read from these; the rest come from `hyper`.
         let s = self.step_values(1);
-        let mut stepped = Vec::new();
-        each_gradient(model, |name, p, g| {
-            stepped.push(name.to_string());
-            let keys = self.state.slots.get_mut(name).ok_or_else(|| missing_moments(name))?;
-            let mut m = keys.remove("exp_avg").ok_or_else(|| missing_moments(name))?;
-            let mut v = keys.remove("exp_avg_sq").ok_or_else(|| missing_moments(name))?;
-            let r = fused::adamw_dev(p.values_mut("AdamW::step"), &g, &mut m, &mut v, hyper, &s);
-            keys.insert("exp_avg", m);
-            keys.insert("exp_avg_sq", v);
-            r
-        })?;
-        Ok(stepped)
+        let mut slots: Vec<&mut AdamWSlot<D, T>> = batch.iter_mut().map(|b| &mut b.slot).collect();
+        let launched = multi::adamw(&mut slots, StepValues::OnDevice(hyper), &s);
+        let stepped = batch.iter().map(|b| b.name.clone()).collect();
+        self.put_back(model, batch, false);
+        launched.map(|()| stepped)
     }
 
     /// Sets the step count of each parameter `names` lists to `t` (after a graphed step's
@@ -210,6 +281,15 @@ impl<D: Device, T: Float> AdamW<D, T> {
     pub fn load_state(&mut self, checkpoint: &Checkpoint<D>) -> Result<()> {
         self.state.load(checkpoint, &["exp_avg", "exp_avg_sq"])
     }
+}
+
+/// A parameter taken out for a launch: its name, the step it takes, whether its launch
+/// was queued, its tensors.
+struct Pending<D: Device, T: Float> {
+    name: String,
+    t: u64,
+    done: bool,
+    slot: AdamWSlot<D, T>,
 }
 
 fn missing_moments(name: &str) -> Error {

@@ -15,7 +15,9 @@
 //! - `scaler`: `GradScaler` and the typed states of scaled gradients (`Scaled`,
 //!   `Unscaled`), the `Optimizer` trait it steps.
 //! - `schedule`: `CosineWithWarmup`.
-//! - `fused`: each update as one kernel per parameter, in place (CUDA C and host).
+//! - `fused`: SGD as one kernel per parameter, in place, and what `multi` shares.
+//! - `multi`: AdamW and clipping over up to 32 tensors per kernel (CUDA C in
+//!   `update.cu`, and the host's fallbacks).
 //! - `state`: the per-name state both optimizers keep, its moves and files.
 //! - `graphed_step`: `GraphedStep`, a whole training step (forward, backward, AdamW) as
 //!   one graph, the weights and moments updated in place.
@@ -24,6 +26,7 @@ mod adamw;
 mod clip;
 mod fused;
 mod graphed_step;
+mod multi;
 mod scaler;
 mod schedule;
 mod sgd;
