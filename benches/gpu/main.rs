@@ -639,6 +639,14 @@ fn main() {
         grads::dump(path).unwrap();
         return;
     }
+    if let Some(at) = args.iter().position(|a| a == "train-trace") {
+        // `gpu train-trace PATH [STEPS]`: on any backend (the host backend's trace counts
+        // the ops of a step; its times are the simulation's).
+        let path = args.get(at + 1).map_or("tiny_gpt_trace.json", String::as_str);
+        let steps = args.get(at + 2).and_then(|s| s.parse().ok()).unwrap_or(5);
+        train::tiny_gpt_trace(path, steps).unwrap();
+        return;
+    }
     match locus::backend_name() {
         Ok("cuda") => {}
         other => {
@@ -658,12 +666,6 @@ fn main() {
     }
     if std::env::args().any(|a| a == "copies") {
         copies(); // the copy rows alone: `gpu copies`
-        return;
-    }
-    if let Some(at) = args.iter().position(|a| a == "train-trace") {
-        let path = args.get(at + 1).map_or("tiny_gpt_trace.json", String::as_str);
-        let steps = args.get(at + 2).and_then(|s| s.parse().ok()).unwrap_or(5);
-        train::tiny_gpt_trace(path, steps).unwrap(); // `gpu train-trace PATH [STEPS]`
         return;
     }
     if std::env::args().any(|a| a == "train") {
