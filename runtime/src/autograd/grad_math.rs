@@ -15,10 +15,16 @@ impl<D: Device, T: Element> Tensor<D, T> {
         if self.shape() == shape {
             return Ok(self.clone());
         }
-        let mut g = self.clone();
-        for _ in shape.len()..self.rank() {
-            g = g.sum_dim(0, false)?;
-        }
+        // The dims broadcasting added in front, as one dim summed by one reduction.
+        let extra = self.rank() - shape.len().min(self.rank());
+        let mut g = match extra {
+            0 => self.clone(),
+            _ => {
+                let mut folded = vec![self.shape()[..extra].iter().product::<usize>()];
+                folded.extend_from_slice(&self.shape()[extra..]);
+                self.reshape(&folded)?.sum_dim(0, false)?
+            }
+        };
         for (d, &n) in shape.iter().enumerate() {
             if n == 1 && g.shape()[d] != 1 {
                 g = g.sum_dim(d, true)?;
@@ -51,8 +57,15 @@ impl<D: Device, T: Element> Tensor<D, T> {
             s[dim] = n;
             Tensor::zeros_on(self.placement(), s)
         };
-        let (before, after) = (zeros(start)?, zeros(size - start - len)?);
-        Tensor::concat_dim(&[&before, self, &after], dim)
+        // Zeros on the sides that have any (an empty part would still be an op).
+        let (before, after) = (start, size - start - len);
+        let (before, after) =
+            ((before > 0).then(|| zeros(before)).transpose()?, (after > 0).then(|| zeros(after)).transpose()?);
+        if before.is_none() && after.is_none() {
+            return Ok(self.clone());
+        }
+        let parts: Vec<&Self> = before.iter().chain([self]).chain(after.iter()).collect();
+        Tensor::concat_dim(&parts, dim)
     }
 
     /// `self * v`.
