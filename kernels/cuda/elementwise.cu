@@ -393,6 +393,29 @@ struct GeluTanhOp {
     }
 };
 
+// The gradients of gelu and gelu_tanh, `g * gelu'(x)` with x the first operand and g the
+// second, in the accumulation type: gelu'(x) = Phi(x) + x phi(x), and for the tanh form
+// 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2 / pi) (1 + 3 * 0.044715 x^2), t its tanh.
+struct GeluGradOp {
+    template <typename T> __device__ T operator()(T a, T b, int*) const {
+        typedef typename Acc<T>::type A;
+        const A x = to_acc(a);
+        const A cdf = (A)0.5 * ((A)1 + acc_erf(x * (A)0.70710678118654752440));
+        const A pdf = acc_exp((A)-0.5 * x * x) * (A)0.39894228040143267794;
+        return from_acc<T>(to_acc(b) * (cdf + x * pdf));
+    }
+};
+struct GeluTanhGradOp {
+    template <typename T> __device__ T operator()(T a, T b, int*) const {
+        typedef typename Acc<T>::type A;
+        const A x = to_acc(a), k = (A)0.79788456080286535588, c = (A)0.044715;
+        const A x2 = x * x;
+        const A t = acc_tanh(k * (x + c * x * x2));
+        const A d = (A)0.5 * ((A)1 + t) + (A)0.5 * x * ((A)1 - t * t) * k * ((A)1 + (A)3 * c * x2);
+        return from_acc<T>(to_acc(b) * d);
+    }
+};
+
 // sin and cos of radians; full-range argument reduction (sinf, not __sinf), so large
 // arguments keep their accuracy. sin(inf) = NaN.
 struct SinOp {
@@ -402,9 +425,14 @@ struct CosOp {
     template <typename T> __device__ T operator()(T a) const { return from_acc<T>(acc_cos(to_acc(a))); }
 };
 
+// `NAME_grad_T(x, g, out, n)`: an activation's gradient, elementwise over same-shape x and g.
+#define UNARY_GRAD(NAME, OP, T) \
+    extern "C" __global__ void NAME##_grad_##T(const T* x, const T* g, T* out, u64 n) { binary_same<T, OP>(x, g, out, n, 0); }
+
 #define ACTIVATIONS(T) \
     UNARY(log, LogOp, T) UNARY(tanh, TanhOp, T) UNARY(sigmoid, SigmoidOp, T) UNARY(gelu, GeluOp, T) \
-    UNARY(gelu_tanh, GeluTanhOp, T) UNARY(sin, SinOp, T) UNARY(cos, CosOp, T)
+    UNARY(gelu_tanh, GeluTanhOp, T) UNARY(sin, SinOp, T) UNARY(cos, CosOp, T) \
+    UNARY_GRAD(gelu, GeluGradOp, T) UNARY_GRAD(gelu_tanh, GeluTanhGradOp, T)
 
 ACTIVATIONS(f32)
 ACTIVATIONS(f64)

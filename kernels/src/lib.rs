@@ -15,6 +15,7 @@ pub const COMMON: &str = include_str!("../cuda/common.cuh");
 pub enum Source {
     /// Unary and binary elementwise ops: `{neg,relu,abs,square,clamp}_{T}`,
     /// `{exp,sqrt,pow,log,tanh,sigmoid,gelu,gelu_tanh,sin,cos}_{f32,f64,bf16,f16}`,
+    /// `{gelu,gelu_tanh}_grad_{f32,f64,bf16,f16}` (`g · gelu'(x)`),
     /// `{add,sub,mul,div}_{same,scalar,bcast}_{T}`, and `{sub,div}_rscalar_{T}` (the scalar
     /// on the left).
     Elementwise,

@@ -54,7 +54,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
     }
 
     pub(crate) fn unary(&self, op: UnaryOp) -> Result<Self> {
-        let buf = self.queued("an elementwise op")?.unary(op, T::DTYPE, self.numel())?;
+        let buf = self.queued("an elementwise op")?.unary(op, None, T::DTYPE, self.numel())?;
         let out = self.with_buffer(buf, self.shape.clone());
         Ok(self.track1(out, op.name(), |out| {
             let (x, y) = (self.saved(), out.saved());
@@ -70,7 +70,6 @@ fn unary_grad<D: Device, T: Element>(
     x: &Tensor<D, T>,
     y: &Tensor<D, T>,
 ) -> Result<Tensor<D, T>> {
-    const FRAC_1_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
     match op {
         UnaryOp::Neg => g.unary(UnaryOp::Neg),
         UnaryOp::Relu => g.masked(&x.gt_scalar(T::ZERO)?),
@@ -84,28 +83,11 @@ fn unary_grad<D: Device, T: Element>(
         UnaryOp::Cos => g.times(&x.unary(UnaryOp::Sin)?)?.unary(UnaryOp::Neg),
         UnaryOp::Tanh => g.times(&y.unary(UnaryOp::Square)?.rsub(1.0)?),
         UnaryOp::Sigmoid => g.times(y)?.times(&y.rsub(1.0)?),
-        // gelu(x) = x Φ(x), so Φ(x) = y / x (½ at 0), and gelu'(x) = Φ(x) + x φ(x).
-        UnaryOp::Gelu => {
-            let cdf = Tensor::where_(
-                &x.eq_scalar(T::ZERO)?,
-                &Tensor::full_on(x.placement(), [], T::from_f64(0.5))?,
-                &y.over(x)?,
-            )?;
-            let pdf = x.unary(UnaryOp::Square)?.scaled(-0.5)?.unary(UnaryOp::Exp)?.scaled(FRAC_1_SQRT_2PI)?;
-            g.times(&cdf.binary(BinaryOp::Add, &x.times(&pdf)?)?)
-        }
-        // y = ½x(1 + tanh u), u = √(2/π)(x + 0.044715x³):
-        // y' = ½(1 + t) + ½x(1 − t²)·√(2/π)(1 + 3·0.044715x²).
-        UnaryOp::GeluTanh => {
-            const K: f64 = 0.797_884_560_802_865_4;
-            const C: f64 = 0.044_715;
-            let x2 = x.unary(UnaryOp::Square)?;
-            let u = x.times(&x2.scaled(C)?.shifted(1.0)?)?.scaled(K)?;
-            let t = u.unary(UnaryOp::Tanh)?;
-            let left = t.shifted(1.0)?.scaled(0.5)?;
-            let du = x2.scaled(3.0 * C)?.shifted(1.0)?.scaled(K)?;
-            let right = x.times(&t.unary(UnaryOp::Square)?.rsub(1.0)?)?.times(&du)?.scaled(0.5)?;
-            g.times(&left.binary(BinaryOp::Add, &right)?)
+        // One kernel each: gelu'(x) = Φ(x) + x φ(x); for the tanh form
+        // y' = ½(1 + t) + ½x(1 − t²)·√(2/π)(1 + 3·0.044715x²), t = tanh(√(2/π)(x + 0.044715x³)).
+        UnaryOp::Gelu | UnaryOp::GeluTanh => {
+            let buf = x.queued(op.name())?.unary(op, Some(g.buffer()), T::DTYPE, x.numel())?;
+            Ok(x.with_buffer(buf, x.shape.clone()))
         }
     }
 }

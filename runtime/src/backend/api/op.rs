@@ -54,6 +54,21 @@ impl UnaryOp {
     pub(crate) fn is_float_only(self) -> bool {
         !matches!(self, UnaryOp::Neg | UnaryOp::Relu | UnaryOp::Abs | UnaryOp::Square)
     }
+
+    /// The kernel name of this op's gradient, `g · op'(x)` as one elementwise kernel
+    /// ([`BackendStorage::activation_grad`](super::BackendStorage::activation_grad)), for
+    /// the ops whose gradient would otherwise take many: gelu and gelu_tanh (an `Err`
+    /// for the others).
+    pub(crate) fn grad_name(self) -> Result<&'static str> {
+        match self {
+            UnaryOp::Gelu => Ok("gelu_grad"),
+            UnaryOp::GeluTanh => Ok("gelu_tanh_grad"),
+            _ => Err(Error::InvalidArgument {
+                op: self.name(),
+                reason: "internal: this op has no one-kernel gradient".into(),
+            }),
+        }
+    }
 }
 
 /// An elementwise comparison of two operands, giving `u8` 1 (true) or 0 (false); IEEE

@@ -278,6 +278,9 @@ pub(crate) trait BackendStorage: Sized + Debug {
 
     /// `op` of each of the `len` elements.
     fn unary(&self, op: UnaryOp, dtype: DType, len: usize) -> Result<Self>;
+    /// `grad[i] · op'(self[i])` for each of the `len` elements, float types only, for an
+    /// `op` with a [`UnaryOp::grad_name`] (an `Err` for the others).
+    fn activation_grad(&self, grad: &Self, op: UnaryOp, dtype: DType, len: usize) -> Result<Self>;
     /// Each of the `len` elements of `from` converted to `to` (as Rust's `as` does; to a
     /// 16-bit float type rounded once to nearest, ties to even).
     fn cast(&self, from: DType, to: DType, len: usize) -> Result<Self>;

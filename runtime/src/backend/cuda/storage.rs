@@ -91,6 +91,10 @@ impl BackendStorage for CudaBuffer {
         elementwise::unary(self, op, dtype, len)
     }
 
+    fn activation_grad(&self, grad: &Self, op: UnaryOp, dtype: DType, len: usize) -> Result<Self> {
+        elementwise::activation_grad(self, grad, op, dtype, len)
+    }
+
     fn cast(&self, from: DType, to: DType, len: usize) -> Result<Self> {
         elementwise::cast(self, from, to, len)
     }

@@ -164,11 +164,15 @@ impl Buffer {
         }
     }
 
-    pub(crate) fn unary(&self, op: UnaryOp, dtype: DType, len: usize) -> Result<Buffer> {
+    /// `op` of each element, or with `grad` its gradient `grad · op'(x)` in one kernel
+    /// ([`BackendStorage::activation_grad`]).
+    pub(crate) fn unary(&self, op: UnaryOp, grad: Option<&Buffer>, dtype: DType, len: usize) -> Result<Buffer> {
         capture::on_device(op.name(), self.device_id())?;
-        match self {
-            Buffer::Host(h) => h.unary(op, dtype, len).map(Buffer::Host),
-            Buffer::Cuda(c) => c.unary(op, dtype, len).map(Buffer::Cuda),
+        match (self, grad.map(|g| self.pair(op.name(), g)).transpose()?) {
+            (_, Some(Pair::Host(x, g))) => x.activation_grad(g, op, dtype, len).map(Buffer::Host),
+            (_, Some(Pair::Cuda(x, g))) => x.activation_grad(g, op, dtype, len).map(Buffer::Cuda),
+            (Buffer::Host(h), None) => h.unary(op, dtype, len).map(Buffer::Host),
+            (Buffer::Cuda(c), None) => c.unary(op, dtype, len).map(Buffer::Cuda),
         }
     }
 

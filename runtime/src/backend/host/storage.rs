@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::backend::host::buffer::HostBuffer;
 use crate::backend::host::kernels::{self, elementwise, gather, gemm, matrix, reduce, Geometry};
 use crate::backend::host::launch::{launch, queue_copy, typed, typed_mut, Launch};
-use crate::backend::host::ops::{select, softmax};
+use crate::backend::host::ops::{activation, select, softmax};
 use crate::backend::host::streams::{self, current_stream, use_on_stream};
 use crate::backend::host::{HostEvent, HostStream};
 use crate::backend::transfer::paths::{self, CopyPath};
@@ -161,6 +161,10 @@ impl BackendStorage for HostBuffer {
                 _ => with_dtype!(dtype, T => elementwise::unary::<T>(op, typed(ins[0]), typed_mut(out))),
             }),
         )
+    }
+
+    fn activation_grad(&self, grad: &Self, op: UnaryOp, dtype: DType, len: usize) -> Result<Self> {
+        activation::activation_grad(self, grad, op, dtype, len)
     }
 
     fn cast(&self, from: DType, to: DType, len: usize) -> Result<Self> {

@@ -105,6 +105,27 @@ pub(in crate::backend::cuda) fn unary(x: &CudaBuffer, op: UnaryOp, dtype: DType,
     }
 }
 
+/// `g[i] · op'(x[i])` by `{op}_grad_{dtype}` (gelu and gelu_tanh).
+pub(in crate::backend::cuda) fn activation_grad(
+    x: &CudaBuffer,
+    g: &CudaBuffer,
+    op: UnaryOp,
+    dtype: DType,
+    len: usize,
+) -> Result<CudaBuffer> {
+    let name = op.grad_name()?;
+    float_only(name, dtype)?;
+    let n = len as u64;
+    // SAFETY: `{op}_grad_{dtype}(const T* x, const T* g, T* out, u64 n)` gets `x` and `g`
+    // (inputs, `len` elements of `dtype` each by the caller's contract), the output (`len`
+    // elements) and `n` = `len`.
+    unsafe {
+        produce(x.device(), dtype, len, (Source::Elementwise, name, vector_work(n, dtype)), &[x, g], |out| {
+            KernelArgs::new().ptr(x).ptr(g).ptr(out).u64(n)
+        })
+    }
+}
+
 /// Each of the `len` elements of `from` converted to `to`, by `cast_{from}_{to}`.
 pub(in crate::backend::cuda) fn cast(x: &CudaBuffer, from: DType, to: DType, len: usize) -> Result<CudaBuffer> {
     let (dev, n) = (x.device(), len as u64);

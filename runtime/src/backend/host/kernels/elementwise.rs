@@ -33,6 +33,20 @@ pub(in crate::backend) fn unary<T: Element>(op: UnaryOp, x: &[T], out: &mut [T])
     map(x, out, |x, out| out.iter_mut().zip(x).for_each(|(o, &v)| *o = f(v)))
 }
 
+/// `g · op'(x)` for each element (elementwise.cu's `{gelu,gelu_tanh}_grad`), through f64
+/// and rounded once.
+pub(in crate::backend) fn activation_grad<T: Float>(op: UnaryOp, x: &[T], g: &[T], out: &mut [T]) -> Result<()> {
+    let d: fn(f64) -> f64 = match op {
+        UnaryOp::Gelu => math::gelu_grad,
+        UnaryOp::GeluTanh => math::gelu_tanh_grad,
+        _ => return op.grad_name().map(drop),
+    };
+    for ((o, x), g) in out.iter_mut().zip(x).zip(g) {
+        *o = T::from_f64(g.to_f64() * d(x.to_f64()));
+    }
+    Ok(())
+}
+
 pub(in crate::backend) fn unary_float<T: Float>(op: UnaryOp, x: &[T], out: &mut [T]) -> Result<()> {
     let f: fn(T) -> T = match op {
         UnaryOp::Exp => T::exp,

@@ -83,6 +83,20 @@ pub(in crate::backend) fn gelu(x: f64) -> f64 {
     0.5 * x * (1.0 + erf(x * FRAC_1_SQRT_2))
 }
 
+/// The derivative of [`gelu`]: `Φ(x) + x φ(x)`.
+pub(in crate::backend) fn gelu_grad(x: f64) -> f64 {
+    let pdf = (-0.5 * x * x).exp() * (0.5 * FRAC_2_SQRT_PI * FRAC_1_SQRT_2); // 1/√(2π)
+    0.5 * (1.0 + erf(x * FRAC_1_SQRT_2)) + x * pdf
+}
+
+/// The derivative of [`gelu_tanh`]: `½(1 + t) + ½x(1 − t²)·√(2/π)(1 + 3·0.044715x²)`, `t`
+/// the tanh of its argument.
+pub(in crate::backend) fn gelu_tanh_grad(x: f64) -> f64 {
+    let beta = FRAC_2_SQRT_PI * FRAC_1_SQRT_2;
+    let t = (beta * (x + 0.044715 * (x * x * x))).tanh();
+    0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * beta * (1.0 + 3.0 * 0.044715 * x * x)
+}
+
 /// `0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))`, PyTorch's `approximate='tanh'`.
 pub(in crate::backend) fn gelu_tanh(x: f64) -> f64 {
     let beta = FRAC_2_SQRT_PI * FRAC_1_SQRT_2; // √(2/π)

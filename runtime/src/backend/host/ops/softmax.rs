@@ -67,7 +67,7 @@ pub(in crate::backend::host) fn layer_norm(
 /// A kernel of float types only, picked by `dtype` before anything is queued (a job that
 /// cannot fail must not meet a type it has no loop for): `kernels` holds the f32, f64,
 /// bf16 and f16 kernels, in that order.
-fn float_kernel<F: Copy>(op: &'static str, dtype: DType, kernels: [F; 4]) -> Result<F> {
+pub(super) fn float_kernel<F: Copy>(op: &'static str, dtype: DType, kernels: [F; 4]) -> Result<F> {
     float_only(op, dtype)?;
     match dtype {
         DType::F32 => Ok(kernels[0]),
