@@ -41,10 +41,14 @@ pub(in crate::backend) fn activation_grad<T: Float>(op: UnaryOp, x: &[T], g: &[T
         UnaryOp::GeluTanh => math::gelu_tanh_grad,
         _ => return op.grad_name().map(drop),
     };
-    for ((o, x), g) in out.iter_mut().zip(x).zip(g) {
-        *o = T::from_f64(g.to_f64() * d(x.to_f64()));
-    }
-    Ok(())
+    split_mut(out, 1, GRAIN, &|start, o| {
+        let end = (start + o.len()).min(x.len()).min(g.len());
+        let (x, g) = (&x[start.min(end)..end], &g[start.min(end)..end]);
+        for ((o, x), g) in o.iter_mut().zip(x).zip(g) {
+            *o = T::from_f64(g.to_f64() * d(x.to_f64()));
+        }
+        Ok(())
+    })
 }
 
 pub(in crate::backend) fn unary_float<T: Float>(op: UnaryOp, x: &[T], out: &mut [T]) -> Result<()> {
