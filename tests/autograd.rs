@@ -193,6 +193,8 @@ fn softmax_family_and_cross_entropy() {
     check("softmax dim 1", &[input(&[3, 4], 1)], |x| x[0].softmax(1));
     check("softmax dim 0", &[input(&[3, 4], 2)], |x| x[0].softmax(0));
     check("log_softmax", &[input(&[2, 3, 4], 3)], |x| x[0].log_softmax(1));
+    check("softmax over the last dim", &[input(&[2, 3, 4], 5)], |x| x[0].softmax(2));
+    check("log_softmax over the last dim", &[input(&[2, 3, 4], 6)], |x| x[0].log_softmax(2));
     check("softmax of a scalar", &[input(&[], 4)], |x| x[0].softmax(0));
     let targets = Tensor::<G, i32>::from_vec(vec![2, 0, 3], [3]).unwrap();
     check("cross_entropy", &[input(&[3, 4], 5)], |x| x[0].cross_entropy(&targets));

@@ -309,6 +309,27 @@ __device__ void norm_back_rows(const T* __restrict__ x, const T* __restrict__ g,
     }
 }
 
+// The gradient of softmax (LOG false) or log_softmax (LOG true) over each row of `len`,
+// given its output y and the gradient g of that output: dx = y (g - sum(g y)), or
+// dx = g - exp(y) sum(g), one row per group.
+template <typename T, bool LOG, typename G>
+__device__ void softmax_back_rows(const T* __restrict__ y, const T* __restrict__ g, T* __restrict__ dx, u64 rows,
+                                  u64 len) {
+    typedef typename Acc<T>::type A;
+    for (u64 row = G::first(); row < rows; row += G::step()) {
+        const T* yp = y + row * len;
+        const T* gp = g + row * len;
+        T* q = dx + row * len;
+        A s = (A)0;
+        for (u64 i = G::rank(); i < len; i += G::size()) s += LOG ? to_acc(gp[i]) : to_acc(gp[i]) * to_acc(yp[i]);
+        s = G::all(s, SumOp());
+        for (u64 i = G::rank(); i < len; i += G::size()) {
+            const A yi = to_acc(yp[i]), gi = to_acc(gp[i]);
+            q[i] = from_acc<T>(LOG ? gi - acc_exp(yi) * s : yi * (gi - s));
+        }
+    }
+}
+
 // Values a thread of a block kernel holds of its row: as many as fit with the rest of
 // the kernel in 64 registers (blocks of 1024 threads need that) without spilling, as
 // ptxas reports for sm_90: 32 (vectors) or 24 (single loads) in f32 (also for the
@@ -335,7 +356,10 @@ __device__ void norm_back_rows(const T* __restrict__ x, const T* __restrict__ g,
 //                                 normalised (a warp per row in blocks of (32, rows per
 //                                 block), or a block of whole warps per row);
 //   layer_norm_back_{warp,block}_T (const T* x, const T* g, T* dx, u64 rows, u64 len,
-//                                 f64 eps): its gradient.
+//                                 f64 eps): its gradient;
+//   {op}_back_{warp,block}_T      (const T* y, const T* g, T* dx, u64 rows, u64 len): the
+//                                 gradient of softmax or log_softmax over the last dim
+//                                 from its output y, a warp or a block per row.
 #define SOFTMAX_OP(NAME, LOG, T)                                                                             \
     extern "C" __global__ void __launch_bounds__(128) NAME##_warp4_##T(const T* x, T* out, u64 rows, u64 len) { \
         softmax_regs<T, LOG, WarpRow, false, 4>(x, out, rows, len);                                          \
@@ -354,6 +378,12 @@ __device__ void norm_back_rows(const T* __restrict__ x, const T* __restrict__ g,
     }                                                                                                        \
     extern "C" __global__ void NAME##_cols_##T(const T* x, T* out, u64 outer, u64 len, u64 inner) {          \
         softmax_cols<T, LOG>(x, out, outer, len, inner);                                                     \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(128) NAME##_back_warp_##T(const T* y, const T* g, T* dx, u64 rows, u64 len) { \
+        softmax_back_rows<T, LOG, WarpRow>(y, g, dx, rows, len);                                             \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(1024) NAME##_back_block_##T(const T* y, const T* g, T* dx, u64 rows, u64 len) { \
+        softmax_back_rows<T, LOG, BlockRow>(y, g, dx, rows, len);                                            \
     }
 
 #define SOFTMAX(T)                                                                                           \

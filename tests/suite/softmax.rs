@@ -413,3 +413,47 @@ fn layer_norm_and_its_gradients_match_the_f64_reference_at_every_row_length() ->
     layer_norm_matches::<f32>(2e-4)?;
     layer_norm_matches::<bf16>(3e-2)
 }
+
+/// The gradients of `softmax` and `log_softmax` over the last dim (one kernel each) against
+/// f64 references computed from what the forward pass returned, at the row lengths where
+/// the GPU goes from a warp per row to a block, in f64, f32 and bf16 (`tol` relative to
+/// `max(1, |want|)`): `y (c - Σ c y)` and `c - exp(y) Σ c` for the loss `Σ c y`.
+fn softmax_gradients_match<T: Float>(tol: f64) -> locus::Result<()> {
+    use locus::Param;
+    for (k, (rows, len)) in [(3, 1), (4, 5), (5, 64), (2, 1024), (3, 1025), (2, 3000)].into_iter().enumerate() {
+        let seed = 200 + k as u64;
+        let held = |v: Vec<f64>| v.into_iter().map(|v| T::from_f64(v).to_f64()).collect::<Vec<f64>>();
+        let (x, c) = (held(values(rows * len, seed, 3.0)), held(values(rows * len, seed + 1, 1.0)));
+        let typed =
+            |v: &[f64], shape: &[usize]| Tensor::<G, T>::from_vec(v.iter().map(|&v| T::from_f64(v)).collect(), shape);
+        for log in [false, true] {
+            let input = Param::new(typed(&x, &[rows, len])?);
+            let y = if log { input.log_softmax(1)? } else { input.softmax(1)? };
+            (&y * &typed(&c, &[rows, len])?)?.sum()?.backward()?;
+            let (y, got) = (y.to_vec()?, input.grad().expect("a gradient").to_vec()?);
+            for r in 0..rows {
+                let at = r * len..(r + 1) * len;
+                let (yr, cr) = (&y[at.clone()], &c[at.clone()]);
+                let s: f64 = if log { cr.iter().sum() } else { cr.iter().zip(yr).map(|(c, y)| c * y.to_f64()).sum() };
+                for (i, (g, (y, c))) in got[at].iter().zip(yr.iter().zip(cr)).enumerate() {
+                    let y = y.to_f64();
+                    let want = if log { c - y.exp() * s } else { y * (c - s) };
+                    assert!(
+                        (g.to_f64() - want).abs() <= tol * want.abs().max(1.0),
+                        "{} log={log}, {rows} rows of {len}, row {r}[{i}]: {} against {want}",
+                        T::DTYPE,
+                        g.to_f64()
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn softmax_gradients_over_the_last_dim_match_the_f64_reference_at_every_row_length() -> locus::Result<()> {
+    softmax_gradients_match::<f64>(1e-10)?;
+    softmax_gradients_match::<f32>(1e-4)?;
+    softmax_gradients_match::<bf16>(5e-2)
+}

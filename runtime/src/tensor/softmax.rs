@@ -58,7 +58,7 @@ impl<D: Device, T: Float> Tensor<D, T> {
             // An error naming the shape for a dim it lacks.
             Reduction::over(op.name(), &self.shape, dim)?
         };
-        let buf = self.queued("softmax")?.softmax(op, T::DTYPE, r)?;
+        let buf = self.queued("softmax")?.softmax(None, op, T::DTYPE, r)?;
         let out = self.with_buffer(buf, self.shape.clone());
         Ok(self.track1(out, op.name(), |out| {
             let y = out.saved();
@@ -67,6 +67,11 @@ impl<D: Device, T: Float> Tensor<D, T> {
                     if y.rank() == 0 {
                         // A one-element slice: the output is constant.
                         return g.scaled(0.0);
+                    }
+                    if r.inner == 1 {
+                        // Over the last dim: one kernel.
+                        let dx = y.queued(op.name())?.softmax(Some(g.buffer()), op, T::DTYPE, r)?;
+                        return Ok(y.with_buffer(dx, y.shape.clone()));
                     }
                     match op {
                         // dx = y (g − Σ g y)

@@ -219,6 +219,17 @@ impl SoftmaxOp {
             SoftmaxOp::LogSoftmax => "log_softmax",
         }
     }
+
+    /// The one-kernel gradient's geometry: rows over the last dim (`inner == 1`).
+    pub(crate) fn check_back(self, r: crate::shape::Reduction) -> Result<()> {
+        if r.inner != 1 {
+            return Err(Error::InvalidArgument {
+                op: self.name(),
+                reason: "internal: the one-kernel gradient is over the last dim only".into(),
+            });
+        }
+        Ok(())
+    }
 }
 
 /// An `index_select` along dim `dim` of a row-major tensor seen as `[outer, size,

@@ -310,8 +310,10 @@ pub(crate) trait BackendStorage: Sized + Debug {
     fn copy_blocks(&self, dtype: DType, len: usize, parts: &[Blocks<'_, Self>]) -> Result<Self>;
 
     /// `op` (softmax or log-softmax, float types only) over the dim `r` describes; the
-    /// result has this buffer's length.
-    fn softmax(&self, op: SoftmaxOp, dtype: DType, r: Reduction) -> Result<Self>;
+    /// result has this buffer's length. With `grad`, this buffer is `op`'s output and the
+    /// result the gradient of its input, over the last dim only (`r.inner == 1`, else an
+    /// `Err`): `y (g - Σ g y)`, or `g - exp(y) Σ g`.
+    fn softmax(&self, grad: Option<&Self>, op: SoftmaxOp, dtype: DType, r: Reduction) -> Result<Self>;
     /// LayerNorm's normalisation of each of `rows` rows of `len` (> 0) elements (float
     /// types only): `(x - mean) / sqrt(var + eps)`, the variance biased. With `grad` (the
     /// gradient of that output, of this buffer's length and device), the gradient with

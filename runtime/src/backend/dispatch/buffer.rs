@@ -300,11 +300,13 @@ impl Buffer {
         }
     }
 
-    pub(crate) fn softmax(&self, op: SoftmaxOp, dtype: DType, r: Reduction) -> Result<Buffer> {
+    pub(crate) fn softmax(&self, grad: Option<&Buffer>, op: SoftmaxOp, dtype: DType, r: Reduction) -> Result<Buffer> {
         capture::on_device(op.name(), self.device_id())?;
-        match self {
-            Buffer::Host(h) => h.softmax(op, dtype, r).map(Buffer::Host),
-            Buffer::Cuda(c) => c.softmax(op, dtype, r).map(Buffer::Cuda),
+        match (self, grad.map(|g| self.pair(op.name(), g)).transpose()?) {
+            (_, Some(Pair::Host(y, g))) => y.softmax(Some(g), op, dtype, r).map(Buffer::Host),
+            (_, Some(Pair::Cuda(y, g))) => y.softmax(Some(g), op, dtype, r).map(Buffer::Cuda),
+            (Buffer::Host(h), None) => h.softmax(None, op, dtype, r).map(Buffer::Host),
+            (Buffer::Cuda(c), None) => c.softmax(None, op, dtype, r).map(Buffer::Cuda),
         }
     }
 

@@ -326,8 +326,8 @@ impl BackendStorage for HostBuffer {
         )
     }
 
-    fn softmax(&self, op: SoftmaxOp, dtype: DType, r: Reduction) -> Result<Self> {
-        softmax::softmax(self, op, dtype, r)
+    fn softmax(&self, grad: Option<&Self>, op: SoftmaxOp, dtype: DType, r: Reduction) -> Result<Self> {
+        softmax::softmax(self, grad, op, dtype, r)
     }
 
     fn layer_norm(&self, grad: Option<&Self>, dtype: DType, rows: usize, len: usize, eps: f64) -> Result<Self> {

@@ -73,14 +73,19 @@ impl DeviceState {
     }
 }
 
-/// `op` of `x` over the dim `r` describes.
+/// `op` of `x` over the dim `r` describes; with `grad`, `x` is the op's output and the
+/// result its input's gradient ([`softmax_back`]).
 pub(in crate::backend::cuda) fn softmax(
     x: &CudaBuffer,
+    grad: Option<&CudaBuffer>,
     op: SoftmaxOp,
     dtype: DType,
     r: Reduction,
 ) -> Result<CudaBuffer> {
     float_only(op.name(), dtype)?;
+    if let Some(g) = grad {
+        return softmax_back(x, g, op, dtype, r);
+    }
     let dev = x.device();
     let (s, out) = alloc(dev, dtype, r.outer * r.len * r.inner, &[x])?;
     if r.outer * r.len * r.inner == 0 {
@@ -112,6 +117,42 @@ pub(in crate::backend::cuda) fn softmax(
     done(out)
 }
 
+/// The gradient of `op` over the last dim from its output `y` and the output's gradient
+/// `g`: a warp per row up to 1024 elements, else a block of whole warps.
+fn softmax_back(y: &CudaBuffer, g: &CudaBuffer, op: SoftmaxOp, dtype: DType, r: Reduction) -> Result<CudaBuffer> {
+    op.check_back(r)?;
+    let dev = y.device();
+    let (s, out) = alloc(dev, dtype, r.outer * r.len, &[y, g])?;
+    if r.outer * r.len == 0 {
+        return done(out);
+    }
+    let (n, l) = (r.outer as u64, r.len as u64);
+    let (variant, grid, block) = row_groups(dev, n, l);
+    let f =
+        dev.kernel(Source::Softmax, op.name(), if variant == "warp" { "back_warp" } else { "back_block" }, dtype)?;
+    let args = KernelArgs::new().ptr(y).ptr(g).ptr(&out).u64(n).u64(l);
+    // `{op}_back_{warp,block}_{dtype}(const T* y, const T* g, T* dx, u64 rows, u64 len)`:
+    // `y`, `g` and `out` hold `rows * len` elements of `dtype` (the caller's contract and
+    // `alloc`), ready and kept alive on `s`; the warp kernels get blocks of `(32,
+    // WARP_ROWS)`, the block kernels whole warps, at most 1024 threads (their launch
+    // bounds), and every access is bounded by the counts.
+    // SAFETY: for the reasons in the comment just above.
+    unsafe { dev.launch(f, (grid, 1, 1), block, &s, args)? };
+    done(out)
+}
+
+/// The groups a row kernel over `rows` rows of `len` takes: a warp per row up to 1024
+/// elements (blocks of `(32, WARP_ROWS)`), else a block of whole warps, about eight
+/// elements per thread.
+fn row_groups(dev: &DeviceState, rows: u64, len: u64) -> (&'static str, u32, (u32, u32, u32)) {
+    if len <= 1024 {
+        ("warp", dev.row_grid(rows.div_ceil(WARP_ROWS as u64), 32 * WARP_ROWS), (32, WARP_ROWS, 1))
+    } else {
+        let threads = len.div_ceil(8).div_ceil(32).clamp(2, 32) as u32 * 32;
+        ("block", dev.row_grid(rows, threads), (threads, 1, 1))
+    }
+}
+
 /// LayerNorm's normalisation of each of `rows` rows of `len` elements of `x`, or with
 /// `grad` (of the same length) its gradient with respect to `x`: a warp per row up to 1024
 /// elements, else a block of whole warps.
@@ -132,14 +173,11 @@ pub(in crate::backend::cuda) fn layer_norm(
         return done(out);
     }
     let (n, l) = (rows as u64, len as u64);
-    let back = grad.is_some();
-    let (variant, grid, block) = if l <= 1024 {
-        let grid = dev.row_grid(n.div_ceil(WARP_ROWS as u64), 32 * WARP_ROWS);
-        (if back { "back_warp" } else { "warp" }, grid, (32, WARP_ROWS, 1))
-    } else {
-        // About eight elements per thread, in whole warps.
-        let threads = l.div_ceil(8).div_ceil(32).clamp(2, 32) as u32 * 32;
-        (if back { "back_block" } else { "block" }, dev.row_grid(n, threads), (threads, 1, 1))
+    let (groups, grid, block) = row_groups(dev, n, l);
+    let variant = match (grad.is_some(), groups) {
+        (true, "warp") => "back_warp",
+        (true, _) => "back_block",
+        (false, v) => v,
     };
     let f = dev.kernel(Source::Softmax, "layer_norm", variant, dtype)?;
     let args = match grad {

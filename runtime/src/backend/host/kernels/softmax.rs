@@ -117,6 +117,33 @@ fn moments<T: Float>(row: &[T], eps: f64) -> (f64, f64) {
     (mean, 1.0 / (var + eps).sqrt())
 }
 
+/// The gradient of softmax (or log-softmax) over rows of `len`, from its output `y` and
+/// the gradient `g` of that output: `y (g - Σ g y)`, or `g - exp(y) Σ g`, in f64.
+pub(in crate::backend) fn softmax_back<T: Float>(
+    op: SoftmaxOp,
+    y: &[T],
+    g: &[T],
+    out: &mut [T],
+    len: usize,
+) -> Result<()> {
+    if out.is_empty() {
+        return Ok(());
+    }
+    split_mut(out, len, (GRAIN / len).max(1), &|start, out| {
+        for (k, o) in out.chunks_mut(len).enumerate() {
+            let at = start + k * len;
+            let (y, g) = (&y[at..at + len], &g[at..at + len]);
+            let log = op == SoftmaxOp::LogSoftmax;
+            let s: f64 = g.iter().zip(y).map(|(g, y)| if log { g.to_f64() } else { g.to_f64() * y.to_f64() }).sum();
+            for ((o, y), g) in o.iter_mut().zip(y).zip(g) {
+                let (y, g) = (y.to_f64(), g.to_f64());
+                *o = T::from_f64(if log { g - y.exp() * s } else { y * (g - s) });
+            }
+        }
+        Ok(())
+    })
+}
+
 /// Each row of `len` of `x` normalised into `out` (`(x - mean) * rstd`), or, with `grad`,
 /// the gradient of that with respect to `x`: `rstd * (g - mean(g) - xhat * mean(g * xhat))`.
 /// In f64, rounded once.

@@ -14,16 +14,26 @@ use crate::error::{Error, Result};
 use crate::shape::Reduction;
 
 /// The softmax `op` over the dim `r` describes.
+/// With `grad`, `x` is the op's output and the result its input's gradient (the last dim).
 pub(in crate::backend::host) fn softmax(
     x: &HostBuffer,
+    grad: Option<&HostBuffer>,
     op: SoftmaxOp,
     dtype: DType,
     r: Reduction,
 ) -> Result<HostBuffer> {
-    type Kernel = fn(SoftmaxOp, &[u8], &mut [u8], Reduction) -> Result<()>;
-    let kernels: [Kernel; 4] = [softmax_of::<f32>, softmax_of::<f64>, softmax_of::<bf16>, softmax_of::<f16>];
+    let job = x.op(op.name(), dtype, r.outer * r.len * r.inner);
+    let Some(g) = grad else {
+        type Kernel = fn(SoftmaxOp, &[u8], &mut [u8], Reduction) -> Result<()>;
+        let kernels: [Kernel; 4] = [softmax_of::<f32>, softmax_of::<f64>, softmax_of::<bf16>, softmax_of::<f16>];
+        let f = float_kernel(op.name(), dtype, kernels)?;
+        return launch(job, &[x], Box::new(move |ins, out| f(op, ins[0], out, r)));
+    };
+    op.check_back(r)?;
+    type Back = fn(SoftmaxOp, &[u8], &[u8], &mut [u8], usize) -> Result<()>;
+    let kernels: [Back; 4] = [back_of::<f32>, back_of::<f64>, back_of::<bf16>, back_of::<f16>];
     let f = float_kernel(op.name(), dtype, kernels)?;
-    launch(x.op(op.name(), dtype, r.outer * r.len * r.inner), &[x], Box::new(move |ins, out| f(op, ins[0], out, r)))
+    launch(job, &[x, g], Box::new(move |ins, out| f(op, ins[0], ins[1], out, r.len)))
 }
 
 /// Cross-entropy's loss of each of `n` rows of `classes` logits.
@@ -81,6 +91,11 @@ pub(super) fn float_kernel<F: Copy>(op: &'static str, dtype: DType, kernels: [F;
 /// [`softmax::softmax`] over buffers of `T`.
 fn softmax_of<T: Float>(op: SoftmaxOp, x: &[u8], out: &mut [u8], r: Reduction) -> Result<()> {
     softmax::softmax::<T>(op, typed(x), typed_mut(out), r)
+}
+
+/// [`softmax::softmax_back`] over buffers of `T`.
+fn back_of<T: Float>(op: SoftmaxOp, y: &[u8], g: &[u8], out: &mut [u8], len: usize) -> Result<()> {
+    softmax::softmax_back::<T>(op, typed(y), typed(g), typed_mut(out), len)
 }
 
 /// [`softmax::cross_entropy_rows`] over buffers of `T` (and i32 targets).
