@@ -9,6 +9,7 @@
 //!     gpu checkpoint                                                (the checkpoint row alone)
 //!     gpu copies                                                    (the copy rows alone)
 //!     gpu train                                                     (the training and autograd rows alone)
+//!     gpu train-tiny                                                (tiny_gpt's eager and graphed rows alone)
 //!     gpu train-trace PATH [STEPS]                                  (tiny_gpt's eager steps traced)
 //!     gpu breakdown                                                 (an op's and a replay's time in parts)
 //!     gpu grads FILE                                                (gradients for benches/torch_grads.py)
@@ -666,6 +667,11 @@ fn main() {
     }
     if std::env::args().any(|a| a == "copies") {
         copies(); // the copy rows alone: `gpu copies`
+        return;
+    }
+    if std::env::args().any(|a| a == "train-tiny") {
+        train::tiny_gpt(20).unwrap(); // tiny_gpt's two rows alone: `gpu train-tiny`
+        train::tiny_gpt_graphed(20).unwrap();
         return;
     }
     if std::env::args().any(|a| a == "train") {

@@ -145,7 +145,7 @@ pub(crate) fn tiny_gpt_trace(path: &str, steps: usize) -> locus::Result<()> {
 /// `BATCH` sequences of `CONTEXT` bytes, against the same model and step in PyTorch eager
 /// (benches/torch_baseline.py `tiny_gpt()`). A sample is `steps` steps and one
 /// synchronize, in wall time; the row is tokens (bytes) per second.
-fn tiny_gpt(steps: usize) -> locus::Result<()> {
+pub(crate) fn tiny_gpt(steps: usize) -> locus::Result<()> {
     use super::tiny_gpt_model::{BATCH, CONTEXT};
     let mut step = tiny_gpt_step()?;
     step()?;
@@ -171,7 +171,7 @@ fn tiny_gpt(steps: usize) -> locus::Result<()> {
 /// Each step copies the batch into the static inputs, on both sides; before the timing,
 /// 3 replays must take the eager steps of a twin model (losses within 1e-4), else the
 /// bench fails.
-fn tiny_gpt_graphed(steps: usize) -> locus::Result<()> {
+pub(crate) fn tiny_gpt_graphed(steps: usize) -> locus::Result<()> {
     use super::tiny_gpt_model::{Gpt, BATCH, CONTEXT, VOCAB};
     let n = BATCH * CONTEXT;
     let ids = Tensor::<G, i32>::from_vec((0..n).map(|i| ((i * 37 + 11) % 256) as i32).collect(), [BATCH, CONTEXT])?;
