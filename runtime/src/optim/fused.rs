@@ -109,12 +109,6 @@ fn sgd_host<T: Element, C: Compute + crate::backend::api::user_kernel::KernelSca
     Ok(())
 }
 
-macro_rules! sources {
-    ($($stat:ident = $name:literal, $host:expr;)*) => {$(
-        static $stat: KernelSource = KernelSource::new($name, SOURCE, "inline", Some($host));
-    )*};
-}
-
 sources! {
     SGD_F32 = "locus_sgd_f32", sgd_host::<f32, f32>;
     SGD_F64 = "locus_sgd_f64", sgd_host::<f64, f64>;

@@ -22,6 +22,14 @@
 //! - `graphed_step`: `GraphedStep`, a whole training step (forward, backward, AdamW) as
 //!   one graph, the weights and moments updated in place.
 
+/// `static`s of the update kernels (update.cu), each with its host fallback, for `fused`
+/// and `multi`: `NAME = "extern C name", host_fn;`.
+macro_rules! sources {
+    ($($stat:ident = $name:literal, $host:expr;)*) => {$(
+        static $stat: KernelSource = KernelSource::new($name, SOURCE, "inline", Some($host));
+    )*};
+}
+
 mod adamw;
 mod clip;
 mod fused;

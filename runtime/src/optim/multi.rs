@@ -264,12 +264,6 @@ fn scale_host<T: Element, C: Compute>(c: &mut HostCall<'_>) -> Result<()> {
     Ok(())
 }
 
-macro_rules! sources {
-    ($($stat:ident = $name:literal, $host:expr;)*) => {$(
-        static $stat: KernelSource = KernelSource::new($name, SOURCE, "inline", Some($host));
-    )*};
-}
-
 sources! {
     ADAMW_F32 = "locus_adamw_multi_f32", adamw_host::<f32, f32>;
     ADAMW_F64 = "locus_adamw_multi_f64", adamw_host::<f64, f64>;

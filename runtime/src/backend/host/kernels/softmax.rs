@@ -117,6 +117,18 @@ fn moments<T: Float>(row: &[T], eps: f64) -> (f64, f64) {
     (mean, 1.0 / (var + eps).sqrt())
 }
 
+/// `f(start, row)` for each row of `len` of `out` (its first element's index, its slice),
+/// the rows split over the worker pool whole.
+fn each_row<T: Float>(out: &mut [T], len: usize, f: impl Fn(usize, &mut [T]) + Sync) -> Result<()> {
+    if out.is_empty() {
+        return Ok(());
+    }
+    split_mut(out, len, (GRAIN / len).max(1), &|start, out| {
+        out.chunks_mut(len).enumerate().for_each(|(k, o)| f(start + k * len, o));
+        Ok(())
+    })
+}
+
 /// The gradient of softmax (or log-softmax) over rows of `len`, from its output `y` and
 /// the gradient `g` of that output: `y (g - Σ g y)`, or `g - exp(y) Σ g`, in f64.
 pub(in crate::backend) fn softmax_back<T: Float>(
@@ -126,21 +138,14 @@ pub(in crate::backend) fn softmax_back<T: Float>(
     out: &mut [T],
     len: usize,
 ) -> Result<()> {
-    if out.is_empty() {
-        return Ok(());
-    }
-    split_mut(out, len, (GRAIN / len).max(1), &|start, out| {
-        for (k, o) in out.chunks_mut(len).enumerate() {
-            let at = start + k * len;
-            let (y, g) = (&y[at..at + len], &g[at..at + len]);
-            let log = op == SoftmaxOp::LogSoftmax;
-            let s: f64 = g.iter().zip(y).map(|(g, y)| if log { g.to_f64() } else { g.to_f64() * y.to_f64() }).sum();
-            for ((o, y), g) in o.iter_mut().zip(y).zip(g) {
-                let (y, g) = (y.to_f64(), g.to_f64());
-                *o = T::from_f64(if log { g - y.exp() * s } else { y * (g - s) });
-            }
+    let log = op == SoftmaxOp::LogSoftmax;
+    each_row(out, len, |at, o| {
+        let (y, g) = (&y[at..at + len], &g[at..at + len]);
+        let s: f64 = g.iter().zip(y).map(|(g, y)| if log { g.to_f64() } else { g.to_f64() * y.to_f64() }).sum();
+        for ((o, y), g) in o.iter_mut().zip(y).zip(g) {
+            let (y, g) = (y.to_f64(), g.to_f64());
+            *o = T::from_f64(if log { g - y.exp() * s } else { y * (g - s) });
         }
-        Ok(())
     })
 }
 
@@ -154,27 +159,20 @@ pub(in crate::backend) fn layer_norm<T: Float>(
     len: usize,
     eps: f64,
 ) -> Result<()> {
-    if out.is_empty() {
-        return Ok(());
-    }
-    split_mut(out, len, (GRAIN / len).max(1), &|start, out| {
-        for (k, o) in out.chunks_mut(len).enumerate() {
-            let at = start + k * len;
-            let row = &x[at..at + len];
-            let (mean, rstd) = moments(row, eps);
-            let xhat = |v: &T| (v.to_f64() - mean) * rstd;
-            let Some(g) = grad.map(|g| &g[at..at + len]) else {
-                o.iter_mut().zip(row).for_each(|(o, v)| *o = T::from_f64(xhat(v)));
-                continue;
-            };
-            let n = len as f64;
-            let sg = g.iter().map(|v| v.to_f64()).sum::<f64>() / n;
-            let sgx = g.iter().zip(row).map(|(g, v)| g.to_f64() * xhat(v)).sum::<f64>() / n;
-            for ((o, v), g) in o.iter_mut().zip(row).zip(g) {
-                *o = T::from_f64(rstd * (g.to_f64() - sg - xhat(v) * sgx));
-            }
+    each_row(out, len, |at, o| {
+        let row = &x[at..at + len];
+        let (mean, rstd) = moments(row, eps);
+        let xhat = |v: &T| (v.to_f64() - mean) * rstd;
+        let Some(g) = grad.map(|g| &g[at..at + len]) else {
+            o.iter_mut().zip(row).for_each(|(o, v)| *o = T::from_f64(xhat(v)));
+            return;
+        };
+        let n = len as f64;
+        let sg = g.iter().map(|v| v.to_f64()).sum::<f64>() / n;
+        let sgx = g.iter().zip(row).map(|(g, v)| g.to_f64() * xhat(v)).sum::<f64>() / n;
+        for ((o, v), g) in o.iter_mut().zip(row).zip(g) {
+            *o = T::from_f64(rstd * (g.to_f64() - sg - xhat(v) * sgx));
         }
-        Ok(())
     })
 }
 
