@@ -168,3 +168,45 @@ fn clipping_in_f32_is_within_rounding_of_the_f64_norm() -> locus::Result<()> {
     }
     Ok(())
 }
+
+/// Two parameters, the second listed only on every other visit: a `Parameters` impl whose
+/// list changes between the two passes of a step.
+struct Fickle {
+    a: Param<G>,
+    b: Param<G>,
+    visits: std::cell::Cell<usize>,
+}
+
+impl Parameters<G> for Fickle {
+    fn visit_params(&self, prefix: &str, f: &mut dyn FnMut(&str, &Param<G>)) {
+        self.a.visit_params(&nn::join(prefix, "a"), f);
+        self.b.visit_params(&nn::join(prefix, "b"), f);
+    }
+    fn visit_params_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut Param<G>)) {
+        let n = self.visits.get();
+        self.visits.set(n + 1);
+        self.a.visit_params_mut(&nn::join(prefix, "a"), f);
+        if n % 2 == 0 {
+            self.b.visit_params_mut(&nn::join(prefix, "b"), f);
+        }
+    }
+}
+
+/// A step takes each parameter's values out and puts them back in a second visit; a
+/// parameter that visit does not list again is an `Err` naming it, not a silent loss.
+#[test]
+fn a_parameter_the_second_visit_does_not_list_is_an_error_naming_it() -> locus::Result<()> {
+    let mut m = Fickle {
+        a: Param::new(Tensor::<G>::ones([3])?),
+        b: Param::new(Tensor::<G>::ones([2])?),
+        visits: std::cell::Cell::new(0),
+    };
+    m.a.set_grad(Some(Tensor::<G>::ones([3])?))?;
+    m.b.set_grad(Some(Tensor::<G>::ones([2])?))?;
+    match AdamW::<G>::new(0.1).step(&mut m) {
+        Err(locus::Error::InvalidArgument { reason, .. }) => assert!(reason.contains("`b`"), "{reason}"),
+        other => panic!("expected an error naming `b`, got {other:?}"),
+    }
+    assert!(m.a.to_vec()?.iter().all(|v| *v < 1.0), "`a` was stepped and given back");
+    Ok(())
+}

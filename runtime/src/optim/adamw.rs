@@ -117,7 +117,7 @@ impl<D: Device, T: Float> AdamW<D, T> {
             Ok(())
         })?;
         let launched = self.launch_by_step(&mut batch);
-        self.put_back(model, batch, true);
+        self.put_back(model, batch, true)?;
         launched
     }
 
@@ -141,9 +141,8 @@ impl<D: Device, T: Float> AdamW<D, T> {
                 result = by_ops(self, name, p, g, t);
                 return;
             }
-            let moments = if graphed {
-                self.state.slots.get_mut(name).and_then(|k| Some((k.remove("exp_avg")?, k.remove("exp_avg_sq")?)))
-            } else {
+            // An eager step makes missing moments (zeros); a graphed one was prepared.
+            if !graphed {
                 let (at, shape) = (p.placement(), p.shape().to_vec());
                 let made = ["exp_avg", "exp_avg_sq"]
                     .into_iter()
@@ -152,8 +151,9 @@ impl<D: Device, T: Float> AdamW<D, T> {
                     result = Err(e);
                     return;
                 }
-                self.state.slots.get_mut(name).and_then(|k| Some((k.remove("exp_avg")?, k.remove("exp_avg_sq")?)))
-            };
+            }
+            let moments =
+                self.state.slots.get_mut(name).and_then(|k| Some((k.remove("exp_avg")?, k.remove("exp_avg_sq")?)));
             let Some((m, v)) = moments else {
                 result = Err(missing_moments(name));
                 return;
@@ -166,7 +166,7 @@ impl<D: Device, T: Float> AdamW<D, T> {
         match result {
             Ok(()) => Ok(batch),
             Err(e) => {
-                self.put_back(model, batch, false);
+                self.put_back(model, batch, false)?;
                 Err(e)
             }
         }
@@ -188,11 +188,19 @@ impl<D: Device, T: Float> AdamW<D, T> {
     }
 
     /// Pass 2: every taken parameter's values back in place and its moments in the state,
-    /// in the order they were taken; with `count`, the step of each one done.
-    fn put_back(&mut self, model: &mut impl Parameters<D, T>, batch: Vec<Pending<D, T>>, count: bool) {
-        let mut taken = batch.into_iter().peekable();
+    /// found by name (the first taken of that name, so a model that lists a name twice gets
+    /// each back in its order); with `count`, the step of each one done. A taken parameter
+    /// the second visit did not list again (a `Parameters` impl whose list changed between
+    /// two visits) is an `Err` naming it: it holds its gradient in place of its values.
+    fn put_back(
+        &mut self,
+        model: &mut impl Parameters<D, T>,
+        mut batch: Vec<Pending<D, T>>,
+        count: bool,
+    ) -> Result<()> {
         model.visit_params_mut("", &mut |name, p| {
-            let Some(b) = taken.next_if(|b| b.name == name) else { return };
+            let Some(at) = batch.iter().position(|b| b.name == name) else { return };
+            let b = batch.remove(at);
             p.put_values(b.slot.p);
             let keys = self.state.slots.entry(b.name.clone()).or_default();
             keys.insert("exp_avg", b.slot.m);
@@ -201,6 +209,17 @@ impl<D: Device, T: Float> AdamW<D, T> {
                 self.state.steps.insert(b.name, b.t);
             }
         });
+        match batch.first() {
+            None => Ok(()),
+            Some(b) => Err(Error::InvalidArgument {
+                op: "AdamW::step",
+                reason: format!(
+                    "the model listed `{}` when the step took its values but not when it gave them back; \
+                     its `Parameters` impl must visit the same parameters each time",
+                    b.name
+                ),
+            }),
+        }
     }
 
     /// Before a graph captures steps of `model`: every parameter's moments made (zeros
@@ -259,7 +278,7 @@ impl<D: Device, T: Float> AdamW<D, T> {
         let mut slots: Vec<&mut AdamWSlot<D, T>> = batch.iter_mut().map(|b| &mut b.slot).collect();
         let launched = multi::adamw(&mut slots, StepValues::OnDevice(hyper), &s);
         let stepped = batch.iter().map(|b| b.name.clone()).collect();
-        self.put_back(model, batch, false);
+        self.put_back(model, batch, false)?;
         launched.map(|()| stepped)
     }
 
