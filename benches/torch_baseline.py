@@ -4,7 +4,7 @@
 operation, or the per-operation average over one batch. Prints
 `row<TAB>median<TAB>unit<TAB>note<TAB>min<TAB>max` lines.
 
-    python3 benches/torch_baseline.py [--quick] [--pageable-only | --copies-only | --checkpoint-only | --train-only | --profile-tiny-gpt]
+    python3 benches/torch_baseline.py [--quick] [--pageable-only | --copies-only | --checkpoint-only | --train-only | --profile-tiny-gpt | --graph-profile-tiny-gpt]
 
 --pageable-only prints the pageable copy rows alone; run with THP_MEM_ALLOC_ENABLE=1 in
 the environment (read by PyTorch at startup: host tensors of 2 MiB and more then get
@@ -524,6 +524,14 @@ def tiny_gpt(steps=20, graphed=False, profile=False):
 
     step()
     torch.cuda.synchronize(dev)
+    if profile:
+        # Two replays alone, each in an NVTX range `replay` (ncu --nvtx --nvtx-include replay/).
+        for _ in range(2):
+            torch.cuda.nvtx.range_push("replay")
+            g.replay()
+            torch.cuda.nvtx.range_pop()
+        torch.cuda.synchronize(dev)
+        return
     note = f"torch.cuda.graph: examples/tiny_gpt's model, {batch} x {context} bytes: forward, cross_entropy, backward, clip_grad_norm_(1), AdamW(capturable, foreach) as one graph, bytes/targets copied in + replay per step, {steps} steps + synchronize per sample, wall"
     row("tiny_gpt_graphed_tokens", samples(lambda: n * steps_per_second(steps, step)), "tokens/s", note)
 
@@ -652,6 +660,9 @@ if __name__ == "__main__":
         sys.exit(0)
     if "--profile-tiny-gpt" in sys.argv:
         tiny_gpt(profile=True)
+        sys.exit(0)
+    if "--graph-profile-tiny-gpt" in sys.argv:
+        tiny_gpt(graphed=True, profile=True)
         sys.exit(0)
     if "--checkpoint-only" in sys.argv:
         checkpoint()

@@ -11,6 +11,7 @@
 //!     gpu train                                                     (the training and autograd rows alone)
 //!     gpu train-tiny                                                (tiny_gpt's eager and graphed rows alone)
 //!     gpu train-trace PATH [STEPS]                                  (tiny_gpt's eager steps traced)
+//!     gpu train-graph-profile                                       (two graphed tiny_gpt replays, NVTX `replay`, for ncu)
 //!     gpu breakdown                                                 (an op's and a replay's time in parts)
 //!     gpu grads FILE                                                (gradients for benches/torch_grads.py)
 //!
@@ -671,7 +672,11 @@ fn main() {
     }
     if std::env::args().any(|a| a == "train-tiny") {
         train::tiny_gpt(20).unwrap(); // tiny_gpt's two rows alone: `gpu train-tiny`
-        train::tiny_gpt_graphed(20).unwrap();
+        train::tiny_gpt_graphed(20, false).unwrap();
+        return;
+    }
+    if std::env::args().any(|a| a == "train-graph-profile") {
+        train::tiny_gpt_graphed(0, true).unwrap(); // two graphed tiny_gpt replays in NVTX ranges `replay`
         return;
     }
     if std::env::args().any(|a| a == "train") {

@@ -170,8 +170,9 @@ pub(crate) fn tiny_gpt(steps: usize) -> locus::Result<()> {
 /// whole-network capture of the same step (`torch_baseline.py` `tiny_gpt_graphed()`).
 /// Each step copies the batch into the static inputs, on both sides; before the timing,
 /// 3 replays must take the eager steps of a twin model (losses within 1e-4), else the
-/// bench fails.
-pub(crate) fn tiny_gpt_graphed(steps: usize) -> locus::Result<()> {
+/// bench fails. With `profile` (`gpu train-graph-profile`), no row: two replays alone,
+/// each in an NVTX range `replay` (for `ncu --nvtx --nvtx-include replay/`).
+pub(crate) fn tiny_gpt_graphed(steps: usize, profile: bool) -> locus::Result<()> {
     use super::tiny_gpt_model::{Gpt, BATCH, CONTEXT, VOCAB};
     let n = BATCH * CONTEXT;
     let ids = Tensor::<G, i32>::from_vec((0..n).map(|i| ((i * 37 + 11) % 256) as i32).collect(), [BATCH, CONTEXT])?;
@@ -208,6 +209,13 @@ pub(crate) fn tiny_gpt_graphed(steps: usize) -> locus::Result<()> {
                 reason: format!("step {k}: the graphed loss {got} is not the eager {want}"),
             });
         }
+    }
+    if profile {
+        for _ in 0..2 {
+            let _range = locus::range!("replay");
+            step.replay()?;
+        }
+        return stream.synchronize();
     }
     let mut one = || -> locus::Result<()> {
         let (mut ii, mut ti, _) = step.inputs_mut();
@@ -296,5 +304,5 @@ pub(crate) fn steps() {
     graphed_rows::<f32>("train_mlp_f32_w256_b32_graphed", 256, 32, 100).unwrap();
     graphed_rows::<f32>("train_mlp_f32_w4096_b512_graphed", 4096, 512, 10).unwrap();
     tiny_gpt(20).unwrap();
-    tiny_gpt_graphed(20).unwrap();
+    tiny_gpt_graphed(20, false).unwrap();
 }

@@ -1,5 +1,6 @@
 // Reductions: sum, mean, max and the sum of squares over all elements (two passes:
-// per-block partials, then one block) and over one dim of a [outer, len, inner] view.
+// per-block partials, then one block) and over one dim of a [outer, len, inner] view
+// (a block per row, a thread per output, or tiles of columns for few, long columns).
 //
 // Float sums accumulate in f64 and integer sums in unsigned 32-bit (64-bit for i64),
 // wrapping, as the host backend does, so both give the same answers.
@@ -121,6 +122,66 @@ template <typename T, typename R> __device__ void reduce_cols(const T* x, T* out
     }
 }
 
+// Over `len` of [outer, len, inner] when the outputs are few and `len` long (a bias's
+// gradient: [tokens, width] summed over the tokens), where a thread per output would walk
+// a whole column alone. A block of 32 x 32 threads takes a tile of 32 neighbouring columns
+// of one outer slice and one segment of `len` (`chunk` rows, the last one shorter): lane
+// tx reads column tx, warp ty rows ty, ty + 32, ..., four rows loaded before any is added,
+// so each warp reads 32 neighbouring elements per row. Thread row 0 adds the 32 partial
+// results of its column in shared memory in a fixed order. Column c of slice o, segment s:
+// with one segment the result goes to out[o * inner + c], else the accumulator to
+// partial[(o * inner + c) * nchunks + s] for reduce_tile_final.
+#define COL_TILE_ROWS 32
+
+template <typename T, typename R>
+__device__ void reduce_tile(const T* x, u64 outer, u64 len, u64 inner, u64 chunk, u64 nchunks, T* out,
+                            typename R::A* partial) {
+    typedef typename R::A A;
+    __shared__ A part[COL_TILE_ROWS][33];
+    const u64 tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+    const u64 tiles = (inner + 31) / 32;
+    for (u64 b = blockIdx.x; b < outer * tiles * nchunks; b += gridDim.x) {
+        const u64 seg = b % nchunks, tile = b / nchunks % tiles, o = b / nchunks / tiles;
+        const u64 col = tile * 32 + tx, start = seg * chunk;
+        const u64 end = len - start < chunk ? len : start + chunk;
+        A v = R::init();
+        if (col < inner) {
+            const T* p = x + o * len * inner + col;
+            u64 j = start + ty;
+            for (; j + 3 * COL_TILE_ROWS < end; j += 4 * COL_TILE_ROWS) {
+                T a[4];
+#pragma unroll
+                for (int u = 0; u < 4; u++) a[u] = p[(j + u * COL_TILE_ROWS) * inner];
+#pragma unroll
+                for (int u = 0; u < 4; u++) v = R::combine(v, R::load(a[u]));
+            }
+            for (; j < end; j += COL_TILE_ROWS) v = R::combine(v, R::load(p[j * inner]));
+        }
+        part[ty][tx] = v;
+        __syncthreads();
+        if (ty == 0 && col < inner) {
+#pragma unroll 8
+            for (int k = 1; k < COL_TILE_ROWS; k++) v = R::combine(v, part[k][tx]);
+            if (nchunks == 1) {
+                out[o * inner + col] = R::finish(v, len);
+            } else {
+                partial[(o * inner + col) * nchunks + seg] = v;
+            }
+        }
+        __syncthreads();
+    }
+}
+
+// Each output's `nchunks` accumulators from reduce_tile, combined in segment order.
+template <typename T, typename R>
+__device__ void reduce_tile_final(const typename R::A* partial, u64 outputs, u64 nchunks, u64 len, T* out) {
+    GRID_LOOP(i, outputs) {
+        typename R::A v = partial[i * nchunks];
+        for (u64 s = 1; s < nchunks; s++) v = R::combine(v, partial[i * nchunks + s]);
+        out[i] = R::finish(v, len);
+    }
+}
+
 // Over `len` of [outer, len] (inner == 1): one block per row.
 template <typename T, typename R> __device__ void reduce_rows(const T* x, T* out, u64 outer, u64 len) {
     for (u64 row = blockIdx.x; row < outer; row += gridDim.x) {
@@ -146,6 +207,15 @@ template <typename T, typename R> __device__ void reduce_rows(const T* x, T* out
     }                                                                                                           \
     extern "C" __global__ void NAME##_rows_##T(const T* x, T* out, u64 outer, u64 len) {                        \
         reduce_rows<T, R<T> >(x, out, outer, len);                                                              \
+    }                                                                                                           \
+    extern "C" __global__ void __launch_bounds__(1024) NAME##_tile_##T(const T* x, u64 outer, u64 len, u64 inner,  \
+                                                                      u64 chunk, u64 nchunks, T* out,           \
+                                                                      R<T>::A* partial) {                       \
+        reduce_tile<T, R<T> >(x, outer, len, inner, chunk, nchunks, out, partial);                              \
+    }                                                                                                           \
+    extern "C" __global__ void NAME##_tilefinal_##T(const R<T>::A* partial, u64 outputs, u64 nchunks, u64 len,  \
+                                                    T* out) {                                                   \
+        reduce_tile_final<T, R<T> >(partial, outputs, nchunks, len, out);                                       \
     }
 
 REDUCE(sum, Sum, f32)

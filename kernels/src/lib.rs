@@ -19,7 +19,7 @@ pub enum Source {
     /// `{add,sub,mul,div}_{same,scalar,bcast}_{T}`, and `{sub,div}_rscalar_{T}` (the scalar
     /// on the left).
     Elementwise,
-    /// `{sum,mean,max}_{partial,final,single,cols,rows}_{T}`.
+    /// `{sum,mean,max,sumsq}_{partial,final,single,cols,rows,tile,tilefinal}_{T}`.
     Reduce,
     /// `transpose_{T}` (batched), integer `matmul_{T}` (batched), `permute_{T}` (a strided
     /// copy of permuted dims) and `copy_blocks_{T}` (strided block copies).

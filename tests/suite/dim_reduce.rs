@@ -491,6 +491,37 @@ fn argmax_finds_the_first_nan_in_every_path() {
     assert!(v[0].is_sign_negative() && v[1].is_sign_positive(), "the value is the element at the index");
 }
 
+/// Sums and means over few long columns, which the GPU reduces in tiles of 32 columns
+/// (a bias's gradient: [tokens, width] over the tokens): one segment per column
+/// ([512, 64], [5, 64, 3]), columns cut into segments whose partial results a second
+/// launch adds ([3, 700, 40] with a partial tile, [20000, 5]), rows not a multiple of the
+/// tile's 32 or of its 4-row unroll ([40, 33], [2, 1157, 70]), in every summed type; integer
+/// sums wrap exactly, float sums within the module's tolerance of the f64 reference.
+#[test]
+fn sums_over_few_long_columns_in_every_tile_path() {
+    let shapes: [(&[usize], usize); 6] =
+        [(&[512, 64], 0), (&[5, 64, 3], 1), (&[3, 700, 40], 1), (&[20_000, 5], 0), (&[40, 33], 0), (&[2, 1157, 70], 1)];
+    for (shape, dim) in shapes {
+        let n: usize = shape.iter().product();
+        let f: Vec<f64> = (0..n).map(|i| ((i * 7919 % 2003) as f64 - 1001.0) / 64.0).collect();
+        let f32s: Vec<f32> = f.iter().map(|&v| v as f32).collect();
+        check_sums(&f32s, shape, dim).unwrap();
+        check_means(&f32s, shape, dim).unwrap();
+        check_sums(&f, shape, dim).unwrap();
+        let h: Vec<bf16> = f.iter().map(|&v| bf16::from_f64(v / 16.0)).collect();
+        check_sums(&h, shape, dim).unwrap();
+        check_means(&h, shape, dim).unwrap();
+        let h: Vec<f16> = f.iter().map(|&v| f16::from_f64(v / 64.0)).collect();
+        check_means(&h, shape, dim).unwrap();
+        let i: Vec<i32> = (0..n).map(|k| if k % 97 == 3 { i32::MAX } else { (k % 1000) as i32 - 500 }).collect();
+        check_sums(&i, shape, dim).unwrap();
+        let l: Vec<i64> = (0..n).map(|k| if k % 89 == 1 { i64::MAX - k as i64 } else { k as i64 * 3 - 7 }).collect();
+        check_sums(&l, shape, dim).unwrap();
+        let u: Vec<u8> = (0..n).map(|k| (k * 31 % 256) as u8).collect();
+        check_sums(&u, shape, dim).unwrap();
+    }
+}
+
 #[test]
 fn keepdim_shapes_and_a_0_d_result() -> locus::Result<()> {
     let x = Tensor::<G>::from_vec((0..24).map(|v| v as f32).collect(), [2, 3, 4])?;

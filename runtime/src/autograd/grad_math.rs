@@ -15,15 +15,18 @@ impl<D: Device, T: Element> Tensor<D, T> {
         if self.shape() == shape {
             return Ok(self.clone());
         }
-        // One reduction per dim broadcasting added in front. Not one reduction over them
-        // all folded together: on the GPU that is a tall, narrow column sum (a bias's
-        // gradient: [batch · tokens, width]), which the reduction kernel runs with a
-        // thread per column, 88 µs for [512, 64] on an H100 against a few for the two
-        // wider sums.
-        let mut g = self.clone();
-        for _ in shape.len()..self.rank() {
-            g = g.sum_dim(0, false)?;
-        }
+        // The dims broadcasting added in front, folded into one dim and summed by one
+        // reduction (a bias's gradient: [batch, tokens, width] as [batch · tokens, width],
+        // which the GPU sums in tiles of columns).
+        let extra = self.rank() - shape.len().min(self.rank());
+        let mut g = match extra {
+            0 => self.clone(),
+            _ => {
+                let mut folded = vec![self.shape()[..extra].iter().product::<usize>()];
+                folded.extend_from_slice(&self.shape()[extra..]);
+                self.reshape(&folded)?.sum_dim(0, false)?
+            }
+        };
         for (d, &n) in shape.iter().enumerate() {
             if n == 1 && g.shape()[d] != 1 {
                 g = g.sum_dim(d, true)?;

@@ -1,7 +1,8 @@
 //! Reductions (`sum`, `mean`, `max`, the sum of squares) over one dim, kernels of reduce.cu. A whole-tensor
 //! reduction runs in one block when small, else in two launches through per-block
 //! partial results; a reduction over the last dim gives each row to a block, and one over
-//! an inner dim gives each output element to a thread.
+//! an inner dim gives each output element to a thread, or, when the outputs are few and
+//! the columns long, tiles of 32 columns (and segments of the columns) to blocks.
 
 use locus_kernels::Source;
 
@@ -47,9 +48,7 @@ pub(in crate::backend::cuda) fn reduce(
             // `x` into the one element of `out`.
             unsafe { dev.launch(k("single")?, (1, 1, 1), (1024, 1, 1), s, args)? };
         } else {
-            // Accumulator width: f64 for float sums and means, the type itself for f64 max
-            // and the unsigned 64-bit sum or the max of i64, else 4 bytes.
-            let acc = if op != ReduceKind::Max && dtype.is_float() || dtype.size() == 8 { 8 } else { 4 };
+            let acc = accumulator_bytes(op, dtype);
             let blocks = dev.grid(len.div_ceil(16 / dtype.size() as u64), 256);
             let partial = CudaBuffer::alloc(dev, &stream, blocks as usize * acc)?;
             let args = KernelArgs::new().ptr(xb).u64(len).ptr(&partial);
@@ -69,6 +68,37 @@ pub(in crate::backend::cuda) fn reduce(
         // SAFETY: `{op}_rows_{dtype}(const T* x, T* out, u64 outer, u64 len)`: `outer`
         // rows of `len` elements of `x`, one result each into `out` (`outer` elements).
         unsafe { dev.launch(k("rows")?, (grid, 1, 1), (256, 1, 1), s, args)? };
+    } else if outer * inner < dev.sm_count.max(1) as u64 * 256 && len >= 32 {
+        // Few outputs over long columns: tiles of 32 columns; when the tiles are too few
+        // to fill the device, `len` is cut into segments of at least 512 rows (16 per
+        // thread), and a second launch adds each output's segments in order.
+        const TILE: u32 = 1024;
+        let tiles = outer * inner.div_ceil(32);
+        let fill = dev.sm_count.max(1) as u64 * 2;
+        let nchunks = fill.div_ceil(tiles).min(len.div_ceil(512)).max(1);
+        let chunk = len.div_ceil(nchunks);
+        let nchunks = len.div_ceil(chunk);
+        let grid = (tiles * nchunks).min(fill * 8) as u32;
+        let outputs = outer * inner;
+        let args = KernelArgs::new().ptr(xb).u64(outer).u64(len).u64(inner).u64(chunk).u64(nchunks);
+        if nchunks == 1 {
+            // SAFETY: `{op}_tile_{dtype}(const T* x, u64 outer, u64 len, u64 inner, u64 chunk, u64 nchunks, T* out,
+            // A* partial)` with one segment: each block reads a tile of columns (below `inner`) of the rows of one of
+            // the `outer` slices and writes their results into `out` (`outer * inner`); `partial` is null, unread.
+            unsafe { dev.launch(k("tile")?, (grid, 1, 1), (TILE, 1, 1), s, args.ptr(&out).ptr_or_null(None))? };
+        } else {
+            let acc = accumulator_bytes(op, dtype);
+            let partial = CudaBuffer::alloc(dev, &stream, (outputs * nchunks) as usize * acc)?;
+            // SAFETY: as above with `nchunks` segments of `chunk` rows: `out` is not written; segment `s` of column
+            // `c` of slice `o` writes accumulator `(o * inner + c) * nchunks + s` of `partial`, which holds
+            // `outputs * nchunks` accumulators of the kernel's `A` (`acc` bytes, as for `partial` above),
+            // allocated on `stream` and freed there after the launch below.
+            unsafe { dev.launch(k("tile")?, (grid, 1, 1), (TILE, 1, 1), s, args.ptr(&out).ptr(&partial))? };
+            let args = KernelArgs::new().ptr(&partial).u64(outputs).u64(nchunks).u64(len).ptr(&out);
+            // SAFETY: `{op}_tilefinal_{dtype}(const A* partial, u64 outputs, u64 nchunks, u64 len, T* out)`: the
+            // `outputs * nchunks` accumulators written just before on `stream`, into the `outputs` of `out`.
+            unsafe { dev.launch(k("tilefinal")?, (dev.grid(outputs, 256), 1, 1), (256, 1, 1), s, args)? };
+        }
     } else {
         let grid = dev.grid(outer * inner, 256);
         let args = KernelArgs::new().ptr(xb).ptr(&out).u64(outer).u64(len).u64(inner);
@@ -77,4 +107,14 @@ pub(in crate::backend::cuda) fn reduce(
         unsafe { dev.launch(k("cols")?, (grid, 1, 1), (256, 1, 1), s, args)? };
     }
     done(out)
+}
+
+/// The width of the kernels' accumulator `A`: f64 for float sums and means, the type itself
+/// for f64 max and the unsigned 64-bit sum or the max of i64, else 4 bytes.
+fn accumulator_bytes(op: ReduceKind, dtype: DType) -> usize {
+    if op != ReduceKind::Max && dtype.is_float() || dtype.size() == 8 {
+        8
+    } else {
+        4
+    }
 }
