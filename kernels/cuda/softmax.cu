@@ -272,21 +272,30 @@ template <typename T, typename G> struct RowMoments {
     }
 };
 
+// With `w` and `b` (`len` each; both or neither), LayerNorm's affine part too:
+// xhat * w + b, rounded once.
 template <typename T, typename G>
-__device__ void norm_rows(const T* __restrict__ x, T* __restrict__ y, u64 rows, u64 len, f64 eps) {
+__device__ void norm_rows(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
+                          u64 rows, u64 len, f64 eps) {
     for (u64 row = G::first(); row < rows; row += G::step()) {
         const T* p = x + row * len;
         T* q = y + row * len;
         const RowMoments<T, G> m(p, len, eps);
-        for (u64 i = G::rank(); i < len; i += G::size()) q[i] = from_acc<T>((to_acc(p[i]) - m.mean) * m.rstd);
+        for (u64 i = G::rank(); i < len; i += G::size()) {
+            const typename Acc<T>::type xh = (to_acc(p[i]) - m.mean) * m.rstd;
+            q[i] = from_acc<T>(w ? xh * to_acc(w[i]) + to_acc(b[i]) : xh);
+        }
     }
 }
 
 // The gradient of norm_rows at x, given the gradient g of its output:
-// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), xhat = (x - mean) * rstd, one row per
-// group, the moments computed again from x.
+// dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)), xhat = (x - mean) * rstd, gw = g * w
+// with a weight `w`, else g; one row per group, the moments computed again from x. With
+// `stats`, each row's mean and rstd go to stats[2 row] and stats[2 row + 1], for
+// norm_params.
 template <typename T, typename G>
-__device__ void norm_back_rows(const T* __restrict__ x, const T* __restrict__ g, T* __restrict__ dx, u64 rows, u64 len,
+__device__ void norm_back_rows(const T* __restrict__ x, const T* __restrict__ g, const T* __restrict__ w,
+                               T* __restrict__ dx, typename Acc<T>::type* __restrict__ stats, u64 rows, u64 len,
                                f64 eps) {
     typedef typename Acc<T>::type A;
     for (u64 row = G::first(); row < rows; row += G::step()) {
@@ -296,7 +305,7 @@ __device__ void norm_back_rows(const T* __restrict__ x, const T* __restrict__ g,
         const RowMoments<T, G> m(p, len, eps);
         A sg = (A)0, sgx = (A)0;
         for (u64 i = G::rank(); i < len; i += G::size()) {
-            const A gi = to_acc(gp[i]);
+            const A gi = w ? to_acc(gp[i]) * to_acc(w[i]) : to_acc(gp[i]);
             sg += gi;
             sgx += gi * ((to_acc(p[i]) - m.mean) * m.rstd);
         }
@@ -304,8 +313,76 @@ __device__ void norm_back_rows(const T* __restrict__ x, const T* __restrict__ g,
         sgx = G::all(sgx, SumOp()) / (A)len;
         for (u64 i = G::rank(); i < len; i += G::size()) {
             const A xh = (to_acc(p[i]) - m.mean) * m.rstd;
-            q[i] = from_acc<T>(m.rstd * (to_acc(gp[i]) - sg - xh * sgx));
+            const A gi = w ? to_acc(gp[i]) * to_acc(w[i]) : to_acc(gp[i]);
+            q[i] = from_acc<T>(m.rstd * (gi - sg - xh * sgx));
         }
+        if (stats && G::rank() == 0) {
+            stats[2 * row] = m.mean;
+            stats[2 * row + 1] = m.rstd;
+        }
+    }
+}
+
+// LayerNorm's weight and bias gradients: dw[c] = sum over rows of g * xhat, db[c] = sum
+// of g, in f64, xhat from the rows' `stats` (norm_back_rows). As reduce.cu's column tiles:
+// a block of 32 x 32 threads takes 32 neighbouring columns and one segment of the rows
+// (`chunk` rows, the last one shorter); thread row 0 adds the 32 partial sums of its
+// column in a fixed order. With one segment the results go to dw and db, else the sums
+// of segment s of column c to partial[2 (c nchunks + s)] and the next place, for
+// norm_params_final.
+#define NORM_TILE_ROWS 32
+
+template <typename T>
+__device__ void norm_params(const T* __restrict__ x, const T* __restrict__ g, const typename Acc<T>::type* stats,
+                            T* __restrict__ dw, T* __restrict__ db, u64 rows, u64 len, u64 chunk, u64 nchunks,
+                            f64* __restrict__ partial) {
+    __shared__ f64 pw[NORM_TILE_ROWS][33], pb[NORM_TILE_ROWS][33];
+    const u64 tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+    const u64 tiles = (len + 31) / 32;
+    for (u64 blk = blockIdx.x; blk < tiles * nchunks; blk += gridDim.x) {
+        const u64 seg = blk % nchunks, col = blk / nchunks * 32 + tx, start = seg * chunk;
+        const u64 end = rows - start < chunk ? rows : start + chunk;
+        f64 sw = 0.0, sb = 0.0;
+        if (col < len) {
+            for (u64 r = start + ty; r < end; r += NORM_TILE_ROWS) {
+                const f64 gi = (f64)to_acc(g[r * len + col]);
+                const f64 xh = ((f64)to_acc(x[r * len + col]) - (f64)stats[2 * r]) * (f64)stats[2 * r + 1];
+                sw += gi * xh;
+                sb += gi;
+            }
+        }
+        pw[ty][tx] = sw;
+        pb[ty][tx] = sb;
+        __syncthreads();
+        if (ty == 0 && col < len) {
+            for (int k = 1; k < NORM_TILE_ROWS; k++) {
+                sw += pw[k][tx];
+                sb += pb[k][tx];
+            }
+            if (nchunks == 1) {
+                dw[col] = from_acc<T>((typename Acc<T>::type)sw);
+                db[col] = from_acc<T>((typename Acc<T>::type)sb);
+            } else {
+                partial[2 * (col * nchunks + seg)] = sw;
+                partial[2 * (col * nchunks + seg) + 1] = sb;
+            }
+        }
+        __syncthreads();
+    }
+}
+
+// Each column's `nchunks` segment sums from norm_params, added in segment order.
+template <typename T>
+__device__ void norm_params_final(const f64* __restrict__ partial, T* __restrict__ dw, T* __restrict__ db, u64 len,
+                                  u64 nchunks) {
+    GRID_LOOP(c, len) {
+        f64 sw = 0.0, sb = 0.0;
+        for (u64 s = 0; s < nchunks; s++) {
+            sw += partial[2 * (c * nchunks + s)];
+            sb += partial[2 * (c * nchunks + s) + 1];
+        }
+        dw[c] = from_acc<T>((typename Acc<T>::type)sw);
+        db[c] = from_acc<T>((typename Acc<T>::type)sb);
     }
 }
 
@@ -352,11 +429,18 @@ __device__ void softmax_back_rows(const T* __restrict__ y, const T* __restrict__
 //   nll_warp_T, nll_block_T       (const T* x, const i32* target, T* loss, u64 rows, u64 c,
 //                                 u64* err): cross-entropy's per-row loss, a warp or a
 //                                 block per row;
-//   layer_norm_{warp,block}_T     (const T* x, T* y, u64 rows, u64 len, f64 eps): each row
-//                                 normalised (a warp per row in blocks of (32, rows per
-//                                 block), or a block of whole warps per row);
-//   layer_norm_back_{warp,block}_T (const T* x, const T* g, T* dx, u64 rows, u64 len,
-//                                 f64 eps): its gradient;
+//   layer_norm_{warp,block}_T     (const T* x, const T* w, const T* b, T* y, u64 rows,
+//                                 u64 len, f64 eps): each row normalised, then scaled by w
+//                                 and shifted by b when not null (a warp per row in blocks
+//                                 of (32, rows per block), or a block of whole warps per row);
+//   layer_norm_back_{warp,block}_T (const T* x, const T* g, const T* w, T* dx, A* stats,
+//                                 u64 rows, u64 len, f64 eps): its gradient with respect to
+//                                 x, and each row's mean and rstd into stats when not null;
+//   layer_norm_params_T           (const T* x, const T* g, const A* stats, T* dw, T* db,
+//                                 u64 rows, u64 len, u64 chunk, u64 nchunks, f64* partial):
+//                                 the weight's and bias's gradients, tiles of 32 columns;
+//   layer_norm_params_final_T     (const f64* partial, T* dw, T* db, u64 len, u64 nchunks):
+//                                 their segments added, when there are several;
 //   {op}_back_{warp,block}_T      (const T* y, const T* g, T* dx, u64 rows, u64 len): the
 //                                 gradient of softmax or log_softmax over the last dim
 //                                 from its output y, a warp or a block per row.
@@ -395,17 +479,29 @@ __device__ void softmax_back_rows(const T* __restrict__ y, const T* __restrict__
     extern "C" __global__ void __launch_bounds__(1024) nll_block_##T(const T* x, const i32* target, T* loss, u64 rows, u64 c, u64* err) { \
         nll_rows<T, BlockRow>(x, target, loss, rows, c, err);                                                \
     }                                                                                                        \
-    extern "C" __global__ void __launch_bounds__(128) layer_norm_warp_##T(const T* x, T* y, u64 rows, u64 len, f64 eps) { \
-        norm_rows<T, WarpRow>(x, y, rows, len, eps);                                                         \
+    extern "C" __global__ void __launch_bounds__(128) layer_norm_warp_##T(const T* x, const T* w, const T* b, T* y, \
+                                                                         u64 rows, u64 len, f64 eps) {      \
+        norm_rows<T, WarpRow>(x, w, b, y, rows, len, eps);                                                   \
     }                                                                                                        \
-    extern "C" __global__ void __launch_bounds__(1024) layer_norm_block_##T(const T* x, T* y, u64 rows, u64 len, f64 eps) { \
-        norm_rows<T, BlockRow>(x, y, rows, len, eps);                                                        \
+    extern "C" __global__ void __launch_bounds__(1024) layer_norm_block_##T(const T* x, const T* w, const T* b, T* y, \
+                                                                           u64 rows, u64 len, f64 eps) {    \
+        norm_rows<T, BlockRow>(x, w, b, y, rows, len, eps);                                                  \
     }                                                                                                        \
-    extern "C" __global__ void __launch_bounds__(128) layer_norm_back_warp_##T(const T* x, const T* g, T* dx, u64 rows, u64 len, f64 eps) { \
-        norm_back_rows<T, WarpRow>(x, g, dx, rows, len, eps);                                                \
+    extern "C" __global__ void __launch_bounds__(128) layer_norm_back_warp_##T(                               \
+        const T* x, const T* g, const T* w, T* dx, Acc<T>::type* stats, u64 rows, u64 len, f64 eps) {        \
+        norm_back_rows<T, WarpRow>(x, g, w, dx, stats, rows, len, eps);                                      \
     }                                                                                                        \
-    extern "C" __global__ void __launch_bounds__(1024) layer_norm_back_block_##T(const T* x, const T* g, T* dx, u64 rows, u64 len, f64 eps) { \
-        norm_back_rows<T, BlockRow>(x, g, dx, rows, len, eps);                                               \
+    extern "C" __global__ void __launch_bounds__(1024) layer_norm_back_block_##T(                             \
+        const T* x, const T* g, const T* w, T* dx, Acc<T>::type* stats, u64 rows, u64 len, f64 eps) {        \
+        norm_back_rows<T, BlockRow>(x, g, w, dx, stats, rows, len, eps);                                     \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(1024) layer_norm_params_##T(                                 \
+        const T* x, const T* g, const Acc<T>::type* stats, T* dw, T* db, u64 rows, u64 len, u64 chunk,       \
+        u64 nchunks, f64* partial) {                                                                         \
+        norm_params<T>(x, g, stats, dw, db, rows, len, chunk, nchunks, partial);                             \
+    }                                                                                                        \
+    extern "C" __global__ void layer_norm_params_final_##T(const f64* partial, T* dw, T* db, u64 len, u64 nchunks) { \
+        norm_params_final<T>(partial, dw, db, len, nchunks);                                                 \
     }
 
 SOFTMAX(f32)

@@ -358,13 +358,18 @@ fn layer_norm_reference(
     (y, dx, dw, db)
 }
 
-/// `nn::LayerNorm` forward and backward (one kernel each for the normalisation) against
-/// [`layer_norm_reference`], at the row lengths where the GPU goes from a warp per row to
-/// a block, in f64, f32 and bf16 (`tol` relative to `max(1, |want|)`).
+/// `nn::LayerNorm` forward and backward (one kernel forward; backward the input's gradient,
+/// then the weight's and bias's in tiles of columns) against [`layer_norm_reference`], at
+/// the row lengths where the GPU goes from a warp per row to a block, and at row counts
+/// where the weight's and bias's sums are cut into segments (1300 and 2000 rows, a partial
+/// tile of columns in the second), in f64, f32 and bf16 (`tol` relative to
+/// `max(1, |want|)`); then `Tensor::layer_norm` without weight and bias (the input's
+/// gradient alone), and with a weight and bias that track no gradient.
 fn layer_norm_matches<T: Float>(tol: f64) -> locus::Result<()> {
     use locus::nn::{LayerNorm, Module};
     use locus::Param;
-    for (k, (rows, len)) in [(3, 1), (4, 5), (5, 64), (2, 1024), (3, 1025), (2, 3000)].into_iter().enumerate() {
+    let shapes = [(3, 1), (4, 5), (5, 64), (2, 1024), (3, 1025), (2, 3000), (1300, 40), (2000, 70)];
+    for (k, (rows, len)) in shapes.into_iter().enumerate() {
         let seed = 100 + k as u64;
         let (x, w, b, c) = (
             values(rows * len, seed, 2.0),
@@ -401,6 +406,27 @@ fn layer_norm_matches<T: Float>(tol: f64) -> locus::Result<()> {
                     "{} rows of {len}, {what}[{i}]: {g} against {w}",
                     rows
                 );
+            }
+        }
+        // No weight and bias: the reference with weight 1 and bias 0; the input's gradient.
+        let (ones, zeros) = (vec![1.0; len], vec![0.0; len]);
+        let (want_y, want_dx, _, _) = layer_norm_reference(&x, (&ones, &zeros, &c), len, 1e-5);
+        let plain = Param::new(typed(&x, &[rows, len])?);
+        let y = plain.layer_norm(None, 1e-5)?;
+        (&y * &typed(&c, &[rows, len])?)?.sum()?.backward()?;
+        // Weight and bias as plain tensors: the input's gradient alone is asked for.
+        let frozen = Param::new(typed(&x, &[rows, len])?);
+        let (w_t, b_t) = (typed(&w, &[len])?, typed(&b, &[len])?);
+        (&frozen.layer_norm(Some((&w_t, &b_t)), 1e-5)? * &typed(&c, &[rows, len])?)?.sum()?.backward()?;
+        let (_, want_frozen_dx, _, _) = layer_norm_reference(&x, (&w, &b, &c), len, 1e-5);
+        for (what, got, want) in [
+            ("plain y", y.to_vec()?, want_y),
+            ("plain dx", grad(&plain)?, want_dx),
+            ("dx beside frozen weight", grad(&frozen)?, want_frozen_dx),
+        ] {
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                let (g, w) = (g.to_f64(), *w);
+                assert!((g - w).abs() <= tol * w.abs().max(1.0), "{rows} rows of {len}, {what}[{i}]: {g} against {w}");
             }
         }
     }

@@ -33,6 +33,7 @@ use crate::error::{Error, Result};
 
 pub(crate) use api::errors::events_not_complete;
 pub(crate) use api::gemm::Gemm;
+pub(crate) use api::norm::{Norm, NormGrads};
 pub(crate) use api::op::{bad_target, index_out_of_range, Gather, SoftmaxOp};
 pub(crate) use api::op::{
     float_only, same_length, BinaryOp, Blocks, Collective, CommOp, CommReduce, CompareOp, ParamOp, ReduceKind, UnaryOp,

@@ -1,7 +1,6 @@
 //! `LayerNorm`: each row normalised over its last dim, then scaled and shifted by
-//! learned `weight` and `bias` (PyTorch's `nn.LayerNorm(dim)`): the normalisation is one
-//! kernel forward and one backward (`Tensor::normalize_last`), the weight and bias the
-//! tensor ops, so their gradients are those ops'.
+//! learned `weight` and `bias` (PyTorch's `nn.LayerNorm(dim)`): one kernel forward and two
+//! backward (`Tensor::layer_norm`), the weight and bias applied in the forward's kernel.
 
 use super::params::{join, Parameters};
 use crate::autograd::Param;
@@ -65,7 +64,7 @@ impl<D: Device, T: Float> Module<D, T> for LayerNorm<D, T> {
                 rhs: self.weight.shape().to_vec(),
             });
         }
-        (&x.normalize_last(self.eps)? * &*self.weight)? + &*self.bias
+        x.layer_norm(Some((&self.weight, &self.bias)), self.eps)
     }
 }
 

@@ -1,10 +1,10 @@
 //! `softmax`, `log_softmax` over any dim and `cross_entropy` of logits and class targets:
 //! one backend call each over the `[outer, len, inner]` view of the dim
 //! (`shape::Reduction`), computed stably (the slice's maximum subtracted first); and
-//! LayerNorm's normalisation of the last dim, one backend call forward and one backward.
+//! LayerNorm over the last dim, one backend call forward and one backward.
 
 use super::Tensor;
-use crate::backend::{bad_target, BinaryOp, SoftmaxOp, UnaryOp};
+use crate::backend::{bad_target, BinaryOp, Norm, SoftmaxOp, UnaryOp};
 use crate::device::Device;
 use crate::element::{Float, IndexElement};
 use crate::error::{Error, Result};
@@ -91,23 +91,63 @@ impl<D: Device, T: Float> Tensor<D, T> {
         }))
     }
 
-    /// LayerNorm's normalisation over the last dim, without weight or bias: each row
-    /// becomes `(x - mean) / sqrt(var + eps)`, the variance biased, as PyTorch's. One
-    /// kernel, and one for the gradient (`rstd * (g - mean(g) - xhat * mean(g * xhat))`),
-    /// where the composed ops took nine and about twenty.
-    pub(crate) fn normalize_last(&self, eps: f64) -> Result<Self> {
+    /// LayerNorm over the last dim (PyTorch's `layer_norm(x, [len], weight, bias, eps)`):
+    /// each row becomes `(x - mean) / sqrt(var + eps)`, the variance biased, then with
+    /// `affine` = `(weight, bias)` (`[len]` each, on this tensor's device) times the weight
+    /// plus the bias. One kernel, and for the gradients one (the input's) or with `affine`
+    /// two (then the weight's and the bias's: sums over the rows), where the composed ops
+    /// took a dozen.
+    ///
+    /// ```
+    /// # extern crate locus_runtime as locus;
+    /// use locus::{Cpu, Tensor};
+    /// let x = Tensor::<Cpu>::from_vec(vec![1.0, 3.0, -2.0, 2.0], [2, 2])?;
+    /// assert_eq!(x.layer_norm(None, 0.0)?.to_vec()?, vec![-1.0, 1.0, -1.0, 1.0]);
+    /// let (w, b) = (Tensor::from_vec(vec![2.0, 1.0], [2])?, Tensor::from_vec(vec![0.5, 0.0], [2])?);
+    /// assert_eq!(x.layer_norm(Some((&w, &b)), 0.0)?.to_vec()?, vec![-1.5, 1.0, -1.5, 1.0]);
+    /// assert!(x.layer_norm(Some((&w, &Tensor::zeros([3])?)), 1e-5).is_err());
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    pub fn layer_norm(&self, affine: Option<(&Self, &Self)>, eps: f64) -> Result<Self> {
         const OP: &str = "layer_norm";
         let Some(&len) = self.shape().last() else {
             return Err(Error::InvalidArgument { op: OP, reason: "a 0-d tensor has no dim to normalise".into() });
         };
-        let rows = self.numel().checked_div(len).unwrap_or(0);
-        let buf = self.queued(OP)?.layer_norm(None, T::DTYPE, rows, len, eps)?;
-        let out = self.with_buffer(buf, self.shape.clone());
-        Ok(self.track1(out, OP, |_| {
-            let x = self.saved();
-            move |g: Tensor<_, _>| {
-                let dx = x.queued(OP)?.layer_norm(Some(g.buffer()), T::DTYPE, rows, len, eps)?;
-                Ok(x.with_buffer(dx, x.shape.clone()))
+        for p in affine.iter().flat_map(|&(w, b)| [w, b]) {
+            self.same_device(OP, p)?;
+            if p.shape() != [len] {
+                return Err(Error::ShapeMismatch { op: OP, lhs: self.shape().to_vec(), rhs: p.shape().to_vec() });
+            }
+        }
+        let n = Norm { rows: self.numel().checked_div(len).unwrap_or(0), len, eps };
+        let bufs = match affine {
+            Some((w, b)) => Some((w.queued(OP)?, b.queued(OP)?)),
+            None => None,
+        };
+        let out = self.with_buffer(self.queued(OP)?.layer_norm(bufs, T::DTYPE, n)?, self.shape.clone());
+        let Some((w, b)) = affine else {
+            return Ok(self.track1(out, OP, |_| {
+                let x = self.saved();
+                move |g: Tensor<_, _>| {
+                    let (dx, _) = x.queued(OP)?.layer_norm_back(g.buffer(), None, T::DTYPE, n)?;
+                    Ok(x.with_buffer(dx, x.shape.clone()))
+                }
+            }));
+        };
+        Ok(Self::track_all(&[self, w, b], out, OP, |_| {
+            let (x, w) = (self.saved(), w.saved());
+            move |g: Tensor<_, _>, needs: &[bool]| {
+                let (dx, params) = x.queued(OP)?.layer_norm_back(g.buffer(), Some(w.queued(OP)?), T::DTYPE, n)?;
+                let (dw, db) = params.ok_or_else(|| Error::InvalidArgument {
+                    op: OP,
+                    reason: "internal: the backend gave no weight and bias gradients".into(),
+                })?;
+                let at = |buf, like: &Self| like.with_buffer(buf, like.shape.clone());
+                Ok(vec![
+                    needs[0].then(|| at(dx, &x)),
+                    needs[1].then(|| at(dw, &w)),
+                    needs[2].then(|| at(db, &w)),
+                ])
             }
         }))
     }

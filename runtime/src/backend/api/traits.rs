@@ -25,7 +25,7 @@ use std::time::Duration;
 use crate::backend::api::fence::Fence;
 use crate::backend::api::user_kernel::{Grid, KernelArg, KernelSource};
 use crate::backend::{
-    BinaryOp, Blocks, Collective, CommOp, CompareOp, Dist, Gather, Gemm, ParamOp, Permute, ReduceKind, Release,
+    BinaryOp, Blocks, Collective, CommOp, CompareOp, Dist, Gather, Gemm, Norm, NormGrads, ParamOp, Permute, ReduceKind, Release,
     SoftmaxOp, UnaryOp,
 };
 use crate::device_id::DeviceId;
@@ -314,11 +314,16 @@ pub(crate) trait BackendStorage: Sized + Debug {
     /// result the gradient of its input, over the last dim only (`r.inner == 1`, else an
     /// `Err`): `y (g - Σ g y)`, or `g - exp(y) Σ g`.
     fn softmax(&self, grad: Option<&Self>, op: SoftmaxOp, dtype: DType, r: Reduction) -> Result<Self>;
-    /// LayerNorm's normalisation of each of `rows` rows of `len` (> 0) elements (float
-    /// types only): `(x - mean) / sqrt(var + eps)`, the variance biased. With `grad` (the
-    /// gradient of that output, of this buffer's length and device), the gradient with
-    /// respect to this buffer instead. Either result has this buffer's length.
-    fn layer_norm(&self, grad: Option<&Self>, dtype: DType, rows: usize, len: usize, eps: f64) -> Result<Self>;
+    /// LayerNorm of each of `n.rows` rows of `n.len` elements (float types only):
+    /// `(x - mean) / sqrt(var + eps)`, the variance biased, then with `affine` (weight and
+    /// bias, `n.len` elements each, on this buffer's device) times the weight plus the
+    /// bias. The result has this buffer's length.
+    fn layer_norm(&self, affine: Option<(&Self, &Self)>, dtype: DType, n: Norm) -> Result<Self>;
+    /// The gradients of [`layer_norm`](Self::layer_norm) at this buffer, given `grad` (the
+    /// gradient of its output, of this buffer's length and device): with respect to this
+    /// buffer, and, with the `weight` the forward used, with respect to the weight and the
+    /// bias (`n.len` elements each: the sums over the rows of `grad · xhat` and of `grad`).
+    fn layer_norm_back(&self, grad: &Self, weight: Option<&Self>, dtype: DType, n: Norm) -> Result<NormGrads<Self>>;
     /// The elements `index` (`g.count` i32 of this buffer's device) picks along the
     /// middle dim of `g`, as `g` lays them out (`g.out_len()` elements, which the caller
     /// has checked). An index out of `[0, g.size)` is an error (the first one, in order);

@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use crate::backend::cuda::driver::buffer::CudaBuffer;
 use crate::backend::cuda::driver::device::DeviceState;
-use crate::backend::cuda::ops::{elementwise, gather, gemm, matrix, permute, reduce, select, softmax};
+use crate::backend::cuda::ops::{elementwise, gather, gemm, layer_norm, matrix, permute, reduce, select, softmax};
 use crate::backend::cuda::transfer;
 use crate::backend::cuda::{CudaEvent, CudaStream};
 use crate::backend::{
-    BackendStorage, BinaryOp, Blocks, CompareOp, Gather, Gemm, HostBuffer, ParamOp, Permute, ReduceKind, SoftmaxOp,
+    BackendStorage, BinaryOp, Blocks, CompareOp, Gather, Gemm, HostBuffer, Norm, NormGrads, ParamOp, Permute, ReduceKind, SoftmaxOp,
     UnaryOp,
 };
 use crate::device_id::DeviceId;
@@ -148,8 +148,12 @@ impl BackendStorage for CudaBuffer {
         softmax::softmax(self, grad, op, dtype, r)
     }
 
-    fn layer_norm(&self, grad: Option<&Self>, dtype: DType, rows: usize, len: usize, eps: f64) -> Result<Self> {
-        softmax::layer_norm(self, grad, dtype, (rows, len), eps)
+    fn layer_norm(&self, affine: Option<(&Self, &Self)>, dtype: DType, n: Norm) -> Result<Self> {
+        layer_norm::forward(self, affine, dtype, n)
+    }
+
+    fn layer_norm_back(&self, grad: &Self, weight: Option<&Self>, dtype: DType, n: Norm) -> Result<NormGrads<Self>> {
+        layer_norm::backward(self, grad, weight, dtype, n)
     }
 
     fn index_select(&self, index: &Self, dtype: DType, g: Gather) -> Result<Self> {

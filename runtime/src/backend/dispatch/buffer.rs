@@ -1,14 +1,14 @@
 //! [`Buffer`], the memory of either backend, and its storage-level ops: the one place
 //! where operands' variants are matched. Operands of one op are on one device (the
 //! tensor layer checks that), so a host buffer meeting a cuda buffer is a caller's bug,
-//! reported as the device mismatch it is rather than a panic.
+//! reported as the device mismatch it is rather than a panic. The row ops (softmax,
+//! LayerNorm, cross-entropy) are in `rows`.
 
 use crate::backend::api::traits::BackendStorage;
 use crate::backend::cuda::CudaBuffer;
 use crate::backend::dispatch::capture;
 use crate::backend::{
-    AnyEvent, AnyStream, BinaryOp, Blocks, CompareOp, Gather, Gemm, HostBuffer, ParamOp, Permute, ReduceKind,
-    SoftmaxOp, UnaryOp,
+    AnyEvent, AnyStream, BinaryOp, Blocks, CompareOp, Gather, Gemm, HostBuffer, ParamOp, Permute, ReduceKind, UnaryOp,
 };
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
@@ -23,13 +23,13 @@ pub(crate) enum Buffer {
 }
 
 /// Two operands of one backend.
-enum Pair<'a> {
+pub(super) enum Pair<'a> {
     Host(&'a HostBuffer, &'a HostBuffer),
     Cuda(&'a CudaBuffer, &'a CudaBuffer),
 }
 
 /// Several operands of one backend, in order: the first, then the others.
-enum Many<'a> {
+pub(super) enum Many<'a> {
     Host(&'a HostBuffer, Vec<&'a HostBuffer>),
     Cuda(&'a CudaBuffer, Vec<&'a CudaBuffer>),
 }
@@ -43,7 +43,7 @@ fn foreign_stream() -> Error {
     Error::InvalidArgument { op: "backend", reason: "a stream of one backend was handed memory of the other".into() }
 }
 
-fn mismatch(op: &'static str, lhs: &Buffer, rhs: &Buffer) -> Error {
+pub(super) fn mismatch(op: &'static str, lhs: &Buffer, rhs: &Buffer) -> Error {
     Error::DeviceMismatch { op, lhs: lhs.device_id(), rhs: rhs.device_id() }
 }
 
@@ -56,7 +56,7 @@ impl Buffer {
         }
     }
 
-    fn pair<'a>(&'a self, op: &'static str, rhs: &'a Buffer) -> Result<Pair<'a>> {
+    pub(super) fn pair<'a>(&'a self, op: &'static str, rhs: &'a Buffer) -> Result<Pair<'a>> {
         match (self, rhs) {
             (Buffer::Host(a), Buffer::Host(b)) => Ok(Pair::Host(a, b)),
             (Buffer::Cuda(a), Buffer::Cuda(b)) => Ok(Pair::Cuda(a, b)),
@@ -65,7 +65,7 @@ impl Buffer {
     }
 
     /// This buffer and `others`, all of this one's backend.
-    fn many<'a>(&'a self, op: &'static str, others: impl IntoIterator<Item = &'a Buffer>) -> Result<Many<'a>> {
+    pub(super) fn many<'a>(&'a self, op: &'static str, others: impl IntoIterator<Item = &'a Buffer>) -> Result<Many<'a>> {
         let mut out = match self {
             Buffer::Host(h) => Many::Host(h, Vec::new()),
             Buffer::Cuda(c) => Many::Cuda(c, Vec::new()),
@@ -300,53 +300,11 @@ impl Buffer {
         }
     }
 
-    pub(crate) fn softmax(&self, grad: Option<&Buffer>, op: SoftmaxOp, dtype: DType, r: Reduction) -> Result<Buffer> {
-        capture::on_device(op.name(), self.device_id())?;
-        match (self, grad.map(|g| self.pair(op.name(), g)).transpose()?) {
-            (_, Some(Pair::Host(y, g))) => y.softmax(Some(g), op, dtype, r).map(Buffer::Host),
-            (_, Some(Pair::Cuda(y, g))) => y.softmax(Some(g), op, dtype, r).map(Buffer::Cuda),
-            (Buffer::Host(h), None) => h.softmax(None, op, dtype, r).map(Buffer::Host),
-            (Buffer::Cuda(c), None) => c.softmax(None, op, dtype, r).map(Buffer::Cuda),
-        }
-    }
-
-    /// [`BackendStorage::layer_norm`]: the normalised rows, or with `grad` their gradient.
-    pub(crate) fn layer_norm(
-        &self,
-        grad: Option<&Buffer>,
-        dtype: DType,
-        rows: usize,
-        len: usize,
-        eps: f64,
-    ) -> Result<Buffer> {
-        capture::on_device("layer_norm", self.device_id())?;
-        match (self, grad.map(|g| self.pair("layer_norm", g)).transpose()?) {
-            (_, Some(Pair::Host(x, g))) => x.layer_norm(Some(g), dtype, rows, len, eps).map(Buffer::Host),
-            (_, Some(Pair::Cuda(x, g))) => x.layer_norm(Some(g), dtype, rows, len, eps).map(Buffer::Cuda),
-            (Buffer::Host(x), None) => x.layer_norm(None, dtype, rows, len, eps).map(Buffer::Host),
-            (Buffer::Cuda(x), None) => x.layer_norm(None, dtype, rows, len, eps).map(Buffer::Cuda),
-        }
-    }
-
     pub(crate) fn index_select(&self, index: &Buffer, dtype: DType, g: Gather) -> Result<Buffer> {
         capture::on_device("index_select", self.device_id())?;
         match self.pair("index_select", index)? {
             Pair::Host(a, b) => a.index_select(b, dtype, g).map(Buffer::Host),
             Pair::Cuda(a, b) => a.index_select(b, dtype, g).map(Buffer::Cuda),
-        }
-    }
-
-    pub(crate) fn cross_entropy_rows(
-        &self,
-        targets: &Buffer,
-        dtype: DType,
-        rows: usize,
-        classes: usize,
-    ) -> Result<Buffer> {
-        capture::on_device("cross_entropy", self.device_id())?;
-        match self.pair("cross_entropy", targets)? {
-            Pair::Host(a, b) => a.cross_entropy_rows(b, dtype, rows, classes).map(Buffer::Host),
-            Pair::Cuda(a, b) => a.cross_entropy_rows(b, dtype, rows, classes).map(Buffer::Cuda),
         }
     }
 

@@ -6,15 +6,15 @@
 use std::sync::Arc;
 
 use crate::backend::host::buffer::HostBuffer;
-use crate::backend::host::kernels::{self, elementwise, gather, gemm, matrix, reduce, Geometry};
+use crate::backend::host::kernels::{self, elementwise, gemm, matrix, reduce, Geometry};
 use crate::backend::host::launch::{launch, queue_copy, typed, typed_mut, Launch};
-use crate::backend::host::ops::{activation, select, softmax};
+use crate::backend::host::ops::{activation, layer_norm, select, softmax};
 use crate::backend::host::streams::{self, current_stream, use_on_stream};
 use crate::backend::host::{HostEvent, HostStream};
 use crate::backend::transfer::paths::{self, CopyPath};
 use crate::backend::Permute;
 use crate::backend::{
-    float_only, same_length, BackendStorage, BinaryOp, Blocks, CompareOp, Gather, Gemm, ParamOp, ReduceKind, SoftmaxOp,
+    float_only, same_length, BackendStorage, BinaryOp, Blocks, CompareOp, Gather, Gemm, Norm, NormGrads, ParamOp, ReduceKind, SoftmaxOp,
     UnaryOp,
 };
 use crate::device_id::DeviceId;
@@ -330,21 +330,16 @@ impl BackendStorage for HostBuffer {
         softmax::softmax(self, grad, op, dtype, r)
     }
 
-    fn layer_norm(&self, grad: Option<&Self>, dtype: DType, rows: usize, len: usize, eps: f64) -> Result<Self> {
-        softmax::layer_norm(self, grad, dtype, (rows, len), eps)
+    fn layer_norm(&self, affine: Option<(&Self, &Self)>, dtype: DType, n: Norm) -> Result<Self> {
+        layer_norm::forward(self, affine, dtype, n)
+    }
+
+    fn layer_norm_back(&self, grad: &Self, weight: Option<&Self>, dtype: DType, n: Norm) -> Result<NormGrads<Self>> {
+        layer_norm::backward(self, grad, weight, dtype, n)
     }
 
     fn index_select(&self, index: &Self, dtype: DType, g: Gather) -> Result<Self> {
-        let size = dtype.size();
-        launch(
-            Launch {
-                check: true,
-                indices: Some((g.count, crate::backend::sync::capture::Indexed::Rows(g))),
-                ..self.op("index_select", dtype, g.out_len())
-            },
-            &[self, index],
-            Box::new(move |ins, out| gather::index_select(ins[0], typed(ins[1]), out, size, g)),
-        )
+        select::index_select(self, index, dtype, g)
     }
 
     fn cross_entropy_rows(&self, targets: &Self, dtype: DType, n: usize, classes: usize) -> Result<Self> {

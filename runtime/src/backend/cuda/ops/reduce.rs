@@ -7,6 +7,7 @@
 use locus_kernels::Source;
 
 use crate::backend::cuda::driver::buffer::CudaBuffer;
+use crate::backend::cuda::driver::device::DeviceState;
 use crate::backend::cuda::driver::launch::KernelArgs;
 use crate::backend::cuda::driver::memory::{alloc, done};
 use crate::backend::{float_only, ReduceKind};
@@ -69,23 +70,16 @@ pub(in crate::backend::cuda) fn reduce(
         // rows of `len` elements of `x`, one result each into `out` (`outer` elements).
         unsafe { dev.launch(k("rows")?, (grid, 1, 1), (256, 1, 1), s, args)? };
     } else if outer * inner < dev.sm_count.max(1) as u64 * 256 && len >= 32 {
-        // Few outputs over long columns: tiles of 32 columns; when the tiles are too few
-        // to fill the device, `len` is cut into segments of at least 512 rows (16 per
-        // thread), and a second launch adds each output's segments in order.
-        const TILE: u32 = 1024;
-        let tiles = outer * inner.div_ceil(32);
-        let fill = dev.sm_count.max(1) as u64 * 2;
-        let nchunks = fill.div_ceil(tiles).min(len.div_ceil(512)).max(1);
-        let chunk = len.div_ceil(nchunks);
-        let nchunks = len.div_ceil(chunk);
-        let grid = (tiles * nchunks).min(fill * 8) as u32;
+        // Few outputs over long columns: tiles of 32 columns (and segments of `len`, whose
+        // results a second launch adds).
+        let ColumnTiles { chunk, nchunks, grid } = ColumnTiles::plan(dev, outer * inner.div_ceil(32), len);
         let outputs = outer * inner;
         let args = KernelArgs::new().ptr(xb).u64(outer).u64(len).u64(inner).u64(chunk).u64(nchunks);
         if nchunks == 1 {
             // SAFETY: `{op}_tile_{dtype}(const T* x, u64 outer, u64 len, u64 inner, u64 chunk, u64 nchunks, T* out,
             // A* partial)` with one segment: each block reads a tile of columns (below `inner`) of the rows of one of
             // the `outer` slices and writes their results into `out` (`outer * inner`); `partial` is null, unread.
-            unsafe { dev.launch(k("tile")?, (grid, 1, 1), (TILE, 1, 1), s, args.ptr(&out).ptr_or_null(None))? };
+            unsafe { dev.launch(k("tile")?, (grid, 1, 1), (ColumnTiles::BLOCK, 1, 1), s, args.ptr(&out).ptr_or_null(None))? };
         } else {
             let acc = accumulator_bytes(op, dtype);
             let partial = CudaBuffer::alloc(dev, &stream, (outputs * nchunks) as usize * acc)?;
@@ -93,7 +87,7 @@ pub(in crate::backend::cuda) fn reduce(
             // `c` of slice `o` writes accumulator `(o * inner + c) * nchunks + s` of `partial`, which holds
             // `outputs * nchunks` accumulators of the kernel's `A` (`acc` bytes, as for `partial` above),
             // allocated on `stream` and freed there after the launch below.
-            unsafe { dev.launch(k("tile")?, (grid, 1, 1), (TILE, 1, 1), s, args.ptr(&out).ptr(&partial))? };
+            unsafe { dev.launch(k("tile")?, (grid, 1, 1), (ColumnTiles::BLOCK, 1, 1), s, args.ptr(&out).ptr(&partial))? };
             let args = KernelArgs::new().ptr(&partial).u64(outputs).u64(nchunks).u64(len).ptr(&out);
             // SAFETY: `{op}_tilefinal_{dtype}(const A* partial, u64 outputs, u64 nchunks, u64 len, T* out)`: the
             // `outputs * nchunks` accumulators written just before on `stream`, into the `outputs` of `out`.
@@ -107,6 +101,30 @@ pub(in crate::backend::cuda) fn reduce(
         unsafe { dev.launch(k("cols")?, (grid, 1, 1), (256, 1, 1), s, args)? };
     }
     done(out)
+}
+
+/// How the column-tile kernels (`{op}_tile` here, `layer_norm_params` of softmax.cu) cut a
+/// reduction over `len` rows of `tiles` tiles of 32 columns: blocks of 32 x 32 threads,
+/// each a tile and one segment of `chunk` rows; when the tiles are too few to fill the
+/// device, `len` is cut into `nchunks` segments of at least 512 rows (16 per thread), and
+/// a second launch adds each output's segments in order.
+pub(super) struct ColumnTiles {
+    pub(super) chunk: u64,
+    pub(super) nchunks: u64,
+    pub(super) grid: u32,
+}
+
+impl ColumnTiles {
+    /// Threads per block: 32 columns by 32 rows.
+    pub(super) const BLOCK: u32 = 1024;
+
+    pub(super) fn plan(dev: &DeviceState, tiles: u64, len: u64) -> ColumnTiles {
+        let fill = dev.sm_count.max(1) as u64 * 2;
+        let nchunks = fill.div_ceil(tiles.max(1)).min(len.div_ceil(512)).max(1);
+        let chunk = len.div_ceil(nchunks).max(1);
+        let nchunks = len.div_ceil(chunk).max(1);
+        ColumnTiles { chunk, nchunks, grid: (tiles * nchunks).clamp(1, fill * 8) as u32 }
+    }
 }
 
 /// The width of the kernels' accumulator `A`: f64 for float sums and means, the type itself

@@ -1,4 +1,5 @@
-//! Softmax, log-softmax and cross-entropy's loss per row, kernels of softmax.cu.
+//! Softmax, log-softmax and cross-entropy's loss per row, kernels of softmax.cu (whose
+//! LayerNorm kernels `layer_norm` launches).
 //!
 //! Over the last dim (the common case, and the benchmark's) each row goes to a group of
 //! threads that keeps it in registers: a warp for rows of up to 1024 elements, else a
@@ -144,55 +145,13 @@ fn softmax_back(y: &CudaBuffer, g: &CudaBuffer, op: SoftmaxOp, dtype: DType, r: 
 /// The groups a row kernel over `rows` rows of `len` takes: a warp per row up to 1024
 /// elements (blocks of `(32, WARP_ROWS)`), else a block of whole warps, about eight
 /// elements per thread.
-fn row_groups(dev: &DeviceState, rows: u64, len: u64) -> (&'static str, u32, (u32, u32, u32)) {
+pub(super) fn row_groups(dev: &DeviceState, rows: u64, len: u64) -> (&'static str, u32, (u32, u32, u32)) {
     if len <= 1024 {
         ("warp", dev.row_grid(rows.div_ceil(WARP_ROWS as u64), 32 * WARP_ROWS), (32, WARP_ROWS, 1))
     } else {
         let threads = len.div_ceil(8).div_ceil(32).clamp(2, 32) as u32 * 32;
         ("block", dev.row_grid(rows, threads), (threads, 1, 1))
     }
-}
-
-/// LayerNorm's normalisation of each of `rows` rows of `len` elements of `x`, or with
-/// `grad` (of the same length) its gradient with respect to `x`: a warp per row up to 1024
-/// elements, else a block of whole warps.
-pub(in crate::backend::cuda) fn layer_norm(
-    x: &CudaBuffer,
-    grad: Option<&CudaBuffer>,
-    dtype: DType,
-    (rows, len): (usize, usize),
-    eps: f64,
-) -> Result<CudaBuffer> {
-    float_only("layer_norm", dtype)?;
-    let dev = x.device();
-    let (s, out) = match grad {
-        Some(g) => alloc(dev, dtype, rows * len, &[x, g])?,
-        None => alloc(dev, dtype, rows * len, &[x])?,
-    };
-    if rows * len == 0 {
-        return done(out);
-    }
-    let (n, l) = (rows as u64, len as u64);
-    let (groups, grid, block) = row_groups(dev, n, l);
-    let variant = match (grad.is_some(), groups) {
-        (true, "warp") => "back_warp",
-        (true, _) => "back_block",
-        (false, v) => v,
-    };
-    let f = dev.kernel(Source::Softmax, "layer_norm", variant, dtype)?;
-    let args = match grad {
-        None => KernelArgs::new().ptr(x).ptr(&out),
-        Some(g) => KernelArgs::new().ptr(x).ptr(g).ptr(&out),
-    };
-    // `layer_norm_{warp,block}_{dtype}(const T* x, T* y, u64 rows, u64 len, f64 eps)` and
-    // `layer_norm_back_{warp,block}_{dtype}(const T* x, const T* g, T* dx, u64 rows, u64
-    // len, f64 eps)`: `x`, `grad` and `out` hold `rows * len` elements of `dtype` (the
-    // caller's contract and `alloc`), ready and kept alive on `s`; the warp kernels get
-    // blocks of `(32, WARP_ROWS)`, the block kernels whole warps, at most 1024 threads
-    // (their launch bounds), and every access is bounded by the counts.
-    // SAFETY: for the reasons in the comment just above.
-    unsafe { dev.launch(f, (grid, 1, 1), block, &s, args.u64(n).u64(l).f64(eps))? };
-    done(out)
 }
 
 /// Cross-entropy's loss of each of the `rows` rows of `[rows, classes]` logits `x`, with

@@ -1,5 +1,5 @@
 //! The host backend's row ops: softmax and log-softmax over one dim, cross-entropy's loss
-//! per row, LayerNorm's normalisation of rows and its gradient. Like the other kernels, each splits its output over the
+//! per row, LayerNorm of rows and its gradients. Like the other kernels, each splits its output over the
 //! worker pool (`split_mut`) in whole rows, so every output is computed as on one thread.
 //!
 //! Softmax is computed in f64 whatever the float type, in two passes per row (the
@@ -149,12 +149,32 @@ pub(in crate::backend) fn softmax_back<T: Float>(
     })
 }
 
-/// Each row of `len` of `x` normalised into `out` (`(x - mean) * rstd`), or, with `grad`,
-/// the gradient of that with respect to `x`: `rstd * (g - mean(g) - xhat * mean(g * xhat))`.
-/// In f64, rounded once.
+/// Each row of `len` of `x` normalised into `out` (`(x - mean) * rstd`), then with
+/// `affine` times its weight plus its bias (`len` each). In f64, rounded once.
 pub(in crate::backend) fn layer_norm<T: Float>(
     x: &[T],
-    grad: Option<&[T]>,
+    affine: Option<(&[T], &[T])>,
+    out: &mut [T],
+    len: usize,
+    eps: f64,
+) -> Result<()> {
+    each_row(out, len, |at, o| {
+        let row = &x[at..at + len];
+        let (mean, rstd) = moments(row, eps);
+        for (j, (o, v)) in o.iter_mut().zip(row).enumerate() {
+            let xhat = (v.to_f64() - mean) * rstd;
+            *o = T::from_f64(affine.map_or(xhat, |(w, b)| xhat * w[j].to_f64() + b[j].to_f64()));
+        }
+    })
+}
+
+/// The gradient of [`layer_norm`] with respect to `x`, given the gradient `g` of its
+/// output: `rstd * (gw - mean(gw) - xhat * mean(gw * xhat))`, `gw = g * w` with the weight
+/// `w`, else `g`. In f64, rounded once.
+pub(in crate::backend) fn layer_norm_back<T: Float>(
+    x: &[T],
+    g: &[T],
+    w: Option<&[T]>,
     out: &mut [T],
     len: usize,
     eps: f64,
@@ -163,17 +183,36 @@ pub(in crate::backend) fn layer_norm<T: Float>(
         let row = &x[at..at + len];
         let (mean, rstd) = moments(row, eps);
         let xhat = |v: &T| (v.to_f64() - mean) * rstd;
-        let Some(g) = grad.map(|g| &g[at..at + len]) else {
-            o.iter_mut().zip(row).for_each(|(o, v)| *o = T::from_f64(xhat(v)));
-            return;
-        };
+        let gw = |j: usize| g[at + j].to_f64() * w.map_or(1.0, |w| w[j].to_f64());
         let n = len as f64;
-        let sg = g.iter().map(|v| v.to_f64()).sum::<f64>() / n;
-        let sgx = g.iter().zip(row).map(|(g, v)| g.to_f64() * xhat(v)).sum::<f64>() / n;
-        for ((o, v), g) in o.iter_mut().zip(row).zip(g) {
-            *o = T::from_f64(rstd * (g.to_f64() - sg - xhat(v) * sgx));
+        let sg = (0..len).map(gw).sum::<f64>() / n;
+        let sgx = row.iter().enumerate().map(|(j, v)| gw(j) * xhat(v)).sum::<f64>() / n;
+        for (j, (o, v)) in o.iter_mut().zip(row).enumerate() {
+            *o = T::from_f64(rstd * (gw(j) - sg - xhat(v) * sgx));
         }
     })
+}
+
+/// The gradient of [`layer_norm`]'s weight (`bias` false: the sum over the rows of
+/// `g * xhat`) or bias (the sum of `g`) into `out` (`len`), each column added in row order
+/// in f64, rounded once.
+pub(in crate::backend) fn layer_norm_param<T: Float>(
+    x: &[T],
+    g: &[T],
+    bias: bool,
+    out: &mut [T],
+    len: usize,
+    eps: f64,
+) -> Result<()> {
+    let mut sums = vec![0.0f64; len];
+    for (row, grads) in x.chunks(len).zip(g.chunks(len)) {
+        let (mean, rstd) = if bias { (0.0, 0.0) } else { moments(row, eps) };
+        for ((s, v), g) in sums.iter_mut().zip(row).zip(grads) {
+            *s += if bias { g.to_f64() } else { g.to_f64() * (v.to_f64() - mean) * rstd };
+        }
+    }
+    out.iter_mut().zip(sums).for_each(|(o, s)| *o = T::from_f64(s));
+    Ok(())
 }
 
 #[cfg(test)]

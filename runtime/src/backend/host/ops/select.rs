@@ -1,11 +1,12 @@
-//! The host backend's comparisons, `where` and `argmax`: each a job through [`launch`]
-//! running a loop of `kernels::select`. `argmax` with values is two jobs on the stream, the
-//! indices, then the elements at them.
+//! The host backend's comparisons, `where`, `argmax` and `index_select`: each a job through
+//! [`launch`] running a loop of `kernels::select` (`kernels::gather` for `index_select`).
+//! `argmax` with values is two jobs on the stream, the indices, then the elements at them.
 
 use crate::backend::host::buffer::HostBuffer;
-use crate::backend::host::kernels::select;
+use crate::backend::host::kernels::{gather, select};
 use crate::backend::host::launch::{launch, typed, typed_mut, Launch};
-use crate::backend::CompareOp;
+use crate::backend::sync::capture::Indexed;
+use crate::backend::{CompareOp, Gather};
 use crate::element::{with_dtype, DType, Element, Scalar};
 use crate::error::Result;
 use crate::shape::{Layout, Reduction};
@@ -106,4 +107,19 @@ pub(in crate::backend::host) fn argmax(
         ),
     )?;
     Ok((idx, Some(vals)))
+}
+
+/// The rows `index` picks along the middle dim of `g` (every index checked first).
+pub(in crate::backend::host) fn index_select(
+    x: &HostBuffer,
+    index: &HostBuffer,
+    dtype: DType,
+    g: Gather,
+) -> Result<HostBuffer> {
+    let size = dtype.size();
+    launch(
+        Launch { check: true, indices: Some((g.count, Indexed::Rows(g))), ..x.op("index_select", dtype, g.out_len()) },
+        &[x, index],
+        Box::new(move |ins, out| gather::index_select(ins[0], typed(ins[1]), out, size, g)),
+    )
 }

@@ -1,4 +1,4 @@
-//! Softmax, log-softmax, cross-entropy's loss per row and LayerNorm's rows as jobs on the stream (the loops
+//! Softmax, log-softmax and cross-entropy's loss per row as jobs on the stream (the loops
 //! are `host/kernels/softmax.rs`): float types only, the kernel picked before anything is
 //! queued.
 
@@ -55,25 +55,6 @@ pub(in crate::backend::host) fn cross_entropy_rows(
     )
 }
 
-/// LayerNorm's normalisation of `rows` rows of `len` of `x`, or with `grad` its gradient.
-pub(in crate::backend::host) fn layer_norm(
-    x: &HostBuffer,
-    grad: Option<&HostBuffer>,
-    dtype: DType,
-    (rows, len): (usize, usize),
-    eps: f64,
-) -> Result<HostBuffer> {
-    type Kernel = fn(&[u8], Option<&[u8]>, &mut [u8], usize, f64) -> Result<()>;
-    let kernels: [Kernel; 4] =
-        [layer_norm_of::<f32>, layer_norm_of::<f64>, layer_norm_of::<bf16>, layer_norm_of::<f16>];
-    let f = float_kernel("layer_norm", dtype, kernels)?;
-    let job = x.op("layer_norm", dtype, rows * len);
-    match grad {
-        None => launch(job, &[x], Box::new(move |ins, out| f(ins[0], None, out, len, eps))),
-        Some(g) => launch(job, &[x, g], Box::new(move |ins, out| f(ins[0], Some(ins[1]), out, len, eps))),
-    }
-}
-
 /// A kernel of float types only, picked by `dtype` before anything is queued (a job that
 /// cannot fail must not meet a type it has no loop for): `kernels` holds the f32, f64,
 /// bf16 and f16 kernels, in that order.
@@ -101,9 +82,4 @@ fn back_of<T: Float>(op: SoftmaxOp, y: &[u8], g: &[u8], out: &mut [u8], len: usi
 /// [`softmax::cross_entropy_rows`] over buffers of `T` (and i32 targets).
 fn cross_entropy_of<T: Float>(x: &[u8], targets: &[u8], out: &mut [u8], classes: usize) -> Result<()> {
     softmax::cross_entropy_rows::<T>(typed(x), typed(targets), typed_mut(out), classes)
-}
-
-/// [`softmax::layer_norm`] over buffers of `T`.
-fn layer_norm_of<T: Float>(x: &[u8], grad: Option<&[u8]>, out: &mut [u8], len: usize, eps: f64) -> Result<()> {
-    softmax::layer_norm::<T>(typed(x), grad.map(typed), typed_mut(out), len, eps)
 }
