@@ -249,6 +249,27 @@ __device__ void nll_rows(const T* __restrict__ x, const i32* __restrict__ target
     }
 }
 
+// Cross-entropy's gradient per row of [rows, c] logits, given the gradient g[row] of each
+// row's loss: dx = (softmax(row) - onehot(target)) * g[row], one row per group, the
+// statistics in one pass, then the write. A target out of [0, c) (the forward checked
+// them; only changed targets can be) matches no class.
+template <typename T, typename G>
+__device__ void nll_back_rows(const T* __restrict__ x, const i32* __restrict__ target, const T* __restrict__ g,
+                              T* __restrict__ dx, u64 rows, u64 c) {
+    typedef typename Acc<T>::type A;
+    for (u64 row = G::first(); row < rows; row += G::step()) {
+        const T* p = x + row * c;
+        T* q = dx + row * c;
+        const Online<A> o = row_stats<T, G>(p, c);
+        const A k = (A)1 / o.s, gr = to_acc(g[row]);
+        const i64 t = target[row];
+        for (u64 i = G::rank(); i < c; i += G::size()) {
+            const A hit = (i64)i == t ? (A)1 : (A)0;
+            q[i] = from_acc<T>((finish<false>(to_acc(p[i]), o.m, k) - hit) * gr);
+        }
+    }
+}
+
 // LayerNorm's normalisation of each row of `len` (no weight or bias): (x - mean) * rstd,
 // rstd = 1 / sqrt(var + eps), the variance biased (over len), as PyTorch's. Group G reads
 // the row three times (the mean, the variance about it, the write; the later reads come
@@ -429,6 +450,8 @@ __device__ void softmax_back_rows(const T* __restrict__ y, const T* __restrict__
 //   nll_warp_T, nll_block_T       (const T* x, const i32* target, T* loss, u64 rows, u64 c,
 //                                 u64* err): cross-entropy's per-row loss, a warp or a
 //                                 block per row;
+//   nll_back_warp_T, nll_back_block_T (const T* x, const i32* target, const T* g, T* dx,
+//                                 u64 rows, u64 c): its gradient given each row's g;
 //   layer_norm_{warp,block}_T     (const T* x, const T* w, const T* b, T* y, u64 rows,
 //                                 u64 len, f64 eps): each row normalised, then scaled by w
 //                                 and shifted by b when not null (a warp per row in blocks
@@ -478,6 +501,12 @@ __device__ void softmax_back_rows(const T* __restrict__ y, const T* __restrict__
     }                                                                                                        \
     extern "C" __global__ void __launch_bounds__(1024) nll_block_##T(const T* x, const i32* target, T* loss, u64 rows, u64 c, u64* err) { \
         nll_rows<T, BlockRow>(x, target, loss, rows, c, err);                                                \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(128) nll_back_warp_##T(const T* x, const i32* target, const T* g, T* dx, u64 rows, u64 c) { \
+        nll_back_rows<T, WarpRow>(x, target, g, dx, rows, c);                                                \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(1024) nll_back_block_##T(const T* x, const i32* target, const T* g, T* dx, u64 rows, u64 c) { \
+        nll_back_rows<T, BlockRow>(x, target, g, dx, rows, c);                                               \
     }                                                                                                        \
     extern "C" __global__ void __launch_bounds__(128) layer_norm_warp_##T(const T* x, const T* w, const T* b, T* y, \
                                                                          u64 rows, u64 len, f64 eps) {      \

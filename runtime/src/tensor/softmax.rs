@@ -218,19 +218,12 @@ impl<D: Device, T: Float> Tensor<D, T> {
         const OP: &str = "cross_entropy";
         let losses = self.queued("cross_entropy")?.cross_entropy_rows(targets.buffer(), T::DTYPE, n, c)?;
         let losses = self.with_buffer(losses, Shape::new(OP, [n], T::DTYPE)?);
-        // d loss_i / d x_i = softmax(x_i) − onehot(t_i)
+        // d loss_i / d x_i = (softmax(x_i) − onehot(t_i)) g_i, one backend call.
         let losses = self.track1(losses, OP, |_| {
             let (x, t) = (self.saved(), targets.saved());
-            {
-                move |g: Tensor<_, _>| {
-                    let classes = i32::try_from(c)
-                        .map_err(|_| Error::InvalidArgument { op: OP, reason: "too many classes".into() })?;
-                    let onehot = Tensor::<E, i32>::arange_on(t.placement(), 0, classes, 1)?
-                        .reshape([1, c])?
-                        .eq(&t.reshape([n, 1])?)?;
-                    let p = x.softmax_op(SoftmaxOp::Softmax, 1)?;
-                    p.binary(BinaryOp::Sub, &onehot.to_dtype::<T>()?)?.times(&g.reshape([n, 1])?)
-                }
+            move |g: Tensor<_, _>| {
+                let dx = x.queued(OP)?.cross_entropy_back(t.buffer(), g.buffer(), T::DTYPE, n, c)?;
+                Ok(x.with_buffer(dx, x.shape.clone()))
             }
         });
         losses.mean()

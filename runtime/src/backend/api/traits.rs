@@ -334,6 +334,12 @@ pub(crate) trait BackendStorage: Sized + Debug {
     /// device. A target out of `[0, classes)` is an error (the first one, in order).
     /// Waits for the check.
     fn cross_entropy_rows(&self, targets: &Self, dtype: DType, rows: usize, classes: usize) -> Result<Self>;
+    /// The gradient of [`cross_entropy_rows`](Self::cross_entropy_rows) with respect to
+    /// these logits, given `grad` (`rows` elements: each row's loss's gradient):
+    /// `(softmax(row) - onehot(target)) * grad[row]`, `[rows, classes]`. The targets were
+    /// checked by the forward; one out of range matches no class.
+    fn cross_entropy_back(&self, targets: &Self, grad: &Self, dtype: DType, rows: usize, classes: usize)
+        -> Result<Self>;
 
     /// `self op rhs` (operands of `dtype`) as `u8` 1 or 0 into an `out_shape` result, the
     /// operands lined up by `layout`.

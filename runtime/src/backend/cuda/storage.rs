@@ -164,6 +164,10 @@ impl BackendStorage for CudaBuffer {
         softmax::cross_entropy_rows(self, targets, dtype, rows, classes)
     }
 
+    fn cross_entropy_back(&self, targets: &Self, grad: &Self, dtype: DType, rows: usize, classes: usize) -> Result<Self> {
+        softmax::cross_entropy_back(self, targets, grad, dtype, (rows, classes))
+    }
+
     fn compare(&self, rhs: &Self, op: CompareOp, dtype: DType, out_shape: &[usize], layout: &Layout) -> Result<Self> {
         select::compare(self, rhs, op, dtype, out_shape, layout)
     }

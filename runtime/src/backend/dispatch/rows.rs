@@ -75,4 +75,21 @@ impl Buffer {
             Pair::Cuda(a, b) => a.cross_entropy_rows(b, dtype, rows, classes).map(Buffer::Cuda),
         }
     }
+
+    /// [`BackendStorage::cross_entropy_back`]: the logits' gradient given each row's
+    /// loss's gradient `grad`.
+    pub(crate) fn cross_entropy_back(
+        &self,
+        targets: &Buffer,
+        grad: &Buffer,
+        dtype: DType,
+        rows: usize,
+        classes: usize,
+    ) -> Result<Buffer> {
+        capture::on_device("cross_entropy", self.device_id())?;
+        match self.many("cross_entropy", [targets, grad])? {
+            Many::Host(x, v) => x.cross_entropy_back(v[0], v[1], dtype, rows, classes).map(Buffer::Host),
+            Many::Cuda(x, v) => x.cross_entropy_back(v[0], v[1], dtype, rows, classes).map(Buffer::Cuda),
+        }
+    }
 }

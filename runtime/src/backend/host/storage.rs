@@ -346,6 +346,10 @@ impl BackendStorage for HostBuffer {
         softmax::cross_entropy_rows(self, targets, dtype, n, classes)
     }
 
+    fn cross_entropy_back(&self, targets: &Self, grad: &Self, dtype: DType, n: usize, classes: usize) -> Result<Self> {
+        softmax::cross_entropy_back(self, targets, grad, dtype, (n, classes))
+    }
+
     fn compare(&self, rhs: &Self, op: CompareOp, dtype: DType, out_shape: &[usize], layout: &Layout) -> Result<Self> {
         select::compare(self, rhs, op, dtype, out_shape, layout)
     }

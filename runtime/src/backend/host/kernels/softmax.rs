@@ -109,6 +109,29 @@ pub(in crate::backend) fn cross_entropy_rows<T: Float>(
     })
 }
 
+/// The gradient of [`cross_entropy_rows`] with respect to the logits `x`, given each row's
+/// loss's gradient `g`: `(softmax(row) - onehot(target)) * g[row]` into `out` (`x`'s
+/// length), in f64, rounded once. A target out of range (the forward checked them) matches
+/// no class.
+pub(in crate::backend) fn cross_entropy_back<T: Float>(
+    x: &[T],
+    targets: &[i32],
+    g: &[T],
+    out: &mut [T],
+    classes: usize,
+) -> Result<()> {
+    each_row(out, classes, |at, o| {
+        let row = at / classes;
+        let p = &x[at..at + classes];
+        let (m, s) = row_stats(p);
+        let (t, gr) = (usize::try_from(targets[row]).ok(), g[row].to_f64());
+        for (j, (o, v)) in o.iter_mut().zip(p).enumerate() {
+            let hit = if t == Some(j) { 1.0 } else { 0.0 };
+            *o = T::from_f64(((v.to_f64() - m).exp() / s - hit) * gr);
+        }
+    })
+}
+
 /// The mean and `1 / sqrt(var + eps)` of `row` (not empty), in f64, the variance biased.
 fn moments<T: Float>(row: &[T], eps: f64) -> (f64, f64) {
     let n = row.len() as f64;

@@ -55,6 +55,25 @@ pub(in crate::backend::host) fn cross_entropy_rows(
     )
 }
 
+/// Cross-entropy's gradient with respect to `n` rows of `classes` logits, given each row's
+/// loss's gradient.
+pub(in crate::backend::host) fn cross_entropy_back(
+    x: &HostBuffer,
+    targets: &HostBuffer,
+    grad: &HostBuffer,
+    dtype: DType,
+    (n, classes): (usize, usize),
+) -> Result<HostBuffer> {
+    type Kernel = fn(&[u8], &[u8], &[u8], &mut [u8], usize) -> Result<()>;
+    let kernels: [Kernel; 4] = [ce_back_of::<f32>, ce_back_of::<f64>, ce_back_of::<bf16>, ce_back_of::<f16>];
+    let f = float_kernel("cross_entropy", dtype, kernels)?;
+    launch(
+        x.op("cross_entropy", dtype, n * classes),
+        &[x, targets, grad],
+        Box::new(move |ins, out| f(ins[0], ins[1], ins[2], out, classes)),
+    )
+}
+
 /// A kernel of float types only, picked by `dtype` before anything is queued (a job that
 /// cannot fail must not meet a type it has no loop for): `kernels` holds the f32, f64,
 /// bf16 and f16 kernels, in that order.
@@ -82,4 +101,9 @@ fn back_of<T: Float>(op: SoftmaxOp, y: &[u8], g: &[u8], out: &mut [u8], len: usi
 /// [`softmax::cross_entropy_rows`] over buffers of `T` (and i32 targets).
 fn cross_entropy_of<T: Float>(x: &[u8], targets: &[u8], out: &mut [u8], classes: usize) -> Result<()> {
     softmax::cross_entropy_rows::<T>(typed(x), typed(targets), typed_mut(out), classes)
+}
+
+/// [`softmax::cross_entropy_back`] over buffers of `T` (and i32 targets).
+fn ce_back_of<T: Float>(x: &[u8], targets: &[u8], g: &[u8], out: &mut [u8], classes: usize) -> Result<()> {
+    softmax::cross_entropy_back::<T>(typed(x), typed(targets), typed(g), typed_mut(out), classes)
 }
