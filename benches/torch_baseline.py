@@ -4,7 +4,7 @@
 operation, or the per-operation average over one batch. Prints
 `row<TAB>median<TAB>unit<TAB>note<TAB>min<TAB>max` lines.
 
-    python3 benches/torch_baseline.py [--quick] [--pageable-only | --copies-only | --checkpoint-only | --train-only | --profile-tiny-gpt | --graph-profile-tiny-gpt]
+    python3 benches/torch_baseline.py [--quick] [--pageable-only | --copies-only | --checkpoint-only | --train-only | --profile-tiny-gpt | --graph-profile-tiny-gpt | --tiny-gpt-only]
 
 --pageable-only prints the pageable copy rows alone; run with THP_MEM_ALLOC_ENABLE=1 in
 the environment (read by PyTorch at startup: host tensors of 2 MiB and more then get
@@ -660,6 +660,10 @@ if __name__ == "__main__":
         sys.exit(0)
     if "--profile-tiny-gpt" in sys.argv:
         tiny_gpt(profile=True)
+        sys.exit(0)
+    if "--tiny-gpt-only" in sys.argv:
+        tiny_gpt()
+        tiny_gpt(graphed=True)
         sys.exit(0)
     if "--graph-profile-tiny-gpt" in sys.argv:
         tiny_gpt(graphed=True, profile=True)

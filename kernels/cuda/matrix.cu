@@ -68,6 +68,18 @@ __device__ void copy_blocks(const T* __restrict__ src, T* __restrict__ out, u64 
     }
 }
 
+// A padded copy: block i of `block` elements from src + i * block to out + i * dst_stride
+// + at, for i in [0, count), and zeros in every other element of the count * dst_stride
+// of out (a narrow's gradient: the slice, zeros around it), in one pass.
+template <typename T>
+__device__ void pad_blocks(const T* __restrict__ src, T* __restrict__ out, u64 count, u64 block, u64 dst_stride,
+                           u64 at) {
+    GRID_LOOP(i, count * dst_stride) {
+        const u64 b = i / dst_stride, j = i - b * dst_stride;
+        out[i] = j >= at && j - at < block ? src[b * block + (j - at)] : (T)0.0f;
+    }
+}
+
 // Up to 8 dims of a strided copy: the output's dims, outermost first, and how far one
 // step along each moves in the source. Matches `Strided` in backend/cuda/permute.rs.
 struct Strided {
@@ -101,6 +113,9 @@ template <typename T> __device__ void permute(const T* __restrict__ x, T* __rest
     extern "C" __global__ void permute_##T(const T* x, T* out, u64 n, Strided s) { permute<T>(x, out, n, s); } \
     extern "C" __global__ void copy_blocks_##T(const T* src, T* out, u64 count, u64 block, u64 src_stride, u64 dst_stride) { \
         copy_blocks<T>(src, out, count, block, src_stride, dst_stride);                                  \
+    }                                                                                                     \
+    extern "C" __global__ void pad_blocks_##T(const T* src, T* out, u64 count, u64 block, u64 dst_stride, u64 at) { \
+        pad_blocks<T>(src, out, count, block, dst_stride, at);                                           \
     }
 
 MATRIX(f32)
@@ -116,6 +131,9 @@ MATRIX(u8)
     extern "C" __global__ void permute_##T(const T* x, T* out, u64 n, Strided s) { permute<T>(x, out, n, s); } \
     extern "C" __global__ void copy_blocks_##T(const T* src, T* out, u64 count, u64 block, u64 src_stride, u64 dst_stride) { \
         copy_blocks<T>(src, out, count, block, src_stride, dst_stride);                                  \
+    }                                                                                                     \
+    extern "C" __global__ void pad_blocks_##T(const T* src, T* out, u64 count, u64 block, u64 dst_stride, u64 at) { \
+        pad_blocks<T>(src, out, count, block, dst_stride, at);                                           \
     }
 MOVES(bf16)
 MOVES(f16)

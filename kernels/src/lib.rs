@@ -22,7 +22,8 @@ pub enum Source {
     /// `{sum,mean,max,sumsq}_{partial,final,single,cols,rows,tile,tilefinal}_{T}`.
     Reduce,
     /// `transpose_{T}` (batched), integer `matmul_{T}` (batched), `permute_{T}` (a strided
-    /// copy of permuted dims) and `copy_blocks_{T}` (strided block copies).
+    /// copy of permuted dims), `copy_blocks_{T}` (strided block copies) and `pad_blocks_{T}` (a
+    /// block copy with zeros around it).
     Matrix,
     /// `fill_{T}`, `arange_{T}`, `{rand,randn}_{f32,f64,bf16,f16}`.
     Init,

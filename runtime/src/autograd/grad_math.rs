@@ -2,7 +2,7 @@
 //! back to its input's shape over broadcast dims, products with a scalar, masks as
 //! factors, and moving a gradient to the placement type of its input.
 
-use crate::backend::BinaryOp;
+use crate::backend::{BinaryOp, Blocks};
 use crate::device::Device;
 use crate::element::Element;
 use crate::error::Result;
@@ -54,20 +54,24 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// `size` along `dim` (the gradient of `narrow`, `select`, `chunk`).
     pub(crate) fn padded(&self, dim: usize, start: usize, size: usize) -> Result<Self> {
         let len = self.shape()[dim];
-        let zeros = |n: usize| {
-            let mut s = self.shape().to_vec();
-            s[dim] = n;
-            Tensor::zeros_on(self.placement(), s)
-        };
-        // Zeros on the sides that have any (an empty part would still be an op).
-        let (before, after) = (start, size - start - len);
-        let (before, after) =
-            ((before > 0).then(|| zeros(before)).transpose()?, (after > 0).then(|| zeros(after)).transpose()?);
-        if before.is_none() && after.is_none() {
+        if len == size {
             return Ok(self.clone());
         }
-        let parts: Vec<&Self> = before.iter().chain([self]).chain(after.iter()).collect();
-        Tensor::concat_dim(&parts, dim)
+        let mut shape = self.shape().to_vec();
+        shape[dim] = size;
+        let (outer, inner) = (shape[..dim].iter().product::<usize>(), shape[dim + 1..].iter().product::<usize>());
+        // One part: this gradient's runs at their places, zeros around them (one kernel).
+        let part = Blocks {
+            src: self.buffer(),
+            src_offset: 0,
+            src_stride: len * inner,
+            dst_offset: start * inner,
+            dst_stride: size * inner,
+            count: outer,
+            block: len * inner,
+        };
+        let n = outer * size * inner;
+        self.assembled("narrow", shape, n, &[part])
     }
 
     /// `self * v`.

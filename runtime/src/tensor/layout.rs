@@ -16,7 +16,8 @@ use crate::shape::{self, Shape};
 
 impl<D: Device, T: Element> Tensor<D, T> {
     /// Elements `start..start + len` along `dim`, the other dims whole (PyTorch's
-    /// `narrow`); a copy. Columns of a matrix are `narrow(1, ..)`.
+    /// `narrow`); a copy, or this tensor itself (a clone) for the whole dim. Columns of a
+    /// matrix are `narrow(1, ..)`.
     ///
     /// ```
     /// # extern crate locus_runtime as locus;
@@ -29,6 +30,9 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// # Ok::<(), locus::Error>(())
     /// ```
     pub fn narrow(&self, dim: usize, start: usize, len: usize) -> Result<Self> {
+        if dim < self.rank() && start == 0 && len == self.shape[dim] {
+            return Ok(self.clone());
+        }
         self.narrowed("narrow", dim, start, len)
     }
 
@@ -97,8 +101,15 @@ impl<D: Device, T: Element> Tensor<D, T> {
         }))
     }
 
-    /// A new tensor of `shape` (`len` elements) on this tensor's device, written by `parts`.
-    fn assembled(&self, op: &'static str, shape: Vec<usize>, len: usize, parts: &[Blocks<'_, Buffer>]) -> Result<Self> {
+    /// A new tensor of `shape` (`len` elements) on this tensor's device, written by `parts`,
+    /// zeros where no part writes.
+    pub(crate) fn assembled(
+        &self,
+        op: &'static str,
+        shape: Vec<usize>,
+        len: usize,
+        parts: &[Blocks<'_, Buffer>],
+    ) -> Result<Self> {
         let shape = Shape::new(op, shape, T::DTYPE)?;
         debug_assert_eq!(shape.numel(), len);
         let buf = self.queued(op)?.copy_blocks(T::DTYPE, len, parts)?;

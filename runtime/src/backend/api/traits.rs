@@ -306,7 +306,7 @@ pub(crate) trait BackendStorage: Sized + Debug {
     /// part's device; no parts is an error (there is no device to put them on).
     fn concat(dtype: DType, parts: &[(&Self, usize)]) -> Result<Self>;
     /// A new buffer of `len` elements on this buffer's device, written by `parts` (every
-    /// block in range, and together covering all `len` elements; no parts for none).
+    /// block in range, no two overlapping), zeros where no part writes.
     fn copy_blocks(&self, dtype: DType, len: usize, parts: &[Blocks<'_, Self>]) -> Result<Self>;
 
     /// `op` (softmax or log-softmax, float types only) over the dim `r` describes; the

@@ -17,7 +17,8 @@
 //!   architecture and launched), `driver/timing` (device times of traced work: timing
 //!   events around each op, turned into trace slices);
 //! - `ops`: the compute ops, one kernel source each: `ops/init`, `ops/elementwise`,
-//!   `ops/reduce`, `ops/matrix`, `ops/softmax` (with cross-entropy), `ops/gather`
+//!   `ops/reduce`, `ops/matrix`, `ops/softmax` (with cross-entropy), `ops/layer_norm`
+//!   (kernels of softmax.cu), `ops/gather`
 //!   (`index_select`), `ops/select` (comparisons, `where`, `argmax`); `ops/gemm` (cuBLAS
 //!   and the integer kernel of matrix.cu) and `ops/permute` (permutations of dims);
 //! - `transfer`: copies between host and device and between devices (the path a

@@ -313,17 +313,9 @@ impl BackendStorage for HostBuffer {
     fn copy_blocks(&self, dtype: DType, len: usize, parts: &[Blocks<'_, Self>]) -> Result<Self> {
         let geometry: Vec<Geometry> = parts.iter().map(Geometry::of).collect();
         let srcs: Vec<&HostBuffer> = parts.iter().map(|b| b.src).collect();
-        let size = dtype.size();
-        launch(
-            self.op("copy_blocks", dtype, len),
-            &srcs,
-            Box::new(move |ins, out| {
-                for (src, g) in ins.iter().zip(&geometry) {
-                    kernels::copy_blocks(out, src, size, g)?;
-                }
-                Ok(())
-            }),
-        )
+        let (size, gaps) = (dtype.size(), parts.iter().map(|p| p.count * p.block).sum::<usize>() < len);
+        let copy = move |ins: &[&[u8]], out: &mut [u8]| kernels::copy_parts(out, ins, size, &geometry, gaps);
+        launch(self.op("copy_blocks", dtype, len), &srcs, Box::new(copy))
     }
 
     fn softmax(&self, grad: Option<&Self>, op: SoftmaxOp, dtype: DType, r: Reduction) -> Result<Self> {

@@ -1,12 +1,14 @@
 //! The ops that move elements between positions: (batched) transposes, concatenation,
 //! slices and strided block copies (narrow, select, cat and stack along any dim).
-//! Contiguous runs are plain device-to-device copies; only strided ones launch a kernel.
+//! Contiguous runs are plain device-to-device copies; only strided ones launch a kernel,
+//! and a copy with zeros around it (a narrow's gradient) one padding kernel.
 //! Matrix products are in `gemm`, permutations of dims in `permute`.
 
+use cudarc::driver::result;
 use locus_kernels::Source;
 
 use crate::backend::cuda::driver::buffer::CudaBuffer;
-use crate::backend::cuda::driver::device::DeviceState;
+use crate::backend::cuda::driver::device::{driver, DeviceState};
 use crate::backend::cuda::driver::launch::KernelArgs;
 use crate::backend::cuda::driver::memory::{alloc, done};
 use crate::backend::cuda::CudaBackend;
@@ -88,7 +90,9 @@ pub(in crate::backend::cuda) fn slice(x: &CudaBuffer, dtype: DType, offset: usiz
     done(out)
 }
 
-/// A new buffer of `len` elements on `dev`, each part's runs of elements copied into it.
+/// A new buffer of `len` elements on `dev`, each part's runs of elements copied into it,
+/// zeros where no part writes: one padding kernel for a single part of contiguous blocks
+/// spaced evenly over the whole buffer (a narrow's gradient), else zeros first.
 pub(in crate::backend::cuda) fn copy_blocks(
     dev: &'static DeviceState,
     dtype: DType,
@@ -98,6 +102,27 @@ pub(in crate::backend::cuda) fn copy_blocks(
     let inputs: Vec<&CudaBuffer> = parts.iter().map(|p| p.src).collect();
     let (s, out) = alloc(dev, dtype, len, &inputs)?;
     let size = dtype.size() as u64;
+    let covered: usize = parts.iter().map(|p| p.count * p.block).sum();
+    if covered < len {
+        if let [p] = parts {
+            let (count, block, ds) = (p.count as u64, p.block as u64, p.dst_stride as u64);
+            if p.src_stride == p.block && p.count * p.dst_stride == len && p.dst_offset + p.block <= p.dst_stride {
+                let f = dev.kernel(Source::Matrix, "pad_blocks", "", dtype)?;
+                let src_at = p.src_offset as u64 * size;
+                let args = KernelArgs::new().ptr_at(p.src, src_at).ptr(&out).u64(count).u64(block).u64(ds);
+                // `pad_blocks_{dtype}(const T* src, T* out, u64 count, u64 block, u64 dst_stride, u64 at)`:
+                // SAFETY: `count` contiguous blocks of `block` elements from `src_offset` lie within `p.src` (the
+                // tensor layer sized the part so); the kernel writes the `count * dst_stride` = `len` elements of
+                // `out`, reading block `b` at `j - at` only for `at <= j < at + block`; both buffers are ready and
+                // kept alive on `s` (see `alloc`).
+                unsafe { dev.launch(f, (dev.grid(len as u64, 256), 1, 1), (256, 1, 1), &s, args.u64(p.dst_offset as u64))? };
+                return done(out);
+            }
+        }
+        // SAFETY: `out` is the new buffer of `len * size` bytes, allocated on `s`, where the copies below follow.
+        unsafe { result::memset_d8_async(out.ptr(), 0, len * size as usize, s.raw.0) }
+            .map_err(driver(dev.ordinal, "cuMemsetD8Async"))?;
+    }
     for p in parts {
         if p.count == 0 || p.block == 0 {
             continue;

@@ -86,6 +86,21 @@ impl Geometry {
     }
 }
 
+/// Copies every part's blocks (`geometry[i]` from `srcs[i]`) into `dst`, zeroed first
+/// when the parts leave `gaps` (elements no part writes are zeros).
+pub(in crate::backend) fn copy_parts(
+    dst: &mut [u8],
+    srcs: &[&[u8]],
+    size: usize,
+    geometry: &[Geometry],
+    gaps: bool,
+) -> Result<()> {
+    if gaps {
+        dst.fill(0);
+    }
+    srcs.iter().zip(geometry).try_for_each(|(src, g)| copy_blocks(dst, src, size, g))
+}
+
 /// Copies the blocks of `b` (elements of `size` bytes) from `src` into `dst`; blocks
 /// that lie end to end in `dst` are split over the pool when large.
 pub(in crate::backend) fn copy_blocks(dst: &mut [u8], src: &[u8], size: usize, b: &Geometry) -> Result<()> {
