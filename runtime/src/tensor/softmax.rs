@@ -143,11 +143,7 @@ impl<D: Device, T: Float> Tensor<D, T> {
                     reason: "internal: the backend gave no weight and bias gradients".into(),
                 })?;
                 let at = |buf, like: &Self| like.with_buffer(buf, like.shape.clone());
-                Ok(vec![
-                    needs[0].then(|| at(dx, &x)),
-                    needs[1].then(|| at(dw, &w)),
-                    needs[2].then(|| at(db, &w)),
-                ])
+                Ok(vec![needs[0].then(|| at(dx, &x)), needs[1].then(|| at(dw, &w)), needs[2].then(|| at(db, &w))])
             }
         }))
     }

@@ -25,8 +25,8 @@ use std::time::Duration;
 use crate::backend::api::fence::Fence;
 use crate::backend::api::user_kernel::{Grid, KernelArg, KernelSource};
 use crate::backend::{
-    BinaryOp, Blocks, Collective, CommOp, CompareOp, Dist, Gather, Gemm, Norm, NormGrads, ParamOp, Permute, ReduceKind, Release,
-    SoftmaxOp, UnaryOp,
+    BinaryOp, Blocks, Collective, CommOp, CompareOp, Dist, Gather, Gemm, Norm, NormGrads, ParamOp, Permute, ReduceKind,
+    Release, SoftmaxOp, UnaryOp,
 };
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
@@ -338,8 +338,14 @@ pub(crate) trait BackendStorage: Sized + Debug {
     /// these logits, given `grad` (`rows` elements: each row's loss's gradient):
     /// `(softmax(row) - onehot(target)) * grad[row]`, `[rows, classes]`. The targets were
     /// checked by the forward; one out of range matches no class.
-    fn cross_entropy_back(&self, targets: &Self, grad: &Self, dtype: DType, rows: usize, classes: usize)
-        -> Result<Self>;
+    fn cross_entropy_back(
+        &self,
+        targets: &Self,
+        grad: &Self,
+        dtype: DType,
+        rows: usize,
+        classes: usize,
+    ) -> Result<Self>;
 
     /// `self op rhs` (operands of `dtype`) as `u8` 1 or 0 into an `out_shape` result, the
     /// operands lined up by `layout`.

@@ -10,8 +10,8 @@ use crate::backend::cuda::ops::{elementwise, gather, gemm, layer_norm, matrix, p
 use crate::backend::cuda::transfer;
 use crate::backend::cuda::{CudaEvent, CudaStream};
 use crate::backend::{
-    BackendStorage, BinaryOp, Blocks, CompareOp, Gather, Gemm, HostBuffer, Norm, NormGrads, ParamOp, Permute, ReduceKind, SoftmaxOp,
-    UnaryOp,
+    BackendStorage, BinaryOp, Blocks, CompareOp, Gather, Gemm, HostBuffer, Norm, NormGrads, ParamOp, Permute,
+    ReduceKind, SoftmaxOp, UnaryOp,
 };
 use crate::device_id::DeviceId;
 use crate::element::{DType, Scalar};
@@ -164,7 +164,14 @@ impl BackendStorage for CudaBuffer {
         softmax::cross_entropy_rows(self, targets, dtype, rows, classes)
     }
 
-    fn cross_entropy_back(&self, targets: &Self, grad: &Self, dtype: DType, rows: usize, classes: usize) -> Result<Self> {
+    fn cross_entropy_back(
+        &self,
+        targets: &Self,
+        grad: &Self,
+        dtype: DType,
+        rows: usize,
+        classes: usize,
+    ) -> Result<Self> {
         softmax::cross_entropy_back(self, targets, grad, dtype, (rows, classes))
     }
 

@@ -65,7 +65,11 @@ impl Buffer {
     }
 
     /// This buffer and `others`, all of this one's backend.
-    pub(super) fn many<'a>(&'a self, op: &'static str, others: impl IntoIterator<Item = &'a Buffer>) -> Result<Many<'a>> {
+    pub(super) fn many<'a>(
+        &'a self,
+        op: &'static str,
+        others: impl IntoIterator<Item = &'a Buffer>,
+    ) -> Result<Many<'a>> {
         let mut out = match self {
             Buffer::Host(h) => Many::Host(h, Vec::new()),
             Buffer::Cuda(c) => Many::Cuda(c, Vec::new()),

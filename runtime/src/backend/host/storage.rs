@@ -14,8 +14,8 @@ use crate::backend::host::{HostEvent, HostStream};
 use crate::backend::transfer::paths::{self, CopyPath};
 use crate::backend::Permute;
 use crate::backend::{
-    float_only, same_length, BackendStorage, BinaryOp, Blocks, CompareOp, Gather, Gemm, Norm, NormGrads, ParamOp, ReduceKind, SoftmaxOp,
-    UnaryOp,
+    float_only, same_length, BackendStorage, BinaryOp, Blocks, CompareOp, Gather, Gemm, Norm, NormGrads, ParamOp,
+    ReduceKind, SoftmaxOp, UnaryOp,
 };
 use crate::device_id::DeviceId;
 use crate::element::{with_dtype, DType, Element, Scalar};

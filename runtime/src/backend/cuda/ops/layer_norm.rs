@@ -64,7 +64,9 @@ pub(in crate::backend::cuda) fn backward(
         None => alloc(dev, dtype, rows * len, &[x, grad])?,
     };
     let params = match weight {
-        Some(_) => Some((CudaBuffer::alloc(dev, &s, len * dtype.size())?, CudaBuffer::alloc(dev, &s, len * dtype.size())?)),
+        Some(_) => {
+            Some((CudaBuffer::alloc(dev, &s, len * dtype.size())?, CudaBuffer::alloc(dev, &s, len * dtype.size())?))
+        }
         None => None,
     };
     let (n, l) = (rows as u64, len as u64);

@@ -115,7 +115,9 @@ pub(in crate::backend::cuda) fn copy_blocks(
                 // tensor layer sized the part so); the kernel writes the `count * dst_stride` = `len` elements of
                 // `out`, reading block `b` at `j - at` only for `at <= j < at + block`; both buffers are ready and
                 // kept alive on `s` (see `alloc`).
-                unsafe { dev.launch(f, (dev.grid(len as u64, 256), 1, 1), (256, 1, 1), &s, args.u64(p.dst_offset as u64))? };
+                unsafe {
+                    dev.launch(f, (dev.grid(len as u64, 256), 1, 1), (256, 1, 1), &s, args.u64(p.dst_offset as u64))?
+                };
                 return done(out);
             }
         }

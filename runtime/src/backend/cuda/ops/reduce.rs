@@ -79,7 +79,9 @@ pub(in crate::backend::cuda) fn reduce(
             // SAFETY: `{op}_tile_{dtype}(const T* x, u64 outer, u64 len, u64 inner, u64 chunk, u64 nchunks, T* out,
             // A* partial)` with one segment: each block reads a tile of columns (below `inner`) of the rows of one of
             // the `outer` slices and writes their results into `out` (`outer * inner`); `partial` is null, unread.
-            unsafe { dev.launch(k("tile")?, (grid, 1, 1), (ColumnTiles::BLOCK, 1, 1), s, args.ptr(&out).ptr_or_null(None))? };
+            unsafe {
+                dev.launch(k("tile")?, (grid, 1, 1), (ColumnTiles::BLOCK, 1, 1), s, args.ptr(&out).ptr_or_null(None))?
+            };
         } else {
             let acc = accumulator_bytes(op, dtype);
             let partial = CudaBuffer::alloc(dev, &stream, (outputs * nchunks) as usize * acc)?;
@@ -87,7 +89,9 @@ pub(in crate::backend::cuda) fn reduce(
             // `c` of slice `o` writes accumulator `(o * inner + c) * nchunks + s` of `partial`, which holds
             // `outputs * nchunks` accumulators of the kernel's `A` (`acc` bytes, as for `partial` above),
             // allocated on `stream` and freed there after the launch below.
-            unsafe { dev.launch(k("tile")?, (grid, 1, 1), (ColumnTiles::BLOCK, 1, 1), s, args.ptr(&out).ptr(&partial))? };
+            unsafe {
+                dev.launch(k("tile")?, (grid, 1, 1), (ColumnTiles::BLOCK, 1, 1), s, args.ptr(&out).ptr(&partial))?
+            };
             let args = KernelArgs::new().ptr(&partial).u64(outputs).u64(nchunks).u64(len).ptr(&out);
             // SAFETY: `{op}_tilefinal_{dtype}(const A* partial, u64 outputs, u64 nchunks, u64 len, T* out)`: the
             // `outputs * nchunks` accumulators written just before on `stream`, into the `outputs` of `out`.

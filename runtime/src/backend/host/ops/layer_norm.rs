@@ -20,11 +20,17 @@ pub(in crate::backend::host) fn forward(
     dtype: DType,
     Norm { rows, len, eps }: Norm,
 ) -> Result<HostBuffer> {
-    let f = float_kernel("layer_norm", dtype, [forward_of::<f32>, forward_of::<f64>, forward_of::<bf16>, forward_of::<f16>])?;
+    let f = float_kernel(
+        "layer_norm",
+        dtype,
+        [forward_of::<f32>, forward_of::<f64>, forward_of::<bf16>, forward_of::<f16>],
+    )?;
     let job = x.op("layer_norm", dtype, rows * len);
     match affine {
         None => launch(job, &[x], Box::new(move |ins, out| f(ins[0], None, out, len, eps))),
-        Some((w, b)) => launch(job, &[x, w, b], Box::new(move |ins, out| f(ins[0], Some((ins[1], ins[2])), out, len, eps))),
+        Some((w, b)) => {
+            launch(job, &[x, w, b], Box::new(move |ins, out| f(ins[0], Some((ins[1], ins[2])), out, len, eps)))
+        }
     }
 }
 
@@ -45,7 +51,11 @@ pub(in crate::backend::host) fn backward(
     };
     let dx = launch(job, &[x, grad, w], Box::new(move |ins, out| f(ins[0], ins[1], Some(ins[2]), out, len, eps)))?;
     let param = |bias: bool| {
-        launch(x.op("layer_norm", dtype, len), &[x, grad], Box::new(move |ins, out| p(ins[0], ins[1], bias, out, len, eps)))
+        launch(
+            x.op("layer_norm", dtype, len),
+            &[x, grad],
+            Box::new(move |ins, out| p(ins[0], ins[1], bias, out, len, eps)),
+        )
     };
     Ok((dx, Some((param(false)?, param(true)?))))
 }
