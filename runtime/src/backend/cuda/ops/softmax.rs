@@ -197,6 +197,34 @@ pub(in crate::backend::cuda) fn cross_entropy_rows(
     done(out)
 }
 
+/// Cross-entropy's gradient with respect to `[rows, classes]` logits `x`, given each row's
+/// loss's gradient `grad` (`rows` elements) and the `targets` the forward checked.
+pub(in crate::backend::cuda) fn cross_entropy_back(
+    x: &CudaBuffer,
+    targets: &CudaBuffer,
+    grad: &CudaBuffer,
+    dtype: DType,
+    (rows, classes): (usize, usize),
+) -> Result<CudaBuffer> {
+    float_only("cross_entropy", dtype)?;
+    let dev = x.device();
+    let (s, out) = alloc(dev, dtype, rows * classes, &[x, targets, grad])?;
+    if rows * classes == 0 {
+        return done(out);
+    }
+    let (n, c) = (rows as u64, classes as u64);
+    let (groups, grid, block) = row_groups(dev, n, c);
+    let f = dev.kernel(Source::Softmax, "nll", if groups == "warp" { "back_warp" } else { "back_block" }, dtype)?;
+    let args = KernelArgs::new().ptr(x).ptr(targets).ptr(grad).ptr(&out).u64(n).u64(c);
+    // `nll_back_{warp,block}_{dtype}(const T* x, const i32* target, const T* g, T* dx, u64 rows, u64 c)`: `x` and
+    // `out` hold `rows * classes` elements of `dtype`, `targets` `rows` i32 and `grad` `rows` elements (the caller's
+    // contract and `alloc`), all ready and kept alive on `s`; a target is compared with class indices, never used
+    // as one; the warp kernel gets blocks of `(32, WARP_ROWS)`, the block kernel whole warps, at most 1024 threads.
+    // SAFETY: for the reasons in the comment just above.
+    unsafe { dev.launch(f, (grid, 1, 1), block, &s, args)? };
+    done(out)
+}
+
 #[cfg(test)]
 mod tests {
     use crate::backend::cuda::ops::softmax::*;
@@ -235,32 +263,4 @@ mod tests {
             }
         }
     }
-}
-
-/// Cross-entropy's gradient with respect to `[rows, classes]` logits `x`, given each row's
-/// loss's gradient `grad` (`rows` elements) and the `targets` the forward checked.
-pub(in crate::backend::cuda) fn cross_entropy_back(
-    x: &CudaBuffer,
-    targets: &CudaBuffer,
-    grad: &CudaBuffer,
-    dtype: DType,
-    (rows, classes): (usize, usize),
-) -> Result<CudaBuffer> {
-    float_only("cross_entropy", dtype)?;
-    let dev = x.device();
-    let (s, out) = alloc(dev, dtype, rows * classes, &[x, targets, grad])?;
-    if rows * classes == 0 {
-        return done(out);
-    }
-    let (n, c) = (rows as u64, classes as u64);
-    let (groups, grid, block) = row_groups(dev, n, c);
-    let f = dev.kernel(Source::Softmax, "nll", if groups == "warp" { "back_warp" } else { "back_block" }, dtype)?;
-    let args = KernelArgs::new().ptr(x).ptr(targets).ptr(grad).ptr(&out).u64(n).u64(c);
-    // `nll_back_{warp,block}_{dtype}(const T* x, const i32* target, const T* g, T* dx, u64 rows, u64 c)`: `x` and
-    // `out` hold `rows * classes` elements of `dtype`, `targets` `rows` i32 and `grad` `rows` elements (the caller's
-    // contract and `alloc`), all ready and kept alive on `s`; a target is compared with class indices, never used
-    // as one; the warp kernel gets blocks of `(32, WARP_ROWS)`, the block kernel whole warps, at most 1024 threads.
-    // SAFETY: for the reasons in the comment just above.
-    unsafe { dev.launch(f, (grid, 1, 1), block, &s, args)? };
-    done(out)
 }
