@@ -379,3 +379,58 @@ fn collectives_cannot_be_captured() -> locus::Result<()> {
     assert!(refused.is_some_and(|op| op.contains("collective") || op.contains("copy")), "{refused:?}");
     Ok(())
 }
+
+/// A graph whose inputs hold indices (an `index_select`'s ids, a `cross_entropy`'s
+/// targets) checks them on the device before a replay only when they were not checked
+/// where they were written from: after `copy_from` (checked in the source) and
+/// `copy_from_slice` (checked on the host) replays take those verdicts, so they need not
+/// wait for the replay before; a bad index written either way is still the replay's
+/// error, the eager op's, and the graph does not run; a write of another input keeps the
+/// verdict of the ids.
+#[test]
+fn replays_take_the_verdicts_of_checked_writes_of_their_index_inputs() -> locus::Result<()> {
+    let s = Stream::<G>::new()?;
+    let values = vec![0.0, 1.0, 2.0, 2.0, 1.0, 0.0, 5.0, 5.0];
+    let eager = Tensor::<G>::from_vec(values.clone(), [4, 2])?;
+    let (mut logits, mut ids) =
+        (Tensor::<G>::from_vec(values, [4, 2])?, Tensor::<G, i32>::from_vec(vec![1, 0, 1, 1], [4])?);
+    let mut g = Graph::capture(&s, (&mut logits, &mut ids), |(logits, ids)| {
+        Ok((logits.index_select(0, ids)?, logits.cross_entropy(ids)?))
+    })?;
+    let want = |ids: &[i32]| -> locus::Result<(Vec<f32>, Vec<f32>)> {
+        let ids = Tensor::<G, i32>::from_vec(ids.to_vec(), [4])?;
+        Ok((eager.index_select(0, &ids)?.to_vec()?, eager.cross_entropy(&ids)?.to_vec()?))
+    };
+    let read = |(rows, loss): (locus::Output<'_, G>, locus::Output<'_, G>)| -> locus::Result<(Vec<f32>, Vec<f32>)> {
+        Ok((rows.to_vec()?, loss.to_vec()?))
+    };
+    let before = locus::replay_index_checks();
+    assert_eq!(read(g.replay()?)?, want(&[1, 0, 1, 1])?);
+    assert_eq!(locus::replay_index_checks() - before, 1, "the ids as captured are checked before the replay");
+    g.inputs_mut().1.copy_from(&Tensor::<G, i32>::from_vec(vec![0, 1, 1, 0], [4])?)?;
+    for _ in 0..3 {
+        assert_eq!(read(g.replay()?)?, want(&[0, 1, 1, 0])?);
+    }
+    g.inputs_mut().1.copy_from_slice(&[1, 1, 0, 1])?;
+    assert_eq!(read(g.replay()?)?, want(&[1, 1, 0, 1])?);
+    g.inputs_mut().0.copy_from_slice(&[1.0, 0.0, 0.0, 1.0, 2.0, 2.0, 0.0, 3.0])?;
+    let moved = Tensor::<G>::from_vec(vec![1.0, 0.0, 0.0, 1.0, 2.0, 2.0, 0.0, 3.0], [4, 2])?;
+    let (rows, _) = read(g.replay()?)?;
+    assert_eq!(rows, moved.index_select(0, &Tensor::<G, i32>::from_vec(vec![1, 1, 0, 1], [4])?)?.to_vec()?);
+    assert_eq!(locus::replay_index_checks() - before, 1, "every later replay took the verdicts of the writes");
+    let last = read(g.outputs()?)?;
+    let bad = vec![0, 1, 9, 0];
+    let eager_e = moved.index_select(0, &Tensor::<G, i32>::from_vec(bad.clone(), [4])?).map(|_| ()).unwrap_err();
+    g.inputs_mut().1.copy_from(&Tensor::<G, i32>::from_vec(bad.clone(), [4])?)?;
+    assert_eq!(g.replay().map(|_| ()).unwrap_err(), eager_e, "written by copy_from");
+    assert_eq!(read(g.outputs()?)?, last, "the graph did not run");
+    g.inputs_mut().1.copy_from_slice(&[0, 1, 3, -1])?;
+    let e = g.replay().map(|_| ()).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { op: "index_select", .. }), "written by copy_from_slice: {e}");
+    assert_eq!(read(g.outputs()?)?, last, "the graph did not run");
+    assert_eq!(locus::replay_index_checks() - before, 1);
+    g.inputs_mut().1.copy_from(&Tensor::<G, i32>::from_vec(vec![1, 0, 0, 1], [4])?)?;
+    let (rows, _) = read(g.replay()?)?;
+    assert_eq!(rows, moved.index_select(0, &Tensor::<G, i32>::from_vec(vec![1, 0, 0, 1], [4])?)?.to_vec()?);
+    Ok(())
+}

@@ -103,7 +103,7 @@ pub use copy::{AsyncSource, HostPlacement, Pending, Transfer};
 pub use device::{devices, Cpu, Cuda, Device, DeviceId, Dyn, FixedDevice, Here, Pinned, StaticDevice};
 pub use element::{DType, Element, Float, IndexElement, SameElement, Scalar};
 pub use error::{Error, Result};
-pub use graph::{Graph, GraphInputs, GraphOutputs, InputMut, Output};
+pub use graph::{replay_index_checks, Graph, GraphInputs, GraphOutputs, InputMut, Output};
 pub use guard::{current_device, DeviceGuard, IntoDeviceId, OnDevice};
 /// The 16-bit float element types, from the `half` crate.
 pub use half::{bf16, f16};

@@ -43,6 +43,32 @@ pub(crate) use lists::Parts;
 pub use lists::{GraphInputs, GraphOutputs};
 pub use views::{InputMut, Output};
 
+/// How many graph replays checked their index inputs on the device before running (a
+/// captured `index_select`'s indices, a `cross_entropy`'s targets), which waits for the
+/// inputs' writes and so for the replays before them. A replay whose index inputs were
+/// last written through [`InputMut::copy_from`] (the indices checked in the source) or
+/// [`InputMut::copy_from_slice`] (checked on the host) takes those checks' verdicts
+/// instead, and queues behind the last replay without waiting.
+///
+/// ```
+/// # extern crate locus_runtime as locus;
+/// use locus::{replay_index_checks, Cuda, Graph, Stream, Tensor};
+/// let s = Stream::<Cuda<0>>::new()?;
+/// let (mut table, mut ids) = (Tensor::<Cuda<0>>::ones([4, 2])?, Tensor::<Cuda<0>, i32>::zeros([3])?);
+/// let mut g = Graph::capture(&s, (&mut table, &mut ids), |(t, i)| t.index_select(0, i))?;
+/// let before = replay_index_checks();
+/// g.replay()?; // the ids as captured: checked before this replay
+/// g.inputs_mut().1.copy_from(&Tensor::from_vec(vec![3, 1, 0], [3])?)?; // checked here
+/// g.replay()?;
+/// assert_eq!(replay_index_checks() - before, 1);
+/// g.inputs_mut().1.copy_from_slice(&[0, 4, 1])?; // 4 is out of range: kept for the replay
+/// assert!(g.replay().is_err());
+/// # Ok::<(), locus::Error>(())
+/// ```
+pub fn replay_index_checks() -> u64 {
+    crate::backend::sync::checked::replay_checks()
+}
+
 /// Work on device `D` captured once, replayed many times: the inputs `I` it borrows
 /// (see [`GraphInputs`]) and the outputs `O` it owns (see [`GraphOutputs`]).
 ///

@@ -6,6 +6,8 @@
 
 use std::sync::Arc;
 
+use crate::backend::sync::capture::IndexRule;
+use crate::backend::sync::checked;
 use crate::backend::{self};
 use crate::device::{Device, DeviceId, StaticDevice};
 use crate::element::Element;
@@ -144,7 +146,37 @@ impl<'g, D: Device, T: Element> InputMut<'g, D, T> {
         }
         backend::for_device(self.t.device())?;
         let src = src.buffer();
-        self.target()?.overwrite(src)
+        // The indices a graph reads from this input, checked in the source now: the source
+        // waits for its own writes only, not for the replays that read the input.
+        let rules = self.rules();
+        let verdict = match rules.is_empty() {
+            true => None,
+            false => {
+                let limits: Vec<(usize, usize)> = rules.iter().map(|r| (r.count, r.bound())).collect();
+                let bad = src.check_indices(&limits)?;
+                Some(bad.map_or(Ok(()), |(i, at, v)| Err(rules[i].error(at, v.into()))))
+            }
+        };
+        self.write(verdict, |target| target.overwrite(src))
+    }
+
+    /// The index rules of the graphs that read this input (none for most inputs; only an
+    /// `i32` input holds indices a captured op reads).
+    fn rules(&self) -> Vec<IndexRule> {
+        match T::DTYPE {
+            crate::element::DType::I32 => checked::rules_at(self.t.device(), self.t.buffer().addr()),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Writes the input with `write`, and keeps `verdict` (the check of the indices written,
+    /// if the input has rules) for the next replay, which then need not check them itself.
+    fn write(&mut self, verdict: Option<Result<()>>, write: impl FnOnce(&backend::Buffer) -> Result<()>) -> Result<()> {
+        let (device, addr) = (self.t.device(), self.t.buffer().addr());
+        checked::set_verdict(device, addr, None);
+        write(self.target()?)?;
+        checked::set_verdict(device, addr, verdict);
+        Ok(())
     }
 
     /// Copies an output of the graph (of the same shape and placement) into this input:
@@ -183,7 +215,11 @@ impl<'g, D: Device, T: Element> InputMut<'g, D, T> {
             });
         }
         let device = self.t.device();
-        let staged = backend::for_device(device)?.upload(device, bytemuck::cast_slice(data))?;
-        self.target()?.overwrite(&staged)
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        // The indices a graph reads from this input, checked here on the host.
+        let rules = self.rules();
+        let verdict = (!rules.is_empty()).then(|| rules.iter().try_for_each(|r| r.check(bytes)));
+        let staged = backend::for_device(device)?.upload(device, bytes)?;
+        self.write(verdict, |target| target.overwrite(&staged))
     }
 }

@@ -366,4 +366,11 @@ pub(crate) trait BackendStorage: Sized + Debug {
     /// Over the dim `r` describes (`r.len` from 1 to `i32::MAX`): the `i32` index of the
     /// first maximum (NaN wins: the first NaN), and with `values` the element there.
     fn argmax(&self, dtype: DType, r: Reduction, values: bool) -> Result<(Self, Option<Self>)>;
+    /// This memory's address on its device (the key of a graph input's index rules).
+    fn addr(&self) -> u64;
+    /// Checks this buffer's first i32 elements against each `(count, bound)` of `limits`
+    /// (a graph input's index rules, this buffer the source of a write into it), after its
+    /// writes (the host waits): the first limit with an index outside `[0, bound)`, as
+    /// `(limit, position, index)`, or `None`. An `Err` is the check's own failure.
+    fn check_indices(&self, limits: &[(usize, usize)]) -> Result<Option<(usize, usize, i32)>>;
 }

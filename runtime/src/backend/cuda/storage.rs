@@ -197,4 +197,12 @@ impl BackendStorage for CudaBuffer {
     fn argmax(&self, dtype: DType, r: Reduction, values: bool) -> Result<(Self, Option<Self>)> {
         select::argmax(self, dtype, r, values)
     }
+
+    fn addr(&self) -> u64 {
+        self.ptr()
+    }
+
+    fn check_indices(&self, limits: &[(usize, usize)]) -> Result<Option<(usize, usize, i32)>> {
+        crate::backend::cuda::driver::flag::check_source(self, limits)
+    }
 }

@@ -94,6 +94,22 @@ impl Buffer {
         }
     }
 
+    /// [`BackendStorage::addr`].
+    pub(crate) fn addr(&self) -> u64 {
+        match self {
+            Buffer::Host(h) => BackendStorage::addr(h),
+            Buffer::Cuda(c) => c.addr(),
+        }
+    }
+
+    /// [`BackendStorage::check_indices`].
+    pub(crate) fn check_indices(&self, limits: &[(usize, usize)]) -> Result<Option<(usize, usize, i32)>> {
+        match self {
+            Buffer::Host(h) => h.check_indices(limits),
+            Buffer::Cuda(c) => c.check_indices(limits),
+        }
+    }
+
     pub(crate) fn download(&self, out: &mut [std::mem::MaybeUninit<u8>]) -> Result<()> {
         capture::refuse("to_vec / item (a read by the host)", HOST_READ)?;
         match self {

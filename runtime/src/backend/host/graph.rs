@@ -17,6 +17,8 @@ use crate::backend::host::buffer::HostBuffer;
 use crate::backend::host::queue::Job;
 use crate::backend::host::streams::{use_on_stream, HostStream};
 use crate::backend::sync::capture::{self, IndexRule, Indexed};
+use crate::backend::sync::checked;
+use crate::backend::BackendStorage;
 use crate::backend::sync::hazard::{self, Kind};
 use crate::device_id::DeviceId;
 use crate::error::{Error, Result};
@@ -43,10 +45,13 @@ pub(crate) struct HostCapture {
     account: &'static MemoryAccount,
     /// Indices in the inputs that captured ops read, checked before each replay.
     rules: Mutex<Vec<IndexRule>>,
+    /// This capture's key among the inputs' verdicts (`sync::checked`).
+    id: u64,
 }
 
 impl Drop for HostCapture {
     fn drop(&mut self) {
+        checked::unregister(self.device, self.id);
         self.account.release(*self.held.get_mut());
     }
 }
@@ -100,6 +105,7 @@ impl HostCapture {
         if !rules.contains(&rule) {
             rules.push(rule);
         }
+        checked::register(self.device, self.id, rule);
         Ok(())
     }
 
@@ -147,6 +153,7 @@ pub(in crate::backend::host) fn begin(s: &Arc<HostStream>, inputs: &[&HostBuffer
         held: AtomicUsize::new(0),
         account: crate::backend::host::host().account(s.device)?,
         rules: Mutex::new(Vec::new()),
+        id: checked::capture_id(),
     };
     s.set_capture(Some(Arc::new(c)));
     Ok(())
@@ -234,14 +241,14 @@ impl HostGraph {
     }
 
     /// Checks the indices of every rule on `s` (ordered after the inputs' writers) before
-    /// a replay: the error of the first rule with an index out of range.
+    /// a replay: the error of the first rule with an index out of range. The inputs'
+    /// verdicts instead when every input has one (`sync::checked`): no wait.
     fn check_rules(&self, s: &Arc<HostStream>, reads: &[&HostBuffer]) -> Result<()> {
         let rules = lock(&self.capture.rules).clone();
-        if rules.is_empty() {
-            return Ok(());
+        if let Some(verdict) = checked::verdicts(self.device, &rules) {
+            return verdict;
         }
         let mut spans = Vec::with_capacity(rules.len());
-        let mut uses = Vec::new();
         for r in rules {
             let Some(h) = reads.iter().find(|h| h.addr() as u64 == r.addr) else {
                 return Err(Error::InvalidArgument {
@@ -249,21 +256,59 @@ impl HostGraph {
                     reason: format!("the indices of a captured {} are not among the graph's inputs", r.op()),
                 });
             };
-            if hazard::enabled() {
-                uses.push((h.region(None), Kind::Read));
-            }
-            spans.push((h.span(), r));
+            spans.push((*h, r));
         }
-        let result = Arc::new(Mutex::new(Ok(())));
-        let slot = Arc::clone(&result);
-        let check = Box::new(move || {
-            // SAFETY: the job runs on `s` after the inputs' last writes (the caller ordered
-            // them), and nothing writes an input while the graph borrows it.
-            let r = spans.iter().try_for_each(|(span, rule)| rule.check(unsafe { span.bytes() }));
-            *lock(&slot) = r;
-        });
-        let (seq, clock) = s.launch("index_check", &uses, check)?;
-        s.wait_job(seq, &clock)?;
-        std::mem::replace(&mut *lock(&result), Ok(()))
+        match check_on(s, &spans)? {
+            Some((i, at, v)) => Err(spans[i].1.error(at, v.into())),
+            None => Ok(()),
+        }
     }
+}
+
+/// `limits` (`(count, bound)`, a graph input's rules) checked against the first i32 of
+/// `indices`, the source of a write into that input, on the current stream after the
+/// source's writes: the first limit broken, as `(limit, position, index)`.
+pub(in crate::backend::host) fn check_source(
+    indices: &HostBuffer,
+    limits: &[(usize, usize)],
+) -> Result<Option<(usize, usize, i32)>> {
+    let s = crate::backend::host::streams::current_stream(BackendStorage::device_id(indices));
+    use_on_stream(indices, &s)?;
+    if let Some(&(count, _)) = limits.iter().find(|l| l.0.checked_mul(4).is_none_or(|b| b > indices.len())) {
+        return Err(Error::InvalidArgument {
+            op: "copy_from",
+            reason: format!("{count} indices to check in a source of {} bytes", indices.len()),
+        });
+    }
+    let spans: Vec<(&HostBuffer, IndexRule)> =
+        limits.iter().map(|&l| (indices, IndexRule::limit(indices.addr() as u64, l))).collect();
+    check_on(&s, &spans)
+}
+
+/// One job on `s` checking each rule against its buffer's bytes, waited for: the first
+/// rule with an index out of range, as `(rule, position, index)`.
+fn check_on(s: &Arc<HostStream>, spans: &[(&HostBuffer, IndexRule)]) -> Result<Option<(usize, usize, i32)>> {
+    if spans.is_empty() {
+        return Ok(None);
+    }
+    let uses = match hazard::enabled() {
+        true => spans.iter().map(|(h, _)| (h.region(None), Kind::Read)).collect(),
+        false => Vec::new(),
+    };
+    let spans: Vec<_> = spans.iter().map(|(h, r)| (h.span(), *r)).collect();
+    let result = Arc::new(Mutex::new(None));
+    let slot = Arc::clone(&result);
+    let check = Box::new(move || {
+        // SAFETY: the job runs on `s` after the buffers' last writes (the callers ordered
+        // them), and nothing writes them meanwhile: a graph's input while the graph borrows
+        // it, a source while the write that reads it holds it.
+        let bad = spans.iter().enumerate().find_map(|(i, (span, rule))| {
+            rule.first_bad(unsafe { span.bytes() }).map(|(at, v)| (i, at, v))
+        });
+        *lock(&slot) = bad;
+    });
+    let (seq, clock) = s.launch("index_check", &uses, check)?;
+    s.wait_job(seq, &clock)?;
+    let bad = lock(&result).take();
+    Ok(bad)
 }

@@ -364,6 +364,14 @@ impl BackendStorage for HostBuffer {
     fn argmax(&self, dtype: DType, r: Reduction, values: bool) -> Result<(Self, Option<Self>)> {
         select::argmax(self, dtype, r, values)
     }
+
+    fn addr(&self) -> u64 {
+        HostBuffer::addr(self) as u64
+    }
+
+    fn check_indices(&self, limits: &[(usize, usize)]) -> Result<Option<(usize, usize, i32)>> {
+        crate::backend::host::graph::check_source(self, limits)
+    }
 }
 
 #[cfg(test)]

@@ -108,12 +108,23 @@ impl IndexRule {
     /// The first index out of range among the rule's, read from `indices` (the bytes of
     /// its input, i32 in native order), as the op's error.
     pub(crate) fn check(&self, indices: &[u8]) -> Result<()> {
-        let bound = self.bound();
-        let values = indices.chunks_exact(4).take(self.count).map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
-        match values.enumerate().find(|&(_, t)| t < 0 || t as usize >= bound) {
+        match self.first_bad(indices) {
             Some((at, t)) => Err(self.error(at, t.into())),
             None => Ok(()),
         }
+    }
+
+    /// The position and value of the first index out of range in `indices`, if any.
+    pub(crate) fn first_bad(&self, indices: &[u8]) -> Option<(usize, i32)> {
+        let bound = self.bound();
+        let values = indices.chunks_exact(4).take(self.count).map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+        values.enumerate().find(|&(_, t)| t < 0 || t as usize >= bound)
+    }
+
+    /// A rule of `count` indices below `bound` at `addr` (a source's check, whose errors
+    /// the input's own rules word).
+    pub(crate) fn limit(addr: u64, (count, bound): (usize, usize)) -> IndexRule {
+        IndexRule { addr, count, of: Indexed::Classes(bound) }
     }
 }
 

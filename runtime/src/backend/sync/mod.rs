@@ -1,10 +1,11 @@
 //! Ordering work between streams and the host: the streams `on_stream` made current
 //! ([`current_stream`]), the books that decide when a cross-stream use needs a wait
 //! ([`ordering`]), the host model's hazard checker ([`hazard`]) and its vector clock
-//! ([`clock`]), and the rules of work in a graph capture both backends follow
-//! ([`capture`]).
+//! ([`clock`]), the rules of work in a graph capture both backends follow
+//! ([`capture`]), and what is known of a graph's index inputs between replays ([`checked`]).
 
 pub(crate) mod capture;
+pub(crate) mod checked;
 pub(crate) mod clock;
 pub(crate) mod current_stream;
 pub(crate) mod hazard;

@@ -2,7 +2,8 @@
 //! an index out of range) writes it into one 8-byte word of device memory, which the host
 //! reads back after the launch. This costs a wait for the stream, so only the ops that
 //! must check use it. A graph capture cannot read back: an index checked on the device is
-//! an input of the graph, checked before each replay instead ([`check_rules`]).
+//! an input of the graph, checked before each replay instead ([`check_rules`]), or where
+//! it was copied from ([`check_source`]).
 
 use std::sync::Arc;
 
@@ -90,8 +91,39 @@ pub(in crate::backend::cuda) fn check_rules(
     s: &Arc<CudaStream>,
     rules: &[IndexRule],
 ) -> Result<()> {
+    match first_bad(dev, s, rules)? {
+        Some((i, at, v)) => Err(rules[i].error(at, v.into())),
+        None => Ok(()),
+    }
+}
+
+/// `limits` (`(count, bound)`, a graph input's rules) checked against the first i32 of
+/// `indices`, the source of a write into that input, on the current stream after the
+/// source's writes: the first limit broken, as `(limit, position, index)`.
+pub(in crate::backend::cuda) fn check_source(
+    indices: &CudaBuffer,
+    limits: &[(usize, usize)],
+) -> Result<Option<(usize, usize, i32)>> {
+    let dev = indices.device();
+    let s = crate::backend::cuda::driver::memory::current(dev);
+    indices.use_on(&s)?;
+    let bytes = indices.bytes();
+    if let Some(&(count, _)) = limits.iter().find(|l| l.0.checked_mul(4).is_none_or(|b| b > bytes)) {
+        return Err(crate::error::Error::InvalidArgument {
+            op: "copy_from",
+            reason: format!("{count} indices to check in a source of {bytes} bytes"),
+        });
+    }
+    let rules: Vec<IndexRule> = limits.iter().map(|&l| IndexRule::limit(indices.ptr(), l)).collect();
+    first_bad(dev, &s, &rules)
+}
+
+/// Launches `index_check` for each rule (its indices at `rule.addr`), reads the words back
+/// (a wait for `s`): the first rule with an index out of range, as `(rule, position,
+/// index)`.
+fn first_bad(dev: &'static DeviceState, s: &Arc<CudaStream>, rules: &[IndexRule]) -> Result<Option<(usize, usize, i32)>> {
     if rules.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let f = dev.function(Source::Gather, "index_check")?;
     let words = with_words(dev, s, 0xff, rules.len(), |words| {
@@ -99,20 +131,16 @@ pub(in crate::backend::cuda) fn check_rules(
             let count = r.count as u64;
             let args = KernelArgs::new().val(r.addr).u64(count).u64(r.bound() as u64).ptr_at(words, 8 * i as u64);
             // SAFETY: `index_check(const i32* index, u64 count, u64 size, u64* err)` reads
-            // `count` i32 at `r.addr`, the start of an input of the graph that held those
-            // indices at the capture (the rule's op read them there), alive and unchanged
-            // in size while the graph borrows it and ordered on `s` by the caller; it
-            // writes word `i` of `words` only.
+            // `count` i32 at `r.addr`: the start of an input of the graph that held those
+            // indices at the capture (the rule's op read them there), alive and unchanged in
+            // size while the graph borrows it, or of a source of at least `4 * count` bytes
+            // (`check_source` checked), either ordered on `s` by the caller; it writes word
+            // `i` of `words` only.
             unsafe { dev.launch(f, (dev.grid(count, 256), 1, 1), (256, 1, 1), s, args)? };
         }
         Ok(())
     })?;
-    for (r, w) in rules.iter().zip(words) {
-        if let Some((at, v)) = decode(w) {
-            return Err(r.error(at, v.into()));
-        }
-    }
-    Ok(())
+    Ok(words.into_iter().enumerate().find_map(|(i, w)| decode(w).map(|(at, v)| (i, at, v))))
 }
 
 /// A word `report_index` wrote: the position in the high half, the index's bits in the

@@ -8,7 +8,8 @@
 //!   was replayed on; a replay's stream first waits for the allocations;
 //! - the graph's inputs: the only memory made before the capture that captured work may
 //!   read (`CudaBuffer::use_on` asks [`CudaCapture::check_input`]), and the indices in them
-//!   that captured ops read, checked before each replay (`flag::check_rules`);
+//!   that captured ops read, checked before each replay (`flag::check_rules`) unless the
+//!   inputs' last writes were checked at their sources (`sync::checked`);
 //! - the streams that joined it by waiting for one of its events (a fork), as the driver
 //!   joins them;
 //! - blocks freed during the capture whose free would otherwise be ordered on a
@@ -25,6 +26,7 @@ use crate::backend::cuda::driver::flag::check_rules;
 use crate::backend::cuda::driver::stream::CudaStream;
 use crate::backend::cuda::driver::timing;
 use crate::backend::sync::capture::IndexRule;
+use crate::backend::sync::checked;
 use crate::error::{Error, Result};
 use crate::faults::{gate, Point};
 
@@ -47,6 +49,8 @@ pub(crate) struct CudaCapture {
     held: AtomicUsize,
     /// Indices in the inputs that captured ops read, checked before each replay.
     rules: Mutex<Vec<IndexRule>>,
+    /// This capture's key among the inputs' verdicts (`sync::checked`).
+    id: u64,
 }
 
 impl std::fmt::Debug for CudaCapture {
@@ -83,6 +87,7 @@ impl CudaCapture {
         if !rules.contains(&rule) {
             rules.push(rule);
         }
+        checked::register(self.dev.id(), self.id, rule);
     }
 
     /// Counts a buffer made in the capture coming (`true`) or going.
@@ -104,6 +109,7 @@ impl CudaCapture {
 
 impl Drop for CudaCapture {
     fn drop(&mut self) {
+        checked::unregister(self.dev.id(), self.id);
         self.dev.account.release(*self.held.get_mut());
         if self.dev.bind().is_err() {
             return; // nothing can be ordered: the blocks are not reused
@@ -164,6 +170,7 @@ pub(crate) fn begin(dev: &'static DeviceState, s: &Arc<CudaStream>, inputs: Vec<
         live: AtomicUsize::new(0),
         held: AtomicUsize::new(0),
         rules: Mutex::new(Vec::new()),
+        id: checked::capture_id(),
     });
     // SAFETY: the stream is alive (held by `s`) and not being captured (checked above);
     // relaxed mode lets the graph's pool allocate on its own stream meanwhile.
@@ -250,8 +257,14 @@ impl CudaGraph {
             });
         }
         c.dev.bind()?;
-        // The indices captured ops read from the inputs, before anything of the replay runs.
-        check_rules(c.dev, s, &lock(&c.rules).clone())?;
+        // The indices captured ops read from the inputs, before anything of the replay runs:
+        // the verdicts of the inputs' last writes when every input has one (no wait), else
+        // checked here (a wait for the inputs' writes, and so for the replays before them).
+        let rules = lock(&c.rules).clone();
+        match checked::verdicts(c.dev.id(), &rules) {
+            Some(verdict) => verdict?,
+            None => check_rules(c.dev, s, &rules)?,
+        }
         let mut on = lock(&c.replayed_on);
         let first = !on.iter().any(|r| Arc::ptr_eq(r, s));
         if first {
