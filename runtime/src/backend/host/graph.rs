@@ -18,8 +18,8 @@ use crate::backend::host::queue::Job;
 use crate::backend::host::streams::{use_on_stream, HostStream};
 use crate::backend::sync::capture::{self, IndexRule, Indexed};
 use crate::backend::sync::checked;
-use crate::backend::BackendStorage;
 use crate::backend::sync::hazard::{self, Kind};
+use crate::backend::BackendStorage;
 use crate::device_id::DeviceId;
 use crate::error::{Error, Result};
 
@@ -302,9 +302,10 @@ fn check_on(s: &Arc<HostStream>, spans: &[(&HostBuffer, IndexRule)]) -> Result<O
         // SAFETY: the job runs on `s` after the buffers' last writes (the callers ordered
         // them), and nothing writes them meanwhile: a graph's input while the graph borrows
         // it, a source while the write that reads it holds it.
-        let bad = spans.iter().enumerate().find_map(|(i, (span, rule))| {
-            rule.first_bad(unsafe { span.bytes() }).map(|(at, v)| (i, at, v))
-        });
+        let bad = spans
+            .iter()
+            .enumerate()
+            .find_map(|(i, (span, rule))| rule.first_bad(unsafe { span.bytes() }).map(|(at, v)| (i, at, v)));
         *lock(&slot) = bad;
     });
     let (seq, clock) = s.launch("index_check", &uses, check)?;

@@ -121,7 +121,11 @@ pub(in crate::backend::cuda) fn check_source(
 /// Launches `index_check` for each rule (its indices at `rule.addr`), reads the words back
 /// (a wait for `s`): the first rule with an index out of range, as `(rule, position,
 /// index)`.
-fn first_bad(dev: &'static DeviceState, s: &Arc<CudaStream>, rules: &[IndexRule]) -> Result<Option<(usize, usize, i32)>> {
+fn first_bad(
+    dev: &'static DeviceState,
+    s: &Arc<CudaStream>,
+    rules: &[IndexRule],
+) -> Result<Option<(usize, usize, i32)>> {
     if rules.is_empty() {
         return Ok(None);
     }
