@@ -58,7 +58,7 @@ pub use views::{InputMut, Output};
 /// let mut g = Graph::capture(&s, (&mut table, &mut ids), |(t, i)| t.index_select(0, i))?;
 /// let before = replay_index_checks();
 /// g.replay()?; // the ids as captured: checked before this replay
-/// g.inputs_mut().1.copy_from(&Tensor::from_vec(vec![3, 1, 0], [3])?)?; // checked here
+/// g.inputs_mut().1.copy_from(&Tensor::<Cuda<0>, i32>::from_vec(vec![3, 1, 0], [3])?)?; // checked here
 /// g.replay()?;
 /// assert_eq!(replay_index_checks() - before, 1);
 /// g.inputs_mut().1.copy_from_slice(&[0, 4, 1])?; // 4 is out of range: kept for the replay
