@@ -299,13 +299,13 @@ fn check_on(s: &Arc<HostStream>, spans: &[(&HostBuffer, IndexRule)]) -> Result<O
     let result = Arc::new(Mutex::new(None));
     let slot = Arc::clone(&result);
     let check = Box::new(move || {
-        // SAFETY: the job runs on `s` after the buffers' last writes (the callers ordered
-        // them), and nothing writes them meanwhile: a graph's input while the graph borrows
-        // it, a source while the write that reads it holds it.
-        let bad = spans
-            .iter()
-            .enumerate()
-            .find_map(|(i, (span, rule))| rule.first_bad(unsafe { span.bytes() }).map(|(at, v)| (i, at, v)));
+        let bad = spans.iter().enumerate().find_map(|(i, (span, rule))| {
+            // SAFETY: the job runs on `s` after the buffers' last writes (the callers ordered
+            // them), and nothing writes them meanwhile: a graph's input while the graph borrows
+            // it, a source while the write that reads it holds it.
+            let bytes = unsafe { span.bytes() };
+            rule.first_bad(bytes).map(|(at, v)| (i, at, v))
+        });
         *lock(&slot) = bad;
     });
     let (seq, clock) = s.launch("index_check", &uses, check)?;

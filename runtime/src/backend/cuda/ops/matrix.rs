@@ -111,10 +111,11 @@ pub(in crate::backend::cuda) fn copy_blocks(
                 let src_at = p.src_offset as u64 * size;
                 let args = KernelArgs::new().ptr_at(p.src, src_at).ptr(&out).u64(count).u64(block).u64(ds);
                 // `pad_blocks_{dtype}(const T* src, T* out, u64 count, u64 block, u64 dst_stride, u64 at)`:
-                // SAFETY: `count` contiguous blocks of `block` elements from `src_offset` lie within `p.src` (the
+                // `count` contiguous blocks of `block` elements from `src_offset` lie within `p.src` (the
                 // tensor layer sized the part so); the kernel writes the `count * dst_stride` = `len` elements of
                 // `out`, reading block `b` at `j - at` only for `at <= j < at + block`; both buffers are ready and
                 // kept alive on `s` (see `alloc`).
+                // SAFETY: for the reasons in the comment just above.
                 unsafe {
                     dev.launch(f, (dev.grid(len as u64, 256), 1, 1), (256, 1, 1), &s, args.u64(p.dst_offset as u64))?
                 };

@@ -76,19 +76,21 @@ pub(in crate::backend::cuda) fn reduce(
         let outputs = outer * inner;
         let args = KernelArgs::new().ptr(xb).u64(outer).u64(len).u64(inner).u64(chunk).u64(nchunks);
         if nchunks == 1 {
-            // SAFETY: `{op}_tile_{dtype}(const T* x, u64 outer, u64 len, u64 inner, u64 chunk, u64 nchunks, T* out,
+            // `{op}_tile_{dtype}(const T* x, u64 outer, u64 len, u64 inner, u64 chunk, u64 nchunks, T* out,
             // A* partial)` with one segment: each block reads a tile of columns (below `inner`) of the rows of one of
             // the `outer` slices and writes their results into `out` (`outer * inner`); `partial` is null, unread.
+            // SAFETY: for the reasons in the comment just above.
             unsafe {
                 dev.launch(k("tile")?, (grid, 1, 1), (ColumnTiles::BLOCK, 1, 1), s, args.ptr(&out).ptr_or_null(None))?
             };
         } else {
             let acc = accumulator_bytes(op, dtype);
             let partial = CudaBuffer::alloc(dev, &stream, (outputs * nchunks) as usize * acc)?;
-            // SAFETY: as above with `nchunks` segments of `chunk` rows: `out` is not written; segment `s` of column
+            // As above with `nchunks` segments of `chunk` rows: `out` is not written; segment `s` of column
             // `c` of slice `o` writes accumulator `(o * inner + c) * nchunks + s` of `partial`, which holds
             // `outputs * nchunks` accumulators of the kernel's `A` (`acc` bytes, as for `partial` above),
             // allocated on `stream` and freed there after the launch below.
+            // SAFETY: for the reasons in the comment just above.
             unsafe {
                 dev.launch(k("tile")?, (grid, 1, 1), (ColumnTiles::BLOCK, 1, 1), s, args.ptr(&out).ptr(&partial))?
             };
