@@ -162,10 +162,18 @@ impl<'g, D: Device, T: Element> InputMut<'g, D, T> {
 
     /// The index rules of the graphs that read this input (none for most inputs; only an
     /// `i32` input holds indices a captured op reads).
+    ///
+    /// A capture's rules go with it; a capture never dropped (`mem::forget`) leaves its
+    /// rules behind, which a later input at the same address must not take for its own: a
+    /// rule for more indices than this input holds is not this input's, and then none are.
     fn rules(&self) -> Vec<IndexRule> {
-        match T::DTYPE {
-            crate::element::DType::I32 => checked::rules_at(self.t.device(), self.t.buffer().addr()),
-            _ => Vec::new(),
+        if T::DTYPE != crate::element::DType::I32 {
+            return Vec::new();
+        }
+        let rules = checked::rules_at(self.t.device(), self.t.buffer().addr());
+        match rules.iter().any(|r| r.count > self.t.numel()) {
+            true => Vec::new(),
+            false => rules,
         }
     }
 
