@@ -5,7 +5,9 @@
 mod common;
 
 use common::keep_busy;
-use locus::{memory_allocated, on_stream, Cuda, DeviceId, Dyn, Error, Graph, Loader, Stream, Tensor};
+use locus::{
+    kernel, memory_allocated, on_stream, Cuda, Device, DeviceId, Dyn, Error, Event, Graph, Grid, Loader, Stream, Tensor,
+};
 
 type G = Cuda<0>;
 
@@ -433,5 +435,85 @@ fn replays_take_the_verdicts_of_checked_writes_of_their_index_inputs() -> locus:
     g.inputs_mut().1.copy_from(&Tensor::<G, i32>::from_vec(vec![1, 0, 0, 1], [4])?)?;
     let (rows, _) = read(g.replay()?)?;
     assert_eq!(rows, moved.index_select(0, &Tensor::<G, i32>::from_vec(vec![1, 0, 0, 1], [4])?)?.to_vec()?);
+    Ok(())
+}
+
+/// Opened by [`writing_the_inputs_waits_for_no_replay`] once it has seen what it waits
+/// for: `hold`'s host fallback waits for it (at most 20 s, so that a failing test ends).
+static GATE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+fn hold_host(y: &mut [f32], _ns: u64) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !GATE.load(std::sync::atomic::Ordering::SeqCst) && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    y[0] += 1.0;
+}
+
+/// Adds 1 to `y[0]` after `ns` nanoseconds on the GPU; on the host backend, once the
+/// test opens [`GATE`].
+#[kernel(
+    host = hold_host,
+    source = r#"extern "C" __global__ void hold(float* y, unsigned long long ns) {
+        unsigned long long start, now;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+        do {
+            __nanosleep(1000);
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+        } while (now - start < ns);
+        y[0] += 1.0f;
+    }"#
+)]
+fn hold<D: Device>(y: &mut Tensor<D>, ns: u64);
+
+/// New batches are written into a graph's inputs while the replay before them still runs:
+/// the writes queue behind it on its stream, and neither they nor the checks of their
+/// indices wait for it on the host (nor does the current stream, where the second check
+/// runs, hold a copy that waits for it). The replays still read what they should: the
+/// first the old batch, the next the new one.
+#[test]
+fn writing_the_inputs_waits_for_no_replay() -> locus::Result<()> {
+    let _one = serial();
+    let s = Stream::<G>::new()?;
+    let values: Vec<f32> = (0..16).map(|i| (i % 5) as f32).collect();
+    let eager = Tensor::<G>::from_vec(values.clone(), [8, 2])?;
+    let (mut table, mut ids, mut targets) =
+        (Tensor::<G>::from_vec(values, [8, 2])?, Tensor::<G, i32>::zeros([3])?, Tensor::<G, i32>::zeros([3])?);
+    let mut g = Graph::capture(&s, (&mut table, &mut ids, &mut targets), |(t, i, k)| {
+        let mut held = Tensor::<G>::zeros([1])?;
+        hold(&mut held, 200_000_000).grid(Grid::new([1, 1, 1], [1, 1, 1])).launch()?;
+        Ok((t.index_select(0, i)?.cross_entropy(k)?, held))
+    })?;
+    let loss = |ids: Vec<i32>, targets: Vec<i32>| -> locus::Result<f32> {
+        let (i, k) = (Tensor::<G, i32>::from_vec(ids, [3])?, Tensor::<G, i32>::from_vec(targets, [3])?);
+        eager.index_select(0, &i)?.cross_entropy(&k)?.item()
+    };
+    let (old, new) = ((vec![1, 7, 2], vec![1, 0, 1]), (vec![3, 3, 6], vec![0, 1, 1]));
+    {
+        let (_, mut i, mut k) = g.inputs_mut();
+        i.copy_from(&Tensor::<G, i32>::from_vec(old.0.clone(), [3])?)?;
+        k.copy_from(&Tensor::<G, i32>::from_vec(old.1.clone(), [3])?)?;
+    }
+    let (next_ids, next_targets) =
+        (Tensor::<G, i32>::from_vec(new.0.clone(), [3])?, Tensor::<G, i32>::from_vec(new.1.clone(), [3])?);
+    GATE.store(false, std::sync::atomic::Ordering::SeqCst);
+    // The first loss, copied on the replay's stream (on the current one the copy would wait
+    // for the replay, and the checks of the sources there for the copy).
+    let first = on_stream(&s, || g.replay()?.0.to::<G>())?;
+    let replayed = Event::<G>::new()?;
+    replayed.record(&s)?;
+    {
+        let (_, mut i, mut k) = g.inputs_mut();
+        i.copy_from(&next_ids)?;
+        k.copy_from(&next_targets)?;
+    }
+    let waited = replayed.is_complete()?;
+    GATE.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(!waited, "writing the inputs waited for the replay before them");
+    let (second, held) = g.replay()?;
+    let (second, held) = (second.item()?, held.item()?);
+    assert_eq!(first.item()?, loss(old.0, old.1)?, "the first replay read the old batch");
+    assert_eq!(second, loss(new.0, new.1)?, "the second replay read the new batch");
+    assert_eq!(held, 1.0, "each replay ran `hold` once on its own output");
     Ok(())
 }

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::views::{InputMut, Output};
+use super::views::{InputMut, Output, WritesOn};
 use crate::device::Device;
 use crate::element::Element;
 use crate::error::Result;
@@ -55,7 +55,7 @@ pub trait GraphInputs<'c, D: Device, Bound = &'c Self>: TensorList {
     fn refs(&'c self) -> Self::Refs;
     /// Lends the inputs for writing.
     #[doc(hidden)]
-    fn writers(&'c mut self) -> Self::Writers;
+    fn writers(&'c mut self, on: &WritesOn) -> Self::Writers;
 }
 
 /// What a graph's capture closure returns: the memory a replay writes, read through
@@ -96,8 +96,8 @@ impl<'c, G: Device, D: Device + SameGraphDevice<G>, T: Element> GraphInputs<'c, 
         self
     }
 
-    fn writers(&'c mut self) -> Self::Writers {
-        InputMut::new(self)
+    fn writers(&'c mut self, on: &WritesOn) -> Self::Writers {
+        InputMut::new(self, on)
     }
 }
 
@@ -121,8 +121,8 @@ impl<'c, G: Device, D: Device + SameGraphDevice<G>, T: Element> GraphInputs<'c, 
         self.iter().map(|t| &**t).collect()
     }
 
-    fn writers(&'c mut self) -> Self::Writers {
-        self.iter_mut().map(|t| InputMut::new(t)).collect()
+    fn writers(&'c mut self, on: &WritesOn) -> Self::Writers {
+        self.iter_mut().map(|t| InputMut::new(t, on)).collect()
     }
 }
 
@@ -208,8 +208,8 @@ macro_rules! tuples {
                 ($(self.$n.refs(),)+)
             }
 
-            fn writers(&'c mut self) -> Self::Writers {
-                ($(self.$n.writers(),)+)
+            fn writers(&'c mut self, on: &WritesOn) -> Self::Writers {
+                ($(self.$n.writers(on),)+)
             }
         }
 

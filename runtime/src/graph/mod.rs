@@ -41,6 +41,7 @@ use std::sync::Arc;
 
 pub(crate) use lists::Parts;
 pub use lists::{GraphInputs, GraphOutputs};
+pub(crate) use views::WritesOn;
 pub use views::{InputMut, Output};
 
 /// How many graph replays checked their index inputs on the device before running (a
@@ -336,13 +337,14 @@ where
         if self.last.is_none() {
             return Err(not_replayed());
         }
-        Ok((self.outputs.view(), self.inputs.writers()))
+        let on = WritesOn(self.last.clone());
+        Ok((self.outputs.view(), self.inputs.writers(&on)))
     }
 
     /// The inputs, for writing new data into them between replays (in the same shape
     /// as the list: a tuple of [`InputMut`]s for a tuple).
     pub fn inputs_mut(&mut self) -> <I as GraphInputs<'_, D>>::Writers {
-        self.inputs.writers()
+        self.inputs.writers(&WritesOn(self.last.clone()))
     }
 
     /// The stream the graph was captured on, where [`Graph::replay`] queues.

@@ -6,9 +6,10 @@
 
 use std::sync::Arc;
 
+use crate::backend::dispatch::current::with_current;
 use crate::backend::sync::capture::IndexRule;
 use crate::backend::sync::checked;
-use crate::backend::{self};
+use crate::backend::{self, AnyStream};
 use crate::device::{Device, DeviceId, StaticDevice};
 use crate::element::Element;
 use crate::error::{Error, Result};
@@ -83,17 +84,28 @@ impl<'g, D: Device, T: Element> Output<'g, D, T> {
     }
 }
 
+/// Where the writes into a graph's inputs queue: on the stream of the graph's last
+/// replay, which reads them, so that a write waits there behind that replay and nothing
+/// else does (not the current stream, where a later check of a source or an upload would
+/// then wait for the replay too); on the current stream before the first replay.
+#[doc(hidden)]
+#[derive(Clone, Debug, Default)]
+pub struct WritesOn(pub(crate) Option<AnyStream>);
+
 /// An input of a graph, lent for writing between replays. New data is copied over the
 /// input's memory in place (the graph reads it from there), ordered after the replays
-/// that read the old data and before the next one.
+/// that read the old data and before the next one. The copy queues on the stream of the
+/// last replay (before the first, on the current stream): the calling thread and its
+/// current stream never wait for a replay to write an input.
 #[derive(Debug)]
 pub struct InputMut<'g, D: Device, T: Element = f32> {
     t: &'g mut Tensor<D, T>,
+    on: WritesOn,
 }
 
 impl<'g, D: Device, T: Element> InputMut<'g, D, T> {
-    pub(crate) fn new(t: &'g mut Tensor<D, T>) -> Self {
-        InputMut { t }
+    pub(crate) fn new(t: &'g mut Tensor<D, T>, on: &WritesOn) -> Self {
+        InputMut { t, on: on.clone() }
     }
 
     /// The dims, outermost first.
@@ -177,12 +189,18 @@ impl<'g, D: Device, T: Element> InputMut<'g, D, T> {
         }
     }
 
-    /// Writes the input with `write`, and keeps `verdict` (the check of the indices written,
-    /// if the input has rules) for the next replay, which then need not check them itself.
+    /// Writes the input with `write` (on the stream of the last replay, [`WritesOn`]), and
+    /// keeps `verdict` (the check of the indices written, if the input has rules) for the
+    /// next replay, which then need not check them itself.
     fn write(&mut self, verdict: Option<Result<()>>, write: impl FnOnce(&backend::Buffer) -> Result<()>) -> Result<()> {
         let (device, addr) = (self.t.device(), self.t.buffer().addr());
         checked::set_verdict(device, addr, None);
-        write(self.target()?)?;
+        let on = self.on.0.clone();
+        let target = self.target()?;
+        match on {
+            Some(stream) => with_current(device, stream, || write(target))?,
+            None => write(target)?,
+        }
         checked::set_verdict(device, addr, verdict);
         Ok(())
     }

@@ -12,7 +12,7 @@ use crate::backend::{AnyGraph, AnyStream, Buffer};
 use crate::device::Device;
 use crate::element::Float;
 use crate::error::{Error, Result};
-use crate::graph::{begin, launch, not_replayed, seal, GraphInputs, InputMut, Output, Parts};
+use crate::graph::{begin, launch, not_replayed, seal, GraphInputs, InputMut, Output, Parts, WritesOn};
 use crate::nn::Parameters;
 use crate::storage::Storage;
 use crate::stream::Stream;
@@ -245,7 +245,9 @@ where
     pub fn replay(&mut self) -> Result<Output<'_, D, T>> {
         let t = self.steps + 1;
         let s = self.opt.step_values(t);
-        InputMut::new(&mut self.hyper).copy_from_slice(&[s.decay, s.step, s.bc2_sqrt])?;
+        // Queued on the stream this replay runs on, behind the last one.
+        let on = WritesOn(Some(self.stream.raw.clone()));
+        InputMut::new(&mut self.hyper, &on).copy_from_slice(&[s.decay, s.step, s.bc2_sqrt])?;
         let state = state_of(&*self.model, &*self.opt);
         let mut ins = Parts { tensors: Vec::new() };
         self.inputs.parts(&mut ins);
@@ -260,7 +262,7 @@ where
 
     /// The inputs, for the next batch (as [`Graph::inputs_mut`](crate::Graph::inputs_mut)).
     pub fn inputs_mut(&mut self) -> <I as GraphInputs<'_, D>>::Writers {
-        self.inputs.writers()
+        self.inputs.writers(&WritesOn(self.last.clone()))
     }
 
     /// The loss of the last replay; an error before the first.
