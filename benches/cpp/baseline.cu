@@ -164,6 +164,66 @@ static cudaGraphExec_t capture_chain20(cudaStream_t s, const float* x, const flo
     return exec;
 }
 
+// The parts of one replay of the chain, each timed as benches/gpu/graph_breakdown.rs times
+// them for locus's Graph and for the raw cudarc graph of the same launches (issue 35): the
+// host time of cudaGraphLaunch (batches of 8, each after a synchronize); the device time
+// per replay (100 back to back between two events); cudaStreamSynchronize of the idle
+// stream; a replay + synchronize, wall. Units: us per replay (per call for the sync).
+static void graph_breakdown(cudaStream_t s, cudaGraphExec_t exec) {
+    const int BATCH = 8, BATCHES = 100, GPU_REPLAYS = 100, SYNCS = 2000, SYNCED = 1000;
+    std::vector<double> launch = samples([&] {
+        double timed = 0;
+        for (int k = 0; k < BATCHES; k++) {
+            CHECK(cudaStreamSynchronize(s));
+            double t = now_s();
+            for (int i = 0; i < BATCH; i++) CHECK(cudaGraphLaunch(exec, s));
+            timed += now_s() - t;
+        }
+        CHECK(cudaStreamSynchronize(s));
+        return timed / (BATCHES * BATCH) * 1e6;
+    });
+    row("cpp_graph_breakdown_launch", launch, "us",
+        "C++ runtime graph of the 20 add_f32 launches: host time of one cudaGraphLaunch, in 100 batches of 8, each "
+        "after a synchronize");
+    cudaEvent_t a, b;
+    CHECK(cudaEventCreate(&a));
+    CHECK(cudaEventCreate(&b));
+    CHECK(cudaStreamSynchronize(s));
+    std::vector<double> gpu = samples([&] {
+        CHECK(cudaEventRecord(a, s));
+        for (int i = 0; i < GPU_REPLAYS; i++) CHECK(cudaGraphLaunch(exec, s));
+        CHECK(cudaEventRecord(b, s));
+        CHECK(cudaEventSynchronize(b));
+        float ms = 0;
+        CHECK(cudaEventElapsedTime(&ms, a, b));
+        return ms * 1e3 / GPU_REPLAYS;
+    });
+    row("cpp_graph_breakdown_gpu", gpu, "us",
+        "C++ runtime graph of the 20 add_f32 launches: device time per replay, 100 replays back to back between two "
+        "events");
+    CHECK(cudaEventDestroy(a));
+    CHECK(cudaEventDestroy(b));
+    std::vector<double> idle = samples([&] {
+        double t = now_s();
+        for (int i = 0; i < SYNCS; i++) CHECK(cudaStreamSynchronize(s));
+        return (now_s() - t) / SYNCS * 1e6;
+    });
+    row("cpp_graph_breakdown_sync", idle, "us",
+        "C++ runtime: cudaStreamSynchronize of the idle stream, per call in a batch of 2000");
+    std::vector<double> replay_sync = samples([&] {
+        CHECK(cudaStreamSynchronize(s));
+        double t = now_s();
+        for (int i = 0; i < SYNCED; i++) {
+            CHECK(cudaGraphLaunch(exec, s));
+            CHECK(cudaStreamSynchronize(s));
+        }
+        return (now_s() - t) / SYNCED * 1e6;
+    });
+    row("cpp_graph_breakdown_replay_sync", replay_sync, "us",
+        "C++ runtime graph of the 20 add_f32 launches: one cudaGraphLaunch + cudaStreamSynchronize, wall time per "
+        "replay in a batch of 1000");
+}
+
 static void graph_chain20() {
     const int n = 1024;
     float *x, *b, *y[CHAIN];
@@ -191,6 +251,7 @@ static void graph_chain20() {
     row("cpp_graph_chain20_replay", replay, "us/op",
         "raw CUDA graph of 20 add launches on 1024 floats (y0 = x + b, yi = yi-1 + b), captured from a stream: "
         "cudaGraphLaunch + cudaStreamSynchronize, wall time per op (1/20 of a replay) in a batch of 1000 replays");
+    graph_breakdown(s, exec);
     CHECK(cudaGraphExecDestroy(exec));
     CHECK(cudaGraphDestroy(graph));
     // Eager: the same 20 launches + cudaStreamSynchronize, per op.
