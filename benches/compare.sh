@@ -206,6 +206,11 @@ CPP = {
     "graph_chain20_replay": "cpp_graph_chain20_replay",
     "graph_chain20_eager": "cpp_graph_chain20_eager",
     "graph_chain20_capture": "cpp_graph_chain20_capture",
+    # A replay in parts, each part timed alike on both sides (graph_breakdown.rs).
+    "graph_breakdown_launch": "cpp_graph_breakdown_launch",
+    "graph_breakdown_gpu": "cpp_graph_breakdown_gpu",
+    "graph_breakdown_sync": "cpp_graph_breakdown_sync",
+    "graph_breakdown_replay_sync": "cpp_graph_breakdown_replay_sync",
 }
 
 
