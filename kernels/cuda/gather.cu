@@ -71,3 +71,45 @@ GATHER(2, unsigned short)
 GATHER(4, unsigned)
 GATHER(8, u64)
 GATHER(16, U16)
+
+// index_add: the gradient of index_select. Over a [outer, count, inner] gradient `g`,
+// out[o, s, k] = the sum of g[o, c, k] over the positions c whose index is s, added in
+// the order of c (a fixed order: the same input gives the same bits), into
+// [outer, size, inner]; rows no index picks are 0. A warp owns 32 consecutive elements k
+// of one output row (o, s) and scans the indices 32 at a time, one coalesced load and a
+// ballot per 32, adding the gradient's rows at the positions that match. No memory is
+// addressed by an index's value: one out of [0, size) matches no row.
+template <typename T>
+__device__ void index_add_rows(const T* __restrict__ g, const i32* __restrict__ index, T* __restrict__ out,
+                               u64 outer, u64 size, u64 count, u64 inner) {
+    const u64 lane = threadIdx.x & 31, per_row = (inner + 31) / 32;
+    const u64 first = ((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const u64 warps = ((u64)gridDim.x * blockDim.x) >> 5;
+    for (u64 w = first; w < outer * size * per_row; w += warps) {
+        const u64 r = w / per_row, k = (w % per_row) * 32 + lane;
+        const u64 o = r / size, s = r % size;
+        typename Acc<T>::type acc = 0;
+        for (u64 c0 = 0; c0 < count; c0 += 32) {
+            const u64 c = c0 + lane;
+            const bool hit = c < count && index[c] >= 0 && (u64)index[c] == s;
+            for (unsigned m = __ballot_sync(0xffffffffu, hit); m != 0; m &= m - 1) {
+                const u64 b = (u64)(__ffs(m) - 1);
+                if (k < inner) acc += to_acc<T>(g[(o * count + c0 + b) * inner + k]);
+            }
+        }
+        if (k < inner) out[r * inner + k] = from_acc<T>(acc);
+    }
+}
+
+// index_add_{f32,f64,bf16,f16}(const T* g, const i32* index, T* out, u64 outer, u64 size,
+// u64 count, u64 inner), in blocks of whole warps.
+#define INDEX_ADD(T)                                                                                     \
+    extern "C" __global__ void index_add_##T(const T* g, const i32* index, T* out, u64 outer, u64 size,  \
+                                             u64 count, u64 inner) {                                     \
+        index_add_rows<T>(g, index, out, outer, size, count, inner);                                     \
+    }
+
+INDEX_ADD(f32)
+INDEX_ADD(f64)
+INDEX_ADD(bf16)
+INDEX_ADD(f16)

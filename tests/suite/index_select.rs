@@ -6,7 +6,7 @@
 //! shapes and placements; and graph captures, where the indices are an input of the graph
 //! checked before each replay, and indices computed in the capture are refused.
 
-use locus::{bf16, Cpu, Cuda, DeviceId, Element, Error, Graph, Stream, Tensor};
+use locus::{bf16, Cpu, Cuda, DeviceId, Element, Error, Float, Graph, Param, Stream, Tensor};
 use proptest::prelude::*;
 
 type G = Cuda<0>;
@@ -98,6 +98,60 @@ fn embedding_rows_in_every_width() -> locus::Result<()> {
     check(&table, &[50, 64], 0, &many)?;
     check(&table, &[50, 64], 1, &[63, 0, 63, 5])?;
     check(&table, &[2, 25, 64], 1, &[24, 0, 24])?;
+    Ok(())
+}
+
+/// The gradient of `index_select` of `shape` along `dim` by `index` on cuda:0, the
+/// output's gradient small whole numbers (exact sums in every type), against the
+/// definition: each row of the input's gradient sums the output gradient's rows whose
+/// index picked it, rows never picked 0.
+fn gradient<T: Float>(shape: &[usize], dim: usize, index: &[i32]) -> locus::Result<()> {
+    let (outer, size, inner) =
+        (shape[..dim].iter().product::<usize>(), shape[dim], shape[dim + 1..].iter().product::<usize>());
+    let x = Param::new(Tensor::<G, T>::zeros(shape)?);
+    let y = x.index_select(dim, &Tensor::<G, i32>::from_slice(index, [index.len()])?)?;
+    let g: Vec<f64> = (0..y.numel()).map(|i| ((i * 7919) % 13) as f64 - 6.0).collect();
+    let weights = Tensor::<G, T>::from_vec(g.iter().map(|&v| T::from_f64(v)).collect(), y.shape())?;
+    (&y * &weights)?.sum()?.backward()?;
+    let mut want = vec![0.0; outer * size * inner];
+    for o in 0..outer {
+        for (c, &t) in index.iter().enumerate() {
+            for k in 0..inner {
+                want[(o * size + t as usize) * inner + k] += g[(o * index.len() + c) * inner + k];
+            }
+        }
+    }
+    let got: Vec<f64> = x.grad().expect("a gradient").to_vec()?.into_iter().map(T::to_f64).collect();
+    let want: Vec<f64> = want.into_iter().map(|v| T::from_f64(v).to_f64()).collect();
+    let first = got.iter().zip(&want).position(|(a, b)| a != b);
+    assert!(
+        got.len() == want.len() && first.is_none(),
+        "{} {shape:?} dim {dim}, {} indices: element {first:?} is {:?}, not {:?}",
+        T::DTYPE,
+        index.len(),
+        first.map(|i| got[i]),
+        first.map(|i| want[i])
+    );
+    Ok(())
+}
+
+/// The embedding's backward: rows of many warps and of less than one, lists longer than
+/// a warp's 32, rows picked many times and never, an outer dim, no index at all.
+#[test]
+fn index_select_gradients_sum_the_rows_each_index_picked() -> locus::Result<()> {
+    let many: Vec<i32> = (0..300).map(|i| (i * i + 7) % 41).collect(); // rows 41..50 never
+    for (shape, dim, index) in [
+        (&[50, 70][..], 0, &many[..]),
+        (&[50, 3], 0, &many),
+        (&[3, 45, 5], 1, &many[..37]),
+        (&[4, 2, 40], 0, &[3, 3, 3, 1][..]),
+        (&[6, 33], 1, &[32, 0, 32]),
+        (&[5, 8], 0, &[]),
+    ] {
+        gradient::<f32>(shape, dim, index)?;
+        gradient::<f64>(shape, dim, index)?;
+        gradient::<bf16>(shape, dim, index)?;
+    }
     Ok(())
 }
 

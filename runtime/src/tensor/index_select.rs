@@ -79,39 +79,22 @@ impl<D: Device, T: Element> Tensor<D, T> {
         let mut dims = self.shape.to_vec();
         dims[dim] = count;
         let out = Shape::result(OP, dims, T::DTYPE, &[&self.shape, &index.shape])?;
-        let g = Gather {
+        let gather = Gather {
             dim,
             outer: shape::product(OP, &self.shape[..dim])?,
             size: self.shape[dim],
             inner: shape::product(OP, &self.shape[dim + 1..])?,
             count,
         };
-        let buf = self.queued("index_select")?.index_select(index.buffer(), T::DTYPE, g)?;
+        let buf = self.queued("index_select")?.index_select(index.buffer(), T::DTYPE, gather)?;
         let out = self.with_buffer(buf, out);
         Ok(self.track1(out, OP, |_| {
             let (shape, idx) = (self.shape.clone(), index.saved());
-            {
-                move |g: Tensor<_, _>| {
-                    // dx[.., s, ..] = Σ_c [idx[c] = s] g[.., c, ..]: the one-hot matrix M[s, c]
-                    // times the gradient's slices.
-                    let (outer, size, inner) = (
-                        shape[..dim].iter().product::<usize>(),
-                        shape[dim],
-                        shape[dim + 1..].iter().product::<usize>(),
-                    );
-                    let len = i32::try_from(size)
-                        .map_err(|_| Error::InvalidArgument { op: OP, reason: "dim too long".into() })?;
-                    let rows = Tensor::<E, i32>::arange_on(idx.placement(), 0, len, 1)?.reshape([size, 1])?;
-                    let m = rows.eq(&idx.reshape([1, count])?)?.to_dtype::<T>()?;
-                    let dx = if outer == 1 {
-                        m.matmul_any(&g.reshape([count, inner])?)?
-                    } else {
-                        // [outer, inner, count] x Mᵀ [count, size] → [outer, inner, size]
-                        let gt = g.reshape([outer, count, inner])?.transpose(1, 2)?;
-                        gt.matmul_any(&m.t()?)?.transpose(1, 2)?.placed(idx.placement())?
-                    };
-                    dx.reshape(&*shape)?.placed(g.placement())
-                }
+            // dx[.., s, ..] = Σ_{c : idx[c] = s} g[.., c, ..], in the order of c: one launch,
+            // and no `[size, count]` one-hot (a vocabulary by a batch of tokens).
+            move |g: Tensor<_, _>| {
+                let buf = g.queued(OP)?.index_add(idx.buffer(), T::DTYPE, gather)?;
+                Ok(g.with_buffer(buf, shape.clone()))
             }
         }))
     }

@@ -329,6 +329,11 @@ pub(crate) trait BackendStorage: Sized + Debug {
     /// has checked). An index out of `[0, g.size)` is an error (the first one, in order);
     /// the indices are checked even when the result is empty. Waits for the check.
     fn index_select(&self, index: &Self, dtype: DType, g: Gather) -> Result<Self>;
+    /// The gradient of [`index_select`](Self::index_select) (float types), this buffer the
+    /// gradient of its result (`g.out_len()` elements): `[g.outer, g.size, g.inner]`, each
+    /// row the sum, in the order of the list, of the gradient's rows whose index picked it
+    /// (0 where none did). An index out of range picks no row; nothing is read at it.
+    fn index_add(&self, index: &Self, dtype: DType, g: Gather) -> Result<Self>;
     /// Cross-entropy's loss of each row of `[rows, classes]` logits (float types only):
     /// `log(sum(exp(row))) - row[target]`, with `targets` `rows` i32 of this buffer's
     /// device. A target out of `[0, classes)` is an error (the first one, in order).

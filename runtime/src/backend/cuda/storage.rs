@@ -160,6 +160,10 @@ impl BackendStorage for CudaBuffer {
         gather::index_select(self, index, dtype, g)
     }
 
+    fn index_add(&self, index: &Self, dtype: DType, g: Gather) -> Result<Self> {
+        gather::index_add(self, index, dtype, g)
+    }
+
     fn cross_entropy_rows(&self, targets: &Self, dtype: DType, rows: usize, classes: usize) -> Result<Self> {
         softmax::cross_entropy_rows(self, targets, dtype, rows, classes)
     }

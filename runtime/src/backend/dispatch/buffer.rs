@@ -328,6 +328,14 @@ impl Buffer {
         }
     }
 
+    pub(crate) fn index_add(&self, index: &Buffer, dtype: DType, g: Gather) -> Result<Buffer> {
+        capture::on_device("index_select", self.device_id())?;
+        match self.pair("index_select", index)? {
+            Pair::Host(a, b) => a.index_add(b, dtype, g).map(Buffer::Host),
+            Pair::Cuda(a, b) => a.index_add(b, dtype, g).map(Buffer::Cuda),
+        }
+    }
+
     pub(crate) fn compare(
         &self,
         rhs: &Buffer,

@@ -49,11 +49,6 @@ impl HostBuffer {
     }
 }
 
-/// The first part's buffer: where a concatenation of `parts` goes.
-fn first<'a, B>(op: &'static str, parts: &'a [B]) -> Result<&'a B> {
-    parts.first().ok_or_else(|| Error::InvalidArgument { op, reason: "no buffers to read".into() })
-}
-
 impl BackendStorage for HostBuffer {
     type Stream = Arc<HostStream>;
     type Event = Arc<HostEvent>;
@@ -291,7 +286,9 @@ impl BackendStorage for HostBuffer {
     }
 
     fn concat(dtype: DType, parts: &[(&Self, usize)]) -> Result<Self> {
-        let into = first("concat", parts)?.0;
+        // The first part's device: where the concatenation goes.
+        let no_parts = || Error::InvalidArgument { op: "concat", reason: "no buffers to read".into() };
+        let into = parts.first().ok_or_else(no_parts)?.0;
         let len = parts.iter().map(|p| p.1).sum();
         let size = dtype.size();
         let lens: Vec<usize> = parts.iter().map(|p| p.1 * size).collect();
@@ -332,6 +329,10 @@ impl BackendStorage for HostBuffer {
 
     fn index_select(&self, index: &Self, dtype: DType, g: Gather) -> Result<Self> {
         select::index_select(self, index, dtype, g)
+    }
+
+    fn index_add(&self, index: &Self, dtype: DType, g: Gather) -> Result<Self> {
+        select::index_add(self, index, dtype, g)
     }
 
     fn cross_entropy_rows(&self, targets: &Self, dtype: DType, n: usize, classes: usize) -> Result<Self> {

@@ -2,7 +2,9 @@
 //! which checks every index on the device (`flag`) and fails the op on the first one out
 //! of range. The kernels move units of 1 to 16 bytes, the widest that divides a row and
 //! both buffers' alignment, so one set serves every element type; long rows (the
-//! embedding lookup: dim 0 of a `[vocab, hidden]` table) go a block per row.
+//! embedding lookup: dim 0 of a `[vocab, hidden]` table) go a block per row. And its
+//! gradient, `index_add`: one launch that sums, in the order of the list, the rows of the
+//! gradient each index picked.
 
 use locus_kernels::Source;
 
@@ -83,6 +85,34 @@ pub(in crate::backend::cuda) fn index_select(
     if let Some((at, v)) = bad {
         return Err(g.out_of_range(at, v.into()));
     }
+    done(out)
+}
+
+/// The gradient of [`index_select`] (float types): `grad` (`g.out_len()` elements, the
+/// gradient of its result) added into the rows `index` picked, `[outer, size, inner]`,
+/// rows no index picks 0. One launch, no memory addressed by an index's value (an index
+/// out of range picks no row), the sums in the order of the index list.
+pub(in crate::backend::cuda) fn index_add(
+    grad: &CudaBuffer,
+    index: &CudaBuffer,
+    dtype: DType,
+    g: Gather,
+) -> Result<CudaBuffer> {
+    let dev = grad.device();
+    let len = g.outer * g.size * g.inner;
+    let (s, out) = alloc(dev, dtype, len, &[grad, index])?;
+    if len == 0 {
+        return done(out);
+    }
+    let (outer, size, count, inner) = (g.outer as u64, g.size as u64, g.count as u64, g.inner as u64);
+    let f = dev.kernel(Source::Gather, "index_add", "", dtype)?;
+    let warps = (outer * size).saturating_mul(inner.div_ceil(32));
+    let args = KernelArgs::new().ptr(grad).ptr(index).ptr(&out).u64(outer).u64(size).u64(count).u64(inner);
+    // SAFETY: `index_add_{dtype}(const T* g, const i32* index, T* out, u64 outer, u64 size, u64 count, u64 inner)`
+    // reads the `count` indices and, for each that is in `[0, size)`, a row of `inner` elements of `grad` (`outer *
+    // count * inner`, `g`'s shape of the gradient, the caller's contract), and writes `out`'s `len` elements; all
+    // ready and kept alive on `s` (see `alloc`); whole warps, which the ballot needs.
+    unsafe { dev.launch(f, (dev.grid(warps.saturating_mul(32), 256), 1, 1), (256, 1, 1), &s, args)? };
     done(out)
 }
 

@@ -2,6 +2,9 @@
 //! [`launch`] running a loop of `kernels::select` (`kernels::gather` for `index_select`).
 //! `argmax` with values is two jobs on the stream, the indices, then the elements at them.
 
+use half::{bf16, f16};
+
+use super::softmax::float_kernel;
 use crate::backend::host::buffer::HostBuffer;
 use crate::backend::host::kernels::{gather, select};
 use crate::backend::host::launch::{launch, typed, typed_mut, Launch};
@@ -107,6 +110,27 @@ pub(in crate::backend::host) fn argmax(
         ),
     )?;
     Ok((idx, Some(vals)))
+}
+
+/// The gradient of [`index_select`]: `grad` added into the rows `index` picked, in the
+/// order of the list (float types).
+pub(in crate::backend::host) fn index_add(
+    grad: &HostBuffer,
+    index: &HostBuffer,
+    dtype: DType,
+    g: Gather,
+) -> Result<HostBuffer> {
+    let f = float_kernel("index_select", dtype, [add_of::<f32>, add_of::<f64>, add_of::<bf16>, add_of::<f16>])?;
+    launch(
+        grad.op("index_select", dtype, g.outer * g.size * g.inner),
+        &[grad, index],
+        Box::new(move |ins, out| f(ins[0], typed(ins[1]), out, g)),
+    )
+}
+
+/// [`gather::index_add`] over buffers of `T`.
+fn add_of<T: Element>(grad: &[u8], index: &[i32], out: &mut [u8], g: Gather) -> Result<()> {
+    gather::index_add::<T>(typed(grad), index, typed_mut(out), g)
 }
 
 /// The rows `index` picks along the middle dim of `g` (every index checked first).
