@@ -108,10 +108,11 @@ pub(in crate::backend::cuda) fn index_add(
     let f = dev.kernel(Source::Gather, "index_add", "", dtype)?;
     let warps = (outer * size).saturating_mul(inner.div_ceil(32));
     let args = KernelArgs::new().ptr(grad).ptr(index).ptr(&out).u64(outer).u64(size).u64(count).u64(inner);
-    // SAFETY: `index_add_{dtype}(const T* g, const i32* index, T* out, u64 outer, u64 size, u64 count, u64 inner)`
-    // reads the `count` indices and, for each that is in `[0, size)`, a row of `inner` elements of `grad` (`outer *
-    // count * inner`, `g`'s shape of the gradient, the caller's contract), and writes `out`'s `len` elements; all
-    // ready and kept alive on `s` (see `alloc`); whole warps, which the ballot needs.
+    // `index_add_{dtype}(const T* g, const i32* index, T* out, u64 outer, u64 size, u64 count, u64 inner)` reads the
+    // `count` indices and, for each that is in `[0, size)`, a row of `inner` elements of `grad` (`outer * count *
+    // inner`, `g`'s shape of the gradient, the caller's contract), and writes `out`'s `len` elements; all ready and
+    // kept alive on `s` (see `alloc`).
+    // SAFETY: as said above; blocks of whole warps (256 threads), which the ballot needs.
     unsafe { dev.launch(f, (dev.grid(warps.saturating_mul(32), 256), 1, 1), (256, 1, 1), &s, args)? };
     done(out)
 }
