@@ -12,16 +12,23 @@ mod activations;
 mod compare_select;
 mod consistency;
 mod dim_reduce;
+mod doc_examples_paste;
+mod dyn_properties;
+mod dyn_tensor;
 mod guard_order;
 mod half;
+mod host_threads;
 mod i64;
 mod index_select;
+mod layers;
 mod loader;
 mod more_ops;
 mod multi_tensor;
 mod ndarray;
+mod on_device;
 mod ops;
 mod softmax;
+mod to_device;
 /// The model of examples/tiny_gpt, for its graphed step (training.rs).
 #[path = "../../examples/tiny_gpt/model.rs"]
 #[allow(dead_code)]
