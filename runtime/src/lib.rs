@@ -48,7 +48,7 @@
 //   `#[locus::kernel]` fns), `macro_support` (what the macros expand to).
 //
 // docs/DESIGN.md has the same map as a table (and the backend's own map), which
-// tests/layers.rs checks against every `crate::` import. Known exception, left for the
+// tests/suite/layers.rs checks against every `crate::` import. Known exception, left for the
 // backend rebuild: `storage`/`copy` take host memory (`Buffer::as_host`, the host
 // backend's `alloc_for_overwrite`) for copies from and into host placements.
 mod autograd;

@@ -4,7 +4,7 @@
 //!
 //! This file holds the table of devices (opened on first use) and implements
 //! [`BackendDevice`] by delegating; `storage` implements `BackendStorage` for
-//! [`CudaBuffer`] the same way. Its files, by folder (tests/layers.rs checks the list):
+//! [`CudaBuffer`] the same way. Its files, by folder (tests/suite/layers.rs checks the list):
 //! - `driver`: below the rest, importing none of it: `driver/device` (probing the
 //!   driver, a device's context and kernel cache, raw handles), `driver/launch` (typed
 //!   kernel arguments, grid geometry, the one kernel launch), `driver/buffer` (device
