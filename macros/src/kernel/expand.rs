@@ -35,7 +35,7 @@ pub fn attribute(args: TokenStream, item: TokenStream) -> TokenStream {
 /// raise none of their own.
 fn stub(attrs: &[Attribute], vis: &Visibility, sig: &Signature, error: syn::Error) -> TokenStream {
     let mut sig = sig.clone();
-    (sig.constness, sig.asyncness, sig.unsafety, sig.abi) = (None, None, None, None);
+    (sig.constness, sig.asyncness, sig.safety, sig.abi) = (None, None, syn::Safety::Default, None);
     sig.output = syn::parse_quote!(-> ::locus::__private::KernelFallback);
     let error = error.to_compile_error();
     quote! {

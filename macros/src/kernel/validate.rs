@@ -18,8 +18,10 @@ pub fn signature(sig: &Signature) -> syn::Result<()> {
     if let Some(a) = &sig.asyncness {
         return refuse(a, "`async` (a launch is queued on a stream and returns at once)");
     }
-    if let Some(u) = &sig.unsafety {
-        return refuse(u, "`unsafe`");
+    match &sig.safety {
+        syn::Safety::Unsafe(u) => return refuse(u, "`unsafe`"),
+        syn::Safety::Safe(s) => return refuse(s, "`safe`"),
+        syn::Safety::Default => {}
     }
     if let Some(abi) = &sig.abi {
         return refuse(abi, "`extern`");
