@@ -502,6 +502,9 @@ fn writing_the_inputs_waits_for_no_replay() -> locus::Result<()> {
     let first = on_stream(&s, || g.replay()?.0.to::<G>())?;
     let replayed = Event::<G>::new()?;
     replayed.record(&s)?;
+    // Done before any write: launches return only once their work has run (compute-sanitizer,
+    // CUDA_LAUNCH_BLOCKING=1), so no wait of the writes could be seen.
+    let synchronous = replayed.is_complete()?;
     {
         let (_, mut i, mut k) = g.inputs_mut();
         i.copy_from(&next_ids)?;
@@ -509,7 +512,14 @@ fn writing_the_inputs_waits_for_no_replay() -> locus::Result<()> {
     }
     let waited = replayed.is_complete()?;
     GATE.store(true, std::sync::atomic::Ordering::SeqCst);
-    assert!(!waited, "writing the inputs waited for the replay before them");
+    if synchronous {
+        eprintln!(
+            "skipped the wait check: the replay of a 200 ms kernel had completed when its launch returned \
+             (synchronous launches: compute-sanitizer or CUDA_LAUNCH_BLOCKING); the values are still checked"
+        );
+    } else {
+        assert!(!waited, "writing the inputs waited for the replay before them");
+    }
     let (second, held) = g.replay()?;
     let (second, held) = (second.item()?, held.item()?);
     assert_eq!(first.item()?, loss(old.0, old.1)?, "the first replay read the old batch");
