@@ -9,6 +9,7 @@
 //         cuStreamBeginCapture, cuGraphInstantiate, cuGraphLaunch + cuStreamSynchronize
 // nvrtc:  as drvcap, the kernel compiled by NVRTC to PTX and loaded with cuModuleLoadData
 //         (what cudarc and locus do)
+// spread: as drvcap, each buffer at the start of its own 64 MiB allocation
 // Each: replay + synchronize wall per replay (batch of 1000), device time per replay (100
 // back to back between two events), host time of the launch call alone. 11 samples each,
 // median [min, max].
@@ -174,6 +175,16 @@ int main() {
     DRV(cuModuleGetFunction(&f2, m, "add_f32"));
     CUgraphExec e2 = capture_driver(s, f2, x, b, y);
     measure("nvrtc", s, [&] { DRV(cuGraphLaunch(e2, s)); }, [&] { DRV(cuStreamSynchronize(s)); });
+    // spread: the nvcc kernel through the runtime, each buffer at the start of an
+    // allocation of its own of 64 MiB, so that no two share a page of the GPU's TLB.
+    float *sx, *sb, *sy[CHAIN];
+    RT(cudaMalloc(&sx, 64 << 20));
+    RT(cudaMalloc(&sb, 64 << 20));
+    for (int i = 0; i < CHAIN; i++) RT(cudaMalloc(&sy[i], 64 << 20));
+    RT(cudaMemset(sx, 0, N * 4));
+    RT(cudaMemset(sb, 0, N * 4));
+    CUgraphExec e3 = capture_driver(s, (CUfunction)fn, sx, sb, sy);
+    measure("spread", s, [&] { DRV(cuGraphLaunch(e3, s)); }, [&] { DRV(cuStreamSynchronize(s)); });
     // rt again, last: the order is not what differs.
     measure("rt-again", s, [&] { RT(cudaGraphLaunch(exec, s)); }, [&] { RT(cudaStreamSynchronize(s)); });
     return 0;

@@ -163,6 +163,11 @@ fn locus_side() {
     rows("", "locus Graph::replay of the 20-add chain", [host, gpu, idle, replay_sync]);
 }
 
+/// The raw side alone (`gpu graph-raw`, in a process where locus has done nothing).
+pub(crate) fn rows_raw(raw: &Raw) {
+    raw_side(raw);
+}
+
 /// Every row (`gpu breakdown`, and the full run).
 pub(crate) fn rows_all(raw: &Raw) {
     raw_side(raw);

@@ -13,6 +13,7 @@
 //!     gpu train-trace PATH [STEPS]                                  (tiny_gpt's eager steps traced)
 //!     gpu train-graph-profile                                       (two graphed tiny_gpt replays, NVTX `replay`, for ncu)
 //!     gpu breakdown                                                 (an op's and a replay's time in parts)
+//!     gpu graph-raw                                                 (the raw graph rows, locus untouched)
 //!     gpu grads FILE                                                (gradients for benches/torch_grads.py)
 //!
 //! Without the cuda backend it measures nothing and exits with status 1.
@@ -647,6 +648,14 @@ fn main() {
         let path = args.get(at + 1).map_or("tiny_gpt_trace.json", String::as_str);
         let steps = args.get(at + 2).and_then(|s| s.parse().ok()).unwrap_or(5);
         train::tiny_gpt_trace(path, steps).unwrap();
+        return;
+    }
+    if args.iter().any(|a| a == "graph-raw") {
+        // `gpu graph-raw`: the raw graph rows before locus does anything in the process
+        // (no backend, no context of its own, no kernels loaded): whether the raw graph's
+        // device time above the C++ one (issue 35) belongs to the process or to locus.
+        println!("# row\tmedian\tunit\tnote\tmin\tmax");
+        graph_breakdown::rows_raw(&raw::Raw::new());
         return;
     }
     match locus::backend_name() {
