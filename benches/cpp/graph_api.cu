@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -159,6 +160,10 @@ int main() {
     int maj = 0, min = 0;
     RT(cudaDeviceGetAttribute(&maj, cudaDevAttrComputeCapabilityMajor, 0));
     RT(cudaDeviceGetAttribute(&min, cudaDevAttrComputeCapabilityMinor, 0));
+    int nv_major = 0, nv_minor = 0, drv = 0;
+    nvrtcVersion(&nv_major, &nv_minor);
+    DRV(cuDriverGetVersion(&drv));
+    printf("# nvrtc %d.%d, driver API %d\n", nv_major, nv_minor, drv);
     nvrtcProgram prog;
     if (nvrtcCreateProgram(&prog, SRC, "add.cu", 0, nullptr, nullptr) != NVRTC_SUCCESS) return 2;
     char arch[64];
@@ -169,6 +174,12 @@ int main() {
     nvrtcGetPTXSize(prog, &len);
     std::vector<char> ptx(len);
     nvrtcGetPTX(prog, ptx.data());
+    for (const char* line = ptx.data(); line && *line;) {
+        const char* end = strchr(line, '\n');
+        if (!strncmp(line, ".version", 8) || !strncmp(line, ".target", 7))
+            printf("# PTX: %.*s\n", (int)(end ? end - line : strlen(line)), line);
+        line = end ? end + 1 : nullptr;
+    }
     CUmodule m;
     DRV(cuModuleLoadData(&m, ptx.data()));
     CUfunction f2;

@@ -163,8 +163,26 @@ fn locus_side() {
     rows("", "locus Graph::replay of the 20-add chain", [host, gpu, idle, replay_sync]);
 }
 
-/// The raw side alone (`gpu graph-raw`, in a process where locus has done nothing).
+/// The raw side alone (`gpu graph-raw`, in a process where locus has done nothing), after
+/// `#` lines naming what the process runs on: the NVRTC and driver versions, the PTX's
+/// header, and the CUDA libraries it loaded (the C++ baseline links its own).
 pub(crate) fn rows_raw(raw: &Raw) {
+    let (mut major, mut minor, mut driver) = (0, 0, 0);
+    // SAFETY: both calls write plain integers through valid pointers; cudarc loaded both
+    // libraries when `raw` was made.
+    unsafe {
+        let _ = cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor);
+        let _ = sys::cuDriverGetVersion(&mut driver);
+    }
+    println!("# nvrtc {major}.{minor}, driver API {driver}, PTX: {}", raw.ptx_header());
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let mut libs: Vec<&str> = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .filter(|p| p.contains("libcuda") || p.contains("libnvrtc") || p.contains("libnvJitLink"))
+        .collect();
+    libs.dedup();
+    println!("# loaded: {}", libs.join(" "));
     raw_side(raw);
 }
 

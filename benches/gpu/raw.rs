@@ -21,6 +21,8 @@ pub(crate) struct Raw {
     add: sys::CUfunction,
     sms: u64,
     threads_per_sm: u64,
+    /// The `.version` and `.target` lines of the PTX NVRTC made for the raw kernels.
+    ptx_header: String,
     ctx: Arc<CudaContext>,
     _module: Arc<CudaModule>,
 }
@@ -66,7 +68,14 @@ impl Raw {
             options: vec![format!("--gpu-architecture=compute_{maj}{min}")],
             ..Default::default()
         };
-        let module = ctx.load_module(cudarc::nvrtc::compile_ptx_with_opts(RAW_KERNELS, opts).unwrap()).unwrap();
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(RAW_KERNELS, opts).unwrap();
+        let ptx_header = ptx
+            .to_src()
+            .lines()
+            .filter(|l| l.starts_with(".version") || l.starts_with(".target"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let module = ctx.load_module(ptx).unwrap();
         let copy = module.load_function("copy4").unwrap().cu_function();
         let empty = module.load_function("empty").unwrap().cu_function();
         let add = module.load_function("add_f32").unwrap().cu_function();
@@ -83,11 +92,16 @@ impl Raw {
                 result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).unwrap(),
             )
         };
-        Raw { stream, small, copy, empty, add, sms, threads_per_sm, ctx, _module: module }
+        Raw { stream, small, copy, empty, add, sms, threads_per_sm, ptx_header, ctx, _module: module }
     }
 
     pub(crate) fn bind(&self) {
         self.ctx.bind_to_thread().unwrap();
+    }
+
+    /// The `.version` and `.target` lines of the raw kernels' PTX.
+    pub(crate) fn ptx_header(&self) -> &str {
+        &self.ptx_header
     }
 
     /// The raw stream the ceilings queue on.
