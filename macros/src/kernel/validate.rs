@@ -19,8 +19,14 @@ pub fn signature(sig: &Signature) -> syn::Result<()> {
         return refuse(a, "`async` (a launch is queued on a stream and returns at once)");
     }
     match &sig.safety {
-        syn::Safety::Unsafe(u) => return refuse(u, "`unsafe`"),
-        syn::Safety::Safe(s) => return refuse(s, "`safe`"),
+        syn::Safety::Unsafe(u) => {
+            return refuse(
+                u,
+                "`unsafe`: remove it (the launch checks every pointer against its tensor's element type, \
+                 placement and borrows, so calling it is safe)",
+            );
+        }
+        syn::Safety::Safe(s) => return refuse(s, "`safe`: remove it (kernel fns are safe without it)"),
         syn::Safety::Default => {}
     }
     if let Some(abi) = &sig.abi {
