@@ -13,8 +13,9 @@
 //! several calls at random. A failing case is shrunk to one injected fault that alone
 //! reproduces it and printed as its `LOCUS_FAULTS` line.
 //!
-//! It is one test (the plan is the process's) and the collectives run in 3 processes of
-//! this binary, each with its own plan.
+//! It is one test (the plan is the process's): the workloads run in two processes of this
+//! binary side by side, half in each (on two cores the campaign takes half the time), and
+//! the collectives in 3 more, each with its own plan.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -126,15 +127,18 @@ fn checkpoint() -> locus::Result<Values> {
 
 type Workload = fn() -> locus::Result<Values>;
 
-/// Each workload, with its number of seeded runs (the cheaper ones get more: the
-/// campaign takes about half a minute of a debug build on two cores).
-const WORKLOADS: [(&str, Workload, u64); 5] = [
-    ("training step", train_step, 900),
-    ("loader", loader, 400),
-    ("data parallel", data_parallel, 200),
-    ("graph", graph, 400),
-    ("checkpoint", checkpoint, 300),
+/// Each workload, with its number of seeded runs (the cheaper ones get more) and the
+/// process of the campaign that runs it (two, of about the same time: 5 s each in a debug
+/// build on two cores; the second also runs the collectives).
+const WORKLOADS: [(&str, Workload, u64, usize); 5] = [
+    ("training step", train_step, 900, 0),
+    ("loader", loader, 400, 1),
+    ("data parallel", data_parallel, 200, 1),
+    ("graph", graph, 400, 0),
+    ("checkpoint", checkpoint, 300, 0),
 ];
+/// The processes of the campaign.
+const PARTS: usize = 2;
 
 /// What is back to its baseline after each run.
 #[derive(Debug, PartialEq)]
@@ -272,12 +276,53 @@ const SINGLE_PER_POINT: u64 = 200;
 /// A workload stops at this many failures (each is shrunk, which takes a while).
 const MAX_FAILURES: usize = 3;
 
+/// This test's name, which its child processes run.
+const TEST: &str = "every_injected_fault_is_an_error_or_nothing_and_leaves_nothing_behind";
+
 #[test]
 fn every_injected_fault_is_an_error_or_nothing_and_leaves_nothing_behind() {
     if let Some(rank) = std::env::var_os(RANK) {
         collective_rank(rank.to_str().unwrap().parse().unwrap());
         return;
     }
+    if let Some(part) = std::env::var_os(PART) {
+        campaign(part.to_str().unwrap().parse().unwrap());
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..PARTS)
+        .map(|part| {
+            std::process::Command::new(&exe)
+                .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
+                .env(PART, part.to_string())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let (mut injected, mut failed) = (0u64, Vec::new());
+    for (part, c) in children.into_iter().enumerate() {
+        // Each process's watchdog ends it after a minute without progress; this bounds
+        // the rest (a process that never starts its campaign).
+        let (code, out, err) = wait_bounded(c, Duration::from_secs(600));
+        let log = format!("{}{}", String::from_utf8_lossy(&out), String::from_utf8_lossy(&err));
+        println!("campaign process {part}:\n{log}");
+        let made = log.lines().find_map(|l| l.strip_prefix(INJECTED)).and_then(|n| n.trim().parse::<u64>().ok());
+        match made {
+            Some(n) if code == Some(0) => injected += n,
+            _ => failed.push(format!("campaign process {part} ended with {code:?}:\n{log}")),
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+    assert!(injected >= 2000, "only {injected} faults were injected");
+}
+
+/// The line a campaign process ends with: the count of faults it injected.
+const INJECTED: &str = "faults injected by this process: ";
+
+/// The campaign of process `part`: its workloads (and in the last, the collectives).
+fn campaign(part: usize) {
     let progress = Arc::new(AtomicBool::new(true));
     let at = Arc::new(std::sync::Mutex::new(String::from("the start")));
     // The watchdog thread starts before the baseline, so it is part of it.
@@ -287,7 +332,7 @@ fn every_injected_fault_is_an_error_or_nothing_and_leaves_nothing_behind() {
     let mut table: BTreeMap<(&str, Point), (u64, u64, u64)> = BTreeMap::new();
     let (mut runs, mut injected, mut errors) = (0u64, 0u64, 0u64);
     // The seeded runs fail 3% of the calls at every point.
-    for (name, w, random_runs) in WORKLOADS {
+    for (name, w, random_runs, _) in WORKLOADS.into_iter().filter(|w| w.3 == part) {
         let started = Instant::now();
         // Twice without faults: the second run's baseline has every cache and pool warm.
         let clean = w().unwrap_or_else(|e| panic!("{name} without faults: {e}"));
@@ -342,26 +387,29 @@ fn every_injected_fault_is_an_error_or_nothing_and_leaves_nothing_behind() {
         );
     }
     assert!(failures.is_empty(), "{} runs failed:\n{}", failures.len(), failures.join("\n"));
-    *at.lock().unwrap() = "the collectives".into();
-    progress.store(true, Ordering::SeqCst);
-    let (c_runs, c_injected, c_failures) = collectives();
-    runs += c_runs;
-    injected += c_injected;
-    failures.extend(c_failures);
+    if part == PARTS - 1 {
+        *at.lock().unwrap() = "the collectives".into();
+        progress.store(true, Ordering::SeqCst);
+        let (c_runs, c_injected, c_failures) = collectives();
+        runs += c_runs;
+        injected += c_injected;
+        failures.extend(c_failures);
+    }
     println!("| workload | point | single-fault runs | ended in Err | absorbed |");
     println!("|---|---|---|---|---|");
     for ((w, p), (n, made, err)) in &table {
         println!("| {w} | {} | {n} | {err} | {} |", p.name(), made - err);
     }
     println!(
-        "fault campaign: {runs} runs, {injected} faults injected, {errors} runs ended in Err, {} failures \
+        "fault campaign, process {part}: {runs} runs, {injected} faults injected, {errors} runs ended in Err, {} failures \
          (panics, hangs, leaks, wrong values or unexplained errors)",
         failures.len()
     );
     assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
-    assert!(injected >= 2000, "only {injected} faults were injected");
+    println!("{INJECTED}{injected}");
 }
 
+const PART: &str = "LOCUS_FAULTS_PART";
 const RANK: &str = "LOCUS_FAULTS_RANK";
 const DIR: &str = "LOCUS_FAULTS_DIR";
 const WORLD: usize = 3;
@@ -413,15 +461,11 @@ fn collectives() -> (u64, u64, Vec<String>) {
         let children: Vec<_> = (0..WORLD)
             .map(|r| {
                 let mut c = std::process::Command::new(&exe);
-                c.args([
-                    "--exact",
-                    "every_injected_fault_is_an_error_or_nothing_and_leaves_nothing_behind",
-                    "--nocapture",
-                ])
-                .env(RANK, r.to_string())
-                .env(DIR, &dir)
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped());
+                c.args(["--exact", TEST, "--nocapture"])
+                    .env(RANK, r.to_string())
+                    .env(DIR, &dir)
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped());
                 if r == failing {
                     c.env("LOCUS_FAULTS", format!("collective=@{call}"));
                 }
