@@ -10,6 +10,7 @@
 // nvrtc:  as drvcap, the kernel compiled by NVRTC to PTX and loaded with cuModuleLoadData
 //         (what cudarc and locus do)
 // spread: as drvcap, each buffer at the start of its own 64 MiB allocation
+// pool:   as drvcap, the buffers from cuMemAllocAsync (the device's default pool), as in cudarc
 // Each: replay + synchronize wall per replay (batch of 1000), device time per replay (100
 // back to back between two events), host time of the launch call alone. 11 samples each,
 // median [min, max].
@@ -196,6 +197,19 @@ int main() {
     RT(cudaMemset(sb, 0, N * 4));
     CUgraphExec e3 = capture_driver(s, (CUfunction)fn, sx, sb, sy);
     measure("spread", s, [&] { DRV(cuGraphLaunch(e3, s)); }, [&] { DRV(cuStreamSynchronize(s)); });
+    // pool: as drvcap, the buffers from the stream-ordered allocator (cuMemAllocAsync from
+    // the device's default pool), where cudarc and locus allocate, not cudaMalloc.
+    CUdeviceptr px, pb, py[CHAIN];
+    DRV(cuMemAllocAsync(&px, N * 4, s));
+    DRV(cuMemAllocAsync(&pb, N * 4, s));
+    for (int i = 0; i < CHAIN; i++) DRV(cuMemAllocAsync(&py[i], N * 4, s));
+    DRV(cuMemsetD8Async(px, 0, N * 4, s));
+    DRV(cuMemsetD8Async(pb, 0, N * 4, s));
+    DRV(cuStreamSynchronize(s));
+    float* pyf[CHAIN];
+    for (int i = 0; i < CHAIN; i++) pyf[i] = (float*)py[i];
+    CUgraphExec e4 = capture_driver(s, (CUfunction)fn, (float*)px, (float*)pb, pyf);
+    measure("pool", s, [&] { DRV(cuGraphLaunch(e4, s)); }, [&] { DRV(cuStreamSynchronize(s)); });
     // rt again, last: the order is not what differs.
     measure("rt-again", s, [&] { RT(cudaGraphLaunch(exec, s)); }, [&] { RT(cudaStreamSynchronize(s)); });
     return 0;
