@@ -153,6 +153,17 @@ fn threads() -> usize {
     std::fs::read_dir("/proc/self/task").map(|d| d.count()).unwrap_or(0)
 }
 
+/// The names of this process's threads, for a message about threads left behind.
+fn thread_names() -> Vec<String> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
+    let mut names: Vec<String> = tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_string())
+        .collect();
+    names.sort();
+    names
+}
+
 fn held() -> Held {
     let ids = devices().unwrap();
     Held {
@@ -236,7 +247,10 @@ fn run(name: &str, w: Workload, plan: &str, clean: &Values, base: &Held) -> Resu
     }
     let now = settle(base);
     if &now != base {
-        return Err(format!("{name} under `{plan}` left {now:?}, not {base:?} (faults made: {notes:?})"));
+        return Err(format!(
+            "{name} under `{plan}` left {now:?}, not {base:?} (faults made: {notes:?}; threads now: {:?})",
+            thread_names()
+        ));
     }
     match w() {
         Ok(v) if &v == clean => Ok(Ran { made, err }),
