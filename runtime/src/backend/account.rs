@@ -27,7 +27,10 @@ impl MemoryAccount {
             let next = held.checked_add(bytes).filter(|&n| n <= self.capacity).ok_or_else(|| oom(held))?;
             match self.allocated.compare_exchange_weak(held, next, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => {
-                    self.peak.fetch_max(next, Ordering::Relaxed);
+                    // A load first: the peak rises rarely, and a read costs no write.
+                    if self.peak.load(Ordering::Relaxed) < next {
+                        self.peak.fetch_max(next, Ordering::Relaxed);
+                    }
                     return Ok(());
                 }
                 Err(now) => held = now,

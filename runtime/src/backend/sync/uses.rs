@@ -80,10 +80,11 @@ impl<S: BookedStream, E> Uses<S, E> {
         on: &Arc<S>,
         wait: impl FnOnce(Wait<'_, S, E>) -> Result<()>,
     ) -> Result<()> {
-        let Some(writer) = self.writer.clone() else { return Ok(()) };
-        if Arc::ptr_eq(&writer, on) {
+        let Some(writer) = &self.writer else { return Ok(()) };
+        if Arc::ptr_eq(writer, on) {
             return Ok(());
         }
+        let writer = Arc::clone(writer);
         if self.seen.iter().any(|r| Arc::ptr_eq(r, on)) {
             count_skipped();
             return Ok(());

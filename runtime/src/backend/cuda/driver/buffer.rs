@@ -166,6 +166,11 @@ impl CudaBuffer {
         self.uses.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The books of memory only its owner can reach, without a lock, and its home stream.
+    pub(crate) fn owned_books(&mut self) -> (&mut Uses, &Arc<CudaStream>) {
+        (self.uses.get_mut().unwrap_or_else(|p| p.into_inner()), &self.home)
+    }
+
     /// Numbers the write that produced this memory, just queued on its stream.
     pub(crate) fn mark_written(&self) {
         let mut u = self.uses();

@@ -41,34 +41,70 @@ impl KernelArg for f64 {}
 /// the first `size_of` its parameter's type of them.
 impl KernelArg for [u8; 8] {}
 
+/// Values kept in place before a list moves to the heap: enough for every built-in
+/// kernel, so that building an argument list allocates nothing.
+const INLINE: usize = 16;
+
+/// A list of up to `N` values in place, more on the heap (then all of them there).
+struct Slots<T: Copy, const N: usize> {
+    len: usize,
+    inline: [T; N],
+    heap: Vec<T>,
+}
+
+impl<T: Copy, const N: usize> Slots<T, N> {
+    fn new(fill: T) -> Self {
+        Slots { len: 0, inline: [fill; N], heap: Vec::new() }
+    }
+
+    fn push(&mut self, value: T) {
+        if self.heap.is_empty() && self.len < N {
+            self.inline[self.len] = value;
+        } else {
+            if self.heap.is_empty() {
+                self.heap.extend_from_slice(&self.inline[..self.len]);
+            }
+            self.heap.push(value);
+        }
+        self.len += 1;
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [T] {
+        match self.heap.is_empty() {
+            true => &mut self.inline[..self.len],
+            false => &mut self.heap,
+        }
+    }
+}
+
 /// The parameters of one kernel launch, in order, each owned by value: for
 /// `exp_f32(const f32* x, f32* out, u64 n)`, `KernelArgs::new().ptr(x).ptr(&out).u64(n)`.
-#[derive(Default)]
 pub(in crate::backend::cuda) struct KernelArgs {
     /// The values' bytes, each starting on a word of its own, so that every value sits at
     /// an 8-byte boundary (enough for any [`KernelArg`], which is checked) and keeps its
     /// place however many values come after it. Padding bytes stay uninitialised.
-    words: Vec<MaybeUninit<u64>>,
+    words: Slots<MaybeUninit<u64>, INLINE>,
     /// The first word of each value, in parameter order.
-    starts: Vec<usize>,
+    starts: Slots<usize, INLINE>,
 }
 
 impl KernelArgs {
-    /// An empty argument list, with room for the values of most kernels (8 words), so
-    /// that pushing them does not reallocate on every launch.
+    /// An empty argument list, with room in place for the values of every built-in kernel.
     pub(in crate::backend::cuda) fn new() -> Self {
-        Self { words: Vec::with_capacity(8), starts: Vec::with_capacity(8) }
+        Self { words: Slots::new(MaybeUninit::uninit()), starts: Slots::new(0) }
     }
 
     /// Appends `value` as the next parameter.
     pub(in crate::backend::cuda) fn val<T: KernelArg>(mut self, value: T) -> Self {
         const { assert!(align_of::<T>() <= align_of::<u64>(), "a kernel argument aligned beyond 8 bytes") };
-        let start = self.words.len();
-        self.words.resize(start + size_of::<T>().div_ceil(size_of::<u64>()).max(1), MaybeUninit::uninit());
+        let start = self.words.len;
+        for _ in 0..size_of::<T>().div_ceil(size_of::<u64>()).max(1) {
+            self.words.push(MaybeUninit::uninit());
+        }
         // SAFETY: the words just added hold at least `size_of::<T>()` bytes, start at an
         // 8-byte boundary (the alignment of `u64`, at least `T`'s: asserted above) and are
         // owned by `self.words` alone; writing a `T` there reads nothing.
-        unsafe { self.words.as_mut_ptr().add(start).cast::<T>().write(value) };
+        unsafe { self.words.as_mut_slice().as_mut_ptr().add(start).cast::<T>().write(value) };
         self.starts.push(start);
         self
     }
@@ -121,11 +157,15 @@ impl KernelArgs {
     }
 
     /// The array `cuLaunchKernel` takes: one pointer per parameter, at its value. The
-    /// pointers stay valid while `self` is neither changed nor dropped.
-    fn pointers(&mut self) -> Vec<*mut c_void> {
-        let base = self.words.as_mut_ptr();
+    /// pointers stay valid while `self` is neither moved, changed nor dropped.
+    fn pointers(&mut self) -> Slots<*mut c_void, INLINE> {
+        let base = self.words.as_mut_slice().as_mut_ptr();
+        let mut pointers = Slots::new(std::ptr::null_mut());
         // Every start lies within `words`, so each pointer is in bounds.
-        self.starts.iter().map(|&i| base.wrapping_add(i).cast::<c_void>()).collect()
+        for &i in self.starts.as_mut_slice().iter() {
+            pointers.push(base.wrapping_add(i).cast::<c_void>());
+        }
+        pointers
     }
 }
 
@@ -200,7 +240,7 @@ impl DeviceState {
         // name are valid for this launch by the caller's contract.
         // SAFETY: as said above; `pointers` points into `args`, alive until the call (which copies the values) returns.
         let r = gate(Point::Launch, failure(LAUNCH), || unsafe {
-            result::launch_kernel(f, grid, block, shared, stream.raw.0, &mut pointers)
+            result::launch_kernel(f, grid, block, shared, stream.raw.0, pointers.as_mut_slice())
         })
         .map_err(driver(self.ordinal, "cuLaunchKernel"));
         timing::finish(span, stream, &r, || {
@@ -264,7 +304,7 @@ mod tests {
 
     /// `len` bytes of parameter `i` of `args`, from `offset` on.
     fn bytes(args: &mut KernelArgs, i: usize, offset: usize, len: usize) -> Vec<u8> {
-        let p = args.pointers()[i].cast::<u8>().wrapping_add(offset);
+        let p = args.pointers().as_mut_slice()[i].cast::<u8>().wrapping_add(offset);
         // SAFETY: every range the test reads lies within a value written by the builder
         // (never in a struct's padding), and `args` outlives the copy made here.
         unsafe { std::slice::from_raw_parts(p, len) }.to_vec()
@@ -285,7 +325,8 @@ mod tests {
             .val(Pair { tag: -1, wide: [3, 4] })
             .scalar(Scalar::F32(1.5))
             .f64(-2.0);
-        let p = args.pointers();
+        let mut p = args.pointers();
+        let p = p.as_mut_slice();
         assert_eq!(p.len(), 5);
         assert!(p.iter().all(|p| (*p as usize) % 8 == 0));
         assert_eq!(bytes(&mut args, 0, 0, 8), 7u64.to_ne_bytes());
@@ -295,6 +336,28 @@ mod tests {
         assert_eq!(bytes(&mut args, 2, 16, 8), 4u64.to_ne_bytes());
         assert_eq!(bytes(&mut args, 3, 0, 4), 1.5f32.to_ne_bytes());
         assert_eq!(bytes(&mut args, 4, 0, 8), (-2.0f64).to_ne_bytes());
+    }
+
+    #[test]
+    fn kernel_args_past_the_inline_room_move_to_the_heap_whole() {
+        // 2 * INLINE + 1 values of one word, then a value of three: the words spill once,
+        // the starts once, and every value still reads back in order.
+        let mut args = KernelArgs::new();
+        for i in 0..2 * INLINE as u64 + 1 {
+            args = args.u64(i * 3 + 1);
+        }
+        #[repr(C)]
+        #[derive(Clone, Copy)]
+        struct Three([u64; 3]);
+        impl KernelArg for Three {}
+        args = args.val(Three([5, 6, 7]));
+        let count = 2 * INLINE + 2;
+        let mut p = args.pointers();
+        assert_eq!(p.as_mut_slice().len(), count);
+        for i in 0..count - 1 {
+            assert_eq!(bytes(&mut args, i, 0, 8), (i as u64 * 3 + 1).to_ne_bytes(), "value {i}");
+        }
+        assert_eq!(bytes(&mut args, count - 1, 16, 8), 7u64.to_ne_bytes());
     }
 
     #[test]

@@ -72,16 +72,21 @@ pub(in crate::backend::cuda) fn alloc(
 /// The buffer an op produced. Written on a stream other than the device's default, it
 /// gets an event marking the write, so that readers on other streams wait for this write
 /// alone; on the default stream (single-stream programs) no event.
-pub(in crate::backend::cuda) fn done(out: CudaBuffer) -> Result<CudaBuffer> {
+pub(in crate::backend::cuda) fn done(mut out: CudaBuffer) -> Result<CudaBuffer> {
     let dev = out.device();
-    out.mark_written();
-    let writer = out.writer();
+    let bytes = out.bytes();
+    // The op owns `out`: its books are read and written without a lock.
+    let (uses, home) = out.owned_books();
+    if let Some(w) = &uses.writer {
+        uses.written = w.order.mark_write();
+    }
+    let writer = uses.writer.as_ref().unwrap_or(home);
     // In a capture the event would mark a point of the graph, which nothing outside it
     // may wait for; a captured reader on another stream waits for the writer instead.
-    if out.bytes() > 0 && !Arc::ptr_eq(&writer, &dev.stream) && writer.capture().is_none() {
+    if bytes > 0 && !Arc::ptr_eq(writer, &dev.stream) && writer.capture().is_none() {
         let written = Arc::new(CudaEvent::create(dev.ordinal, dev.ctx.cu_ctx(), false)?);
-        written.record(&writer)?;
-        out.set_ready(written);
+        written.record(writer)?;
+        uses.ready = Some(written);
     }
     Ok(out)
 }

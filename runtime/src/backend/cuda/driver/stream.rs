@@ -208,7 +208,7 @@ impl CudaStream {
     pub(crate) unsafe fn put_cached(self: &Arc<Self>, cap: usize, ptr: sys::CUdeviceptr) {
         self.cache.lock().unwrap_or_else(|p| p.into_inner()).entry(cap).or_default().push(ptr);
         // Never with this stream's cache locked: `cached_bytes` locks the list first.
-        if !self.listed.swap(true, Ordering::Relaxed) {
+        if !self.listed.load(Ordering::Relaxed) && !self.listed.swap(true, Ordering::Relaxed) {
             let mut list = WITH_CACHE.lock().unwrap_or_else(|p| p.into_inner());
             list.retain(|w| w.strong_count() > 0);
             list.push(Arc::downgrade(self));
