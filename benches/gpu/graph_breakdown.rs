@@ -163,6 +163,119 @@ fn locus_side() {
     rows("", "locus Graph::replay of the 20-add chain", [host, gpu, idle, replay_sync]);
 }
 
+/// The raw chain's device time per replay in µs (median, min, max of the samples), for a
+/// graph captured afresh, on new allocations, from `raw`'s stream.
+fn raw_chain_gpu(raw: &Raw) -> (f64, f64, f64) {
+    raw.bind();
+    let s = raw.stream();
+    let bytes = N * 4;
+    // SAFETY: as in `raw_side`: plain allocations on the bound context, freed below after
+    // the stream is synchronized.
+    let (x, b, y) = unsafe {
+        let alloc = || {
+            let p = result::malloc_sync(bytes).unwrap();
+            result::memset_d8_sync(p, 0, bytes).unwrap();
+            p
+        };
+        (alloc(), alloc(), (0..20).map(|_| alloc()).collect::<Vec<_>>())
+    };
+    // SAFETY: as in `raw_side`: the launches use the allocations above, alive until the
+    // last replay completed; graph and executable are destroyed below, once.
+    let (graph, exec) = unsafe {
+        result::stream::begin_capture(s, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL).unwrap();
+        raw.add_f32(x, b, y[0], N as i32);
+        for i in 1..20 {
+            raw.add_f32(y[i - 1], b, y[i], N as i32);
+        }
+        let graph = result::stream::end_capture(s).unwrap();
+        (graph, result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0)).unwrap())
+    };
+    let mut t: Vec<f64> = raw
+        .time(|| {
+            for _ in 0..GPU_REPLAYS {
+                // SAFETY: `exec` and `s` live until the end of this function.
+                unsafe { result::graph::launch(exec, s).unwrap() };
+            }
+        })
+        .into_iter()
+        .map(|t| t / GPU_REPLAYS as f64 * 1e6)
+        .collect();
+    // SAFETY: `raw.time` synchronized its last event, after every replay: nothing runs.
+    unsafe {
+        result::graph::exec_destroy(exec).unwrap();
+        result::graph::destroy(graph).unwrap();
+        for p in [x, b].into_iter().chain(y) {
+            result::free_sync(p).unwrap();
+        }
+    }
+    t.sort_by(f64::total_cmp);
+    (t[t.len() / 2], t[0], t[t.len() - 1])
+}
+
+/// `gpu graph-probe`: the raw chain's device time per replay after each thing a bench
+/// process does before it, in order (issue 35: 21.2 µs in a process where locus did
+/// nothing, 24.8 µs after locus's rows), to name the state that slows it.
+pub(crate) fn probe(raw: &Raw) {
+    let stage = |what: &str| {
+        let (m, lo, hi) = raw_chain_gpu(raw);
+        raw.bind();
+        let limit = |l| result::ctx::get_limit(l).unwrap_or(0);
+        let limits = format!(
+            "stack {} B, printf FIFO {} B, heap {} B",
+            limit(sys::CUlimit::CU_LIMIT_STACK_SIZE),
+            limit(sys::CUlimit::CU_LIMIT_PRINTF_FIFO_SIZE),
+            limit(sys::CUlimit::CU_LIMIT_MALLOC_HEAP_SIZE)
+        );
+        println!("graph_probe\t{m:.3}\tus\traw chain device time per replay, {what} ({limits})\t{lo:.3}\t{hi:.3}");
+    };
+    stage("fresh process");
+    for _ in 0..20_000 {
+        raw.launch_small_copy();
+    }
+    raw.sync_ctx();
+    stage("after 20000 raw launches");
+    raw.keep_pool_memory();
+    stage("after the pool's release threshold is set as locus sets it");
+    for source in locus_kernels::Source::ALL {
+        raw.load_program(&source.program(), &["-std=c++17"]);
+        stage(&format!("after locus's {} loaded as a raw module", source.file()));
+    }
+    let _ = Tensor::<G>::ones([1]).unwrap();
+    stage("after locus's first tensor");
+    let _ = Tensor::<G>::ones([1]).unwrap().sum().unwrap().item().unwrap();
+    stage("after locus's first sum");
+    let x = Tensor::<G>::rand([N], 1).unwrap();
+    for _ in 0..20_000 {
+        drop((&x + &x).unwrap());
+    }
+    locus::synchronize(locus::DeviceId::Cuda(0)).unwrap();
+    stage("after 20000 locus adds");
+    let side = Stream::<G>::new().unwrap();
+    drop(side);
+    stage("after a locus stream");
+    let stream = Stream::<G>::new().unwrap();
+    let mut x = Tensor::<G>::rand([N], 1).unwrap();
+    let mut b = Tensor::<G>::rand([N], 2).unwrap();
+    let mut g = Graph::capture(&stream, (&mut x, &mut b), |(x, b)| crate::graph::chain(x, b)).unwrap();
+    stage("after a locus capture");
+    for _ in 0..1000 {
+        let _ = g.replay().unwrap();
+    }
+    stream.synchronize().unwrap();
+    stage("after 1000 locus replays");
+    let t: Vec<f64> = stream_time(&stream, || {
+        for _ in 0..GPU_REPLAYS {
+            let _ = g.replay().unwrap();
+        }
+    })
+    .into_iter()
+    .map(|t| t / GPU_REPLAYS as f64 * 1e6)
+    .collect();
+    row("graph_probe_locus_gpu", &t, "us", "locus Graph::replay device time per replay, after the stages above");
+    drop(g);
+    stage("after the locus graph is dropped");
+}
+
 /// The raw side alone (`gpu graph-raw`, in a process where locus has done nothing), after
 /// `#` lines naming what the process runs on: the NVRTC and driver versions, the PTX's
 /// header, and the CUDA libraries it loaded (the C++ baseline links its own).

@@ -14,6 +14,7 @@
 //!     gpu train-graph-profile                                       (two graphed tiny_gpt replays, NVTX `replay`, for ncu)
 //!     gpu breakdown                                                 (an op's and a replay's time in parts)
 //!     gpu graph-raw                                                 (the raw graph rows, locus untouched)
+//!     gpu graph-probe                                               (the raw graph after each stage of a process)
 //!     gpu grads FILE                                                (gradients for benches/torch_grads.py)
 //!
 //! Without the cuda backend it measures nothing and exits with status 1.
@@ -648,6 +649,12 @@ fn main() {
         let path = args.get(at + 1).map_or("tiny_gpt_trace.json", String::as_str);
         let steps = args.get(at + 2).and_then(|s| s.parse().ok()).unwrap_or(5);
         train::tiny_gpt_trace(path, steps).unwrap();
+        return;
+    }
+    if args.iter().any(|a| a == "graph-probe") {
+        // `gpu graph-probe`: the raw chain's device time after each stage of a process.
+        println!("# row\tmedian\tunit\tnote\tmin\tmax");
+        graph_breakdown::probe(&raw::Raw::new());
         return;
     }
     if args.iter().any(|a| a == "graph-raw") {

@@ -95,6 +95,35 @@ impl Raw {
         Raw { stream, small, copy, empty, add, sms, threads_per_sm, ptx_header, ctx, _module: module }
     }
 
+    /// Keeps freed stream-ordered memory in the device's default pool, as locus does.
+    pub(crate) fn keep_pool_memory(&self) {
+        self.bind();
+        let mut threshold = u64::MAX;
+        // SAFETY: the pool is the bound device's own; the attribute takes a `u64`, read
+        // during the call only.
+        unsafe {
+            let pool = result::device::get_default_mem_pool(self.ctx.cu_device()).unwrap();
+            result::mem_pool::set_attribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                &mut threshold as *mut u64 as *mut c_void,
+            )
+            .unwrap();
+        }
+    }
+
+    /// Compiles `src` with NVRTC for this device (and `options`) and loads it as a module
+    /// kept for the process.
+    pub(crate) fn load_program(&self, src: &str, options: &[&str]) {
+        let (maj, min) = self.ctx.compute_capability().unwrap();
+        let mut all = vec![format!("--gpu-architecture=compute_{maj}{min}")];
+        all.extend(options.iter().map(|o| o.to_string()));
+        let opts = cudarc::nvrtc::CompileOptions { options: all, ..Default::default() };
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(src, opts).unwrap();
+        std::mem::forget(self.ctx.load_module(ptx).unwrap());
+        self.bind();
+    }
+
     pub(crate) fn bind(&self) {
         self.ctx.bind_to_thread().unwrap();
     }
