@@ -244,12 +244,31 @@ pub(crate) fn probe(raw: &Raw) {
     stage("after locus's first tensor");
     let _ = Tensor::<G>::ones([1]).unwrap().sum().unwrap().item().unwrap();
     stage("after locus's first sum");
-    let x = Tensor::<G>::rand([N], 1).unwrap();
+    let x = Tensor::<G>::ones([N]).unwrap();
+    stage("after locus's ones");
+    for n in [1, 10, 100, 1000] {
+        for _ in 0..n {
+            drop((&x + &x).unwrap());
+        }
+        Stream::<G>::default_stream().unwrap().synchronize().unwrap();
+        stage(&format!("after {n} more locus adds"));
+    }
+    let kept: Vec<_> = (0..100).map(|_| (&x + &x).unwrap()).collect();
+    Stream::<G>::default_stream().unwrap().synchronize().unwrap();
+    stage("after 100 more locus adds, their outputs kept");
+    drop(kept);
+    stage("after those 100 outputs are dropped");
+    let r = Tensor::<G>::rand([N], 1).unwrap();
+    Stream::<G>::default_stream().unwrap().synchronize().unwrap();
+    stage("after locus's rand");
+    drop(r);
     for _ in 0..20_000 {
         drop((&x + &x).unwrap());
     }
+    Stream::<G>::default_stream().unwrap().synchronize().unwrap();
+    stage("after 20000 more locus adds");
     locus::synchronize(locus::DeviceId::Cuda(0)).unwrap();
-    stage("after 20000 locus adds");
+    stage("after locus::synchronize");
     let side = Stream::<G>::new().unwrap();
     drop(side);
     stage("after a locus stream");
