@@ -66,6 +66,23 @@ fn assert_streams_run_one_op_at_a_time(all: &[Value]) {
     }
 }
 
+/// The pipeline's trace again in a process without the hazard checker (as in a release
+/// build): the host backend's op slices still say how many bytes each op reads and writes
+/// (they said 0: the uses were booked for the checker alone).
+#[test]
+fn a_trace_without_the_hazard_checker_still_counts_bytes() {
+    if std::env::var_os("LOCUS_HAZARD_CHECK").is_some_and(|v| v == "0") {
+        return; // the child runs the pipeline test itself
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "a_two_stream_pipeline_traces_its_streams_waits_and_ranges", "--nocapture"])
+        .env("LOCUS_HAZARD_CHECK", "0")
+        .output()
+        .unwrap();
+    let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && log.contains("1 passed"), "the pipeline test without the checker: {log}");
+}
+
 #[test]
 fn a_two_stream_pipeline_traces_its_streams_waits_and_ranges() -> locus::Result<()> {
     let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());

@@ -223,7 +223,7 @@ impl HostGraph {
         }
         self.check_rules(s, reads)?;
         let mut uses = Vec::new();
-        if hazard::enabled() {
+        if HostStream::uses_wanted() {
             uses.extend(reads.iter().filter(|h| h.len() > 0).map(|h| (h.region(None), Kind::Read)));
             uses.extend(writes.iter().filter(|h| h.len() > 0).map(|h| (h.region(None), Kind::Write)));
         }

@@ -12,7 +12,7 @@ use crate::backend::host::buffer::{HostBuffer, Span};
 use crate::backend::host::kernels::{self, init};
 use crate::backend::host::streams::{current_stream, use_on_stream, HostEvent, HostStream};
 use crate::backend::sync::capture::Indexed;
-use crate::backend::sync::hazard::{self, Kind};
+use crate::backend::sync::hazard::Kind;
 use crate::backend::{float_only, Dist};
 use crate::element::{with_dtype, DType, Element, Scalar};
 use crate::error::Result;
@@ -102,9 +102,10 @@ pub(in crate::backend::host) fn launch(l: Launch, ins: &[&HostBuffer], mut kerne
             (None, Err(e)) => panic!("{e}"),
         }
     });
-    // The checker's bookkeeping, only when it runs (release builds skip it).
+    // The checker's bookkeeping and a trace's bytes, only when either is on (release builds
+    // have no checker).
     let mut uses = Vec::new();
-    if hazard::enabled() {
+    if HostStream::uses_wanted() {
         uses.extend(ins.iter().map(|h| (h.region(Some(l.dtype)), Kind::Read)));
         uses.push((out.region(Some(l.dtype)), Kind::Write));
     }

@@ -81,6 +81,12 @@ impl HostStream {
         *self.capture.lock().unwrap_or_else(|p| p.into_inner()) = c;
     }
 
+    /// Whether a launch's uses are wanted: by the hazard checker (debug builds), or by a
+    /// trace, whose op slices say how many bytes each op reads and writes (release too).
+    pub(in crate::backend::host) fn uses_wanted() -> bool {
+        hazard::enabled() || crate::trace::is_on()
+    }
+
     /// Queues `job`, which makes `uses`, as op `op`; returns the job's number and the
     /// stream's clock after it (empty when the checker is off). While the stream is
     /// captured the job is recorded instead (number 0, nothing booked: the replay is).

@@ -8,7 +8,7 @@ use crate::backend::api::user_kernel::{no_host_kernel, HostCall, KernelArg, Kern
 use crate::backend::host::buffer::Span;
 use crate::backend::host::streams::{after_write, before_write, use_on_stream, HostStream};
 use crate::backend::host::HostBuffer;
-use crate::backend::sync::hazard::{self, Kind};
+use crate::backend::sync::hazard::Kind;
 use crate::element::DType;
 use crate::error::Result;
 
@@ -31,7 +31,7 @@ pub(in crate::backend::host) fn launch(
                 let h: &HostBuffer = b;
                 use_on_stream(h, s)?;
                 inputs.push((h.span(), *dtype));
-                if hazard::enabled() {
+                if HostStream::uses_wanted() {
                     uses.push((h.region(Some(*dtype)), Kind::Read));
                 }
             }
@@ -43,7 +43,7 @@ pub(in crate::backend::host) fn launch(
                 before_write(h, s)?;
                 outputs.push((h.span(), *dtype));
                 written.push(h);
-                if hazard::enabled() {
+                if HostStream::uses_wanted() {
                     uses.push((h.region(Some(*dtype)), Kind::Write));
                 }
             }
