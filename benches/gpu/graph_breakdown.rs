@@ -215,19 +215,44 @@ fn raw_chain_gpu(raw: &Raw) -> (f64, f64, f64) {
 /// `gpu graph-probe`: the raw chain's device time per replay after each thing a bench
 /// process does before it, in order (issue 35: 21.2 µs in a process where locus did
 /// nothing, 24.8 µs after locus's rows), to name the state that slows it.
+/// Prints the raw chain's device time per replay now, after `what`.
+fn probe_stage(raw: &Raw, what: &str) {
+    let (m, lo, hi) = raw_chain_gpu(raw);
+    raw.bind();
+    let limit = |l| result::ctx::get_limit(l).unwrap_or(0);
+    let limits = format!(
+        "stack {} B, printf FIFO {} B, heap {} B",
+        limit(sys::CUlimit::CU_LIMIT_STACK_SIZE),
+        limit(sys::CUlimit::CU_LIMIT_PRINTF_FIFO_SIZE),
+        limit(sys::CUlimit::CU_LIMIT_MALLOC_HEAP_SIZE)
+    );
+    println!("graph_probe\t{m:.3}\tus\traw chain device time per replay, {what} ({limits})\t{lo:.3}\t{hi:.3}");
+}
+
+/// `gpu graph-probe-adds`: the raw chain's device time after each of 12 locus adds whose
+/// outputs are kept (each a new block), then after each of 12 whose outputs are dropped
+/// (the block cached and reused): which add, and which kind, slows it.
+pub(crate) fn probe_adds(raw: &Raw) {
+    let sync = || Stream::<G>::default_stream().unwrap().synchronize().unwrap();
+    probe_stage(raw, "fresh process");
+    let x = Tensor::<G>::ones([N]).unwrap();
+    sync();
+    probe_stage(raw, "after locus's ones");
+    let mut kept = Vec::new();
+    for i in 1..=12 {
+        kept.push((&x + &x).unwrap());
+        sync();
+        probe_stage(raw, &format!("after kept add {i}"));
+    }
+    for i in 1..=12 {
+        drop((&x + &x).unwrap());
+        sync();
+        probe_stage(raw, &format!("after dropped add {i}"));
+    }
+}
+
 pub(crate) fn probe(raw: &Raw) {
-    let stage = |what: &str| {
-        let (m, lo, hi) = raw_chain_gpu(raw);
-        raw.bind();
-        let limit = |l| result::ctx::get_limit(l).unwrap_or(0);
-        let limits = format!(
-            "stack {} B, printf FIFO {} B, heap {} B",
-            limit(sys::CUlimit::CU_LIMIT_STACK_SIZE),
-            limit(sys::CUlimit::CU_LIMIT_PRINTF_FIFO_SIZE),
-            limit(sys::CUlimit::CU_LIMIT_MALLOC_HEAP_SIZE)
-        );
-        println!("graph_probe\t{m:.3}\tus\traw chain device time per replay, {what} ({limits})\t{lo:.3}\t{hi:.3}");
-    };
+    let stage = |what: &str| probe_stage(raw, what);
     stage("fresh process");
     for _ in 0..20_000 {
         raw.launch_small_copy();

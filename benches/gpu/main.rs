@@ -651,6 +651,12 @@ fn main() {
         train::tiny_gpt_trace(path, steps).unwrap();
         return;
     }
+    if args.iter().any(|a| a == "graph-probe-adds") {
+        // `gpu graph-probe-adds`: the raw chain's device time after each locus add.
+        println!("# row\tmedian\tunit\tnote\tmin\tmax");
+        graph_breakdown::probe_adds(&raw::Raw::new());
+        return;
+    }
     if args.iter().any(|a| a == "graph-probe") {
         // `gpu graph-probe`: the raw chain's device time after each stage of a process.
         println!("# row\tmedian\tunit\tnote\tmin\tmax");
