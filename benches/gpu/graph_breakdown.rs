@@ -68,47 +68,88 @@ fn rows(prefix: &str, side: &str, parts: [Vec<f64>; 4]) {
     );
 }
 
-/// The raw side: the chain captured from `raw`'s stream, launched with `cuGraphLaunch`.
-fn raw_side(raw: &Raw) {
-    raw.bind();
-    let s = raw.stream();
-    let bytes = N * 4;
-    // SAFETY: plain allocations on the bound context, freed at the end of this function
-    // after the stream is synchronized; memset so that the adds read defined values.
-    let (x, b, y) = unsafe {
-        let alloc = || {
-            let p = result::malloc_sync(bytes).unwrap();
-            result::memset_d8_sync(p, 0, bytes).unwrap();
-            p
+/// The 20 adds captured from `raw`'s stream into a graph of their own, on allocations of
+/// their own, instantiated; freed by [`RawChain::destroy`] once no replay runs.
+struct RawChain {
+    buffers: Vec<sys::CUdeviceptr>,
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+}
+
+impl RawChain {
+    fn capture(raw: &Raw) -> RawChain {
+        raw.bind();
+        let s = raw.stream();
+        let bytes = N * 4;
+        // SAFETY: plain allocations on the bound context, freed by `destroy` after the
+        // stream is synchronized; memset so that the adds read defined values.
+        let buffers: Vec<_> = (0..22)
+            .map(|_| unsafe {
+                let p = result::malloc_sync(bytes).unwrap();
+                result::memset_d8_sync(p, 0, bytes).unwrap();
+                p
+            })
+            .collect();
+        let (x, b, y) = (buffers[0], buffers[1], &buffers[2..]);
+        // SAFETY: the stream is raw's, alive for the process; the 20 launches read and
+        // write the allocations above, alive until `destroy`, which runs after the last
+        // replay completed and destroys the graph and its executable once.
+        let (graph, exec) = unsafe {
+            result::stream::begin_capture(s, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL).unwrap();
+            raw.add_f32(x, b, y[0], N as i32);
+            for i in 1..20 {
+                raw.add_f32(y[i - 1], b, y[i], N as i32);
+            }
+            let graph = result::stream::end_capture(s).unwrap();
+            (graph, result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0)).unwrap())
         };
-        (alloc(), alloc(), (0..20).map(|_| alloc()).collect::<Vec<_>>())
-    };
-    // SAFETY: the stream is raw's, alive for the process; the 20 launches read and write
-    // the allocations above, alive until the end of this function, after the last replay
-    // completed; the graph and its executable are destroyed below, once.
-    let (graph, exec) = unsafe {
-        result::stream::begin_capture(s, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL).unwrap();
-        raw.add_f32(x, b, y[0], N as i32);
-        for i in 1..20 {
-            raw.add_f32(y[i - 1], b, y[i], N as i32);
-        }
-        let graph = result::stream::end_capture(s).unwrap();
-        (graph, result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0)).unwrap())
-    };
-    // SAFETY: `exec` and `s` live until the end of this function.
-    let launch = || unsafe { result::graph::launch(exec, s).unwrap() };
-    // SAFETY: `s` lives for the process.
-    let sync = || unsafe { result::stream::synchronize(s).unwrap() };
-    let host = samples(|| host_per_call((BATCHES, BATCH), launch, sync));
-    let gpu: Vec<f64> = raw
-        .time(|| {
+        RawChain { buffers, graph, exec }
+    }
+
+    /// Queues one replay on `raw`'s stream.
+    fn launch(&self, raw: &Raw) {
+        // SAFETY: `exec` lives until `destroy`, the stream for the process.
+        unsafe { result::graph::launch(self.exec, raw.stream()).unwrap() };
+    }
+
+    /// Device µs per replay, `GPU_REPLAYS` replays back to back between two events, per
+    /// sample.
+    fn gpu_times(&self, raw: &Raw) -> Vec<f64> {
+        raw.time(|| {
             for _ in 0..GPU_REPLAYS {
-                launch();
+                self.launch(raw);
             }
         })
         .into_iter()
         .map(|t| t / GPU_REPLAYS as f64 * 1e6)
-        .collect();
+        .collect()
+    }
+
+    /// Frees the graph and its buffers.
+    ///
+    /// # Safety
+    /// No replay of it is queued or running (the stream was synchronized after the last).
+    unsafe fn destroy(self) {
+        // SAFETY: the caller's contract: nothing uses the executable or the buffers.
+        unsafe {
+            result::graph::exec_destroy(self.exec).unwrap();
+            result::graph::destroy(self.graph).unwrap();
+            for p in self.buffers {
+                result::free_sync(p).unwrap();
+            }
+        }
+    }
+}
+
+/// The raw side: the chain captured from `raw`'s stream, launched with `cuGraphLaunch`.
+fn raw_side(raw: &Raw) {
+    let chain = RawChain::capture(raw);
+    let s = raw.stream();
+    let launch = || chain.launch(raw);
+    // SAFETY: `s` lives for the process.
+    let sync = || unsafe { result::stream::synchronize(s).unwrap() };
+    let host = samples(|| host_per_call((BATCHES, BATCH), launch, sync));
+    let gpu = chain.gpu_times(raw);
     let idle = samples(|| wall_per_call(SYNCS, sync));
     let replay_sync = samples(|| {
         sync();
@@ -118,15 +159,8 @@ fn raw_side(raw: &Raw) {
         })
     });
     rows("raw_", "raw cudarc graph of the 20 add_f32 launches", [host, gpu, idle, replay_sync]);
-    // SAFETY: the stream is idle (the last sample synchronized it): no replay runs, and
-    // no work uses the allocations.
-    unsafe {
-        result::graph::exec_destroy(exec).unwrap();
-        result::graph::destroy(graph).unwrap();
-        for p in [x, b].into_iter().chain(y) {
-            result::free_sync(p).unwrap();
-        }
-    }
+    // SAFETY: the stream is idle (the last sample synchronized it): no replay runs.
+    unsafe { chain.destroy() };
 }
 
 /// The locus side: `Graph::capture` of `graph.rs`'s chain, `Graph::replay`.
@@ -166,48 +200,10 @@ fn locus_side() {
 /// The raw chain's device time per replay in µs (median, min, max of the samples), for a
 /// graph captured afresh, on new allocations, from `raw`'s stream.
 fn raw_chain_gpu(raw: &Raw) -> (f64, f64, f64) {
-    raw.bind();
-    let s = raw.stream();
-    let bytes = N * 4;
-    // SAFETY: as in `raw_side`: plain allocations on the bound context, freed below after
-    // the stream is synchronized.
-    let (x, b, y) = unsafe {
-        let alloc = || {
-            let p = result::malloc_sync(bytes).unwrap();
-            result::memset_d8_sync(p, 0, bytes).unwrap();
-            p
-        };
-        (alloc(), alloc(), (0..20).map(|_| alloc()).collect::<Vec<_>>())
-    };
-    // SAFETY: as in `raw_side`: the launches use the allocations above, alive until the
-    // last replay completed; graph and executable are destroyed below, once.
-    let (graph, exec) = unsafe {
-        result::stream::begin_capture(s, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL).unwrap();
-        raw.add_f32(x, b, y[0], N as i32);
-        for i in 1..20 {
-            raw.add_f32(y[i - 1], b, y[i], N as i32);
-        }
-        let graph = result::stream::end_capture(s).unwrap();
-        (graph, result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0)).unwrap())
-    };
-    let mut t: Vec<f64> = raw
-        .time(|| {
-            for _ in 0..GPU_REPLAYS {
-                // SAFETY: `exec` and `s` live until the end of this function.
-                unsafe { result::graph::launch(exec, s).unwrap() };
-            }
-        })
-        .into_iter()
-        .map(|t| t / GPU_REPLAYS as f64 * 1e6)
-        .collect();
+    let chain = RawChain::capture(raw);
+    let mut t = chain.gpu_times(raw);
     // SAFETY: `raw.time` synchronized its last event, after every replay: nothing runs.
-    unsafe {
-        result::graph::exec_destroy(exec).unwrap();
-        result::graph::destroy(graph).unwrap();
-        for p in [x, b].into_iter().chain(y) {
-            result::free_sync(p).unwrap();
-        }
-    }
+    unsafe { chain.destroy() };
     t.sort_by(f64::total_cmp);
     (t[t.len() / 2], t[0], t[t.len() - 1])
 }
