@@ -222,7 +222,11 @@ fn probe_stage(raw: &Raw, what: &str) {
         limit(sys::CUlimit::CU_LIMIT_PRINTF_FIFO_SIZE),
         limit(sys::CUlimit::CU_LIMIT_MALLOC_HEAP_SIZE)
     );
-    println!("graph_probe\t{m:.3}\tus\traw chain device time per replay, {what} ({limits})\t{lo:.3}\t{hi:.3}");
+    let (reserved, used) = raw.pool_bytes();
+    println!(
+        "graph_probe\t{m:.3}\tus\traw chain device time per replay, {what} ({limits}; default pool: {reserved} B \
+         reserved, {used} B used)\t{lo:.3}\t{hi:.3}"
+    );
 }
 
 /// `gpu graph-probe-adds`: the raw chain's device time after each of 12 locus adds whose
@@ -231,6 +235,12 @@ fn probe_stage(raw: &Raw, what: &str) {
 pub(crate) fn probe_adds(raw: &Raw) {
     let sync = || Stream::<G>::default_stream().unwrap().synchronize().unwrap();
     probe_stage(raw, "fresh process");
+    // What a locus add does to the driver, done raw first: a 4 KiB block from the pool
+    // on a stream, written by one launch, then by ten more.
+    let _block = raw.pool_block_written(4096, 1);
+    probe_stage(raw, "after a raw cuMemAllocAsync block written once");
+    let _block2 = raw.pool_block_written(4096, 10);
+    probe_stage(raw, "after another raw pool block written 10 times");
     let x = Tensor::<G>::ones([N]).unwrap();
     sync();
     probe_stage(raw, "after locus's ones");

@@ -112,6 +112,41 @@ impl Raw {
         }
     }
 
+    /// The device's default pool: bytes reserved (mapped) and bytes in use now.
+    pub(crate) fn pool_bytes(&self) -> (u64, u64) {
+        self.bind();
+        let (mut reserved, mut used) = (0u64, 0u64);
+        // SAFETY: the pool is the bound device's own; both attributes are `u64`s written
+        // through valid pointers during the call.
+        unsafe {
+            let pool = result::device::get_default_mem_pool(self.ctx.cu_device()).unwrap();
+            let attr = sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT;
+            result::mem_pool::get_attribute(pool, attr, &mut reserved as *mut u64 as *mut c_void).unwrap();
+            let attr = sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT;
+            result::mem_pool::get_attribute(pool, attr, &mut used as *mut u64 as *mut c_void).unwrap();
+        }
+        (reserved, used)
+    }
+
+    /// Allocates `bytes` from the default pool on the raw stream (`cuMemAllocAsync`, as
+    /// locus allocates) and launches the copy kernel into it `launches` times, then
+    /// synchronizes; the block is kept for the process.
+    pub(crate) fn pool_block_written(&self, bytes: usize, launches: usize) -> sys::CUdeviceptr {
+        self.bind();
+        // SAFETY: an allocation on the raw stream of the bound context, never freed (the
+        // bench's process ends first); the copy writes its first 4096 bytes (`bytes` is at
+        // least that, checked) from `small.0`, which lives for the process.
+        unsafe {
+            assert!(bytes >= 4096);
+            let p = result::malloc_async(self.stream, bytes).unwrap();
+            for _ in 0..launches {
+                self.copy_kernel(self.small.0, p, 256, 1);
+            }
+            result::stream::synchronize(self.stream).unwrap();
+            p
+        }
+    }
+
     /// Compiles `src` with NVRTC for this device (and `options`) and loads it as a module
     /// kept for the process.
     pub(crate) fn load_program(&self, src: &str, options: &[&str]) {
