@@ -310,12 +310,13 @@ fn add_1k<D: Device>(a: &Tensor<D>, b: &Tensor<D>, out: &mut Tensor<D>, n: usize
 
 /// The 1024-element add, batched like the launch floor (`raw::launch_floor`), as a
 /// built-in op and as a `#[locus::kernel]` launch.
-fn small_ops() {
+fn small_ops(raw: &raw::Raw) {
     let a = Tensor::<G>::rand([1024], 1).unwrap();
     let b = Tensor::<G>::rand([1024], 2).unwrap();
     let n = raw::LAUNCHES;
     let submit = add_submit(&a, &b);
     row("small_add_1k_submit", &submit, "us/op", "1024-element add, host time per op in a batch of 20000, no sync");
+    small_add_over_floor(raw, &a, &b);
     small_add_traced(&a, &b);
     let mut out = Tensor::<G>::zeros([1024]).unwrap();
     // The first launch compiles the kernel: the warm-up samples take it.
@@ -345,6 +346,53 @@ fn small_ops() {
         t.elapsed().as_secs_f64() / (n / 10) as f64 * 1e6
     });
     row("small_add_1k_sync", &synced, "us/op", "1024-element add + synchronize, per op in a batch of 2000");
+}
+
+/// `small_add_1k_submit` and `small_add_1k_sync` over their launch floors with both in
+/// one sample: the floor's batch (`raw::launch_floor`'s) and then locus's, back to back,
+/// so that the two see the same machine state; each sample is the pair's ratio. The
+/// floors at the start of the run and the adds later drift apart between processes (on
+/// one machine the raw launch alone moved 3.4–4.4 µs from one process to the next, issue
+/// 35), which the ratio of their medians carries and this one does not.
+fn small_add_over_floor(raw: &raw::Raw, a: &Tensor<G>, b: &Tensor<G>) {
+    let n = raw::LAUNCHES;
+    let submit = samples(|| {
+        raw.sync_ctx();
+        let t = Instant::now();
+        for _ in 0..n {
+            raw.launch_empty();
+        }
+        let floor = t.elapsed().as_secs_f64();
+        raw.sync_ctx();
+        sync();
+        let t = Instant::now();
+        for _ in 0..n {
+            drop((a + b).unwrap());
+        }
+        let ours = t.elapsed().as_secs_f64();
+        sync();
+        ours / floor
+    });
+    let note = "small_add_1k_submit / ceiling_launch_floor, both batches of 20000 in each sample, back to back";
+    row("small_add_1k_submit_over_floor", &submit, "x", note);
+    let synced = samples(|| {
+        raw.sync_ctx();
+        let t = Instant::now();
+        for _ in 0..n / 10 {
+            raw.launch_empty();
+            cudarc::driver::result::ctx::synchronize().unwrap();
+        }
+        let floor = t.elapsed().as_secs_f64();
+        sync();
+        let t = Instant::now();
+        for _ in 0..n / 10 {
+            drop((a + b).unwrap());
+            sync();
+        }
+        t.elapsed().as_secs_f64() / floor
+    });
+    let note = "small_add_1k_sync / ceiling_launch_floor_sync, both batches of 2000 in each sample, back to back";
+    row("small_add_1k_sync_over_floor", &synced, "x", note);
 }
 
 /// The samples of `small_add_1k_submit`: host time per 1024-element add in a batch of
@@ -731,7 +779,7 @@ fn main() {
     let raw = raw::Raw::new(); // held to the end of the run
     raw::ceilings(&raw);
     copies();
-    small_ops();
+    small_ops(&raw);
     breakdown::rows(&raw);
     graph::chain20();
     graph_breakdown::rows_all(&raw);
