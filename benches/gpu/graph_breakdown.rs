@@ -77,16 +77,18 @@ struct RawChain {
 }
 
 impl RawChain {
-    fn capture(raw: &Raw) -> RawChain {
+    /// Each buffer an allocation of `size` bytes of its own (at least the chain's `N`
+    /// floats; larger spreads the buffers apart).
+    fn capture(raw: &Raw, size: usize) -> RawChain {
         raw.bind();
         let s = raw.stream();
-        let bytes = N * 4;
+        let bytes = size.max(N * 4);
         // SAFETY: plain allocations on the bound context, freed by `destroy` after the
         // stream is synchronized; memset so that the adds read defined values.
         let buffers: Vec<_> = (0..22)
             .map(|_| unsafe {
                 let p = result::malloc_sync(bytes).unwrap();
-                result::memset_d8_sync(p, 0, bytes).unwrap();
+                result::memset_d8_sync(p, 0, N * 4).unwrap();
                 p
             })
             .collect();
@@ -143,7 +145,7 @@ impl RawChain {
 
 /// The raw side: the chain captured from `raw`'s stream, launched with `cuGraphLaunch`.
 fn raw_side(raw: &Raw) {
-    let chain = RawChain::capture(raw);
+    let chain = RawChain::capture(raw, N * 4);
     let s = raw.stream();
     let launch = || chain.launch(raw);
     // SAFETY: `s` lives for the process.
@@ -199,13 +201,17 @@ fn locus_side() {
 
 /// The raw chain's device time per replay in µs (median, min, max of the samples), for a
 /// graph captured afresh, on new allocations, from `raw`'s stream.
-fn raw_chain_gpu(raw: &Raw) -> (f64, f64, f64) {
-    let chain = RawChain::capture(raw);
+fn raw_chain_gpu(raw: &Raw, size: usize) -> (f64, f64, f64, String) {
+    let chain = RawChain::capture(raw, size);
+    // Where its buffers lie: a chain of tiny kernels waits on every load, and how far the
+    // data is from the SM that runs the block (its L2 slice) may be what changes.
+    let (lo_addr, hi_addr) = chain.buffers.iter().fold((u64::MAX, 0), |(l, h), &p| (l.min(p), h.max(p)));
+    let at = format!("buffers at {lo_addr:#x}..{:#x}", hi_addr + (N * 4) as u64);
     let mut t = chain.gpu_times(raw);
     // SAFETY: `raw.time` synchronized its last event, after every replay: nothing runs.
     unsafe { chain.destroy() };
     t.sort_by(f64::total_cmp);
-    (t[t.len() / 2], t[0], t[t.len() - 1])
+    (t[t.len() / 2], t[0], t[t.len() - 1], at)
 }
 
 /// `gpu graph-probe`: the raw chain's device time per replay after each thing a bench
@@ -213,7 +219,12 @@ fn raw_chain_gpu(raw: &Raw) -> (f64, f64, f64) {
 /// nothing, 24.8 µs after locus's rows), to name the state that slows it.
 /// Prints the raw chain's device time per replay now, after `what`.
 fn probe_stage(raw: &Raw, what: &str) {
-    let (m, lo, hi) = raw_chain_gpu(raw);
+    probe_stage_sized(raw, what, N * 4);
+}
+
+/// [`probe_stage`] with each of the chain's buffers an allocation of `size` bytes.
+fn probe_stage_sized(raw: &Raw, what: &str, size: usize) {
+    let (m, lo, hi, at) = raw_chain_gpu(raw, size);
     raw.bind();
     let limit = |l| result::ctx::get_limit(l).unwrap_or(0);
     let limits = format!(
@@ -224,8 +235,8 @@ fn probe_stage(raw: &Raw, what: &str) {
     );
     let (reserved, used) = raw.pool_bytes();
     println!(
-        "graph_probe\t{m:.3}\tus\traw chain device time per replay, {what} ({limits}; default pool: {reserved} B \
-         reserved, {used} B used)\t{lo:.3}\t{hi:.3}"
+        "graph_probe\t{m:.3}\tus\traw chain device time per replay, {what} ({at}; {limits}; default pool: \
+         {reserved} B reserved, {used} B used)\t{lo:.3}\t{hi:.3}"
     );
 }
 
@@ -255,6 +266,10 @@ pub(crate) fn probe_adds(raw: &Raw) {
         sync();
         probe_stage(raw, &format!("after dropped add {i}"));
     }
+    // Then each buffer in a 64 MiB allocation of its own: if the chain is fast again,
+    // where its buffers lie is what the adds changed.
+    probe_stage_sized(raw, "with each buffer at the start of a 64 MiB allocation", 64 << 20);
+    probe_stage(raw, "again as before");
 }
 
 pub(crate) fn probe(raw: &Raw) {
@@ -324,6 +339,7 @@ pub(crate) fn probe(raw: &Raw) {
     row("graph_probe_locus_gpu", &t, "us", "locus Graph::replay device time per replay, after the stages above");
     drop(g);
     stage("after the locus graph is dropped");
+    probe_stage_sized(raw, "with each buffer at the start of a 64 MiB allocation", 64 << 20);
 }
 
 /// The raw side alone (`gpu graph-raw`, in a process where locus has done nothing), after
