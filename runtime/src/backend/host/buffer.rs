@@ -245,10 +245,7 @@ impl HostBuffer {
     /// thread records on the stream in between, before the job, and a stream waiting for
     /// that event would then skip the wait for this write.
     pub(in crate::backend::host) fn mark_written(&self) {
-        let mut u = self.uses();
-        if let Some(w) = u.writer.clone() {
-            u.written = w.order.mark_write();
-        }
+        self.uses().mark_written();
     }
 
     /// The address, which names the memory while it lives (a graph's inputs).

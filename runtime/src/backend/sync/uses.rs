@@ -57,6 +57,13 @@ impl<S: BookedStream, E> Uses<S, E> {
         Uses { writer, ready: None, written, seen: Vec::new(), users: Vec::new() }
     }
 
+    /// Numbers the write that produced this memory, just queued on its writer's stream.
+    pub(crate) fn mark_written(&mut self) {
+        if let Some(w) = &self.writer {
+            self.written = w.order().mark_write();
+        }
+    }
+
     /// Records `s` as a user, unless it is the home stream.
     pub(crate) fn add_user(&mut self, home: Option<&Arc<S>>, s: &Arc<S>) {
         if !home.is_some_and(|h| Arc::ptr_eq(h, s)) && !self.users.iter().any(|u| Arc::ptr_eq(u, s)) {
@@ -84,7 +91,6 @@ impl<S: BookedStream, E> Uses<S, E> {
         if Arc::ptr_eq(writer, on) {
             return Ok(());
         }
-        let writer = Arc::clone(writer);
         if self.seen.iter().any(|r| Arc::ptr_eq(r, on)) {
             count_skipped();
             return Ok(());
@@ -92,7 +98,7 @@ impl<S: BookedStream, E> Uses<S, E> {
         if on.order().has_waited(writer.stream_id(), self.written) {
             count_skipped();
         } else {
-            wait(self.last_write(&writer))?;
+            wait(self.last_write(writer))?;
             count_cross_stream_wait();
         }
         self.seen.push(Arc::clone(on));

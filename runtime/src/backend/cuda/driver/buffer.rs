@@ -173,10 +173,7 @@ impl CudaBuffer {
 
     /// Numbers the write that produced this memory, just queued on its stream.
     pub(crate) fn mark_written(&self) {
-        let mut u = self.uses();
-        if let Some(w) = u.writer.clone() {
-            u.written = w.order.mark_write();
-        }
+        self.uses().mark_written();
     }
 
     /// Marks the end of the write that produced this memory.

@@ -101,10 +101,11 @@ impl KernelArgs {
         for _ in 0..size_of::<T>().div_ceil(size_of::<u64>()).max(1) {
             self.words.push(MaybeUninit::uninit());
         }
-        // SAFETY: the words just added hold at least `size_of::<T>()` bytes, start at an
-        // 8-byte boundary (the alignment of `u64`, at least `T`'s: asserted above) and are
-        // owned by `self.words` alone; writing a `T` there reads nothing.
-        unsafe { self.words.as_mut_slice().as_mut_ptr().add(start).cast::<T>().write(value) };
+        let at = self.words.as_mut_slice()[start..].as_mut_ptr().cast::<T>();
+        // The words from `at` on (just added) hold at least `size_of::<T>()` bytes, start at an 8-byte boundary
+        // (the alignment of `u64`, at least `T`'s: asserted above) and are owned by `self.words` alone.
+        // SAFETY: as just said, `at` is valid and aligned for a write of one `T`, which reads nothing.
+        unsafe { at.write(value) };
         self.starts.push(start);
         self
     }

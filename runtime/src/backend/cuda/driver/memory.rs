@@ -77,9 +77,7 @@ pub(in crate::backend::cuda) fn done(mut out: CudaBuffer) -> Result<CudaBuffer> 
     let bytes = out.bytes();
     // The op owns `out`: its books are read and written without a lock.
     let (uses, home) = out.owned_books();
-    if let Some(w) = &uses.writer {
-        uses.written = w.order.mark_write();
-    }
+    uses.mark_written();
     let writer = uses.writer.as_ref().unwrap_or(home);
     // In a capture the event would mark a point of the graph, which nothing outside it
     // may wait for; a captured reader on another stream waits for the writer instead.
