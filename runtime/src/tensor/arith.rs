@@ -112,18 +112,19 @@ macro_rules! tensor_op {
         {
             type Output = Result<Tensor<D, T>>;
             fn $method(self, $rhs: $Rhs) -> Self::Output {
-                self.binary($op, &same_element::<E, U, T>($op.name(), $borrow)?)
+                self.binary($op, same_element::<E, U, T>($op.name(), $borrow)?)
             }
         }
     };
 }
 
-/// `t` typed with `T`, its own element type by the operator's `SameElement` bound (a
-/// handle to the same memory).
-fn same_element<E: Device, U: Element, T: Element>(op: &'static str, t: &Tensor<E, U>) -> Result<Tensor<E, T>> {
-    t.clone()
-        .retyped()
-        .map_err(|_| Error::InvalidArgument { op, reason: format!("operands of {} and {}", T::DTYPE, U::DTYPE) })
+/// `t` typed with `T`, its own element type by the operator's `SameElement` bound: the
+/// same reference, never a clone (a clone of the right operand cost each op an
+/// allocation and two atomic counts, issue 35).
+fn same_element<'t, E: Device, U: Element, T: Element>(op: &'static str, t: &'t Tensor<E, U>) -> Result<&'t Tensor<E, T>> {
+    (t as &dyn std::any::Any)
+        .downcast_ref()
+        .ok_or_else(|| Error::InvalidArgument { op, reason: format!("operands of {} and {}", T::DTYPE, U::DTYPE) })
 }
 
 macro_rules! scalar_op {
