@@ -272,6 +272,33 @@ pub(crate) fn probe_adds(raw: &Raw) {
     probe_stage(raw, "again as before");
 }
 
+/// `gpu graph-probe-repeat`: nothing of locus at all, only the raw chain, captured, timed
+/// and destroyed 30 times over (each a probe stage), with one chain kept from the start
+/// and timed again after every fifth: is the step the count of graphs the process made
+/// (graph-probe's slow stages began at its 14th), not what locus did before it?
+pub(crate) fn probe_repeat(raw: &Raw) {
+    let kept = RawChain::capture(raw, N * 4);
+    let time_kept = |what: &str| {
+        let mut t = kept.gpu_times(raw);
+        t.sort_by(f64::total_cmp);
+        println!(
+            "graph_probe\t{:.3}\tus\tthe first raw chain, kept and timed again, {what}\t{:.3}\t{:.3}",
+            t[t.len() / 2],
+            t[0],
+            t[t.len() - 1]
+        );
+    };
+    time_kept("at the start");
+    for i in 1..=30 {
+        probe_stage(raw, &format!("raw graph {i} of the process (no locus)"));
+        if i % 5 == 0 {
+            time_kept(&format!("after {i} more raw graphs"));
+        }
+    }
+    // SAFETY: `raw.time` synchronized its last event, after every replay: nothing runs.
+    unsafe { kept.destroy() };
+}
+
 pub(crate) fn probe(raw: &Raw) {
     let stage = |what: &str| probe_stage(raw, what);
     stage("fresh process");

@@ -15,6 +15,7 @@
 //!     gpu breakdown                                                 (an op's and a replay's time in parts)
 //!     gpu graph-raw                                                 (the raw graph rows, locus untouched)
 //!     gpu graph-probe                                               (the raw graph after each stage of a process)
+//!     gpu graph-probe-repeat                                        (the raw graph 30 times over, no locus)
 //!     gpu grads FILE                                                (gradients for benches/torch_grads.py)
 //!
 //! Without the cuda backend it measures nothing and exits with status 1.
@@ -703,6 +704,12 @@ fn main() {
         // `gpu graph-probe-adds`: the raw chain's device time after each locus add.
         println!("# row\tmedian\tunit\tnote\tmin\tmax");
         graph_breakdown::probe_adds(&raw::Raw::new());
+        return;
+    }
+    if args.iter().any(|a| a == "graph-probe-repeat") {
+        // `gpu graph-probe-repeat`: the raw chain again and again, locus untouched.
+        println!("# row\tmedian\tunit\tnote\tmin\tmax");
+        graph_breakdown::probe_repeat(&raw::Raw::new());
         return;
     }
     if args.iter().any(|a| a == "graph-probe") {
