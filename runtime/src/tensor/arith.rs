@@ -121,7 +121,10 @@ macro_rules! tensor_op {
 /// `t` typed with `T`, its own element type by the operator's `SameElement` bound: the
 /// same reference, never a clone (a clone of the right operand cost each op an
 /// allocation and two atomic counts, issue 35).
-fn same_element<'t, E: Device, U: Element, T: Element>(op: &'static str, t: &'t Tensor<E, U>) -> Result<&'t Tensor<E, T>> {
+fn same_element<'t, E: Device, U: Element, T: Element>(
+    op: &'static str,
+    t: &'t Tensor<E, U>,
+) -> Result<&'t Tensor<E, T>> {
     (t as &dyn std::any::Any)
         .downcast_ref()
         .ok_or_else(|| Error::InvalidArgument { op, reason: format!("operands of {} and {}", T::DTYPE, U::DTYPE) })
