@@ -127,6 +127,25 @@ impl RawChain {
         .collect()
     }
 
+    /// [`RawChain::gpu_times`] with the stream held by a 3 ms spin kernel until all the
+    /// replays are queued (the device time cannot include the host falling behind), and
+    /// the host µs per replay it took to queue them.
+    fn gated_times(&self, raw: &Raw) -> (Vec<f64>, Vec<f64>) {
+        let mut host = Vec::new();
+        let device = raw.time_after(
+            || raw.launch_spin(3_000_000),
+            || {
+                let t = Instant::now();
+                for _ in 0..GPU_REPLAYS {
+                    self.launch(raw);
+                }
+                host.push(t.elapsed().as_secs_f64() / GPU_REPLAYS as f64 * 1e6);
+            },
+        );
+        let per = |t: Vec<f64>| t.into_iter().map(|t| t / GPU_REPLAYS as f64 * 1e6).collect();
+        (per(device), host)
+    }
+
     /// Frees the graph and its buffers.
     ///
     /// # Safety
@@ -208,10 +227,38 @@ fn raw_chain_gpu(raw: &Raw, size: usize) -> (f64, f64, f64, String) {
     let (lo_addr, hi_addr) = chain.buffers.iter().fold((u64::MAX, 0), |(l, h), &p| (l.min(p), h.max(p)));
     let at = format!("buffers at {lo_addr:#x}..{:#x}", hi_addr + (N * 4) as u64);
     let mut t = chain.gpu_times(raw);
+    // The same timed behind a gate, and how long the host took to queue the replays; the
+    // process's threads by name (a locus thread started by then would show here).
+    let (mut gated, mut host) = chain.gated_times(raw);
     // SAFETY: `raw.time` synchronized its last event, after every replay: nothing runs.
     unsafe { chain.destroy() };
     t.sort_by(f64::total_cmp);
+    gated.sort_by(f64::total_cmp);
+    host.sort_by(f64::total_cmp);
+    let at = format!(
+        "{at}; behind a 3 ms gate {:.3} us [{:.3}-{:.3}], queued at {:.3} us per replay; threads: {}",
+        gated[gated.len() / 2],
+        gated[0],
+        gated[gated.len() - 1],
+        host[host.len() / 2],
+        thread_summary()
+    );
     (t[t.len() / 2], t[0], t[t.len() - 1], at)
+}
+
+/// The process's threads, counted by name ("locus-pool" x 15, ...).
+fn thread_summary() -> String {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return "unknown".into() };
+    let mut names: Vec<String> = tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().trim_end_matches(|c: char| c.is_ascii_digit()).to_string())
+        .collect();
+    names.sort();
+    let mut out: Vec<String> = Vec::new();
+    for n in names.chunk_by(|a, b| a == b) {
+        out.push(format!("{} x{}", n[0], n.len()));
+    }
+    out.join(", ")
 }
 
 /// `gpu graph-probe`: the raw chain's device time per replay after each thing a bench
@@ -297,6 +344,26 @@ pub(crate) fn probe_repeat(raw: &Raw) {
     }
     // SAFETY: `raw.time` synchronized its last event, after every replay: nothing runs.
     unsafe { kept.destroy() };
+}
+
+/// `gpu graph-probe-idle`: locus's `ones` and one add, then the raw chain after each
+/// second of doing nothing, ten times, then after 12 kept adds: is the step a matter of
+/// time since locus began (a thread of its own), not of the adds?
+pub(crate) fn probe_idle(raw: &Raw) {
+    let sync = || Stream::<G>::default_stream().unwrap().synchronize().unwrap();
+    probe_stage(raw, "fresh process");
+    let x = Tensor::<G>::ones([N]).unwrap();
+    let first = (&x + &x).unwrap();
+    sync();
+    probe_stage(raw, "after locus's ones and one add");
+    for i in 1..=10 {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        probe_stage(raw, &format!("after {i} s more of nothing"));
+    }
+    let kept: Vec<_> = (0..12).map(|_| (&x + &x).unwrap()).collect();
+    sync();
+    probe_stage(raw, "after 12 kept adds");
+    drop((first, kept));
 }
 
 pub(crate) fn probe(raw: &Raw) {

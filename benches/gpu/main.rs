@@ -16,6 +16,7 @@
 //!     gpu graph-raw                                                 (the raw graph rows, locus untouched)
 //!     gpu graph-probe                                               (the raw graph after each stage of a process)
 //!     gpu graph-probe-repeat                                        (the raw graph 30 times over, no locus)
+//!     gpu graph-probe-idle                                          (the raw graph after idle seconds once locus began)
 //!     gpu grads FILE                                                (gradients for benches/torch_grads.py)
 //!
 //! Without the cuda backend it measures nothing and exits with status 1.
@@ -704,6 +705,12 @@ fn main() {
         // `gpu graph-probe-adds`: the raw chain's device time after each locus add.
         println!("# row\tmedian\tunit\tnote\tmin\tmax");
         graph_breakdown::probe_adds(&raw::Raw::new());
+        return;
+    }
+    if args.iter().any(|a| a == "graph-probe-idle") {
+        // `gpu graph-probe-idle`: the raw chain after each idle second once locus began.
+        println!("# row\tmedian\tunit\tnote\tmin\tmax");
+        graph_breakdown::probe_idle(&raw::Raw::new());
         return;
     }
     if args.iter().any(|a| a == "graph-probe-repeat") {

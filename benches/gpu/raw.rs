@@ -17,6 +17,7 @@ pub(crate) struct Raw {
     small: (sys::CUdeviceptr, sys::CUdeviceptr, sys::CUevent),
     copy: sys::CUfunction,
     empty: sys::CUfunction,
+    spin: sys::CUfunction,
     /// The C++ baseline's `add_f32` (one thread per element), for the raw graph chain.
     add: sys::CUfunction,
     sms: u64,
@@ -32,6 +33,17 @@ pub(crate) struct Raw {
 /// requests per thread are in flight; a grid-stride loop lets any grid cover the data.
 const RAW_KERNELS: &str = r#"
 extern "C" __global__ void empty() {}
+__device__ unsigned long long now_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+/* Holds its stream for `ns` nanoseconds: work queued behind it waits, so a timing can
+   start only once all of it is queued. */
+extern "C" __global__ void spin(unsigned long long ns) {
+    const unsigned long long t0 = now_ns();
+    while (now_ns() - t0 < ns) {}
+}
 extern "C" __global__ void add_f32(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ out, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = a[i] + b[i];
@@ -78,6 +90,7 @@ impl Raw {
         let module = ctx.load_module(ptx).unwrap();
         let copy = module.load_function("copy4").unwrap().cu_function();
         let empty = module.load_function("empty").unwrap().cu_function();
+        let spin = module.load_function("spin").unwrap().cu_function();
         let add = module.load_function("add_f32").unwrap().cu_function();
         let attr = |a| ctx.attribute(a).unwrap().max(1) as u64;
         let sms = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
@@ -92,7 +105,7 @@ impl Raw {
                 result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).unwrap(),
             )
         };
-        Raw { stream, small, copy, empty, add, sms, threads_per_sm, ptx_header, ctx, _module: module }
+        Raw { stream, small, copy, empty, spin, add, sms, threads_per_sm, ptx_header, ctx, _module: module }
     }
 
     /// Keeps freed stream-ordered memory in the device's default pool, as locus does.
@@ -198,16 +211,21 @@ impl Raw {
     }
 
     /// Seconds per sample of the work `f` queues on `self.stream`, between two events.
-    pub(crate) fn time(&self, mut f: impl FnMut()) -> Vec<f64> {
+    pub(crate) fn time(&self, f: impl FnMut()) -> Vec<f64> {
+        self.time_after(|| {}, f)
+    }
+
+    /// [`Raw::time`] with `before` queued ahead of the first event of every sample.
+    pub(crate) fn time_after(&self, mut before: impl FnMut(), mut f: impl FnMut()) -> Vec<f64> {
         self.bind();
         let (a, b) = (
             result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).unwrap(),
             result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).unwrap(),
         );
         let t = samples(|| {
-            // SAFETY: `a` and `b` were created above on the bound context and live until
-            // the end of this function; `self.stream` lives as long as `self`. `b` has
-            // completed before the elapsed time is read.
+            before();
+            // SAFETY: as in `time`: both events live to the end of this function on the
+            // bound context, `b` completes before the elapsed time is read.
             unsafe {
                 result::event::record(a, self.stream).unwrap();
                 f();
@@ -216,7 +234,7 @@ impl Raw {
                 result::event::elapsed(a, b).unwrap() as f64 / 1e3
             }
         });
-        // SAFETY: both events completed (the last sample synchronized `b`, recorded after `a`).
+        // SAFETY: both events completed (the last sample synchronized `b`).
         unsafe {
             result::event::destroy(a).unwrap();
             result::event::destroy(b).unwrap();
@@ -247,6 +265,15 @@ impl Raw {
     pub(crate) fn record(&self) {
         // SAFETY: the event and the stream were made on this context and live for the process.
         unsafe { result::event::record(self.small.2, self.stream).unwrap() };
+    }
+
+    /// Queues a one-thread kernel that holds the stream for `ns` nanoseconds.
+    pub(crate) fn launch_spin(&self, ns: u64) {
+        let mut ns = ns;
+        let mut args = [(&raw mut ns).cast::<std::ffi::c_void>()];
+        // SAFETY: `spin` takes one `unsigned long long`, passed by a pointer to a live u64
+        // for the call, and touches no memory.
+        unsafe { result::launch_kernel(self.spin, (1, 1, 1), (1, 1, 1), 0, self.stream, &mut args).unwrap() };
     }
 
     pub(crate) fn launch_empty(&self) {
