@@ -19,7 +19,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -141,20 +141,48 @@ const WORKLOADS: [(&str, Workload, u64, usize); 5] = [
 const PARTS: usize = 2;
 
 /// What is back to its baseline after each run.
-#[derive(Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 struct Held {
     allocated: Vec<usize>,
     pinned_in_use: usize,
     streams: usize,
-    threads: usize,
+    /// Locus's own threads (it names every thread it starts `locus-…`): counted exactly.
+    locus_threads: usize,
+    /// Every other thread but the CUDA driver's named ones (`cuda…`): the test's, and any
+    /// a library starts unnamed, which then carries the name of the thread that made it.
+    other_threads: usize,
 }
 
-/// The threads counted as held: all but the CUDA driver's own (named `cuda…`), which the
-/// driver starts when it chooses (a GPU run once saw one appear late in the loader's runs)
-/// and keeps for the process. Locus names its threads `locus-…`; those, and any thread
-/// without a name of its own (named after the process), are counted.
-fn threads() -> usize {
-    thread_names().iter().filter(|n| !n.starts_with("cuda")).count()
+/// Threads of neither kind above that the process may have gained for good: 0, then 1
+/// once a run ended with one more. The CUDA driver starts threads of its own when it
+/// chooses and keeps them (two GPU runs saw one appear during the loader's seeded runs,
+/// named after the test's thread that called the driver, and stay to the end); one such
+/// thread is taken into the baseline, with its name printed; a second fails the run, and
+/// locus's own threads are never taken in.
+static EXTRA_THREADS: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether `now` is back to the baseline `base`.
+fn back_to(now: &Held, base: &Held) -> bool {
+    now.allocated == base.allocated
+        && now.pinned_in_use == base.pinned_in_use
+        && now.streams == base.streams
+        && now.locus_threads == base.locus_threads
+        && now.other_threads == base.other_threads + EXTRA_THREADS.load(Ordering::SeqCst)
+}
+
+/// Takes one new thread that is not locus's into the baseline, if that is all that
+/// differs and none was taken before.
+fn take_in_one_thread(now: &Held, base: &Held) -> bool {
+    let only_one_more = Held { other_threads: base.other_threads + 1, ..base.clone() };
+    let taken =
+        now == &only_one_more && EXTRA_THREADS.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst).is_ok();
+    if taken {
+        println!(
+            "fault campaign: one thread that is not locus's appeared and stays ({:?}): counted as the process's from now on",
+            thread_names()
+        );
+    }
+    taken
 }
 
 /// The names of this process's threads, for a message about threads left behind.
@@ -170,11 +198,14 @@ fn thread_names() -> Vec<String> {
 
 fn held() -> Held {
     let ids = devices().unwrap();
+    let names = thread_names();
+    let locus_threads = names.iter().filter(|n| n.starts_with("locus-")).count();
     Held {
         allocated: ids.iter().map(|&d| locus::memory_allocated(d).unwrap()).collect(),
         pinned_in_use: locus::pinned_stats().bytes_in_use,
         streams: locus::stream_count().unwrap(),
-        threads: threads(),
+        locus_threads,
+        other_threads: names.iter().filter(|n| !n.starts_with("cuda")).count() - locus_threads,
     }
 }
 
@@ -187,7 +218,7 @@ fn settle(want: &Held) -> Held {
             let _ = locus::synchronize(d);
         }
         let now = held();
-        if &now == want || Instant::now() > until {
+        if back_to(&now, want) || Instant::now() > until {
             return now;
         }
         std::thread::sleep(Duration::from_millis(5));
@@ -250,7 +281,7 @@ fn run(name: &str, w: Workload, plan: &str, clean: &Values, base: &Held) -> Resu
         return Err(format!("{name} under `{plan}` {why} (faults made: {notes:?})"));
     }
     let now = settle(base);
-    if &now != base {
+    if !back_to(&now, base) && !take_in_one_thread(&now, base) {
         return Err(format!(
             "{name} under `{plan}` left {now:?}, not {base:?} (faults made: {notes:?}; threads now: {:?})",
             thread_names()
