@@ -112,7 +112,8 @@ impl TcpStore {
         let listener =
             TcpListener::bind(addr).map_err(|e| dist("store.serve", format!("cannot listen on {addr}: {e}")))?;
         let local = listener.local_addr().map_err(|e| dist("store.serve", format!("{addr}: {e}")))?;
-        let server = Server::start(listener, local, world_size);
+        let server = Server::start(listener, local, world_size)
+            .map_err(|e| dist("store.serve", format!("cannot start the store's thread for {addr}: {e}")))?;
         let mut store = TcpStore::connect(&server.connect_addr().to_string(), timeout)?;
         store.server = Some(server);
         Ok(store)

@@ -47,13 +47,17 @@ pub(super) struct Server {
 impl Server {
     /// Serves `listener`, bound at `local`, for `world_size` processes, from a thread of
     /// its own until dropped.
-    pub(super) fn start(listener: TcpListener, local: SocketAddr, world_size: usize) -> Server {
+    /// An `Err` where the thread cannot be started. Named `locus-store-accept`, as every
+    /// thread locus starts is named `locus-…` (the fault campaign counts them by name).
+    pub(super) fn start(listener: TcpListener, local: SocketAddr, world_size: usize) -> io::Result<Server> {
         let shared = Arc::new(Shared::default());
         let accept = {
             let shared = shared.clone();
-            std::thread::spawn(move || accept_loop(listener, shared))
+            std::thread::Builder::new()
+                .name("locus-store-accept".into())
+                .spawn(move || accept_loop(listener, shared))?
         };
-        Server { shared, local, world_size, accept: Some(accept) }
+        Ok(Server { shared, local, world_size, accept: Some(accept) })
     }
 
     /// Where this machine reaches the listener (loopback when it listens everywhere).

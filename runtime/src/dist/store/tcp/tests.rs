@@ -111,3 +111,18 @@ fn wire_format() {
     assert_eq!(i64::from_le_bytes(reply[23..].try_into().unwrap()), 2); // "init/" and "/x"
     assert_eq!(store.get("x").unwrap(), b"50");
 }
+
+/// Every thread locus starts is named `locus-…` (the fault campaign tells locus's threads
+/// from the driver's by that): the store's accept thread too. The kernel keeps the first
+/// 15 bytes of a thread's name.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_store_names_its_thread() {
+    let (_store, _) = host(1, T);
+    let names: Vec<String> = std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_string())
+        .collect();
+    assert!(names.iter().any(|n| n == "locus-store-acc"), "no thread named locus-store-accept among {names:?}");
+}
