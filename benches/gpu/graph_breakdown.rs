@@ -20,7 +20,7 @@ use cudarc::driver::{result, sys};
 use locus::{Graph, Stream, Tensor};
 
 use crate::breakdown::host_per_call;
-use crate::method::{row, samples};
+use crate::method::{row, samples, stats};
 use crate::raw::Raw;
 use crate::{stream_time, G};
 
@@ -226,24 +226,18 @@ fn raw_chain_gpu(raw: &Raw, size: usize) -> (f64, f64, f64, String) {
     // data is from the SM that runs the block (its L2 slice) may be what changes.
     let (lo_addr, hi_addr) = chain.buffers.iter().fold((u64::MAX, 0), |(l, h), &p| (l.min(p), h.max(p)));
     let at = format!("buffers at {lo_addr:#x}..{:#x}", hi_addr + (N * 4) as u64);
-    let mut t = chain.gpu_times(raw);
+    let (m, lo, hi) = stats(&chain.gpu_times(raw));
     // The same timed behind a gate, and how long the host took to queue the replays; the
     // process's threads by name (a locus thread started by then would show here).
-    let (mut gated, mut host) = chain.gated_times(raw);
+    let (gated, host) = chain.gated_times(raw);
     // SAFETY: `raw.time` synchronized its last event, after every replay: nothing runs.
     unsafe { chain.destroy() };
-    t.sort_by(f64::total_cmp);
-    gated.sort_by(f64::total_cmp);
-    host.sort_by(f64::total_cmp);
+    let ((g, g_lo, g_hi), (queued, _, _)) = (stats(&gated), stats(&host));
     let at = format!(
-        "{at}; behind a 3 ms gate {:.3} us [{:.3}-{:.3}], queued at {:.3} us per replay; threads: {}",
-        gated[gated.len() / 2],
-        gated[0],
-        gated[gated.len() - 1],
-        host[host.len() / 2],
+        "{at}; behind a 3 ms gate {g:.3} us [{g_lo:.3}-{g_hi:.3}], queued at {queued:.3} us per replay; threads: {}",
         thread_summary()
     );
-    (t[t.len() / 2], t[0], t[t.len() - 1], at)
+    (m, lo, hi, at)
 }
 
 /// The process's threads, counted by name ("locus-pool" x 15, ...).
@@ -326,14 +320,8 @@ pub(crate) fn probe_adds(raw: &Raw) {
 pub(crate) fn probe_repeat(raw: &Raw) {
     let kept = RawChain::capture(raw, N * 4);
     let time_kept = |what: &str| {
-        let mut t = kept.gpu_times(raw);
-        t.sort_by(f64::total_cmp);
-        println!(
-            "graph_probe\t{:.3}\tus\tthe first raw chain, kept and timed again, {what}\t{:.3}\t{:.3}",
-            t[t.len() / 2],
-            t[0],
-            t[t.len() - 1]
-        );
+        let (m, lo, hi) = stats(&kept.gpu_times(raw));
+        println!("graph_probe\t{m:.3}\tus\tthe first raw chain, kept and timed again, {what}\t{lo:.3}\t{hi:.3}");
     };
     time_kept("at the start");
     for i in 1..=30 {
