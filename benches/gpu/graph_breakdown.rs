@@ -21,7 +21,7 @@ use locus::{Graph, Stream, Tensor};
 
 use crate::breakdown::host_per_call;
 use crate::method::{row, samples, stats};
-use crate::raw::Raw;
+use crate::raw::{BlockFrom, Raw};
 use crate::{stream_time, G};
 
 /// Replays per host-time batch: 160 kernels, far below the driver's launch queue.
@@ -352,6 +352,63 @@ pub(crate) fn probe_idle(raw: &Raw) {
     sync();
     probe_stage(raw, "after 12 kept adds");
     drop((first, kept));
+}
+
+/// The variants of `gpu graph-probe-kind`, each run in a process of its own.
+pub(crate) const PROBE_KINDS: [&str; 8] = [
+    "locus-add",
+    "locus-add-dropped",
+    "raw-pool",
+    "raw-pool-unwritten",
+    "raw-pool-freed",
+    "raw-pool-big",
+    "raw-plain",
+    "own-pool",
+];
+
+/// `gpu graph-probe-kind KIND`: the raw chain after each of 20 allocations of one kind,
+/// in a process that did nothing else: which allocation, by whom, and whether written,
+/// brings the step `graph-probe-adds` found at the pool's tenth live 4 KiB block.
+pub(crate) fn probe_kind(raw: &Raw, kind: &str) -> Result<(), String> {
+    if !PROBE_KINDS.contains(&kind) {
+        return Err(format!("graph-probe-kind: no kind `{kind}`; one of {}", PROBE_KINDS.join(", ")));
+    }
+    let sync = || Stream::<G>::default_stream().unwrap().synchronize().unwrap();
+    probe_stage(raw, &format!("{kind}: fresh process"));
+    let own = (kind == "own-pool").then(|| raw.own_pool());
+    let x = kind.starts_with("locus").then(|| {
+        let x = Tensor::<G>::ones([N]).unwrap();
+        sync();
+        probe_stage(raw, &format!("{kind}: after locus's ones"));
+        x
+    });
+    let (mut kept, mut blocks) = (Vec::new(), Vec::new());
+    for i in 1..=20 {
+        match (kind, &x) {
+            ("locus-add", Some(x)) => kept.push((x + x).unwrap()),
+            ("locus-add-dropped", Some(x)) => drop((x + x).unwrap()),
+            ("raw-pool" | "raw-pool-freed", _) => blocks.push(raw.block(BlockFrom::Pool, 4096, 1)),
+            ("raw-pool-unwritten", _) => blocks.push(raw.block(BlockFrom::Pool, 4096, 0)),
+            ("raw-pool-big", _) if i <= 3 => blocks.push(raw.block(BlockFrom::Pool, [64 << 10, 1 << 20, 16 << 20][i - 1], 1)),
+            ("raw-plain", _) => blocks.push(raw.block(BlockFrom::Plain, 4096, 1)),
+            ("own-pool", _) => blocks.push(raw.block(BlockFrom::Own(own.unwrap()), 4096, 1)),
+            _ => break,
+        }
+        sync();
+        probe_stage(raw, &format!("{kind}: after {i}"));
+    }
+    if kind == "raw-pool-freed" {
+        for p in blocks.drain(..) {
+            raw.free_pool_block(p);
+        }
+        probe_stage(raw, &format!("{kind}: after all 20 freed"));
+        for i in 1..=3 {
+            blocks.push(raw.block(BlockFrom::Pool, 4096, 1));
+            probe_stage(raw, &format!("{kind}: after {i} again"));
+        }
+    }
+    drop((kept, x));
+    Ok(())
 }
 
 pub(crate) fn probe(raw: &Raw) {

@@ -16,6 +16,7 @@
 //!     gpu graph-raw                                                 (the raw graph rows, locus untouched)
 //!     gpu graph-probe                                               (the raw graph after each stage of a process)
 //!     gpu graph-probe-repeat                                        (the raw graph 30 times over, no locus)
+//!     gpu graph-probe-kind KIND                                     (the raw graph after 20 allocations of one kind)
 //!     gpu graph-probe-idle                                          (the raw graph after idle seconds once locus began)
 //!     gpu grads FILE                                                (gradients for benches/torch_grads.py)
 //!
@@ -699,6 +700,16 @@ fn main() {
         let path = args.get(at + 1).map_or("tiny_gpt_trace.json", String::as_str);
         let steps = args.get(at + 2).and_then(|s| s.parse().ok()).unwrap_or(5);
         train::tiny_gpt_trace(path, steps).unwrap();
+        return;
+    }
+    if let Some(at) = args.iter().position(|a| a == "graph-probe-kind") {
+        // `gpu graph-probe-kind KIND`: the raw chain after each of 20 allocations of one kind.
+        println!("# row\tmedian\tunit\tnote\tmin\tmax");
+        let kind = args.get(at + 1).map_or("", String::as_str);
+        if let Err(e) = graph_breakdown::probe_kind(&raw::Raw::new(), kind) {
+            eprintln!("{e}");
+            std::process::exit(2);
+        }
         return;
     }
     if args.iter().any(|a| a == "graph-probe-adds") {

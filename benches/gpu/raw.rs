@@ -67,6 +67,14 @@ extern "C" __global__ void copy4(const float4* __restrict__ x, float4* __restric
 }
 "#;
 
+/// Where [`Raw::block`] takes a block from.
+#[derive(Clone, Copy)]
+pub(crate) enum BlockFrom {
+    Pool,
+    Own(sys::CUmemoryPool),
+    Plain,
+}
+
 /// Launches per submit batch of the launch floor (as in the locus small-op rows); the
 /// synchronized batch is a tenth of it.
 pub(crate) const LAUNCHES: usize = 20_000;
@@ -158,6 +166,69 @@ impl Raw {
             result::stream::synchronize(self.stream).unwrap();
             p
         }
+    }
+
+    /// A 4 KiB-or-larger block of `bytes`, kept for the process, written by the copy kernel
+    /// `launches` times (then synchronized), from where `from` says: the default pool on
+    /// the raw stream (`Pool`), a pool made for it (`Own`, `cuMemPoolCreate`), or
+    /// `cuMemAlloc` (`Plain`).
+    pub(crate) fn block(&self, from: BlockFrom, bytes: usize, launches: usize) -> sys::CUdeviceptr {
+        assert!(bytes >= 4096);
+        self.bind();
+        let mut p: sys::CUdeviceptr = 0;
+        // SAFETY: each allocation is made on the bound context (on the raw stream where it is
+        // stream-ordered) and written only within its first 4096 bytes from `small.0`, which
+        // lives for the process; the stream is synchronized before the block is handed out.
+        unsafe {
+            match from {
+                BlockFrom::Pool => p = result::malloc_async(self.stream, bytes).unwrap(),
+                BlockFrom::Plain => p = result::malloc_sync(bytes).unwrap(),
+                BlockFrom::Own(pool) => {
+                    sys::cuMemAllocFromPoolAsync(&mut p, bytes, pool, self.stream).result().unwrap()
+                }
+            }
+            for _ in 0..launches {
+                self.copy_kernel(self.small.0, p, 256, 1);
+            }
+            result::stream::synchronize(self.stream).unwrap();
+        }
+        p
+    }
+
+    /// Gives a block of [`Raw::block`] from a pool back on the raw stream, and waits.
+    pub(crate) fn free_pool_block(&self, p: sys::CUdeviceptr) {
+        self.bind();
+        // SAFETY: `p` came from a pool on this context; the stream's work on it (all
+        // synchronized) is done and nothing uses it after.
+        unsafe {
+            result::free_async(p, self.stream).unwrap();
+            result::stream::synchronize(self.stream).unwrap();
+        }
+    }
+
+    /// A new memory pool of device 0's memory, kept for the process, that keeps what is
+    /// freed into it (the release threshold locus sets on the default pool).
+    pub(crate) fn own_pool(&self) -> sys::CUmemoryPool {
+        self.bind();
+        let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+        // SAFETY: the props are zeroed but for the allocation type and the location (device
+        // 0, pinned device memory), as `cuMemPoolCreate` asks; the pool is written through a
+        // valid pointer and never destroyed. The threshold is a `u64` read during the call.
+        unsafe {
+            let mut props: sys::CUmemPoolProps = std::mem::zeroed();
+            props.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+            props.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+            props.location.id = 0;
+            sys::cuMemPoolCreate(&mut pool, &props).result().unwrap();
+            let mut threshold = u64::MAX;
+            result::mem_pool::set_attribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                &mut threshold as *mut u64 as *mut c_void,
+            )
+            .unwrap();
+        }
+        pool
     }
 
     /// Compiles `src` with NVRTC for this device (and `options`) and loads it as a module
