@@ -355,8 +355,12 @@ pub(crate) fn probe_idle(raw: &Raw) {
 }
 
 /// The variants of `gpu graph-probe-kind`, each run in a process of its own.
-pub(crate) const PROBE_KINDS: [&str; 8] = [
+pub(crate) const PROBE_KINDS: [&str; 12] = [
     "locus-add",
+    "locus-ones",
+    "locus-relu",
+    "raw-locus-add",
+    "raw-second-stream",
     "locus-add-dropped",
     "raw-pool",
     "raw-pool-unwritten",
@@ -376,6 +380,15 @@ pub(crate) fn probe_kind(raw: &Raw, kind: &str) -> Result<(), String> {
     let sync = || Stream::<G>::default_stream().unwrap().synchronize().unwrap();
     probe_stage(raw, &format!("{kind}: fresh process"));
     let own = (kind == "own-pool").then(|| raw.own_pool());
+    let locus_add = (kind == "raw-locus-add").then(|| {
+        (
+            raw.function(&locus_kernels::Source::Elementwise.program(), "add_small_f32"),
+            raw.block(BlockFrom::Plain, 4096, 0),
+        )
+    });
+    // A stream of the raw context besides the raw one, never destroyed (the process ends first).
+    let second =
+        (kind == "raw-second-stream").then(|| result::stream::create(result::stream::StreamKind::NonBlocking).unwrap());
     let x = kind.starts_with("locus").then(|| {
         let x = Tensor::<G>::ones([N]).unwrap();
         sync();
@@ -387,9 +400,18 @@ pub(crate) fn probe_kind(raw: &Raw, kind: &str) -> Result<(), String> {
         match (kind, &x) {
             ("locus-add", Some(x)) => kept.push((x + x).unwrap()),
             ("locus-add-dropped", Some(x)) => drop((x + x).unwrap()),
+            ("locus-ones", Some(_)) => kept.push(Tensor::<G>::ones([N]).unwrap()),
+            ("locus-relu", Some(x)) => kept.push(x.relu().unwrap()),
+            // SAFETY: `add_small_f32(const float*, const float*, float*, u64, int*)`, into a 4 KiB block.
+            ("raw-locus-add", _) => unsafe {
+                raw.launch_small_binary(locus_add.unwrap().0, locus_add.unwrap().1, std::ptr::null_mut())
+            },
+            ("raw-second-stream", _) => raw.small_copy_on(second.unwrap()),
             ("raw-pool" | "raw-pool-freed", _) => blocks.push(raw.block(BlockFrom::Pool, 4096, 1)),
             ("raw-pool-unwritten", _) => blocks.push(raw.block(BlockFrom::Pool, 4096, 0)),
-            ("raw-pool-big", _) if i <= 3 => blocks.push(raw.block(BlockFrom::Pool, [64 << 10, 1 << 20, 16 << 20][i - 1], 1)),
+            ("raw-pool-big", _) if i <= 3 => {
+                blocks.push(raw.block(BlockFrom::Pool, [64 << 10, 1 << 20, 16 << 20][i - 1], 1))
+            }
             ("raw-plain", _) => blocks.push(raw.block(BlockFrom::Plain, 4096, 1)),
             ("own-pool", _) => blocks.push(raw.block(BlockFrom::Own(own.unwrap()), 4096, 1)),
             _ => break,

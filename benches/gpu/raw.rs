@@ -231,6 +231,49 @@ impl Raw {
         pool
     }
 
+    /// `name` of `src`, compiled as locus compiles its sources (`-std=c++17`) and loaded as a
+    /// raw module kept for the process.
+    pub(crate) fn function(&self, src: &str, name: &str) -> sys::CUfunction {
+        let (maj, min) = self.ctx.compute_capability().unwrap();
+        let all = vec![format!("--gpu-architecture=compute_{maj}{min}"), "-std=c++17".into()];
+        let opts = cudarc::nvrtc::CompileOptions { options: all, ..Default::default() };
+        let module = self.ctx.load_module(cudarc::nvrtc::compile_ptx_with_opts(src, opts).unwrap()).unwrap();
+        let f = module.load_function(name).unwrap().cu_function();
+        std::mem::forget(module);
+        self.bind();
+        f
+    }
+
+    /// Queues `f(a, b, out, n, err)` of locus's elementwise kernels (`{op}_small_{dtype}`:
+    /// one element per thread) over the two small buffers into `out`, on `stream` (the
+    /// raw stream when null), with no error flag, and waits.
+    ///
+    /// # Safety
+    /// `f` is a function of that signature over `f32`, and `out` holds 1024 floats.
+    pub(crate) unsafe fn launch_small_binary(&self, f: sys::CUfunction, out: sys::CUdeviceptr, stream: sys::CUstream) {
+        let (a, b, n, err) = (self.small.0, self.small.1, 1024u64, 0u64);
+        let mut args = [&a, &b, &out, &n, &err].map(|v| v as *const u64 as *mut c_void);
+        let stream = if stream.is_null() { self.stream } else { stream };
+        // SAFETY: five values in the kernel's order (three pointers, a u64 count, a null
+        // flag pointer), read during the call; every buffer holds 1024 floats.
+        unsafe {
+            result::launch_kernel(f, (4, 1, 1), (256, 1, 1), 0, stream, &mut args).unwrap();
+            result::stream::synchronize(stream).unwrap();
+        }
+    }
+
+    /// The copy kernel over the small buffers on `stream`, and a wait for it.
+    pub(crate) fn small_copy_on(&self, stream: sys::CUstream) {
+        self.bind();
+        // SAFETY: both buffers hold 4096 bytes and live for the process; `stream` is a live
+        // stream of this context (the caller's).
+        unsafe {
+            let mut args = [&self.small.0, &self.small.1, &256u64].map(|v| v as *const u64 as *mut c_void);
+            result::launch_kernel(self.copy, (1, 1, 1), (256, 1, 1), 0, stream, &mut args).unwrap();
+            result::stream::synchronize(stream).unwrap();
+        }
+    }
+
     /// Compiles `src` with NVRTC for this device (and `options`) and loads it as a module
     /// kept for the process.
     pub(crate) fn load_program(&self, src: &str, options: &[&str]) {
