@@ -204,6 +204,8 @@ CPP = {
     "user_kernel_1k_submit": "cpp_launch_1k_add_submit",
     # The raw CUDA graph of the same 20 launches: the floor of the replay row.
     "graph_chain20_replay": "cpp_graph_chain20_replay",
+    # The same graph replayed where the eager rows ran (one stream with work, as in C++).
+    "graph_chain20_replay_on_default": "cpp_graph_chain20_replay",
     "graph_chain20_eager": "cpp_graph_chain20_eager",
     "graph_chain20_capture": "cpp_graph_chain20_capture",
     # A replay in parts, each part timed alike on both sides (graph_breakdown.rs).
@@ -212,6 +214,10 @@ CPP = {
     "graph_breakdown_sync": "cpp_graph_breakdown_sync",
     "graph_breakdown_replay_sync": "cpp_graph_breakdown_replay_sync",
 }
+
+# PyTorch's row that does the same work as a locus row of another name (else the same name).
+# PyTorch's replay() queues on the current stream, where its eager work ran.
+TORCH_SAME = {"graph_chain20_replay_on_default": "graph_chain20_replay"}
 
 
 def d2d_ceiling():
@@ -284,7 +290,7 @@ for name, v in locus.items():
             line(cn, cv, cv[3])
         cpp_done = True
     unit = v[3]
-    line(name, v, unit, torch.get(name, (None,)), cpp.get(CPP.get(name)), ceiling(name))
+    line(name, v, unit, torch.get(TORCH_SAME.get(name, name), (None,)), cpp.get(CPP.get(name)), ceiling(name))
     if f"{name}_thp" in thp:
         line(f"{name}_thp", v, unit, thp[f"{name}_thp"], None, ceiling(name))
 for name, t in torch.items():
