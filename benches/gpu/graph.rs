@@ -38,6 +38,23 @@ pub(crate) fn chain20() {
     let mut b = Tensor::<G>::rand([1024], 2).unwrap();
     {
         let mut g = Graph::capture(&stream, (&mut x, &mut b), |(x, b)| chain(x, b)).unwrap();
+        // The same graph replayed on the default stream, where the bench's eager rows ran,
+        // before any replay on the capture stream: one stream with work in the process, as in
+        // the C++ baseline's graph rows (it destroys its eager rows' stream first) and
+        // PyTorch's (replay() queues on the current stream). Session 48 found the raw chain
+        // 3.2-3.7 us per replay slower on the device once locus's default stream, a second
+        // stream, had run its seventh add (docs/BENCHMARKS.md). Timed first, printed second.
+        let default = Stream::<G>::default_stream().unwrap();
+        let on_default = samples(|| {
+            default.synchronize().unwrap();
+            let t = Instant::now();
+            for _ in 0..REPLAYS {
+                let _ = g.replay_on(&default).unwrap();
+                default.synchronize().unwrap();
+            }
+            per_op(t, REPLAYS)
+        });
+        default.synchronize().unwrap();
         let replay = samples(|| {
             stream.synchronize().unwrap();
             let t = Instant::now();
@@ -54,28 +71,12 @@ pub(crate) fn chain20() {
             "Graph::replay of 20 captured adds on 1024 f32 (y = x + b, then y = y + b 19 times) + \
              Stream::synchronize, wall time per op (1/20 of a replay) in a batch of 1000 replays",
         );
-        // The same graph replayed on the default stream, where the bench's eager rows ran:
-        // one stream with work in the process, as in the C++ baseline's graph rows (it
-        // destroys its eager rows' stream first) and PyTorch's (replay() queues on the
-        // current stream). Session 48 found the raw chain 3.2-3.7 us per replay slower on the
-        // device once locus's default stream had run its seventh add (docs/BENCHMARKS.md).
-        let default = Stream::<G>::default_stream().unwrap();
-        stream.synchronize().unwrap();
-        let on_default = samples(|| {
-            default.synchronize().unwrap();
-            let t = Instant::now();
-            for _ in 0..REPLAYS {
-                let _ = g.replay_on(&default).unwrap();
-                default.synchronize().unwrap();
-            }
-            per_op(t, REPLAYS)
-        });
         row(
             "graph_chain20_replay_on_default",
             &on_default,
             "us/op",
             "the same graph by Graph::replay_on(the default stream, where the eager rows ran) + its synchronize, \
-             wall time per op in a batch of 1000 replays",
+             wall time per op in a batch of 1000 replays, timed before any replay on the capture stream",
         );
     }
     let eager = on_stream(&stream, || {
