@@ -704,12 +704,13 @@ fn main() {
     }
     if let Some(at) = args.iter().position(|a| a == "graph-probe-kind") {
         // `gpu graph-probe-kind KIND`: the raw chain after each of 20 allocations of one kind.
-        println!("# row\tmedian\tunit\tnote\tmin\tmax");
         let kind = args.get(at + 1).map_or("", String::as_str);
-        if let Err(e) = graph_breakdown::probe_kind(&raw::Raw::new(), kind) {
-            eprintln!("{e}");
+        if !graph_breakdown::PROBE_KINDS.contains(&kind) {
+            eprintln!("graph-probe-kind: no kind `{kind}`; one of {}", graph_breakdown::PROBE_KINDS.join(", "));
             std::process::exit(2);
         }
+        println!("# row\tmedian\tunit\tnote\tmin\tmax");
+        graph_breakdown::probe_kind(&raw::Raw::new(), kind);
         return;
     }
     if args.iter().any(|a| a == "graph-probe-adds") {
