@@ -51,16 +51,62 @@ pub(crate) fn mul(op: &'static str, a: usize, b: usize) -> Result<usize> {
 /// Dims whose element count [`numel`] has checked: the only shape a tensor holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Shape {
-    dims: Vec<usize>,
+    dims: Dims,
     numel: usize,
+}
+
+/// Ranks up to this keep their dims in place: an op's output shape is then made and
+/// dropped without an allocation (issue 35: one `malloc` and one `free` fewer per op).
+const INLINE: usize = 6;
+
+/// The dims of a [`Shape`]: in place up to rank [`INLINE`], on the heap beyond.
+#[derive(Clone)]
+enum Dims {
+    Inline { len: u8, dims: [usize; INLINE] },
+    Heap(Box<[usize]>),
+}
+
+impl Dims {
+    fn of(dims: &[usize]) -> Self {
+        if dims.len() <= INLINE {
+            let mut inline = [0; INLINE];
+            inline[..dims.len()].copy_from_slice(dims);
+            Dims::Inline { len: dims.len() as u8, dims: inline }
+        } else {
+            Dims::Heap(dims.into())
+        }
+    }
+
+    fn as_slice(&self) -> &[usize] {
+        match self {
+            Dims::Inline { len, dims } => &dims[..*len as usize],
+            Dims::Heap(dims) => dims,
+        }
+    }
+}
+
+/// Equal when the dims are, wherever they are kept.
+impl PartialEq for Dims {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for Dims {}
+
+/// As a list, like the `Vec` it stands for.
+impl std::fmt::Debug for Dims {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.as_slice().fmt(f)
+    }
 }
 
 impl Shape {
     /// `dims` as a shape of `dtype` elements, checked.
-    pub(crate) fn new(op: &'static str, dims: impl Into<Vec<usize>>, dtype: DType) -> Result<Self> {
-        let dims = dims.into();
-        let numel = numel(op, &dims, dtype)?;
-        Ok(Shape { dims, numel })
+    pub(crate) fn new(op: &'static str, dims: impl AsRef<[usize]>, dtype: DType) -> Result<Self> {
+        let dims = dims.as_ref();
+        let numel = numel(op, dims, dtype)?;
+        Ok(Shape { dims: Dims::of(dims), numel })
     }
 
     /// The shape `dims` of the result of `op` on operands of shapes `inputs`, checked; the
@@ -76,7 +122,7 @@ impl Shape {
 
     /// The shape of a 0-d tensor: one element.
     pub(crate) fn scalar() -> Self {
-        Shape { dims: Vec::new(), numel: 1 }
+        Shape { dims: Dims::of(&[]), numel: 1 }
     }
 
     /// The number of elements.
@@ -90,7 +136,7 @@ impl Deref for Shape {
     type Target = [usize];
 
     fn deref(&self) -> &[usize] {
-        &self.dims
+        self.dims.as_slice()
     }
 }
 
@@ -315,5 +361,21 @@ mod tests {
         assert!(msg.starts_with("matmul: the result of [8589934592, 0] and [0, 8589934592] would have shape"), "{msg}");
         assert_eq!(operands(&[&[1], &[2], &[3]]), "[1], [2] and [3]");
         assert_eq!(operands(&[&[1usize][..]; 6]), "[1], [1], [1], [1] and 2 more");
+    }
+
+    #[test]
+    fn dims_in_place_and_on_the_heap_read_back_whole() {
+        for rank in [0, 1, INLINE - 1, INLINE, INLINE + 1, 9] {
+            let dims: Vec<usize> = (1..=rank).collect();
+            let shape = Shape::new("test", &dims, DType::F32).unwrap();
+            assert_eq!(&*shape, &dims[..], "rank {rank}");
+            assert_eq!(shape.numel(), dims.iter().product::<usize>());
+            assert!(matches!(shape.dims, Dims::Inline { .. }) == (rank <= INLINE), "rank {rank}");
+            let copy = shape.clone();
+            assert_eq!(copy, shape);
+            assert_ne!(Shape::new("test", [rank + 1], DType::F32).unwrap(), shape);
+            assert_eq!(format!("{:?}", shape.dims), format!("{dims:?}"));
+        }
+        assert_eq!(&*Shape::scalar(), &[] as &[usize]);
     }
 }
