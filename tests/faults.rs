@@ -169,7 +169,8 @@ static FIRST_OTHER_THREADS: OnceLock<usize> = OnceLock::new();
 /// process's first baseline's plus the one taken in, whichever is more. Fewer is no leak
 /// (a driver thread that ends); locus's own threads are counted exactly.
 fn other_cap(base: &Held) -> usize {
-    let first = *FIRST_OTHER_THREADS.get_or_init(|| base.other_threads);
+    // Set with the process's first baseline (`quiet` in the campaign), before any run.
+    let first = FIRST_OTHER_THREADS.get().copied().unwrap_or(base.other_threads);
     base.other_threads.max(first + EXTRA_THREADS.load(Ordering::SeqCst))
 }
 

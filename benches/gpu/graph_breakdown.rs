@@ -289,9 +289,9 @@ pub(crate) fn probe_adds(raw: &Raw) {
     probe_stage(raw, "fresh process");
     // What a locus add does to the driver, done raw first: a 4 KiB block from the pool
     // on a stream, written by one launch, then by ten more.
-    let _block = raw.pool_block_written(4096, 1);
+    let _block = raw.block(BlockFrom::Pool, 4096, 1);
     probe_stage(raw, "after a raw cuMemAllocAsync block written once");
-    let _block2 = raw.pool_block_written(4096, 10);
+    let _block2 = raw.block(BlockFrom::Pool, 4096, 10);
     probe_stage(raw, "after another raw pool block written 10 times");
     let x = Tensor::<G>::ones([N]).unwrap();
     sync();

@@ -686,6 +686,9 @@ fn data_parallel() {
     row("data_parallel_plain_forward", &ms(&plain), "ms", note);
 }
 
+/// A bench run on the raw side alone, before locus does anything in the process.
+type RawRun = fn(&raw::Raw);
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(at) = args.iter().position(|a| a == "grads") {
@@ -713,36 +716,20 @@ fn main() {
         graph_breakdown::probe_kind(&raw::Raw::new(), kind);
         return;
     }
-    if args.iter().any(|a| a == "graph-probe-adds") {
-        // `gpu graph-probe-adds`: the raw chain's device time after each locus add.
+    // The raw chain's probes and rows, each a process of its own (see the list above).
+    // `graph-raw` runs before locus does anything in the process (no backend, no context of
+    // its own, no kernels loaded): whether the raw graph's device time above the C++ one
+    // (issue 35) belongs to the process or to locus.
+    let raw_runs: [(&str, RawRun); 5] = [
+        ("graph-probe-adds", graph_breakdown::probe_adds),
+        ("graph-probe-idle", graph_breakdown::probe_idle),
+        ("graph-probe-repeat", graph_breakdown::probe_repeat),
+        ("graph-probe", graph_breakdown::probe),
+        ("graph-raw", graph_breakdown::rows_raw),
+    ];
+    if let Some((_, run)) = raw_runs.iter().find(|(name, _)| args.iter().any(|a| a == name)) {
         println!("# row\tmedian\tunit\tnote\tmin\tmax");
-        graph_breakdown::probe_adds(&raw::Raw::new());
-        return;
-    }
-    if args.iter().any(|a| a == "graph-probe-idle") {
-        // `gpu graph-probe-idle`: the raw chain after each idle second once locus began.
-        println!("# row\tmedian\tunit\tnote\tmin\tmax");
-        graph_breakdown::probe_idle(&raw::Raw::new());
-        return;
-    }
-    if args.iter().any(|a| a == "graph-probe-repeat") {
-        // `gpu graph-probe-repeat`: the raw chain again and again, locus untouched.
-        println!("# row\tmedian\tunit\tnote\tmin\tmax");
-        graph_breakdown::probe_repeat(&raw::Raw::new());
-        return;
-    }
-    if args.iter().any(|a| a == "graph-probe") {
-        // `gpu graph-probe`: the raw chain's device time after each stage of a process.
-        println!("# row\tmedian\tunit\tnote\tmin\tmax");
-        graph_breakdown::probe(&raw::Raw::new());
-        return;
-    }
-    if args.iter().any(|a| a == "graph-raw") {
-        // `gpu graph-raw`: the raw graph rows before locus does anything in the process
-        // (no backend, no context of its own, no kernels loaded): whether the raw graph's
-        // device time above the C++ one (issue 35) belongs to the process or to locus.
-        println!("# row\tmedian\tunit\tnote\tmin\tmax");
-        graph_breakdown::rows_raw(&raw::Raw::new());
+        run(&raw::Raw::new());
         return;
     }
     match locus::backend_name() {

@@ -149,25 +149,6 @@ impl Raw {
         (reserved, used)
     }
 
-    /// Allocates `bytes` from the default pool on the raw stream (`cuMemAllocAsync`, as
-    /// locus allocates) and launches the copy kernel into it `launches` times, then
-    /// synchronizes; the block is kept for the process.
-    pub(crate) fn pool_block_written(&self, bytes: usize, launches: usize) -> sys::CUdeviceptr {
-        self.bind();
-        // SAFETY: an allocation on the raw stream of the bound context, never freed (the
-        // bench's process ends first); the copy writes its first 4096 bytes (`bytes` is at
-        // least that, checked) from `small.0`, which lives for the process.
-        unsafe {
-            assert!(bytes >= 4096);
-            let p = result::malloc_async(self.stream, bytes).unwrap();
-            for _ in 0..launches {
-                self.copy_kernel(self.small.0, p, 256, 1);
-            }
-            result::stream::synchronize(self.stream).unwrap();
-            p
-        }
-    }
-
     /// A 4 KiB-or-larger block of `bytes`, kept for the process, written by the copy kernel
     /// `launches` times (then synchronized), from where `from` says: the default pool on
     /// the raw stream (`Pool`), a pool made for it (`Own`, `cuMemPoolCreate`), or
@@ -234,13 +215,9 @@ impl Raw {
     /// `name` of `src`, compiled as locus compiles its sources (`-std=c++17`) and loaded as a
     /// raw module kept for the process.
     pub(crate) fn function(&self, src: &str, name: &str) -> sys::CUfunction {
-        let (maj, min) = self.ctx.compute_capability().unwrap();
-        let all = vec![format!("--gpu-architecture=compute_{maj}{min}"), "-std=c++17".into()];
-        let opts = cudarc::nvrtc::CompileOptions { options: all, ..Default::default() };
-        let module = self.ctx.load_module(cudarc::nvrtc::compile_ptx_with_opts(src, opts).unwrap()).unwrap();
+        let module = self.load_module(src, &["-std=c++17"]);
         let f = module.load_function(name).unwrap().cu_function();
         std::mem::forget(module);
-        self.bind();
         f
     }
 
@@ -265,11 +242,10 @@ impl Raw {
     /// The copy kernel over the small buffers on `stream`, and a wait for it.
     pub(crate) fn small_copy_on(&self, stream: sys::CUstream) {
         self.bind();
-        // SAFETY: both buffers hold 4096 bytes and live for the process; `stream` is a live
-        // stream of this context (the caller's).
+        // SAFETY: both buffers hold 4096 bytes (256 float4s) and live for the process;
+        // `stream` is a live stream of this context (the caller's), synchronized here.
         unsafe {
-            let mut args = [&self.small.0, &self.small.1, &256u64].map(|v| v as *const u64 as *mut c_void);
-            result::launch_kernel(self.copy, (1, 1, 1), (256, 1, 1), 0, stream, &mut args).unwrap();
+            self.copy_kernel_on(stream, self.small.0, self.small.1, 256, 1);
             result::stream::synchronize(stream).unwrap();
         }
     }
@@ -277,13 +253,19 @@ impl Raw {
     /// Compiles `src` with NVRTC for this device (and `options`) and loads it as a module
     /// kept for the process.
     pub(crate) fn load_program(&self, src: &str, options: &[&str]) {
+        std::mem::forget(self.load_module(src, options));
+    }
+
+    /// `src` compiled with NVRTC for this device (and `options`) and loaded; the raw
+    /// context bound again after (cudarc may change the current context).
+    fn load_module(&self, src: &str, options: &[&str]) -> Arc<CudaModule> {
         let (maj, min) = self.ctx.compute_capability().unwrap();
         let mut all = vec![format!("--gpu-architecture=compute_{maj}{min}")];
         all.extend(options.iter().map(|o| o.to_string()));
         let opts = cudarc::nvrtc::CompileOptions { options: all, ..Default::default() };
-        let ptx = cudarc::nvrtc::compile_ptx_with_opts(src, opts).unwrap();
-        std::mem::forget(self.ctx.load_module(ptx).unwrap());
+        let module = self.ctx.load_module(cudarc::nvrtc::compile_ptx_with_opts(src, opts).unwrap()).unwrap();
         self.bind();
+        module
     }
 
     pub(crate) fn bind(&self) {
@@ -362,11 +344,27 @@ impl Raw {
     /// `x` and `y` are distinct device allocations of at least `n` float4s each, alive
     /// until the launch completes on `self.stream`.
     unsafe fn copy_kernel(&self, x: sys::CUdeviceptr, y: sys::CUdeviceptr, n: u64, grid: u32) {
+        // SAFETY: the caller's contract, on the raw stream.
+        unsafe { self.copy_kernel_on(self.stream, x, y, n, grid) }
+    }
+
+    /// [`Raw::copy_kernel`] on `stream`, a live stream of this context.
+    ///
+    /// # Safety
+    /// As for [`Raw::copy_kernel`], with the launch completing on `stream`.
+    unsafe fn copy_kernel_on(
+        &self,
+        stream: sys::CUstream,
+        x: sys::CUdeviceptr,
+        y: sys::CUdeviceptr,
+        n: u64,
+        grid: u32,
+    ) {
         let mut args = [&x as *const _ as *mut c_void, &y as *const _ as *mut c_void, &n as *const _ as *mut c_void];
         // SAFETY: `copy4(x, y, n)` takes two pointers and a u64, given in order; the
         // memory is valid by the caller's contract, and `args` points at locals that live
         // through the call, which copies the values.
-        unsafe { result::launch_kernel(self.copy, (grid, 1, 1), (256, 1, 1), 0, self.stream, &mut args).unwrap() };
+        unsafe { result::launch_kernel(self.copy, (grid, 1, 1), (256, 1, 1), 0, stream, &mut args).unwrap() };
     }
 
     /// The copy kernel over the two 1024-float buffers of `small` (one block).
