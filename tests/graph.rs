@@ -439,11 +439,11 @@ fn replays_take_the_verdicts_of_checked_writes_of_their_index_inputs() -> locus:
 }
 
 /// Opened by [`writing_the_inputs_waits_for_no_replay`] once it has seen what it waits
-/// for: `hold`'s host fallback waits for it (at most 20 s, so that a failing test ends).
+/// for: `hold`'s host fallback waits for it (at most its `ns`, so that a failing test ends).
 static GATE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
-fn hold_host(y: &mut [f32], _ns: u64) {
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+fn hold_host(y: &mut [f32], ns: u64) {
+    let until = std::time::Instant::now() + std::time::Duration::from_nanos(ns);
     while !GATE.load(std::sync::atomic::Ordering::SeqCst) && std::time::Instant::now() < until {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
@@ -466,14 +466,22 @@ fn hold_host(y: &mut [f32], _ns: u64) {
 )]
 fn hold<D: Device>(y: &mut Tensor<D>, ns: u64);
 
-/// New batches are written into a graph's inputs while the replay before them still runs:
-/// the writes queue behind it on its stream, and neither they nor the checks of their
-/// indices wait for it on the host (nor does the current stream, where the second check
-/// runs, hold a copy that waits for it). The replays still read what they should: the
-/// first the old batch, the next the new one.
-#[test]
-fn writing_the_inputs_waits_for_no_replay() -> locus::Result<()> {
-    let _one = serial();
+/// What one round of [`writing_the_inputs_waits_for_no_replay`] saw.
+enum Seen {
+    /// The replay was complete before the writes began: launches are synchronous
+    /// (compute-sanitizer, CUDA_LAUNCH_BLOCKING=1), so no wait could be seen.
+    Synchronous,
+    /// The replay was still running once the writes had returned: they did not wait.
+    NotWaited,
+    /// The replay had ended by the time the writes returned: they waited, or were slower
+    /// than the replay's hold.
+    Ended,
+}
+
+/// One round: a graph whose replay holds its stream for `hold_ns` on the GPU (on the
+/// host backend until [`GATE`] opens), new batches written into its inputs while the
+/// replay runs, and the values both replays read checked.
+fn write_during_replay(hold_ns: u64) -> locus::Result<Seen> {
     let s = Stream::<G>::new()?;
     let values: Vec<f32> = (0..16).map(|i| (i % 5) as f32).collect();
     let eager = Tensor::<G>::from_vec(values.clone(), [8, 2])?;
@@ -481,7 +489,7 @@ fn writing_the_inputs_waits_for_no_replay() -> locus::Result<()> {
         (Tensor::<G>::from_vec(values, [8, 2])?, Tensor::<G, i32>::zeros([3])?, Tensor::<G, i32>::zeros([3])?);
     let mut g = Graph::capture(&s, (&mut table, &mut ids, &mut targets), |(t, i, k)| {
         let mut held = Tensor::<G>::zeros([1])?;
-        hold(&mut held, 200_000_000).grid(Grid::new([1, 1, 1], [1, 1, 1])).launch()?;
+        hold(&mut held, hold_ns).grid(Grid::new([1, 1, 1], [1, 1, 1])).launch()?;
         Ok((t.index_select(0, i)?.cross_entropy(k)?, held))
     })?;
     let loss = |ids: Vec<i32>, targets: Vec<i32>| -> locus::Result<f32> {
@@ -502,28 +510,54 @@ fn writing_the_inputs_waits_for_no_replay() -> locus::Result<()> {
     let first = on_stream(&s, || g.replay()?.0.to::<G>())?;
     let replayed = Event::<G>::new()?;
     replayed.record(&s)?;
-    // Done before any write: launches return only once their work has run (compute-sanitizer,
-    // CUDA_LAUNCH_BLOCKING=1), so no wait of the writes could be seen.
     let synchronous = replayed.is_complete()?;
     {
         let (_, mut i, mut k) = g.inputs_mut();
         i.copy_from(&next_ids)?;
         k.copy_from(&next_targets)?;
     }
-    let waited = replayed.is_complete()?;
+    let ended = replayed.is_complete()?;
     GATE.store(true, std::sync::atomic::Ordering::SeqCst);
-    if synchronous {
-        eprintln!(
-            "skipped the wait check: the replay of a 200 ms kernel had completed when its launch returned \
-             (synchronous launches: compute-sanitizer or CUDA_LAUNCH_BLOCKING); the values are still checked"
-        );
-    } else {
-        assert!(!waited, "writing the inputs waited for the replay before them");
-    }
     let (second, held) = g.replay()?;
     let (second, held) = (second.item()?, held.item()?);
     assert_eq!(first.item()?, loss(old.0, old.1)?, "the first replay read the old batch");
     assert_eq!(second, loss(new.0, new.1)?, "the second replay read the new batch");
     assert_eq!(held, 1.0, "each replay ran `hold` once on its own output");
-    Ok(())
+    Ok(match (synchronous, ended) {
+        (true, _) => Seen::Synchronous,
+        (false, false) => Seen::NotWaited,
+        (false, true) => Seen::Ended,
+    })
+}
+
+/// New batches are written into a graph's inputs while the replay before them still runs:
+/// the writes queue behind it on its stream, and neither they nor the checks of their
+/// indices wait for it on the host (nor does the current stream, where the second check
+/// runs, hold a copy that waits for it). The replays still read what they should: the
+/// first the old batch, the next the new one.
+///
+/// Writes that took longer than the replay's hold (compute-sanitizer makes every call
+/// slow) look the same as writes that waited, so a round that saw the replay ended is
+/// tried again with a hold ten times longer: writes that wait wait for that one too, slow
+/// ones do not grow with it. Only the last, a 20 s hold, fails the test.
+#[test]
+fn writing_the_inputs_waits_for_no_replay() -> locus::Result<()> {
+    let _one = serial();
+    for hold_ns in [200_000_000, 2_000_000_000, 20_000_000_000] {
+        match write_during_replay(hold_ns)? {
+            Seen::NotWaited => return Ok(()),
+            Seen::Synchronous => {
+                eprintln!(
+                    "skipped the wait check: the replay of a {} ms kernel had completed when its launch returned \
+                     (synchronous launches: compute-sanitizer or CUDA_LAUNCH_BLOCKING); the values are still checked",
+                    hold_ns / 1_000_000
+                );
+                return Ok(());
+            }
+            Seen::Ended => {
+                eprintln!("the replay of a {} ms hold ended before the writes returned; longer", hold_ns / 1_000_000)
+            }
+        }
+    }
+    panic!("writing the inputs waited for the replay before them (held 20 s)");
 }
