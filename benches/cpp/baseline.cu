@@ -93,6 +93,11 @@ __global__ void add_f32(const float* __restrict__ a, const float* __restrict__ b
 // synchronized batch is a tenth of it.
 static const int LAUNCHES = 20000;
 
+// With --keep-eager-stream the small-op rows' stream lives to the end of the process, as a
+// framework's default stream does, instead of being destroyed before the graph rows.
+static cudaStream_t g_eager_kept = nullptr;
+static bool g_keep_eager = false;
+
 static void small_add() {
     const int n = 1024;
     float *a, *b, *out;
@@ -132,7 +137,11 @@ static void small_add() {
     });
     row("cpp_launch_1k_add_sync", synced, "us/op",
         "the same launch + cudaDeviceSynchronize, per op in a batch of 2000");
-    CHECK(cudaStreamDestroy(s));
+    if (g_keep_eager) {
+        g_eager_kept = s;
+    } else {
+        CHECK(cudaStreamDestroy(s));
+    }
     CHECK(cudaFree(a));
     CHECK(cudaFree(b));
     CHECK(cudaFree(out));
@@ -298,6 +307,7 @@ int main(int argc, char** argv) {
             g_warm = 1;
             g_reps = 5;
         }
+        if (strcmp(argv[i], "--keep-eager-stream") == 0) g_keep_eager = true;
     }
     int count = 0;
     CHECK(cudaGetDeviceCount(&count));
@@ -325,5 +335,6 @@ int main(int argc, char** argv) {
     }
     small_add();
     graph_chain20();
+    if (g_eager_kept) CHECK(cudaStreamDestroy(g_eager_kept));
     return 0;
 }

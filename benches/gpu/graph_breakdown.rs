@@ -431,10 +431,15 @@ pub(crate) fn probe_kind(raw: &Raw, kind: &str) {
         probe_stage(raw, &format!("{kind}: after {i}"));
     }
     // Is the state the second stream's while it lives, or for good?
+    // And is it the old stream's, or the context's: a chain on a stream made after the
+    // second's launches, while it lives and once it is gone (the C++ baseline makes its
+    // graph's stream after destroying its eager rows' stream).
     if let Some(second) = second {
+        probe_stage(&Raw::new(), &format!("{kind}: on a new raw stream, the second still alive"));
         // SAFETY: every launch on it was waited for (`small_copy_on`); nothing uses it after.
         unsafe { result::stream::destroy(second).unwrap() };
         probe_stage(raw, &format!("{kind}: after the second stream is destroyed"));
+        probe_stage(&Raw::new(), &format!("{kind}: on a new raw stream made after the second is destroyed"));
     }
     if let Some(side) = side {
         kept.clear();
