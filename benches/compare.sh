@@ -75,7 +75,8 @@ cpp_na() { # $1 = file, $2 = why
       cpp_launch_1k_add_submit:us/op cpp_launch_1k_add_sync:us/op \
       cpp_graph_chain20_replay:us/op cpp_graph_chain20_eager:us/op cpp_graph_chain20_capture:us \
       cpp_graph_breakdown_launch:us cpp_graph_breakdown_gpu:us cpp_graph_breakdown_sync:us \
-      cpp_graph_breakdown_replay_sync:us; do
+      cpp_graph_breakdown_replay_sync:us cpp_graph_chain20_replay_second_stream:us/op \
+      cpp_graph_breakdown_gpu_second_stream:us; do
       printf '%s\tn/a\t%s\t%s\tn/a\tn/a\n' "${r%%:*}" "${r#*:}" "$2"
     done
   } > "$1"

@@ -173,13 +173,48 @@ static cudaGraphExec_t capture_chain20(cudaStream_t s, const float* x, const flo
     return exec;
 }
 
+// The replay row's samples: cudaGraphLaunch + cudaStreamSynchronize, wall time per op (1/20
+// of a replay) in a batch of REPLAYS.
+static std::vector<double> replay_per_op(cudaStream_t s, cudaGraphExec_t exec) {
+    return samples([&] {
+        CHECK(cudaStreamSynchronize(s));
+        double t = now_s();
+        for (int r = 0; r < REPLAYS; r++) {
+            CHECK(cudaGraphLaunch(exec, s));
+            CHECK(cudaStreamSynchronize(s));
+        }
+        return (now_s() - t) / (REPLAYS * CHAIN) * 1e6;
+    });
+}
+
+// Device time per replay: 100 replays back to back between two events, us.
+static std::vector<double> replay_gpu(cudaStream_t s, cudaGraphExec_t exec) {
+    const int GPU_REPLAYS = 100;
+    cudaEvent_t a, b;
+    CHECK(cudaEventCreate(&a));
+    CHECK(cudaEventCreate(&b));
+    CHECK(cudaStreamSynchronize(s));
+    std::vector<double> gpu = samples([&] {
+        CHECK(cudaEventRecord(a, s));
+        for (int i = 0; i < GPU_REPLAYS; i++) CHECK(cudaGraphLaunch(exec, s));
+        CHECK(cudaEventRecord(b, s));
+        CHECK(cudaEventSynchronize(b));
+        float ms = 0;
+        CHECK(cudaEventElapsedTime(&ms, a, b));
+        return ms * 1e3 / GPU_REPLAYS;
+    });
+    CHECK(cudaEventDestroy(a));
+    CHECK(cudaEventDestroy(b));
+    return gpu;
+}
+
 // The parts of one replay of the chain, each timed as benches/gpu/graph_breakdown.rs times
 // them for locus's Graph and for the raw cudarc graph of the same launches (issue 35): the
 // host time of cudaGraphLaunch (batches of 8, each after a synchronize); the device time
 // per replay (100 back to back between two events); cudaStreamSynchronize of the idle
 // stream; a replay + synchronize, wall. Units: us per replay (per call for the sync).
 static void graph_breakdown(cudaStream_t s, cudaGraphExec_t exec) {
-    const int BATCH = 8, BATCHES = 100, GPU_REPLAYS = 100, SYNCS = 2000, SYNCED = 1000;
+    const int BATCH = 8, BATCHES = 100, SYNCS = 2000, SYNCED = 1000;
     std::vector<double> launch = samples([&] {
         double timed = 0;
         for (int k = 0; k < BATCHES; k++) {
@@ -194,24 +229,9 @@ static void graph_breakdown(cudaStream_t s, cudaGraphExec_t exec) {
     row("cpp_graph_breakdown_launch", launch, "us",
         "C++ runtime graph of the 20 add_f32 launches: host time of one cudaGraphLaunch, in 100 batches of 8, each "
         "after a synchronize");
-    cudaEvent_t a, b;
-    CHECK(cudaEventCreate(&a));
-    CHECK(cudaEventCreate(&b));
-    CHECK(cudaStreamSynchronize(s));
-    std::vector<double> gpu = samples([&] {
-        CHECK(cudaEventRecord(a, s));
-        for (int i = 0; i < GPU_REPLAYS; i++) CHECK(cudaGraphLaunch(exec, s));
-        CHECK(cudaEventRecord(b, s));
-        CHECK(cudaEventSynchronize(b));
-        float ms = 0;
-        CHECK(cudaEventElapsedTime(&ms, a, b));
-        return ms * 1e3 / GPU_REPLAYS;
-    });
-    row("cpp_graph_breakdown_gpu", gpu, "us",
+    row("cpp_graph_breakdown_gpu", replay_gpu(s, exec), "us",
         "C++ runtime graph of the 20 add_f32 launches: device time per replay, 100 replays back to back between two "
         "events");
-    CHECK(cudaEventDestroy(a));
-    CHECK(cudaEventDestroy(b));
     std::vector<double> idle = samples([&] {
         double t = now_s();
         for (int i = 0; i < SYNCS; i++) CHECK(cudaStreamSynchronize(s));
@@ -248,16 +268,7 @@ static void graph_chain20() {
     // Replay: cudaGraphLaunch + cudaStreamSynchronize, per op (1/20 of a replay).
     cudaGraph_t graph;
     cudaGraphExec_t exec = capture_chain20(s, x, b, y, n, &graph);
-    std::vector<double> replay = samples([&] {
-        CHECK(cudaStreamSynchronize(s));
-        double t = now_s();
-        for (int r = 0; r < REPLAYS; r++) {
-            CHECK(cudaGraphLaunch(exec, s));
-            CHECK(cudaStreamSynchronize(s));
-        }
-        return (now_s() - t) / (REPLAYS * CHAIN) * 1e6;
-    });
-    row("cpp_graph_chain20_replay", replay, "us/op",
+    row("cpp_graph_chain20_replay", replay_per_op(s, exec), "us/op",
         "raw CUDA graph of 20 add launches on 1024 floats (y0 = x + b, yi = yi-1 + b), captured from a stream: "
         "cudaGraphLaunch + cudaStreamSynchronize, wall time per op (1/20 of a replay) in a batch of 1000 replays");
     graph_breakdown(s, exec);
@@ -295,6 +306,24 @@ static void graph_chain20() {
     row("cpp_graph_chain20_capture", capture, "us",
         "cudaStreamBeginCapture + the 20 launches + cudaStreamEndCapture + cudaGraphInstantiate, wall time per "
         "capture in a batch of 100, graphs destroyed after the batch is timed");
+    // Last, the replay once a second stream, alive beside the graph's, has run 20 launches:
+    // the state of a framework's process, whose default stream (with the eager ops on it)
+    // lives beside the stream a graph replays on. Session 49 saw a raw graph's device time
+    // step by about 3.4 us per replay after the eighth launch on a second stream, and stay.
+    cudaStream_t other;
+    CHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+    for (int i = 0; i < CHAIN; i++) add_f32<<<(n + 255) / 256, 256, 0, other>>>(x, b, y[0], n);
+    CHECK(cudaStreamSynchronize(other));
+    exec = capture_chain20(s, x, b, y, n, &graph);
+    row("cpp_graph_chain20_replay_second_stream", replay_per_op(s, exec), "us/op",
+        "the replay row's graph, captured again after a second stream (kept alive) ran 20 add launches: "
+        "cudaGraphLaunch + cudaStreamSynchronize, wall time per op in a batch of 1000 replays");
+    row("cpp_graph_breakdown_gpu_second_stream", replay_gpu(s, exec), "us",
+        "the same graph's device time per replay after the second stream's launches, 100 replays back to back "
+        "between two events");
+    CHECK(cudaGraphExecDestroy(exec));
+    CHECK(cudaGraphDestroy(graph));
+    CHECK(cudaStreamDestroy(other));
     CHECK(cudaStreamDestroy(s));
     CHECK(cudaFree(x));
     CHECK(cudaFree(b));
