@@ -20,7 +20,7 @@ use std::hint::black_box;
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
-use locus::{Cpu, Cuda, DeviceGuard, DeviceId, Tensor};
+use locus::{Cpu, Cuda, DataParallel, Device, DeviceGuard, DeviceId, Module, Tensor, ToDevice};
 
 fn guard(c: &Bench) {
     let _outer = DeviceGuard::enter(DeviceId::Cuda(0)).expect("cuda:0 exists on every backend");
@@ -52,6 +52,45 @@ fn dispatch(c: &Bench) {
     });
     let s = Tensor::<Cuda<0>>::ones([16]).expect("a 16-element tensor").into_dyn();
     c.bench_function("add of 16 elements, Dyn operand (run-time check)", |b| b.iter(|| black_box(&a + &s)));
+}
+
+/// `relu(x @ w)`, as the GPU bench's DataParallel rows, here small enough that the
+/// forward's own work (splitting the batch, handing each part to its replica, gathering)
+/// is most of the time.
+#[derive(ToDevice)]
+struct Layer<D: Device> {
+    w: Tensor<D>,
+}
+
+impl<D: Device> Module<D> for Layer<D> {
+    fn forward(&self, x: &Tensor<D>) -> locus::Result<Tensor<D>> {
+        x.matmul(&self.w)?.relu()
+    }
+}
+
+/// DataParallel's hand-offs on the host backend's simulated devices (issue 35 item 2):
+/// a forward over every device of a batch of 64 rows of 16, then a synchronize of each.
+fn data_parallel(c: &Bench) {
+    let ids = locus::devices().expect("the devices");
+    if ids.len() < 2 {
+        eprintln!("host bench: DataParallel row skipped: one device (LOCUS_HOST_DEVICES=4 simulates four)");
+        return;
+    }
+    let dp = DataParallel::new(Layer { w: Tensor::<Cuda<0>>::ones([16, 16]).expect("w") }, &ids, Cuda::<0>)
+        .expect("replicas on every device");
+    let x = Tensor::<Cuda<0>>::ones([64, 16]).expect("x");
+    let name = format!(
+        "DataParallel forward over {} devices, relu([64, 16] @ [16, 16]), gathered on cuda:0, + synchronize of each",
+        ids.len()
+    );
+    c.bench_function(&name, |b| {
+        b.iter(|| {
+            drop(black_box(dp.forward(&x).expect("forward")));
+            for &d in &ids {
+                locus::synchronize(d).expect("synchronize");
+            }
+        })
+    });
 }
 
 fn matmul(c: &Bench) {
@@ -343,6 +382,7 @@ fn main() {
     println!("# row\tmedian\tunit\tnote\tmin\tmax");
     guard(&bench);
     dispatch(&bench);
+    data_parallel(&bench);
     matmul(&bench);
     bandwidth(&bench);
 }

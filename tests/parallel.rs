@@ -409,9 +409,14 @@ impl<D: Device> Module<D> for Faulty<D> {
 }
 
 fn faulty(panic: bool) -> locus::Result<Faulty<Cpu>> {
+    faulty_on(*all().last().unwrap(), panic)
+}
+
+/// [`Faulty`] failing (or panicking) on `fail_on`.
+fn faulty_on(fail_on: DeviceId, panic: bool) -> locus::Result<Faulty<Cpu>> {
     Ok(Faulty {
         scale: Tensor::full([1], 2.0)?,
-        fail_on: *all().last().unwrap(),
+        fail_on,
         panic,
         in_flight: Arc::new(AtomicUsize::new(0)),
         finished: Arc::new(AtomicUsize::new(0)),
@@ -462,6 +467,28 @@ fn a_panicking_replica_gives_err_too() -> locus::Result<()> {
             assert_eq!(device, model.fail_on);
             let Error::Panicked { message } = *source else { panic!("expected a panic, got {source}") };
             assert_eq!(message, format!("injected panic on {}", model.fail_on));
+        }
+        other => panic!("expected a replica error, got {other:?}"),
+    }
+    assert_eq!(model.in_flight.load(Ordering::SeqCst), 0);
+    assert_eq!(model.finished.load(Ordering::SeqCst), ids.len() - 1);
+    assert_eq!(replica_threads_after_join(), 0);
+    Ok(())
+}
+
+/// The first replica runs on the calling thread: its panic is its error too, and the
+/// other replicas, on their own threads, still run to the end before `forward` returns.
+#[test]
+fn a_panicking_first_replica_gives_err_after_the_others_finish() -> locus::Result<()> {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let ids = all();
+    let dp = DataParallel::new(faulty_on(ids[0], true)?, &ids, Cpu)?;
+    let model = dp.module();
+    match dp.forward(&Tensor::<Cpu>::ones([2 * ids.len(), 2])?) {
+        Err(Error::Replica { device, source }) => {
+            assert_eq!(device, ids[0]);
+            let Error::Panicked { message } = *source else { panic!("expected a panic, got {source}") };
+            assert_eq!(message, format!("injected panic on {}", ids[0]));
         }
         other => panic!("expected a replica error, got {other:?}"),
     }

@@ -1,6 +1,7 @@
 //! `DataParallel`: one replica of a module per device, the batch split between them,
-//! every replica run on its own thread under its device, the outputs gathered; the
-//! module owned, so that the replicas follow every change to it.
+//! every replica run under its device (the first on the calling thread, each other on a
+//! thread of its own), the outputs gathered; the module owned, so that the replicas
+//! follow every change to it.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
@@ -284,54 +285,57 @@ impl<M: Replicate, O: Device> DataParallel<M, O> {
     }
 }
 
-/// Runs replica `i` on `parts[i]`, one thread each, and joins them all.
+/// Runs replica `i` on `parts[i]` and joins them all: the first on the calling thread
+/// (as `torch.nn.DataParallel` does with one device; a thread would only add its start-up
+/// time), each other on a thread of its own, started before the first runs.
 fn run_replicas<R: Module<Dyn, T> + Sync, T: Element>(
     replicas: &[(DeviceId, R)],
     parts: Vec<Tensor<Dyn, T>>,
 ) -> Result<Vec<Tensor<Dyn, T>>> {
-    if let ([(device, replica)], [part]) = (replicas, &parts[..]) {
-        // One replica: run it here, as torch.nn.DataParallel does with one device; a
-        // thread would only add its start-up time.
-        let device = *device;
-        let failed = |e: Error| Error::Replica { device, source: Box::new(e) };
-        let run = || -> Result<Tensor<Dyn, T>> {
-            let _on = DeviceGuard::enter(device)?;
-            replica.forward(part)
-        };
-        return match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
-            Ok(out) => out.map(|t| vec![t]).map_err(failed),
-            Err(payload) => Err(failed(Error::Panicked { message: panic_message(&*payload) })),
-        };
-    }
     let results: Vec<Result<Tensor<Dyn, T>>> = thread::scope(|scope| {
-        let handles: Vec<_> = replicas
-            .iter()
-            .zip(parts)
+        let mut work = replicas.iter().zip(parts);
+        let here = work.next();
+        let handles: Vec<_> = work
             .map(|((device, replica), part)| {
                 let device = *device;
-                let run = move || -> Result<Tensor<Dyn, T>> {
-                    let _on = DeviceGuard::enter(device)?;
-                    replica.forward(&part)
-                };
+                let run = move || run_replica(device, replica, &part);
                 (device, thread::Builder::new().name(format!("locus-replica-{device}")).spawn_scoped(scope, run))
             })
             .collect();
+        let first = here.map(|((device, replica), part)| {
+            let device = *device;
+            // A panic in the replica is its error; the threads above are joined whatever it did.
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_replica(device, replica, &part)))
+                .unwrap_or_else(|payload| {
+                    Err(Error::Replica {
+                        device,
+                        source: Box::new(Error::Panicked { message: panic_message(&*payload) }),
+                    })
+                })
+        });
         // Every started thread is joined here, whatever the others did.
-        handles
-            .into_iter()
-            .map(|(device, handle)| {
-                let failed = |e: Error| Error::Replica { device, source: Box::new(e) };
-                match handle {
-                    Err(e) => Err(failed(Error::Thread { message: e.to_string() })),
-                    Ok(h) => match h.join() {
-                        Ok(out) => out.map_err(failed),
-                        Err(payload) => Err(failed(Error::Panicked { message: panic_message(&*payload) })),
-                    },
-                }
-            })
-            .collect()
+        let rest = handles.into_iter().map(|(device, handle)| match handle {
+            Err(e) => Err(Error::Replica { device, source: Box::new(Error::Thread { message: e.to_string() }) }),
+            Ok(h) => h.join().unwrap_or_else(|payload| {
+                Err(Error::Replica { device, source: Box::new(Error::Panicked { message: panic_message(&*payload) }) })
+            }),
+        });
+        first.into_iter().chain(rest).collect()
     });
     results.into_iter().collect()
+}
+
+/// `replica`'s forward of `part` under `device`; an error of it is the replica's.
+fn run_replica<R: Module<Dyn, T>, T: Element>(
+    device: DeviceId,
+    replica: &R,
+    part: &Tensor<Dyn, T>,
+) -> Result<Tensor<Dyn, T>> {
+    let run = || -> Result<Tensor<Dyn, T>> {
+        let _on = DeviceGuard::enter(device)?;
+        replica.forward(part)
+    };
+    run().map_err(|e| Error::Replica { device, source: Box::new(e) })
 }
 
 #[cfg(test)]
