@@ -20,7 +20,11 @@ use std::hint::black_box;
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
-use locus::{Cpu, Cuda, DataParallel, Device, DeviceGuard, DeviceId, Module, Tensor, ToDevice};
+#[path = "common/layer.rs"]
+mod layer;
+
+use layer::Layer;
+use locus::{Cpu, Cuda, DataParallel, DeviceGuard, DeviceId, Tensor};
 
 fn guard(c: &Bench) {
     let _outer = DeviceGuard::enter(DeviceId::Cuda(0)).expect("cuda:0 exists on every backend");
@@ -52,20 +56,6 @@ fn dispatch(c: &Bench) {
     });
     let s = Tensor::<Cuda<0>>::ones([16]).expect("a 16-element tensor").into_dyn();
     c.bench_function("add of 16 elements, Dyn operand (run-time check)", |b| b.iter(|| black_box(&a + &s)));
-}
-
-/// `relu(x @ w)`, as the GPU bench's DataParallel rows, here small enough that the
-/// forward's own work (splitting the batch, handing each part to its replica, gathering)
-/// is most of the time.
-#[derive(ToDevice)]
-struct Layer<D: Device> {
-    w: Tensor<D>,
-}
-
-impl<D: Device> Module<D> for Layer<D> {
-    fn forward(&self, x: &Tensor<D>) -> locus::Result<Tensor<D>> {
-        x.matmul(&self.w)?.relu()
-    }
 }
 
 /// DataParallel's hand-offs on the host backend's simulated devices (issue 35 item 2):

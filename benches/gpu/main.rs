@@ -27,6 +27,8 @@ mod checkpoint;
 mod grads;
 mod graph;
 mod graph_breakdown;
+#[path = "../common/layer.rs"]
+mod layer;
 mod method;
 mod raw;
 /// The model of examples/tiny_gpt, for its training row.
@@ -37,10 +39,11 @@ mod train;
 
 use std::time::Instant;
 
+use layer::Layer;
 use locus::parallel::{DataParallel, Module};
 use locus::{
     kernel, on_stream, synchronize, with_float32_matmul_precision, Cpu, Cuda, Device, DeviceGuard, DeviceId,
-    MatmulPrecision, Stream, Tensor, ToDevice,
+    MatmulPrecision, Stream, Tensor,
 };
 use method::{gbs, median, ms, row, row_na, samples};
 
@@ -649,19 +652,6 @@ fn pipeline() {
         "ms",
         &format!("to_async and to_pinned_async of all {chunks} chunks at once on two streams, no compute, waited for at the end"),
     );
-}
-
-/// `relu(x @ w)`: the module of the DataParallel rows (the PyTorch baseline computes the
-/// same product, `x @ w`, not `nn.Linear`'s `x @ w.T`).
-#[derive(ToDevice)]
-struct Layer<D: Device> {
-    w: Tensor<D>,
-}
-
-impl<D: Device> Module<D> for Layer<D> {
-    fn forward(&self, x: &Tensor<D>) -> locus::Result<Tensor<D>> {
-        x.matmul(&self.w)?.relu()
-    }
 }
 
 fn data_parallel() {
