@@ -361,9 +361,9 @@ impl Raw {
         grid: u32,
     ) {
         let mut args = [&x as *const _ as *mut c_void, &y as *const _ as *mut c_void, &n as *const _ as *mut c_void];
-        // SAFETY: `copy4(x, y, n)` takes two pointers and a u64, given in order; the
-        // memory is valid by the caller's contract, and `args` points at locals that live
-        // through the call, which copies the values.
+        // `copy4(x, y, n)` takes two pointers and a u64, given in order; the memory is valid
+        // by the caller's contract, and `args` points at locals that live through the call.
+        // SAFETY: as just said; the call copies the values.
         unsafe { result::launch_kernel(self.copy, (grid, 1, 1), (256, 1, 1), 0, stream, &mut args).unwrap() };
     }
 

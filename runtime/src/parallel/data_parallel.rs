@@ -306,23 +306,21 @@ fn run_replicas<R: Module<Dyn, T> + Sync, T: Element>(
             let device = *device;
             // A panic in the replica is its error; the threads above are joined whatever it did.
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_replica(device, replica, &part)))
-                .unwrap_or_else(|payload| {
-                    Err(Error::Replica {
-                        device,
-                        source: Box::new(Error::Panicked { message: panic_message(&*payload) }),
-                    })
-                })
+                .unwrap_or_else(|payload| Err(panicked(device, &*payload)))
         });
         // Every started thread is joined here, whatever the others did.
         let rest = handles.into_iter().map(|(device, handle)| match handle {
             Err(e) => Err(Error::Replica { device, source: Box::new(Error::Thread { message: e.to_string() }) }),
-            Ok(h) => h.join().unwrap_or_else(|payload| {
-                Err(Error::Replica { device, source: Box::new(Error::Panicked { message: panic_message(&*payload) }) })
-            }),
+            Ok(h) => h.join().unwrap_or_else(|payload| Err(panicked(device, &*payload))),
         });
         first.into_iter().chain(rest).collect()
     });
     results.into_iter().collect()
+}
+
+/// The error of the replica on `device` that panicked with `payload`.
+fn panicked(device: DeviceId, payload: &(dyn std::any::Any + Send)) -> Error {
+    Error::Replica { device, source: Box::new(Error::Panicked { message: panic_message(payload) }) }
 }
 
 /// `replica`'s forward of `part` under `device`; an error of it is the replica's.
