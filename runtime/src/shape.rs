@@ -177,11 +177,15 @@ pub(crate) enum Layout {
 }
 
 /// The output shape and layout of `lhs ∘ rhs` under NumPy broadcasting, for `dtype`
-/// elements.
-pub(crate) fn broadcast(op: &'static str, lhs: &[usize], rhs: &[usize], dtype: DType) -> Result<(Shape, Layout)> {
-    if lhs == rhs {
-        return Ok((Shape::new(op, lhs, dtype)?, Layout::Same));
+/// elements: no wider than the operands' (the arithmetic ops' own type, the comparisons'
+/// `u8`), so that equal shapes give the operands' shape unchecked.
+pub(crate) fn broadcast(op: &'static str, lhs: &Shape, rhs: &Shape, dtype: DType) -> Result<(Shape, Layout)> {
+    if lhs.numel == rhs.numel && **lhs == **rhs {
+        // The operands' shape: their buffers hold that many elements at least as wide as
+        // `dtype` (the callers' contract), so it needs no check again.
+        return Ok((lhs.clone(), Layout::Same));
     }
+    let (lhs, rhs): (&[usize], &[usize]) = (lhs, rhs);
     let rank = lhs.len().max(rhs.len());
     let pad = |s: &[usize]| {
         let mut v = vec![1; rank - s.len()];
@@ -283,17 +287,22 @@ impl Reduction {
 
 #[cfg(test)]
 mod tests {
+    /// [`broadcast`] of two shapes given as dims.
+    fn bc(op: &'static str, lhs: &[usize], rhs: &[usize], dtype: DType) -> Result<(Shape, Layout)> {
+        broadcast(op, &Shape::new(op, lhs, dtype)?, &Shape::new(op, rhs, dtype)?, dtype)
+    }
+
     use super::*;
 
     #[test]
     fn broadcast_rows_and_columns() {
-        let (out, layout) = broadcast("add", &[2, 3], &[3], DType::F32).unwrap();
+        let (out, layout) = bc("add", &[2, 3], &[3], DType::F32).unwrap();
         assert_eq!(&*out, &[2, 3]);
         assert_eq!(layout, Layout::Strided { lhs: vec![3, 1], rhs: vec![0, 1] });
-        let (out, _) = broadcast("add", &[2, 1], &[1, 4], DType::F32).unwrap();
+        let (out, _) = bc("add", &[2, 1], &[1, 4], DType::F32).unwrap();
         assert_eq!(&*out, &[2, 4]);
-        assert_eq!(broadcast("add", &[4], &[], DType::F32).unwrap().1, Layout::RhsScalar);
-        let (out, layout) = broadcast("add", &[1, 1], &[5], DType::F32).unwrap();
+        assert_eq!(bc("add", &[4], &[], DType::F32).unwrap().1, Layout::RhsScalar);
+        let (out, layout) = bc("add", &[1, 1], &[5], DType::F32).unwrap();
         assert_eq!((&*out, layout), (&[1, 5][..], Layout::LhsScalar));
     }
 
@@ -310,13 +319,13 @@ mod tests {
 
     #[test]
     fn broadcast_rejects_incompatible_dims() {
-        let e = broadcast("mul", &[2, 3], &[4], DType::F32).unwrap_err();
+        let e = bc("mul", &[2, 3], &[4], DType::F32).unwrap_err();
         assert_eq!(e, Error::ShapeMismatch { op: "mul", lhs: vec![2, 3], rhs: vec![4] });
     }
 
     #[test]
     fn broadcast_results_too_large_name_the_op_and_operands() {
-        let e = broadcast("add", &[1 << 40, 1], &[1, 1 << 40], DType::F32).unwrap_err();
+        let e = bc("add", &[1 << 40, 1], &[1, 1 << 40], DType::F32).unwrap_err();
         let msg = e.to_string();
         assert!(msg.starts_with("add: the result of [1099511627776, 1] and [1, 1099511627776]"), "{msg}");
         assert!(msg.contains("shape [1099511627776, 1099511627776] is too large for f32"), "{msg}");

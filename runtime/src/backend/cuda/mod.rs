@@ -6,8 +6,8 @@
 //! [`BackendDevice`] by delegating; `storage` implements `BackendStorage` for
 //! [`CudaBuffer`] the same way. Its files, by folder (tests/suite/layers.rs checks the list):
 //! - `driver`: below the rest, importing none of it: `driver/device` (probing the
-//!   driver, a device's context and kernel cache, raw handles), `driver/launch` (typed
-//!   kernel arguments, grid geometry, the one kernel launch), `driver/buffer` (device
+//!   driver, a device's context and kernel cache, raw handles), `driver/args` (typed
+//!   kernel arguments), `driver/launch` (grid geometry, the one kernel launch), `driver/buffer` (device
 //!   memory: caching bins, readers) and `driver/buffer/free` (its stream-ordered end),
 //!   `driver/memory` (an op's output on the current stream, the current streams of a
 //!   thread, write marks), `driver/stream` and `driver/event` (streams with their block

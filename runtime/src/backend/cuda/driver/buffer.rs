@@ -39,8 +39,8 @@ type Uses = crate::backend::sync::uses::Uses<CudaStream, CudaEvent>;
 /// Buffers up to this size are cached per stream in power-of-two bins (as PyTorch's
 /// caching allocator does), so small ops make no allocation calls to the driver. The
 /// cache lives in the stream ([`CudaStream::take_cached`]) and is freed with it.
-const CACHE_MAX: usize = 1 << 20;
-const MIN_BIN: usize = 512;
+pub(in crate::backend::cuda::driver) const CACHE_MAX: usize = 1 << 20;
+pub(in crate::backend::cuda::driver) const MIN_BIN: usize = 512;
 
 fn bin(bytes: usize) -> usize {
     if bytes == 0 {

@@ -104,8 +104,14 @@ pub(crate) fn probe() -> std::result::Result<usize, String> {
 /// A user kernel loaded on a device, with the module that owns it; or why it is not.
 type UserFunction = std::result::Result<(Handle<sys::CUfunction>, Arc<CudaModule>), Error>;
 
-/// A kernel by op, variant and element type.
-type KernelKey = (&'static str, &'static str, DType);
+/// A kernel by op, variant and element type, the two names by address and length: a
+/// lookup hashes and compares four words, not the names' bytes. One name at two addresses
+/// makes two entries for one function (`functions` loads it once).
+type KernelKey = (usize, usize, usize, usize, DType);
+
+fn kernel_key(op: &'static str, variant: &'static str, dtype: DType) -> KernelKey {
+    (op.as_ptr() as usize, op.len(), variant.as_ptr() as usize, variant.len(), dtype)
+}
 
 pub(crate) struct DeviceState {
     pub ordinal: u32,
@@ -232,7 +238,7 @@ impl DeviceState {
         variant: &'static str,
         dtype: DType,
     ) -> Result<sys::CUfunction> {
-        let key = (op, variant, dtype);
+        let key = kernel_key(op, variant, dtype);
         if let Some(f) = self.kernels.lock().map_err(|_| poisoned(self.id()))?.get(&key) {
             return Ok(f.0);
         }

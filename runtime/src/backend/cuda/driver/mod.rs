@@ -3,6 +3,7 @@
 //! Everything else in `cuda/` builds on these; nothing here imports `ops/`,
 //! `transfer/` or `comm/`.
 
+pub(in crate::backend::cuda) mod args;
 pub(in crate::backend::cuda) mod buffer;
 pub(in crate::backend::cuda) mod device;
 pub(in crate::backend::cuda) mod event;

@@ -14,11 +14,11 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use cudarc::cublas::sys::cublasHandle_t;
 use cudarc::driver::{result, sys};
 
+use crate::backend::cuda::driver::buffer::{CACHE_MAX, MIN_BIN};
 use crate::backend::cuda::driver::device::{driver, failure, set_current, Handle, OOM, UNKNOWN};
 use crate::backend::cuda::driver::event::CudaEvent;
 use crate::backend::cuda::driver::graph::CudaCapture;
 use crate::backend::cuda::driver::timing;
-use crate::backend::fast_map::FastMap;
 use crate::backend::sync::ordering::{new_stream_id, Order};
 use crate::error::{Error, Result};
 use crate::faults::{gate, Point};
@@ -47,6 +47,16 @@ pub(in crate::backend::cuda) fn blas_err(device: u32, call: &str, e: impl std::f
 
 /// A stream of one device. Destroyed with its last reference (the device's default
 /// stream lives as long as the process).
+/// One list per cache bin (`MIN_BIN`, twice that, ... up to `CACHE_MAX` bytes): a block's
+/// list is found by its size's bit, not by hashing it.
+type Bins = [Vec<sys::CUdeviceptr>; (CACHE_MAX / MIN_BIN).trailing_zeros() as usize + 1];
+
+/// The list of [`Bins`] for blocks of `cap` bytes; `None` for a size that is no bin.
+fn bin_index(cap: usize) -> Option<usize> {
+    let ok = cap.is_power_of_two() && (MIN_BIN..=CACHE_MAX).contains(&cap);
+    ok.then(|| (cap / MIN_BIN).trailing_zeros() as usize)
+}
+
 pub(crate) struct CudaStream {
     pub raw: Handle<sys::CUstream>,
     pub ordinal: u32,
@@ -56,7 +66,7 @@ pub(crate) struct CudaStream {
     pub order: Order,
     ctx: Handle<sys::CUcontext>,
     /// Freed small blocks ordered on this stream, by capacity.
-    cache: Mutex<FastMap<usize, Vec<sys::CUdeviceptr>>>,
+    cache: Mutex<Bins>,
     /// Whether this stream is listed in `WITH_CACHE`.
     listed: AtomicBool,
     /// This stream's own cuBLAS handle, bound to it once: no other thread or stream can
@@ -104,7 +114,7 @@ impl CudaStream {
             id: new_stream_id(),
             order: Order::default(),
             ctx: Handle(ctx),
-            cache: Mutex::new(FastMap::default()),
+            cache: Mutex::new(Bins::default()),
             listed: AtomicBool::new(false),
             blas: OnceLock::new(),
             capturing: AtomicBool::new(false),
@@ -195,7 +205,8 @@ impl CudaStream {
 
     /// A cached block of `cap` bytes freed on this stream, if any.
     pub(crate) fn take_cached(&self, cap: usize) -> Option<sys::CUdeviceptr> {
-        self.cache.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&cap)?.pop()
+        let bin = bin_index(cap)?;
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())[bin].pop()
     }
 
     /// Caches a block of `cap` bytes whose last use is queued on this stream.
@@ -206,7 +217,15 @@ impl CudaStream {
     /// `take_cached` and freed by `free_cached`), and every use of it, on any stream, is
     /// ordered before this point of this stream.
     pub(crate) unsafe fn put_cached(self: &Arc<Self>, cap: usize, ptr: sys::CUdeviceptr) {
-        self.cache.lock().unwrap_or_else(|p| p.into_inner()).entry(cap).or_default().push(ptr);
+        let Some(bin) = bin_index(cap) else {
+            // Not a bin's size: no `take_cached` would hand it out, so it goes back now.
+            // SAFETY: `ptr` came from cuMemAllocAsync on this device, nothing else owns it, and every use of it is
+            // ordered before this point of this stream (this fn's contract).
+            let _ = unsafe { result::free_async(ptr, self.raw.0) };
+            crate::backend::blocks::release_cached(crate::device_id::DeviceId::Cuda(self.ordinal), ptr);
+            return;
+        };
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())[bin].push(ptr);
         // Never with this stream's cache locked: `cached_bytes` locks the list first.
         if !self.listed.load(Ordering::Relaxed) && !self.listed.swap(true, Ordering::Relaxed) {
             let mut list = WITH_CACHE.lock().unwrap_or_else(|p| p.into_inner());
@@ -217,13 +236,14 @@ impl CudaStream {
 
     /// Bytes of the blocks cached on this stream.
     pub(crate) fn cached_bytes(&self) -> usize {
-        self.cache.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(cap, v)| cap * v.len()).sum()
+        let bins = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        bins.iter().enumerate().map(|(i, v)| (MIN_BIN << i) * v.len()).sum()
     }
 
     /// Frees this stream's cached blocks to the driver's pool, ordered on this stream.
     fn free_cached(&self) {
         let blocks = std::mem::take(&mut *self.cache.lock().unwrap_or_else(|p| p.into_inner()));
-        for ptr in blocks.into_values().flatten() {
+        for ptr in blocks.into_iter().flatten() {
             // SAFETY: the block came from cuMemAllocAsync on this device and its last use
             // is queued on this stream, before this free.
             let _ = unsafe { result::free_async(ptr, self.raw.0) };
