@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Host instructions per eager op of locus's cuda backend, on this machine without a GPU:
+# the GPU bench's `breakdown-loop OP` runs on fake CUDA libraries (device memory is host
+# memory, launches do nothing, every sync succeeds; fakecuda.c) under callgrind, which
+# counts only inside the bench's op closure (gpu::breakdown::op::{{closure}}), and the
+# count is divided by the ops the bench ran. The fake driver's own share is a few
+# instructions per op; a real driver's launch comes on top. Run from the project root:
+#
+#   cargo build --release --bench gpu
+#   bash benches/fakecuda/count.sh [BIN] OP...     (OP: raw_args3, add_1k, relu_1k, user_kernel_1k, zeros_1k, ...)
+#
+# BIN defaults to the newest target/release/deps/gpu-*. KEEP=DIR keeps each callgrind
+# file there, for `callgrind_annotate`. Needs gcc, python3 and valgrind.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+lib=${FAKECUDA_LIB:-target/fakecuda}
+bin=""
+if [ $# -gt 0 ] && [ -x "$1" ] && [ -f "$1" ]; then bin=$(realpath "$1"); shift; fi
+[ -n "$bin" ] || bin=$(realpath "$(ls -t target/release/deps/gpu-* | grep -v '\.d$' | head -1)")
+[ $# -gt 0 ] || { echo "usage: count.sh [BIN] OP..." >&2; exit 2; }
+# The libraries: the hand-written parts, and a stub for every other symbol cudarc can load.
+cudarc=$(ls -d ~/.cargo/registry/src/*/cudarc-0.19.10 | head -1)
+mkdir -p "$lib/names" "$lib/gen"
+build() { # library, source, cudarc's sys module
+  grep -oE 'load::<_F>\("[A-Za-z0-9_]+"\)' "$cudarc/src/$3/sys/mod.rs" | sed -E 's/.*\("(.*)"\)/\1/' | sort -u > "$lib/names/$3.txt"
+  python3 "$here/genstubs.py" "$lib/names/$3.txt" "$here/$2" "$lib/gen/stubs_$3.c"
+  gcc -O2 -g -fPIC -shared -Wall -Wno-unused-parameter -o "$lib/$1" "$here/$2" "$lib/gen/stubs_$3.c"
+}
+build libcuda.so fakecuda.c driver
+build libnvrtc.so fakenvrtc.c nvrtc
+build libcublas.so fakecublas.c cublas
+build libcublasLt.so fakecublaslt.c cublaslt
+build libnccl.so fakenccl.c nccl
+ln -sf libcuda.so "$lib/libcuda.so.1"
+export LD_LIBRARY_PATH=$(realpath "$lib") LOCUS_BACKEND=cuda
+for op in "$@"; do
+  out=$(mktemp)
+  n=$(valgrind --tool=callgrind --callgrind-out-file="$out" --collect-atstart=no \
+      --toggle-collect='gpu::breakdown::op::{{closure}}' "$bin" breakdown-loop "$op" 1 2>/dev/null | awk '/ops in/ {print $2}')
+  ir=$(grep -E '^(summary|totals):' "$out" | head -1 | awk '{print $2}')
+  echo "$op: $(python3 -c "print(round($ir / $n, 1))") instructions per op ($n ops)"
+  if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$out" "$KEEP/callgrind.$op.out"; fi
+  rm -f "$out"
+done

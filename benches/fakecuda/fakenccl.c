@@ -1,0 +1,1 @@
+int ncclGetVersion(int *v) { *v = 22300; return 0; }
