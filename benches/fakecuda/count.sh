@@ -7,7 +7,7 @@
 # instructions per op; a real driver's launch comes on top. Run from the project root:
 #
 #   cargo build --release --bench gpu
-#   bash benches/fakecuda/count.sh [BIN] OP...     (OP: raw_args3, add_1k, relu_1k, user_kernel_1k, zeros_1k, ...)
+#   bash benches/fakecuda/count.sh [BIN] OP...     (OP: raw_args3, add_1k, relu_1k, user_kernel_1k, zeros_1k, replay20, ...)
 #
 # BIN defaults to the newest target/release/deps/gpu-*. KEEP=DIR keeps each callgrind
 # file there, for `callgrind_annotate`. Needs gcc, python3 and valgrind.
@@ -35,8 +35,11 @@ ln -sf libcuda.so "$lib/libcuda.so.1"
 export LD_LIBRARY_PATH=$(realpath "$lib") LOCUS_BACKEND=cuda
 for op in "$@"; do
   out=$(mktemp)
+  # The op closure; for replay20 (a 20-add graph's replays), the bench's one call of `Graph::replay`.
+  toggle='gpu::breakdown::op::{{closure}}'
+  [ "$op" = replay20 ] && toggle='gpu::breakdown::replay_chain'
   n=$(valgrind --tool=callgrind --callgrind-out-file="$out" --collect-atstart=no \
-      --toggle-collect='gpu::breakdown::op::{{closure}}' "$bin" breakdown-loop "$op" 1 2>/dev/null | awk '/ops in/ {print $2}')
+      --toggle-collect="$toggle" "$bin" breakdown-loop "$op" 1 2>/dev/null | awk '/ops in/ {print $2}')
   ir=$(grep -E '^(summary|totals):' "$out" | head -1 | awk '{print $2}')
   echo "$op: $(python3 -c "print(round($ir / $n, 1))") instructions per op ($n ops)"
   if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$out" "$KEEP/callgrind.$op.out"; fi

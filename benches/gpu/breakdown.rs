@@ -21,7 +21,7 @@
 
 use std::time::{Duration, Instant};
 
-use locus::{Cuda, Tensor};
+use locus::{Cuda, Graph, Stream, Tensor};
 
 use crate::method::{row, samples};
 use crate::raw::Raw;
@@ -115,8 +115,12 @@ pub(crate) fn rows(raw: &Raw) {
 
 /// `gpu breakdown-loop OP SECONDS`: `OP`'s batches for `SECONDS`, for a profiler.
 pub(crate) fn profile_loop(raw: &Raw, name: &str, seconds: f64) -> Result<(), String> {
+    if name == "replay20" {
+        replay_loop(seconds);
+        return Ok(());
+    }
     let t = Operands::new();
-    let names = ROWS.map(|r| r.0).join(", ");
+    let names = ROWS.map(|r| r.0).join(", ") + ", replay20";
     let mut f = op(name, raw, &t).ok_or_else(|| format!("no op `{name}` (one of {names})"))?;
     let until = Instant::now() + Duration::from_secs_f64(seconds);
     let (mut batches, start) = (0u64, Instant::now());
@@ -126,4 +130,28 @@ pub(crate) fn profile_loop(raw: &Raw, name: &str, seconds: f64) -> Result<(), St
     }
     println!("{name}: {} ops in {:.1} s", batches * (BATCHES * BATCH) as u64, start.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// `gpu breakdown-loop replay20 SECONDS`: `Graph::replay` of `graph.rs`'s 20-add chain
+/// in batches of `BATCH`, each after a synchronize of its stream, for `SECONDS` (what
+/// `graph_breakdown_launch` times, for a profiler or `benches/fakecuda/count.sh`).
+fn replay_loop(seconds: f64) {
+    let stream = Stream::<G>::new().unwrap();
+    let (mut x, mut b) = (Tensor::<G>::rand([1024], 1).unwrap(), Tensor::<G>::rand([1024], 2).unwrap());
+    let mut g = Graph::capture(&stream, (&mut x, &mut b), |(x, b)| crate::graph::chain(x, b)).unwrap();
+    let mut replay = || replay_chain(&mut g);
+    let until = Instant::now() + Duration::from_secs_f64(seconds);
+    let (mut batches, start) = (0u64, Instant::now());
+    while Instant::now() < until {
+        per_op(&mut replay, || stream.synchronize().unwrap());
+        batches += 1;
+    }
+    println!("replay20: {} ops in {:.1} s", batches * (BATCHES * BATCH) as u64, start.elapsed().as_secs_f64());
+}
+
+/// One replay of `replay_loop`'s graph: a function of its own, so that a profiler can
+/// count it alone (`benches/fakecuda/count.sh replay20`).
+#[inline(never)]
+fn replay_chain(g: &mut Graph<G, (&mut Tensor<G>, &mut Tensor<G>), Tensor<G>>) {
+    let _ = g.replay().unwrap();
 }

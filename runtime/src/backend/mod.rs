@@ -20,6 +20,7 @@ pub(crate) mod blocks;
 mod cuda;
 pub(crate) mod dispatch;
 pub(crate) mod fast_map;
+pub(crate) mod few;
 pub(crate) mod host;
 pub(crate) mod pinned_pool;
 pub(crate) mod sync;

@@ -30,6 +30,7 @@
 mod lists;
 mod views;
 
+use crate::backend::few::with_refs;
 use crate::backend::{self, dispatch::capture, dispatch::current::with_current, AnyGraph, AnyStream, Buffer};
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -317,9 +318,10 @@ where
     fn launch(&mut self, stream: &AnyStream) -> Result<()> {
         let mut ins = Parts { tensors: Vec::new() };
         self.inputs.parts(&mut ins);
-        let reads: Vec<&Buffer> = ins.tensors.iter().map(|s| &s.buf).collect();
-        let writes: Vec<&Buffer> = self.written.iter().map(|s| &s.buf).collect();
-        launch(&self.raw, self.stream.device(), &mut self.last, stream, &reads, &writes)
+        let (raw, device, last) = (&self.raw, self.stream.device(), &mut self.last);
+        let reads = ins.tensors.iter().map(|s| Ok(&s.buf));
+        let writes = self.written.iter().map(|s| Ok(&s.buf));
+        with_refs(reads, |reads| with_refs(writes, |writes| launch(raw, device, last, stream, reads, writes)))
     }
 
     /// The outputs as the last replay wrote them; an error before the first replay.

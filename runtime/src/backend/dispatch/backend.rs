@@ -91,6 +91,16 @@ fn kernel_args<'a, B>(
         .collect()
 }
 
+/// The host backend's buffer of `b`, or the mismatch.
+fn host_or_mismatch(b: &Buffer) -> Result<&HostBuffer> {
+    b.as_host().ok_or_else(|| mismatch("memory"))
+}
+
+/// The cuda backend's buffer of `b`, or the mismatch.
+fn cuda_or_mismatch(b: &Buffer) -> Result<&crate::backend::cuda::CudaBuffer> {
+    cuda_of(b).ok_or_else(|| mismatch("memory"))
+}
+
 fn cuda_of(b: &Buffer) -> Option<&crate::backend::cuda::CudaBuffer> {
     match b {
         Buffer::Cuda(c) => Some(c),

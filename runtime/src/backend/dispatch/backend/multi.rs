@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use crate::backend::api::user_kernel::{Grid, KernelArg, KernelSource};
 use crate::backend::dispatch::backend::{
-    cuda_of, cudas, hosts, kernel_args, mismatch, process_collective, AnyBackend, Imp,
+    cuda_of, cuda_or_mismatch, cudas, host_or_mismatch, hosts, kernel_args, mismatch, process_collective, AnyBackend,
+    Imp,
 };
+use crate::backend::few::with_refs;
 use crate::backend::{AnyComm, AnyGraph, AnyStream, BackendDevice, Buffer, Collective, CommOp};
 use crate::device_id::DeviceId;
 use crate::element::DType;
@@ -159,10 +161,14 @@ impl AnyBackend {
         self.gate_refuse("Graph::replay", "a graph cannot replay inside a capture; replay it before or after")?;
         match (self.imp, graph, stream) {
             (Imp::Host(b), AnyGraph::Host(g), AnyStream::Host(s)) => {
-                b.launch_graph(g, s, &hosts(reads)?, &hosts(writes)?)
+                let (reads, writes) =
+                    (reads.iter().map(|x| host_or_mismatch(x)), writes.iter().map(|x| host_or_mismatch(x)));
+                with_refs(reads, |r| with_refs(writes, |w| b.launch_graph(g, s, r, w)))
             }
             (Imp::Cuda(b), AnyGraph::Cuda(g), AnyStream::Cuda(s)) => {
-                b.launch_graph(g, s, &cudas(reads)?, &cudas(writes)?)
+                let (reads, writes) =
+                    (reads.iter().map(|x| cuda_or_mismatch(x)), writes.iter().map(|x| cuda_or_mismatch(x)));
+                with_refs(reads, |r| with_refs(writes, |w| b.launch_graph(g, s, r, w)))
             }
             _ => Err(mismatch("a graph or a stream")),
         }
