@@ -7,14 +7,14 @@ use std::collections::HashMap;
 /// on every op (std's SipHash resists chosen keys, which these are not): each integer is
 /// one rotate, xor and multiply (the step of rustc's FxHash), bytes are FNV-1a.
 #[derive(Default)]
-pub(crate) struct Fnv(u64);
+pub(crate) struct TableHasher(u64);
 
 /// FxHash's multiplier: odd, with its bits spread, so that keys differing only in low
 /// bits (addresses aligned to 512 bytes, sizes in powers of two) differ in the high bits
 /// the table's control bytes take.
 const MIX: u64 = 0x517c_c1b7_2722_0a95;
 
-impl std::hash::Hasher for Fnv {
+impl std::hash::Hasher for TableHasher {
     fn finish(&self) -> u64 {
         self.0
     }
@@ -48,18 +48,18 @@ impl std::hash::Hasher for Fnv {
     }
 }
 
-/// A `HashMap` with [`Fnv`].
-pub(crate) type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<Fnv>>;
+/// A `HashMap` with [`TableHasher`].
+pub(crate) type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<TableHasher>>;
 
 #[cfg(test)]
 mod tests {
     use std::hash::{BuildHasher, BuildHasherDefault};
 
-    use super::Fnv;
+    use super::TableHasher;
 
     #[test]
     fn aligned_addresses_and_powers_of_two_differ_in_the_top_bits() {
-        let h = |x: usize| BuildHasherDefault::<Fnv>::default().hash_one(x) >> 57;
+        let h = |x: usize| BuildHasherDefault::<TableHasher>::default().hash_one(x) >> 57;
         let top: std::collections::HashSet<u64> = (0..64).map(|i| h(0x7f00_0000_0000 + i * 512)).collect();
         assert!(top.len() > 32, "64 aligned addresses gave only {} of 128 top-7-bit values", top.len());
         let pow: std::collections::HashSet<u64> = (9..21).map(|i| h(1 << i)).collect();

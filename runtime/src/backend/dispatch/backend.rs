@@ -64,17 +64,12 @@ fn process_collective() -> Error {
 
 /// Buffers of the host backend, or the mismatch.
 fn hosts<'a>(bufs: &[&'a Buffer]) -> Result<Vec<&'a HostBuffer>> {
-    bufs.iter().map(|b| b.as_host().ok_or_else(|| mismatch("memory"))).collect()
+    bufs.iter().map(|b| host_or_mismatch(b)).collect()
 }
 
 /// Buffers of the cuda backend, or the mismatch.
 fn cudas<'a>(bufs: &[&'a Buffer]) -> Result<Vec<&'a crate::backend::cuda::CudaBuffer>> {
-    bufs.iter()
-        .map(|b| match b {
-            Buffer::Cuda(c) => Ok(c),
-            Buffer::Host(_) => Err(mismatch("memory")),
-        })
-        .collect()
+    bufs.iter().map(|b| cuda_or_mismatch(b)).collect()
 }
 
 /// Kernel arguments with their buffers of one backend, picked by `pick`.

@@ -219,10 +219,8 @@ impl CudaStream {
     pub(crate) unsafe fn put_cached(self: &Arc<Self>, cap: usize, ptr: sys::CUdeviceptr) {
         let Some(bin) = bin_index(cap) else {
             // Not a bin's size: no `take_cached` would hand it out, so it goes back now.
-            // SAFETY: `ptr` came from cuMemAllocAsync on this device, nothing else owns it, and every use of it is
-            // ordered before this point of this stream (this fn's contract).
-            let _ = unsafe { result::free_async(ptr, self.raw.0) };
-            crate::backend::blocks::release_cached(crate::device_id::DeviceId::Cuda(self.ordinal), ptr);
+            // SAFETY: this fn's contract is `give_back`'s.
+            unsafe { self.give_back(ptr) };
             return;
         };
         self.cache.lock().unwrap_or_else(|p| p.into_inner())[bin].push(ptr);
@@ -244,11 +242,22 @@ impl CudaStream {
     fn free_cached(&self) {
         let blocks = std::mem::take(&mut *self.cache.lock().unwrap_or_else(|p| p.into_inner()));
         for ptr in blocks.into_iter().flatten() {
-            // SAFETY: the block came from cuMemAllocAsync on this device and its last use
-            // is queued on this stream, before this free.
-            let _ = unsafe { result::free_async(ptr, self.raw.0) };
-            crate::backend::blocks::release_cached(crate::device_id::DeviceId::Cuda(self.ordinal), ptr);
+            // SAFETY: each cached block came from cuMemAllocAsync on this device, is owned by the cache alone (taken
+            // out of it just above), and its last use is queued on this stream (`put_cached`'s contract).
+            unsafe { self.give_back(ptr) };
         }
+    }
+
+    /// Frees a block to the driver's pool, ordered on this stream, and takes it off the
+    /// books.
+    ///
+    /// # Safety
+    /// `ptr` came from `cuMemAllocAsync` on this stream's device, nothing else owns it, and
+    /// every use of it, on any stream, is ordered before this point of this stream.
+    unsafe fn give_back(&self, ptr: sys::CUdeviceptr) {
+        // SAFETY: the block is the driver's to free once this stream reaches this point (this fn's contract).
+        let _ = unsafe { result::free_async(ptr, self.raw.0) };
+        crate::backend::blocks::release_cached(crate::device_id::DeviceId::Cuda(self.ordinal), ptr);
     }
 
     /// This stream's cuBLAS handle: one from a dropped stream of the device (after that
@@ -327,5 +336,27 @@ impl Drop for CudaStream {
         }
         // SAFETY: the last reference is gone; nothing queues work on this stream again.
         let _ = unsafe { result::stream::destroy(self.raw.0) };
+    }
+}
+
+#[cfg(test)]
+mod bin_tests {
+    use super::{bin_index, Bins, CACHE_MAX, MIN_BIN};
+
+    #[test]
+    fn each_bin_size_has_its_own_list_and_other_sizes_none() {
+        let bins = Bins::default();
+        let mut seen = vec![false; bins.len()];
+        let mut cap = MIN_BIN;
+        while cap <= CACHE_MAX {
+            let i = bin_index(cap).expect("a bin's size");
+            assert!(!seen[i], "two sizes share list {i}");
+            seen[i] = true;
+            cap *= 2;
+        }
+        assert!(seen.iter().all(|&s| s), "a list no size reaches");
+        for odd in [0, 1, MIN_BIN / 2, MIN_BIN + 1, 3 * MIN_BIN, CACHE_MAX * 2] {
+            assert_eq!(bin_index(odd), None, "{odd} bytes");
+        }
     }
 }
