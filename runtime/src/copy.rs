@@ -160,7 +160,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
         }
         let mut dst = host::host().alloc_for_overwrite(DeviceId::Pinned, self.storage().bytes())?;
         let done = self.storage().buf.download_async(&mut dst, &stream.raw)?;
-        let value = Tensor::from_buffer(Pinned, Buffer::Host(dst), self.checked_shape().clone());
+        let value = Tensor::from_buffer(Pinned, Buffer::host(dst), self.checked_shape().clone());
         Ok(Pending { value, device: self.device(), done })
     }
 }

@@ -59,7 +59,7 @@ impl<D: HostPlacement, T: Element> Tensor<D, T> {
             }
             out
         };
-        Ok(Tensor::from_buffer(placement, Buffer::Host(buf), shape))
+        Ok(Tensor::from_buffer(placement, Buffer::host(buf), shape))
     }
 
     /// The elements as an [`ndarray`] view of this tensor's shape, in place (no copy).

@@ -18,7 +18,9 @@ use crate::shape::{Layout, Reduction};
 /// Device memory of one backend.
 #[derive(Debug)]
 pub(crate) enum Buffer {
-    Host(HostBuffer),
+    /// Boxed: a host buffer is twice a device buffer's size, and every op moves its
+    /// output a few times on its way into a tensor.
+    Host(Box<HostBuffer>),
     Cuda(CudaBuffer),
 }
 
@@ -48,6 +50,11 @@ pub(super) fn mismatch(op: &'static str, lhs: &Buffer, rhs: &Buffer) -> Error {
 }
 
 impl Buffer {
+    /// A host backend's buffer.
+    pub(crate) fn host(b: HostBuffer) -> Buffer {
+        Buffer::Host(Box::new(b))
+    }
+
     /// The host memory of this buffer, if it is host memory.
     pub(crate) fn as_host(&self) -> Option<&HostBuffer> {
         match self {
@@ -97,7 +104,7 @@ impl Buffer {
     /// [`BackendStorage::addr`].
     pub(crate) fn addr(&self) -> u64 {
         match self {
-            Buffer::Host(h) => BackendStorage::addr(h),
+            Buffer::Host(h) => BackendStorage::addr(&**h),
             Buffer::Cuda(c) => c.addr(),
         }
     }
@@ -189,9 +196,9 @@ impl Buffer {
     pub(crate) fn unary(&self, op: UnaryOp, grad: Option<&Buffer>, dtype: DType, len: usize) -> Result<Buffer> {
         capture::on_device(op.name(), self.device_id())?;
         match (self, grad.map(|g| self.pair(op.name(), g)).transpose()?) {
-            (_, Some(Pair::Host(x, g))) => x.activation_grad(g, op, dtype, len).map(Buffer::Host),
+            (_, Some(Pair::Host(x, g))) => x.activation_grad(g, op, dtype, len).map(Buffer::host),
             (_, Some(Pair::Cuda(x, g))) => x.activation_grad(g, op, dtype, len).map(Buffer::Cuda),
-            (Buffer::Host(h), None) => h.unary(op, dtype, len).map(Buffer::Host),
+            (Buffer::Host(h), None) => h.unary(op, dtype, len).map(Buffer::host),
             (Buffer::Cuda(c), None) => c.unary(op, dtype, len).map(Buffer::Cuda),
         }
     }
@@ -199,7 +206,7 @@ impl Buffer {
     pub(crate) fn cast(&self, from: DType, to: DType, len: usize) -> Result<Buffer> {
         capture::on_device("to_dtype", self.device_id())?;
         match self {
-            Buffer::Host(h) => h.cast(from, to, len).map(Buffer::Host),
+            Buffer::Host(h) => h.cast(from, to, len).map(Buffer::host),
             Buffer::Cuda(c) => c.cast(from, to, len).map(Buffer::Cuda),
         }
     }
@@ -207,7 +214,7 @@ impl Buffer {
     pub(crate) fn unary_param(&self, op: ParamOp, dtype: DType, len: usize) -> Result<Buffer> {
         capture::on_device(op.name(), self.device_id())?;
         match self {
-            Buffer::Host(h) => h.unary_param(op, dtype, len).map(Buffer::Host),
+            Buffer::Host(h) => h.unary_param(op, dtype, len).map(Buffer::host),
             Buffer::Cuda(c) => c.unary_param(op, dtype, len).map(Buffer::Cuda),
         }
     }
@@ -223,7 +230,7 @@ impl Buffer {
         capture::on_device(op.name(), self.device_id())?;
         capture::division(op, dtype)?;
         match self.pair(op.name(), rhs)? {
-            Pair::Host(a, b) => a.binary(b, op, dtype, out_shape, layout).map(Buffer::Host),
+            Pair::Host(a, b) => a.binary(b, op, dtype, out_shape, layout).map(Buffer::host),
             Pair::Cuda(a, b) => a.binary(b, op, dtype, out_shape, layout).map(Buffer::Cuda),
         }
     }
@@ -232,7 +239,7 @@ impl Buffer {
         capture::on_device(op.name(), self.device_id())?;
         capture::division(op, dtype)?;
         match self {
-            Buffer::Host(h) => h.binary_scalar(op, dtype, len, rhs).map(Buffer::Host),
+            Buffer::Host(h) => h.binary_scalar(op, dtype, len, rhs).map(Buffer::host),
             Buffer::Cuda(c) => c.binary_scalar(op, dtype, len, rhs).map(Buffer::Cuda),
         }
     }
@@ -241,7 +248,7 @@ impl Buffer {
         capture::on_device(op.name(), self.device_id())?;
         capture::division(op, dtype)?;
         match self {
-            Buffer::Host(h) => h.scalar_binary(op, dtype, lhs, len).map(Buffer::Host),
+            Buffer::Host(h) => h.scalar_binary(op, dtype, lhs, len).map(Buffer::host),
             Buffer::Cuda(c) => c.scalar_binary(op, dtype, lhs, len).map(Buffer::Cuda),
         }
     }
@@ -249,7 +256,7 @@ impl Buffer {
     pub(crate) fn reduce(&self, op: ReduceKind, dtype: DType, r: Reduction) -> Result<Buffer> {
         capture::on_device(op.name(), self.device_id())?;
         match self {
-            Buffer::Host(h) => h.reduce(op, dtype, r).map(Buffer::Host),
+            Buffer::Host(h) => h.reduce(op, dtype, r).map(Buffer::host),
             Buffer::Cuda(c) => c.reduce(op, dtype, r).map(Buffer::Cuda),
         }
     }
@@ -257,7 +264,7 @@ impl Buffer {
     pub(crate) fn matmul(&self, rhs: &Buffer, dtype: DType, g: Gemm) -> Result<Buffer> {
         capture::on_device("matmul", self.device_id())?;
         match self.pair("matmul", rhs)? {
-            Pair::Host(a, b) => a.matmul(b, dtype, g).map(Buffer::Host),
+            Pair::Host(a, b) => a.matmul(b, dtype, g).map(Buffer::host),
             Pair::Cuda(a, b) => a.matmul(b, dtype, g).map(Buffer::Cuda),
         }
     }
@@ -265,7 +272,7 @@ impl Buffer {
     pub(crate) fn transpose(&self, dtype: DType, rows: usize, cols: usize) -> Result<Buffer> {
         capture::on_device("transpose", self.device_id())?;
         match self {
-            Buffer::Host(h) => h.transpose(dtype, rows, cols).map(Buffer::Host),
+            Buffer::Host(h) => h.transpose(dtype, rows, cols).map(Buffer::host),
             Buffer::Cuda(c) => c.transpose(dtype, rows, cols).map(Buffer::Cuda),
         }
     }
@@ -273,7 +280,7 @@ impl Buffer {
     pub(crate) fn permute(&self, dtype: DType, p: &Permute) -> Result<Buffer> {
         capture::on_device("transpose", self.device_id())?;
         match self {
-            Buffer::Host(h) => h.permute(dtype, p).map(Buffer::Host),
+            Buffer::Host(h) => h.permute(dtype, p).map(Buffer::host),
             Buffer::Cuda(c) => c.permute(dtype, p).map(Buffer::Cuda),
         }
     }
@@ -281,7 +288,7 @@ impl Buffer {
     pub(crate) fn slice(&self, dtype: DType, offset: usize, len: usize) -> Result<Buffer> {
         capture::on_device("slice", self.device_id())?;
         match self {
-            Buffer::Host(h) => h.slice(dtype, offset, len).map(Buffer::Host),
+            Buffer::Host(h) => h.slice(dtype, offset, len).map(Buffer::host),
             Buffer::Cuda(c) => c.slice(dtype, offset, len).map(Buffer::Cuda),
         }
     }
@@ -297,7 +304,7 @@ impl Buffer {
         match first.many("concat", rest.iter().map(|p| p.0))? {
             Many::Host(first, v) => {
                 let parts: Vec<_> = std::iter::once(first).chain(v).zip(lens).collect();
-                HostBuffer::concat(dtype, &parts).map(Buffer::Host)
+                HostBuffer::concat(dtype, &parts).map(Buffer::host)
             }
             Many::Cuda(first, v) => {
                 let parts: Vec<_> = std::iter::once(first).chain(v).zip(lens).collect();
@@ -311,7 +318,7 @@ impl Buffer {
         match self.many("copy_blocks", parts.iter().map(|p| p.src))? {
             Many::Host(into, v) => {
                 let parts: Vec<_> = parts.iter().zip(v).map(|(p, h)| p.with_src(h)).collect();
-                into.copy_blocks(dtype, len, &parts).map(Buffer::Host)
+                into.copy_blocks(dtype, len, &parts).map(Buffer::host)
             }
             Many::Cuda(into, v) => {
                 let parts: Vec<_> = parts.iter().zip(v).map(|(p, c)| p.with_src(c)).collect();
@@ -323,7 +330,7 @@ impl Buffer {
     pub(crate) fn index_select(&self, index: &Buffer, dtype: DType, g: Gather) -> Result<Buffer> {
         capture::on_device("index_select", self.device_id())?;
         match self.pair("index_select", index)? {
-            Pair::Host(a, b) => a.index_select(b, dtype, g).map(Buffer::Host),
+            Pair::Host(a, b) => a.index_select(b, dtype, g).map(Buffer::host),
             Pair::Cuda(a, b) => a.index_select(b, dtype, g).map(Buffer::Cuda),
         }
     }
@@ -331,7 +338,7 @@ impl Buffer {
     pub(crate) fn index_add(&self, index: &Buffer, dtype: DType, g: Gather) -> Result<Buffer> {
         capture::on_device("index_select", self.device_id())?;
         match self.pair("index_select", index)? {
-            Pair::Host(a, b) => a.index_add(b, dtype, g).map(Buffer::Host),
+            Pair::Host(a, b) => a.index_add(b, dtype, g).map(Buffer::host),
             Pair::Cuda(a, b) => a.index_add(b, dtype, g).map(Buffer::Cuda),
         }
     }
@@ -346,7 +353,7 @@ impl Buffer {
     ) -> Result<Buffer> {
         capture::on_device(op.name(), self.device_id())?;
         match self.pair(op.name(), rhs)? {
-            Pair::Host(a, b) => a.compare(b, op, dtype, out_shape, layout).map(Buffer::Host),
+            Pair::Host(a, b) => a.compare(b, op, dtype, out_shape, layout).map(Buffer::host),
             Pair::Cuda(a, b) => a.compare(b, op, dtype, out_shape, layout).map(Buffer::Cuda),
         }
     }
@@ -354,7 +361,7 @@ impl Buffer {
     pub(crate) fn compare_scalar(&self, op: CompareOp, dtype: DType, len: usize, rhs: Scalar) -> Result<Buffer> {
         capture::on_device(op.name(), self.device_id())?;
         match self {
-            Buffer::Host(h) => h.compare_scalar(op, dtype, len, rhs).map(Buffer::Host),
+            Buffer::Host(h) => h.compare_scalar(op, dtype, len, rhs).map(Buffer::host),
             Buffer::Cuda(c) => c.compare_scalar(op, dtype, len, rhs).map(Buffer::Cuda),
         }
     }
@@ -369,7 +376,7 @@ impl Buffer {
     ) -> Result<Buffer> {
         capture::on_device("where", self.device_id())?;
         match (self.pair("where", a)?, self.pair("where", b)?) {
-            (Pair::Host(m, a), Pair::Host(_, b)) => m.select_where(a, b, dtype, out_shape, strides).map(Buffer::Host),
+            (Pair::Host(m, a), Pair::Host(_, b)) => m.select_where(a, b, dtype, out_shape, strides).map(Buffer::host),
             (Pair::Cuda(m, a), Pair::Cuda(_, b)) => m.select_where(a, b, dtype, out_shape, strides).map(Buffer::Cuda),
             // Both pairs hold this buffer, so they are of one backend.
             _ => Err(mismatch("where", a, b)),
@@ -379,8 +386,19 @@ impl Buffer {
     pub(crate) fn argmax(&self, dtype: DType, r: Reduction, values: bool) -> Result<(Buffer, Option<Buffer>)> {
         capture::on_device("argmax", self.device_id())?;
         match self {
-            Buffer::Host(h) => h.argmax(dtype, r, values).map(|(i, v)| (Buffer::Host(i), v.map(Buffer::Host))),
+            Buffer::Host(h) => h.argmax(dtype, r, values).map(|(i, v)| (Buffer::host(i), v.map(Buffer::host))),
             Buffer::Cuda(c) => c.argmax(dtype, r, values).map(|(i, v)| (Buffer::Cuda(i), v.map(Buffer::Cuda))),
         }
     }
+}
+/// An op moves its output's buffer a few times (into the `Buffer`, the `Storage` and its
+/// `Arc`): up to 128 bytes the compiler copies it inline, beyond that each move is a call
+/// of `memcpy` (about 190 of an eager add's ~2,700 host instructions when a `Storage` took
+/// 264 bytes).
+#[cfg(all(test, target_pointer_width = "64"))]
+#[test]
+fn a_storage_moves_without_memcpy() {
+    assert!(std::mem::size_of::<CudaBuffer>() <= 96, "CudaBuffer: {} bytes", std::mem::size_of::<CudaBuffer>());
+    let storage = std::mem::size_of::<crate::storage::Storage>();
+    assert!(storage <= 128, "Storage: {storage} bytes");
 }

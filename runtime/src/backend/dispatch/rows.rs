@@ -28,9 +28,9 @@ impl Buffer {
     pub(crate) fn softmax(&self, grad: Option<&Buffer>, op: SoftmaxOp, dtype: DType, r: Reduction) -> Result<Buffer> {
         capture::on_device(op.name(), self.device_id())?;
         match (self, grad.map(|g| self.pair(op.name(), g)).transpose()?) {
-            (_, Some(Pair::Host(y, g))) => y.softmax(Some(g), op, dtype, r).map(Buffer::Host),
+            (_, Some(Pair::Host(y, g))) => y.softmax(Some(g), op, dtype, r).map(Buffer::host),
             (_, Some(Pair::Cuda(y, g))) => y.softmax(Some(g), op, dtype, r).map(Buffer::Cuda),
-            (Buffer::Host(h), None) => h.softmax(None, op, dtype, r).map(Buffer::Host),
+            (Buffer::Host(h), None) => h.softmax(None, op, dtype, r).map(Buffer::host),
             (Buffer::Cuda(c), None) => c.softmax(None, op, dtype, r).map(Buffer::Cuda),
         }
     }
@@ -40,7 +40,7 @@ impl Buffer {
     pub(crate) fn layer_norm(&self, affine_of: Option<(&Buffer, &Buffer)>, dtype: DType, n: Norm) -> Result<Buffer> {
         capture::on_device("layer_norm", self.device_id())?;
         match self.many("layer_norm", affine_of.into_iter().flat_map(|(w, b)| [w, b]))? {
-            Many::Host(x, v) => x.layer_norm(affine(&v), dtype, n).map(Buffer::Host),
+            Many::Host(x, v) => x.layer_norm(affine(&v), dtype, n).map(Buffer::host),
             Many::Cuda(x, v) => x.layer_norm(affine(&v), dtype, n).map(Buffer::Cuda),
         }
     }
@@ -56,7 +56,7 @@ impl Buffer {
     ) -> Result<NormGrads<Buffer>> {
         capture::on_device("layer_norm", self.device_id())?;
         match self.many("layer_norm", std::iter::once(grad).chain(weight))? {
-            Many::Host(x, v) => x.layer_norm_back(v[0], v.get(1).copied(), dtype, n).map(|g| wrap(g, Buffer::Host)),
+            Many::Host(x, v) => x.layer_norm_back(v[0], v.get(1).copied(), dtype, n).map(|g| wrap(g, Buffer::host)),
             Many::Cuda(x, v) => x.layer_norm_back(v[0], v.get(1).copied(), dtype, n).map(|g| wrap(g, Buffer::Cuda)),
         }
     }
@@ -71,7 +71,7 @@ impl Buffer {
     ) -> Result<Buffer> {
         capture::on_device("cross_entropy", self.device_id())?;
         match self.pair("cross_entropy", targets)? {
-            Pair::Host(a, b) => a.cross_entropy_rows(b, dtype, rows, classes).map(Buffer::Host),
+            Pair::Host(a, b) => a.cross_entropy_rows(b, dtype, rows, classes).map(Buffer::host),
             Pair::Cuda(a, b) => a.cross_entropy_rows(b, dtype, rows, classes).map(Buffer::Cuda),
         }
     }
@@ -88,7 +88,7 @@ impl Buffer {
     ) -> Result<Buffer> {
         capture::on_device("cross_entropy", self.device_id())?;
         match self.many("cross_entropy", [targets, grad])? {
-            Many::Host(x, v) => x.cross_entropy_back(v[0], v[1], dtype, rows, classes).map(Buffer::Host),
+            Many::Host(x, v) => x.cross_entropy_back(v[0], v[1], dtype, rows, classes).map(Buffer::host),
             Many::Cuda(x, v) => x.cross_entropy_back(v[0], v[1], dtype, rows, classes).map(Buffer::Cuda),
         }
     }

@@ -46,15 +46,58 @@ pub(crate) struct Uses<S, E> {
     /// The number of that write on the writer's stream (0: not known).
     pub written: u64,
     /// Streams other than the writer that have waited for the last write.
-    pub seen: Vec<Arc<S>>,
+    pub seen: Streams<S>,
     /// Every stream other than the home stream that used this memory.
-    pub users: Vec<Arc<S>>,
+    pub users: Streams<S>,
+}
+
+/// A list of streams that stays empty in a program of one stream: one word, and no
+/// allocation until a second stream joins. Every buffer carries two, and an op moves its
+/// output's buffer a few times, so they are kept small.
+#[derive(Debug)]
+pub(crate) struct Streams<S>(Option<Box<Vec<Arc<S>>>>);
+
+impl<S> Default for Streams<S> {
+    fn default() -> Self {
+        Streams(None)
+    }
+}
+
+impl<S> Streams<S> {
+    pub(crate) fn iter(&self) -> std::slice::Iter<'_, Arc<S>> {
+        self.0.as_deref().map_or([].iter(), |v| v.iter())
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, |v| v.len())
+    }
+
+    pub(crate) fn contains(&self, s: &Arc<S>) -> bool {
+        self.iter().any(|r| Arc::ptr_eq(r, s))
+    }
+
+    pub(crate) fn push(&mut self, s: Arc<S>) {
+        self.0.get_or_insert_with(Default::default).push(s);
+    }
+
+    /// Empties the list, keeping its allocation for the next stream.
+    pub(crate) fn clear(&mut self) {
+        if let Some(v) = &mut self.0 {
+            v.clear();
+        }
+    }
+
+    /// The streams, leaving the list empty.
+    pub(crate) fn take(&mut self) -> Vec<Arc<S>> {
+        self.0.as_mut().map(|v| std::mem::take(&mut **v)).unwrap_or_default()
+    }
 }
 
 impl<S: BookedStream, E> Uses<S, E> {
     /// The books of memory last written as write `written` of `writer`.
     pub(crate) fn new(writer: Option<Arc<S>>, written: u64) -> Self {
-        Uses { writer, ready: None, written, seen: Vec::new(), users: Vec::new() }
+        Uses { writer, ready: None, written, seen: Streams::default(), users: Streams::default() }
     }
 
     /// Numbers the write that produced this memory, just queued on its writer's stream.
@@ -66,7 +109,7 @@ impl<S: BookedStream, E> Uses<S, E> {
 
     /// Records `s` as a user, unless it is the home stream.
     pub(crate) fn add_user(&mut self, home: Option<&Arc<S>>, s: &Arc<S>) {
-        if !home.is_some_and(|h| Arc::ptr_eq(h, s)) && !self.users.iter().any(|u| Arc::ptr_eq(u, s)) {
+        if !home.is_some_and(|h| Arc::ptr_eq(h, s)) && !self.users.contains(s) {
             self.users.push(Arc::clone(s));
         }
     }
@@ -91,7 +134,7 @@ impl<S: BookedStream, E> Uses<S, E> {
         if Arc::ptr_eq(writer, on) {
             return Ok(());
         }
-        if self.seen.iter().any(|r| Arc::ptr_eq(r, on)) {
+        if self.seen.contains(on) {
             count_skipped();
             return Ok(());
         }
@@ -111,13 +154,13 @@ impl<S: BookedStream, E> Uses<S, E> {
     pub(crate) fn write_on(&mut self, on: &Arc<S>, mut wait: impl FnMut(Wait<'_, S, E>) -> Result<()>) -> Result<()> {
         if let Some(writer) = self.writer.clone() {
             if !Arc::ptr_eq(&writer, on)
-                && !self.seen.iter().any(|r| Arc::ptr_eq(r, on))
+                && !self.seen.contains(on)
                 && !on.order().has_waited(writer.stream_id(), self.written)
             {
                 wait(self.last_write(&writer))?;
             }
         }
-        for r in std::mem::take(&mut self.seen) {
+        for r in self.seen.take() {
             if !Arc::ptr_eq(&r, on) {
                 wait(Wait::Stream { stream: &r, upto: 0 })?;
             }

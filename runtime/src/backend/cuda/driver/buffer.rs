@@ -20,9 +20,9 @@ mod free;
 /// (stream-ordered) on drop, after every other stream that used it.
 pub(crate) struct CudaBuffer {
     ptr: sys::CUdeviceptr,
+    /// Bytes asked for; a block of `bin(bytes)` bytes is allocated (a cache bin for small
+    /// buffers, else `bytes`).
     bytes: usize,
-    /// Bytes actually allocated: a cache bin for small buffers, else `bytes`.
-    cap: usize,
     dev: &'static DeviceState,
     /// The stream the memory was allocated on, where its free is ordered.
     home: Arc<CudaStream>,
@@ -30,7 +30,8 @@ pub(crate) struct CudaBuffer {
     /// The capture this memory was made in: it belongs to that graph, which frees it.
     graph: Option<Arc<CudaCapture>>,
     /// Memory made outside locus: given back to its owner, never freed or cached here.
-    foreign: Option<Release>,
+    /// Boxed: rare, and an op moves its output's buffer a few times.
+    foreign: Option<Box<Release>>,
 }
 
 /// Who wrote a buffer last and who used it (the books both backends keep).
@@ -42,7 +43,7 @@ type Uses = crate::backend::sync::uses::Uses<CudaStream, CudaEvent>;
 pub(in crate::backend::cuda::driver) const CACHE_MAX: usize = 1 << 20;
 pub(in crate::backend::cuda::driver) const MIN_BIN: usize = 512;
 
-fn bin(bytes: usize) -> usize {
+pub(in crate::backend::cuda::driver) fn bin(bytes: usize) -> usize {
     if bytes == 0 {
         0
     } else if bytes <= CACHE_MAX {
@@ -75,7 +76,7 @@ impl CudaBuffer {
             if let Some(c) = &graph {
                 c.count_buffer(true);
             }
-            CudaBuffer { ptr, bytes, cap, dev, home, uses: Mutex::new(uses), graph, foreign: None }
+            CudaBuffer { ptr, bytes, dev, home, uses: Mutex::new(uses), graph, foreign: None }
         };
         if bytes == 0 {
             return Ok(new(0, uses, home));
@@ -133,12 +134,11 @@ impl CudaBuffer {
         let mut b = CudaBuffer {
             ptr,
             bytes,
-            cap: bytes,
             dev,
             home: Arc::clone(stream),
             uses: Mutex::new(uses),
             graph: None,
-            foreign: Some(release),
+            foreign: Some(Box::new(release)),
         };
         if let Err(e) = dev.account.reserve(bytes) {
             // Not counted, so not released: give the memory back after the stream.

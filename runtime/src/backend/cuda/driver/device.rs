@@ -26,6 +26,21 @@ use crate::error::{Error, Result};
 thread_local! {
     /// The ordinal whose context locus last made current on this thread.
     static BOUND: Cell<Option<u32>> = const { Cell::new(None) };
+    /// The kernels this thread looked up last, by device and [`KernelKey`]: a table with
+    /// one entry per slot, so an op run again finds its kernel with no lock. An entry
+    /// never goes stale: a device's modules stay loaded for the process (`DeviceState`s
+    /// are never dropped), and a key names one kernel.
+    static RECENT: [Cell<Option<(u32, KernelKey, sys::CUfunction)>>; RECENT_SLOTS] =
+        const { [const { Cell::new(None) }; RECENT_SLOTS] };
+}
+
+/// Slots of [`RECENT`]: a power of two.
+const RECENT_SLOTS: usize = 16;
+
+/// The slot of [`RECENT`] for `key` on device `ordinal`.
+fn recent_slot(ordinal: u32, key: &KernelKey) -> usize {
+    let h = (key.0 ^ key.2.rotate_left(17) ^ (key.4 as usize) << 8 ^ ordinal as usize) as u64;
+    (h.wrapping_mul(0x517c_c1b7_2722_0a95) >> (64 - RECENT_SLOTS.trailing_zeros())) as usize
 }
 
 /// A raw driver or library handle. Only the handle types below may cross threads: a
@@ -239,12 +254,24 @@ impl DeviceState {
         dtype: DType,
     ) -> Result<sys::CUfunction> {
         let key = kernel_key(op, variant, dtype);
-        if let Some(f) = self.kernels.lock().map_err(|_| poisoned(self.id()))?.get(&key) {
-            return Ok(f.0);
+        let slot = recent_slot(self.ordinal, &key);
+        let recent = RECENT.try_with(|r| r[slot].get()).ok().flatten();
+        if let Some((ordinal, k, f)) = recent {
+            if ordinal == self.ordinal && k == key {
+                return Ok(f);
+            }
         }
-        let name = if variant.is_empty() { format!("{op}_{dtype}") } else { format!("{op}_{variant}_{dtype}") };
-        let f = self.function(source, &name)?;
-        self.kernels.lock().map_err(|_| poisoned(self.id()))?.insert(key, Handle(f));
+        let found = self.kernels.lock().map_err(|_| poisoned(self.id()))?.get(&key).map(|f| f.0);
+        let f = match found {
+            Some(f) => f,
+            None => {
+                let name = if variant.is_empty() { format!("{op}_{dtype}") } else { format!("{op}_{variant}_{dtype}") };
+                let f = self.function(source, &name)?;
+                self.kernels.lock().map_err(|_| poisoned(self.id()))?.insert(key, Handle(f));
+                f
+            }
+        };
+        let _ = RECENT.try_with(|r| r[slot].set(Some((self.ordinal, key, f))));
         Ok(f)
     }
 

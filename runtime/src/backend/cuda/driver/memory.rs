@@ -41,8 +41,29 @@ pub(crate) fn with_current<R>(device: DeviceId, stream: Arc<CudaStream>, f: impl
 
 /// The stream ops on `dev` use on this thread: the one `on_stream` made current, else
 /// the device's default stream.
-pub(in crate::backend::cuda) fn current(dev: &'static DeviceState) -> Arc<CudaStream> {
-    current_of(dev.id()).unwrap_or_else(|| Arc::clone(&dev.stream))
+pub(in crate::backend::cuda) fn current(dev: &'static DeviceState) -> OpStream {
+    match current_of(dev.id()) {
+        Some(s) => OpStream::Current(s),
+        None => OpStream::Default(&dev.stream),
+    }
+}
+
+/// The stream an op runs on: the device's default stream borrowed (the device lives for
+/// the process; no count to raise and lower per op), or the stream made current.
+pub(in crate::backend::cuda) enum OpStream {
+    Default(&'static Arc<CudaStream>),
+    Current(Arc<CudaStream>),
+}
+
+impl std::ops::Deref for OpStream {
+    type Target = Arc<CudaStream>;
+
+    fn deref(&self) -> &Arc<CudaStream> {
+        match self {
+            OpStream::Default(s) => s,
+            OpStream::Current(s) => s,
+        }
+    }
 }
 
 /// The current stream of `dev`, and `len` new elements on it; `inputs` are made ready to
@@ -59,7 +80,7 @@ pub(in crate::backend::cuda) fn alloc(
     dtype: DType,
     len: usize,
     inputs: &[&CudaBuffer],
-) -> Result<(Arc<CudaStream>, CudaBuffer)> {
+) -> Result<(OpStream, CudaBuffer)> {
     let s = current(dev);
     for b in inputs {
         b.use_on(&s)?;

@@ -35,7 +35,7 @@ impl AnyBackend {
     pub(crate) fn upload(&self, device: DeviceId, data: &[u8]) -> Result<Buffer> {
         self.gate_refuse("a copy from host memory", HOST_COPY)?;
         match self.imp {
-            Imp::Host(b) => b.upload(device, data).map(Buffer::Host),
+            Imp::Host(b) => b.upload(device, data).map(Buffer::host),
             Imp::Cuda(b) => b.upload(device, data).map(Buffer::Cuda),
         }
     }
@@ -51,7 +51,7 @@ impl AnyBackend {
         self.gate_refuse("to_async", HOST_COPY)?;
         let (buf, done) = match (self.imp, stream) {
             (Imp::Host(b), AnyStream::Host(s)) => {
-                b.upload_async(device, src, s).map(|(buf, e)| (Buffer::Host(buf), AnyEvent::Host(e)))?
+                b.upload_async(device, src, s).map(|(buf, e)| (Buffer::host(buf), AnyEvent::Host(e)))?
             }
             (Imp::Cuda(b), AnyStream::Cuda(s)) => {
                 b.upload_async(device, src, s).map(|(buf, e)| (Buffer::Cuda(buf), AnyEvent::Cuda(e)))?
@@ -88,7 +88,7 @@ impl AnyBackend {
         }
         match (self.imp, stream) {
             // SAFETY: the caller's contract, passed on unchanged.
-            (Imp::Host(b), AnyStream::Host(s)) => unsafe { b.wrap(device, addr, bytes, s, release) }.map(Buffer::Host),
+            (Imp::Host(b), AnyStream::Host(s)) => unsafe { b.wrap(device, addr, bytes, s, release) }.map(Buffer::host),
             // SAFETY: the caller's contract, passed on unchanged.
             (Imp::Cuda(b), AnyStream::Cuda(s)) => unsafe { b.wrap(device, addr, bytes, s, release) }.map(Buffer::Cuda),
             _ => {
@@ -103,7 +103,7 @@ impl AnyBackend {
             self.gate_refuse("a copy from host memory", HOST_COPY)?;
         }
         match self.imp {
-            Imp::Host(b) => Ok(b.upload_parts(device, parts)?.into_iter().map(Buffer::Host).collect()),
+            Imp::Host(b) => Ok(b.upload_parts(device, parts)?.into_iter().map(Buffer::host).collect()),
             Imp::Cuda(b) => Ok(b.upload_parts(device, parts)?.into_iter().map(Buffer::Cuda).collect()),
         }
     }
@@ -129,7 +129,7 @@ impl AnyBackend {
             }
         }
         match (self.imp, src) {
-            (Imp::Host(b), Buffer::Host(s)) => b.copy(s, device).map(Buffer::Host),
+            (Imp::Host(b), Buffer::Host(s)) => b.copy(s, device).map(Buffer::host),
             (Imp::Cuda(b), Buffer::Cuda(s)) => b.copy(s, device).map(Buffer::Cuda),
             _ => Err(mismatch("memory")),
         }
@@ -138,7 +138,7 @@ impl AnyBackend {
     pub(crate) fn fill(&self, device: DeviceId, dtype: DType, len: usize, value: Scalar) -> Result<Buffer> {
         self.gate_device("full", device)?;
         match self.imp {
-            Imp::Host(b) => b.fill(device, dtype, len, value).map(Buffer::Host),
+            Imp::Host(b) => b.fill(device, dtype, len, value).map(Buffer::host),
             Imp::Cuda(b) => b.fill(device, dtype, len, value).map(Buffer::Cuda),
         }
     }
@@ -146,7 +146,7 @@ impl AnyBackend {
     pub(crate) fn arange(&self, device: DeviceId, dtype: DType, len: usize, start: f64, step: f64) -> Result<Buffer> {
         self.gate_device("arange", device)?;
         match self.imp {
-            Imp::Host(b) => b.arange(device, dtype, len, start, step).map(Buffer::Host),
+            Imp::Host(b) => b.arange(device, dtype, len, start, step).map(Buffer::host),
             Imp::Cuda(b) => b.arange(device, dtype, len, start, step).map(Buffer::Cuda),
         }
     }
@@ -154,7 +154,7 @@ impl AnyBackend {
     pub(crate) fn rand(&self, device: DeviceId, dtype: DType, len: usize, seed: u64, dist: Dist) -> Result<Buffer> {
         self.gate_device(dist.name(), device)?;
         match self.imp {
-            Imp::Host(b) => b.rand(device, dtype, len, seed, dist).map(Buffer::Host),
+            Imp::Host(b) => b.rand(device, dtype, len, seed, dist).map(Buffer::host),
             Imp::Cuda(b) => b.rand(device, dtype, len, seed, dist).map(Buffer::Cuda),
         }
     }

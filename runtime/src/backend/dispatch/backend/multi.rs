@@ -59,7 +59,7 @@ impl AnyBackend {
                         Collective::AllGather(&ins)
                     }
                 };
-                Ok(b.collective(devices, dtype, len, op)?.map(|v| v.into_iter().map(Buffer::Host).collect()))
+                Ok(b.collective(devices, dtype, len, op)?.map(|v| v.into_iter().map(Buffer::host).collect()))
             }
             Imp::Cuda(b) => {
                 let ins;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use cudarc::driver::result;
 
-use super::{CudaBuffer, CACHE_MAX};
+use super::{bin, CudaBuffer, CACHE_MAX};
 use crate::backend::blocks;
 use crate::backend::Release;
 
@@ -19,7 +19,7 @@ impl CudaBuffer {
     fn give_back(&mut self, release: Release) {
         self.dev.account.release(self.bytes);
         let u = self.uses.get_mut().unwrap_or_else(|p| p.into_inner());
-        let users = std::mem::take(&mut u.users);
+        let users = u.users.take();
         let streams = || std::iter::once(&self.home).chain(users.iter());
         if self.dev.bind().is_err() || streams().any(|s| s.capture().is_some()) {
             return release.leak();
@@ -42,7 +42,7 @@ impl Drop for CudaBuffer {
             c.count_buffer(false);
         }
         if let Some(release) = self.foreign.take() {
-            self.give_back(release);
+            self.give_back(*release);
             return;
         }
         if self.ptr == 0 {
@@ -50,7 +50,8 @@ impl Drop for CudaBuffer {
         }
         // In the books the block is given back or cached below; a block that must leak
         // (no context, a wait that failed) or that a capture retires leaves them too.
-        let cached = self.cap <= CACHE_MAX;
+        let cap = bin(self.bytes);
+        let cached = cap <= CACHE_MAX;
         let id = self.dev.id();
         if self.dev.bind().is_err() {
             blocks::free(id, self.ptr, false);
@@ -59,7 +60,7 @@ impl Drop for CudaBuffer {
             return;
         }
         let u = self.uses.get_mut().unwrap_or_else(|p| p.into_inner());
-        let users = std::mem::take(&mut u.users);
+        let users = u.users.take();
         // Memory of a graph, or memory whose free would be ordered on a stream being
         // captured (the free would become part of the graph): the capture frees it, after
         // the graph and these streams are done with it.
@@ -85,10 +86,10 @@ impl Drop for CudaBuffer {
         // can be handed out again on this stream at once.
         blocks::free(id, self.ptr, cached);
         if cached {
-            // SAFETY: the block holds `self.cap` bytes (a cache bin, allocated on `self.home` or taken from its
+            // SAFETY: the block holds `cap` = `bin(self.bytes)` bytes (a cache bin, allocated on `self.home` or taken from its
             // cache) and this buffer, its only owner, is going; every user's use is ordered before this point of the
             // home stream (the waits above), and the rest is on that stream.
-            unsafe { self.home.put_cached(self.cap, self.ptr) };
+            unsafe { self.home.put_cached(cap, self.ptr) };
         } else {
             // The block came from cuMemAllocAsync on `self.home` (a larger-than-cache block is never shared with
             // another buffer) and is freed only here, once;
