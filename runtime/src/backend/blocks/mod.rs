@@ -163,13 +163,33 @@ fn library_file(file: &str) -> bool {
 struct Books {
     live: FastMap<u64, Block>,
     history: VecDeque<Event>,
+    /// Whether anything was booked for this device (`read` lists only those).
+    used: bool,
 }
 
-static BOOKS: OnceLock<Mutex<FastMap<DeviceId, Books>>> = OnceLock::new();
+/// Every device's books, at its ordinal: a block is booked with one index, no lookup of
+/// the device.
+static BOOKS: OnceLock<Mutex<Vec<Books>>> = OnceLock::new();
 static HISTORY_ON: OnceLock<AtomicBool> = OnceLock::new();
 
-fn books() -> MutexGuard<'static, FastMap<DeviceId, Books>> {
+fn books() -> MutexGuard<'static, Vec<Books>> {
     BOOKS.get_or_init(Mutex::default).lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The books of GPU `ordinal`, made on first use.
+fn device_books(all: &mut Vec<Books>, ordinal: u32) -> &mut Books {
+    let i = ordinal as usize;
+    if all.len() <= i {
+        all.resize_with(i + 1, Books::default);
+    }
+    let b = &mut all[i];
+    b.used = true;
+    b
+}
+
+/// The books of GPU `ordinal`, if anything was booked there.
+fn booked_books(all: &mut [Books], ordinal: u32) -> Option<&mut Books> {
+    all.get_mut(ordinal as usize).filter(|b| b.used)
 }
 
 fn history_flag() -> &'static AtomicBool {
@@ -187,7 +207,7 @@ pub(crate) fn history_on() -> bool {
 pub(crate) fn record_history(on: bool) {
     history_flag().store(on, Ordering::Relaxed);
     if !on {
-        for b in books().values_mut() {
+        for b in books().iter_mut() {
             b.history.clear();
         }
     }
@@ -204,36 +224,43 @@ fn note(b: &mut Books, action: Action, addr: u64, size: usize, stream: u64, site
     b.history.push_back(Event { action, addr, size, stream, time_us: now_us(), site });
 }
 
-/// Whether `device`'s blocks are booked: those of GPUs (real or simulated), not host memory.
-fn booked(device: DeviceId) -> bool {
-    matches!(device, DeviceId::Cuda(_))
+/// The ordinal of `device` when its blocks are booked: those of GPUs (real or simulated),
+/// not host memory.
+fn booked(device: DeviceId) -> Option<u32> {
+    match device {
+        DeviceId::Cuda(n) => Some(n),
+        _ => None,
+    }
 }
 
 /// A block of `size` bytes at `addr` handed to a buffer of `requested` bytes on `stream`
 /// (`fresh`: just asked of the driver or system, else reused from a cache).
 pub(crate) fn alloc(device: DeviceId, addr: u64, size: usize, requested: usize, stream: u64, fresh: bool) {
-    if !booked(device) {
-        return;
-    }
+    let Some(ordinal) = booked(device) else { return };
     let site = history_on().then(|| Arc::new(Site(Backtrace::force_capture())));
     let mut all = books();
-    let b = all.entry(device).or_default();
+    let b = device_books(&mut all, ordinal);
     if site.is_some() {
         if fresh {
             note(b, Action::SegmentAlloc, addr, size, stream, site.clone());
         }
         note(b, Action::Alloc, addr, size, stream, site.clone());
     }
-    b.live.insert(addr, Block { size, requested, stream, cached: false, site });
+    let block = Block { size, requested, stream, cached: false, site };
+    // A block reused from a cache is in the books already: updated where it lies.
+    match b.live.get_mut(&addr) {
+        Some(known) => *known = block,
+        None => {
+            b.live.insert(addr, block);
+        }
+    }
 }
 
 /// The buffer at `addr` let go of its block; `cached`: kept for reuse, else given back.
 pub(crate) fn free(device: DeviceId, addr: u64, cached: bool) {
-    if !booked(device) {
-        return;
-    }
+    let Some(ordinal) = booked(device) else { return };
     let mut all = books();
-    let Some(b) = all.get_mut(&device) else { return };
+    let Some(b) = booked_books(&mut all, ordinal) else { return };
     let record = history_on();
     let block = if cached {
         b.live.get_mut(&addr).and_then(|blk| {
@@ -256,8 +283,9 @@ pub(crate) fn free(device: DeviceId, addr: u64, cached: bool) {
 
 /// A cached block at `addr` went back to the driver.
 pub(crate) fn release_cached(device: DeviceId, addr: u64) {
+    let Some(ordinal) = booked(device) else { return };
     let mut all = books();
-    let Some(b) = all.get_mut(&device) else { return };
+    let Some(b) = booked_books(&mut all, ordinal) else { return };
     if let Some(blk) = b.live.remove(&addr) {
         if history_on() {
             note(b, Action::SegmentFree, addr, blk.size, blk.stream, None);
@@ -275,16 +303,15 @@ pub(crate) struct DeviceBooks {
 /// A copy of every device's books, blocks by address.
 pub(crate) fn read() -> Vec<(DeviceId, DeviceBooks)> {
     let all = books();
-    let mut out: Vec<(DeviceId, DeviceBooks)> = all
-        .iter()
-        .map(|(d, b)| {
+    all.iter()
+        .enumerate()
+        .filter(|(_, b)| b.used)
+        .map(|(ordinal, b)| {
             let mut blocks: Vec<(u64, Block)> = b.live.iter().map(|(a, blk)| (*a, blk.clone())).collect();
             blocks.sort_by_key(|(a, _)| *a);
-            (*d, DeviceBooks { blocks, history: b.history.iter().cloned().collect() })
+            (DeviceId::Cuda(ordinal as u32), DeviceBooks { blocks, history: b.history.iter().cloned().collect() })
         })
-        .collect();
-    out.sort_by_key(|(d, _)| *d);
-    out
+        .collect()
 }
 
 /// An out-of-memory error on `device` for `requested` bytes, with `free` bytes the
@@ -296,7 +323,12 @@ pub(crate) fn out_of_memory(device: DeviceId, requested: usize, free: usize) -> 
     let mut biggest: Vec<(usize, u64)> = Vec::new();
     {
         let mut all = books();
-        let b = all.entry(device).or_default();
+        // Host memory is not booked: its report names the totals only.
+        let mut unbooked = Books::default();
+        let b = match booked(device) {
+            Some(ordinal) => device_books(&mut all, ordinal),
+            None => &mut unbooked,
+        };
         if history_on() {
             // PyTorch's oom entry carries the driver's free bytes where others carry an address.
             note(b, Action::Oom, free as u64, requested, 0, None);
