@@ -254,6 +254,27 @@ fn a_replay_waits_for_earlier_reads_of_its_outputs() -> locus::Result<()> {
 }
 
 #[test]
+fn a_read_of_an_output_on_another_stream_waits_for_the_replay() -> locus::Result<()> {
+    let _one = serial();
+    let (s, r, side) = (Stream::<G>::new()?, Stream::<G>::new()?, Stream::<G>::new()?);
+    let mut x = Tensor::<G>::zeros([1024])?;
+    let mut g = Graph::capture(&s, &mut x, |x| x + 1.0)?;
+    for round in 0..10 {
+        g.inputs_mut().copy_from_slice(&[round as f32; 1024])?;
+        // On a stream of its own (not the capture's, where the graph's memory lives),
+        // behind a long queue: the replay runs late.
+        on_stream(&r, keep_busy)?;
+        let y = g.replay_on(&r)?;
+        // Copied on `side` at once: the copy must wait for the replay (no event marks its
+        // end; `side` waits for `r` as of the read).
+        let c = on_stream(&side, || y.to_tensor())?;
+        let got = c.to_vec()?;
+        assert!(got.iter().all(|&v| v == round as f32 + 1.0), "round {round}: {:?}", &got[..4]);
+    }
+    Ok(())
+}
+
+#[test]
 fn replays_on_other_streams_are_ordered_one_after_the_other() -> locus::Result<()> {
     let _one = serial();
     let (s, a, b) = (Stream::<G>::new()?, Stream::<G>::new()?, Stream::<G>::new()?);

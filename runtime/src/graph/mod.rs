@@ -230,7 +230,7 @@ pub(crate) fn launch(
     }
     backend.launch_graph(raw, stream, reads, writes)?;
     for b in writes {
-        b.after_write(stream)?;
+        b.after_replay(stream)?;
     }
     *last = Some(stream.clone());
     Ok(())

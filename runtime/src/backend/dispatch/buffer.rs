@@ -164,6 +164,17 @@ impl Buffer {
         }
     }
 
+    /// A graph's replay on `stream` just wrote this memory (one of its outputs): later
+    /// uses on other streams wait for the replay's stream as of their use, with no event
+    /// recorded per replay (the host backend records none for any write).
+    pub(crate) fn after_replay(&self, stream: &AnyStream) -> Result<()> {
+        match (self, stream) {
+            (Buffer::Host(h), AnyStream::Host(s)) => h.after_write(s),
+            (Buffer::Cuda(c), AnyStream::Cuda(s)) => c.after_replay(s),
+            _ => Err(foreign_stream()),
+        }
+    }
+
     pub(crate) fn overwrite(&self, src: &Buffer) -> Result<()> {
         capture::refuse("copy_from", "inputs are written between replays, not in the graph")?;
         match self.pair("copy_from", src)? {

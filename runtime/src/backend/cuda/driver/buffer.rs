@@ -254,6 +254,17 @@ impl CudaBuffer {
         Ok(())
     }
 
+    /// This memory was just written by a graph's replay queued on `on` (an output of the
+    /// graph, after [`CudaBuffer::before_write`]). No event marks the write: a reader on
+    /// another stream waits for all of `on`'s work queued by the time of its read, which
+    /// includes the replay, as on the host backend, whose books record no event for any
+    /// write. An event per replay is a driver call on the host and an op on the stream
+    /// that the replay's synchronize waits for too.
+    pub(crate) fn after_replay(&self, on: &Arc<CudaStream>) -> Result<()> {
+        self.uses().wrote(Some(&self.home), on, None);
+        Ok(())
+    }
+
     /// Forgets the writes a capture queued: they have not run, and a replay writes the
     /// memory again (with `before_write` and `after_write` around it).
     pub(crate) fn forget_captured_writes(&self) {
