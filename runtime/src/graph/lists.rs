@@ -23,6 +23,29 @@ pub struct Parts<'s> {
     pub(crate) tensors: Vec<&'s Arc<Storage>>,
 }
 
+thread_local! {
+    /// The list a replay's [`Parts`] took last, emptied: every replay reuses one
+    /// allocation instead of making one.
+    static SPARE: std::cell::Cell<Vec<&'static Arc<Storage>>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+impl<'s> Parts<'s> {
+    /// An empty list in the allocation the thread's last [`Parts::recycle`] gave back.
+    pub(crate) fn reused() -> Self {
+        Parts { tensors: SPARE.try_with(|s| s.take()).unwrap_or_default() }
+    }
+
+    /// Gives the list's allocation back for the thread's next [`Parts::reused`].
+    pub(crate) fn recycle(self) {
+        let mut v = self.tensors;
+        v.clear();
+        // Empty, the list holds no reference: the same allocation as a list of
+        // `'static` references (an in-place collect of nothing).
+        let spare: Vec<&'static Arc<Storage>> = v.into_iter().filter_map(|_| None).collect();
+        let _ = SPARE.try_with(|s| s.set(spare));
+    }
+}
+
 /// Every tensor of a list, one by one.
 #[doc(hidden)]
 pub trait TensorList: sealed::Sealed {
@@ -231,3 +254,25 @@ tuples!(
     (0 A, 1 B, 2 C, 3 E, 4 F),
     (0 A, 1 B, 2 C, 3 E, 4 F, 5 H)
 );
+
+#[cfg(test)]
+mod tests {
+    use super::Parts;
+    use crate::device::Cpu;
+    use crate::tensor::Tensor;
+
+    /// A replay's list of inputs takes the allocation the thread's last replay gave back,
+    /// emptied.
+    #[test]
+    fn a_replays_list_reuses_one_allocation() {
+        let t = Tensor::<Cpu>::zeros([2]).unwrap();
+        let mut first = Parts::reused();
+        first.tensors.push(t.shared_storage());
+        let at = first.tensors.as_ptr();
+        first.recycle();
+        let again = Parts::reused();
+        assert!(again.tensors.is_empty());
+        assert_eq!(again.tensors.as_ptr(), at, "a new allocation");
+        assert!(again.tensors.capacity() >= 1);
+    }
+}

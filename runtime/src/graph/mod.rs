@@ -316,12 +316,14 @@ where
     }
 
     fn launch(&mut self, stream: &AnyStream) -> Result<()> {
-        let mut ins = Parts { tensors: Vec::new() };
+        let mut ins = Parts::reused();
         self.inputs.parts(&mut ins);
         let (raw, device, last) = (&self.raw, self.stream.device(), &mut self.last);
         let reads = ins.tensors.iter().map(|s| Ok(&s.buf));
         let writes = self.written.iter().map(|s| Ok(&s.buf));
-        with_refs(reads, |reads| with_refs(writes, |writes| launch(raw, device, last, stream, reads, writes)))
+        let r = with_refs(reads, |reads| with_refs(writes, |writes| launch(raw, device, last, stream, reads, writes)));
+        ins.recycle();
+        r
     }
 
     /// The outputs as the last replay wrote them; an error before the first replay.
