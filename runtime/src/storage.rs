@@ -124,7 +124,19 @@ impl Storage {
 
 #[cfg(test)]
 mod tests {
-    use super::ContentsId;
+    use super::{ContentsId, Storage};
+    use crate::backend::Buffer;
+
+    /// An op moves its output's buffer a few times (into the `Buffer`, the `Storage` and
+    /// its `Arc`): up to 128 bytes the compiler copies it inline, beyond that each move is
+    /// a call of `memcpy` (about 190 of an eager add's ~2,700 host instructions when a
+    /// `Storage` took 264 bytes).
+    #[cfg(target_pointer_width = "64")]
+    #[test]
+    fn a_storage_moves_without_memcpy() {
+        assert!(std::mem::size_of::<Buffer>() <= 96, "Buffer: {} bytes", std::mem::size_of::<Buffer>());
+        assert!(std::mem::size_of::<Storage>() <= 128, "Storage: {} bytes", std::mem::size_of::<Storage>());
+    }
 
     /// Threads take ids from ranges of the one counter: no id is handed out twice, also
     /// once a thread has used up its first range.
