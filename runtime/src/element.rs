@@ -437,8 +437,7 @@ half_element!(f16, F16, 11);
 /// same type. locus has no implicit type promotion (PyTorch promotes `f32 + bf16` to
 /// f32): a mixed op does not compile, and the message says how to convert one side.
 ///
-/// ```compile_fail
-/// # extern crate locus_runtime as locus;
+/// ```text
 /// use locus::{bf16, Cpu, Tensor};
 /// let a = Tensor::<Cpu>::zeros([2]).unwrap();
 /// let b = Tensor::<Cpu, bf16>::zeros([2]).unwrap();

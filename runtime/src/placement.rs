@@ -16,8 +16,7 @@ use crate::role::Role;
 
 /// `Self` and `Rhs` may be operands of one op.
 ///
-/// ```compile_fail
-/// # extern crate locus_runtime as locus;
+/// ```text
 /// use locus::{Cuda, Tensor};
 /// let a = Tensor::<Cuda<0>>::zeros([2]).unwrap();
 /// let b = Tensor::<Cuda<1>>::zeros([2]).unwrap();
@@ -32,8 +31,7 @@ pub trait SamePlacement<Rhs> {}
 
 /// A stream of `S` may order work on a tensor on `Self`.
 ///
-/// ```compile_fail
-/// # extern crate locus_runtime as locus;
+/// ```text
 /// use locus::{Cuda, Stream, Tensor};
 /// let t = Tensor::<Cuda<0>>::zeros([2]).unwrap();
 /// let s = Stream::<Cuda<1>>::new().unwrap();
@@ -48,8 +46,7 @@ pub trait SameStreamDevice<S> {}
 
 /// An event of `Self` may be recorded on, or waited for by, a stream of `S`.
 ///
-/// ```compile_fail
-/// # extern crate locus_runtime as locus;
+/// ```text
 /// use locus::{Cuda, Event, Stream};
 /// let e = Event::<Cuda<0>>::new().unwrap();
 /// let s = Stream::<Cuda<1>>::new().unwrap();
@@ -64,8 +61,7 @@ pub trait SameEventDevice<S> {}
 
 /// A graph of `Self` may capture a tensor on `Other`, or replay on a stream of `Other`.
 ///
-/// ```compile_fail
-/// # extern crate locus_runtime as locus;
+/// ```text
 /// use locus::{Cuda, Graph, Stream, Tensor};
 /// let s = Stream::<Cuda<0>>::new().unwrap();
 /// let mut x = Tensor::<Cuda<1>>::zeros([2]).unwrap();

