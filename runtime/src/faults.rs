@@ -288,11 +288,20 @@ pub fn made() -> Vec<Fault> {
 }
 
 /// Counts one call at `point`; whether the plan makes it fail.
+#[inline]
 pub(crate) fn fails(point: Point) -> Option<Fault> {
+    // Inlined into every gated driver call: with no plan, one load and no call.
     match STATE.load(Ordering::Relaxed) {
-        OFF => return None,
-        UNREAD if from_env().is_err() || STATE.load(Ordering::SeqCst) != ARMED => return None,
-        _ => {}
+        OFF => None,
+        _ => fails_planned(point),
+    }
+}
+
+/// [`fails`] once a plan may be armed (or the environment is not read yet).
+#[cold]
+fn fails_planned(point: Point) -> Option<Fault> {
+    if STATE.load(Ordering::Relaxed) == UNREAD && (from_env().is_err() || STATE.load(Ordering::SeqCst) != ARMED) {
+        return None;
     }
     // A note of an earlier failure that no error took (one absorbed by a retry) must not
     // be said of a later, real error: each point reached replaces it.

@@ -195,6 +195,7 @@ pub fn stop() -> Result<PathBuf> {
 }
 
 /// Whether a trace is being written.
+#[inline]
 pub fn is_on() -> bool {
     // A build with `--cfg locus_no_trace_hooks` has no tracing at all: the A side of the
     // bench row that measures what the hooks cost when off (docs/BENCHMARKS.md).

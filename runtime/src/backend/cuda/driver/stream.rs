@@ -160,10 +160,16 @@ impl CudaStream {
     }
 
     /// The capture this stream's work goes into now, if any.
+    #[inline]
     pub(crate) fn capture(&self) -> Option<Arc<CudaCapture>> {
         if !self.capturing.load(Ordering::Acquire) {
             return None;
         }
+        self.capture_slow()
+    }
+
+    #[cold]
+    fn capture_slow(&self) -> Option<Arc<CudaCapture>> {
         match &*self.capture.lock().unwrap_or_else(|p| p.into_inner()) {
             Some(c) if !c.ended() => Some(Arc::clone(c)),
             _ => None,

@@ -135,10 +135,17 @@ pub(in crate::backend::cuda) struct Span<'s> {
 }
 
 /// Starts timing what is queued next on `s`, if a trace is on.
+#[inline]
 pub(in crate::backend::cuda) fn begin(s: &CudaStream) -> Option<Span<'_>> {
     if !timed(s) {
         return None;
     }
+    begin_traced(s)
+}
+
+/// [`begin`] with a trace on.
+#[cold]
+fn begin_traced(s: &CudaStream) -> Option<Span<'_>> {
     anchor(s)?;
     let alone = s.timed_op();
     Some(Span { begin: mark(s)?, track: track(s), _alone: alone })
@@ -157,6 +164,7 @@ impl Span<'_> {
 
 /// Ends `span` (from [`begin`] on `s`) if the op was queued (`queued` is `Ok`): a slice
 /// `what()` gives the name and args of.
+#[inline]
 pub(in crate::backend::cuda) fn finish<R>(
     span: Option<Span<'_>>,
     s: &CudaStream,
