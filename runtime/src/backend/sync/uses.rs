@@ -55,6 +55,7 @@ pub(crate) struct Uses<S, E> {
 /// allocation until a second stream joins. Every buffer carries two, and an op moves its
 /// output's buffer a few times, so they are kept small.
 #[derive(Debug)]
+#[allow(clippy::box_collection)] // the box is the point: one word in place, not a Vec's three
 pub(crate) struct Streams<S>(Option<Box<Vec<Arc<S>>>>);
 
 impl<S> Default for Streams<S> {
