@@ -266,7 +266,7 @@ impl CudaBuffer {
     }
 
     /// Forgets the writes a capture queued: they have not run, and a replay writes the
-    /// memory again (with `before_write` and `after_write` around it).
+    /// memory again (with `before_write` and `after_replay` around it).
     pub(crate) fn forget_captured_writes(&self) {
         self.uses().forget_writes(Some(Arc::clone(&self.home)));
     }
