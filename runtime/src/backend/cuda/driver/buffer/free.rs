@@ -86,9 +86,10 @@ impl Drop for CudaBuffer {
         // can be handed out again on this stream at once.
         blocks::free(id, self.ptr, cached);
         if cached {
-            // SAFETY: the block holds `cap` = `bin(self.bytes)` bytes (a cache bin, allocated on `self.home` or taken from its
+            // The block holds `cap` = `bin(self.bytes)` bytes (a cache bin, allocated on `self.home` or taken from its
             // cache) and this buffer, its only owner, is going; every user's use is ordered before this point of the
             // home stream (the waits above), and the rest is on that stream.
+            // SAFETY: for the reasons in the comment just above.
             unsafe { self.home.put_cached(cap, self.ptr) };
         } else {
             // The block came from cuMemAllocAsync on `self.home` (a larger-than-cache block is never shared with
