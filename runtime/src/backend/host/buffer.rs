@@ -7,7 +7,7 @@
 //! hand it out again), pinned memory goes back to the pool when the buffer is dropped, as
 //! on the GPU, and the pool frees a block only once no span uses it.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::backend::account::MemoryAccount;
 use crate::backend::api::fence::Fence;
@@ -17,6 +17,7 @@ use crate::backend::host::graph::HostCapture;
 use crate::backend::host::streams::{HostEvent, HostStream};
 use crate::backend::pinned_pool::{self as pinned, InFlight, PinnedBlock};
 use crate::backend::sync::hazard::{self, Kind, Region, Track};
+use crate::backend::sync::uses::{Booked, Guard};
 use crate::backend::Release;
 use crate::device_id::DeviceId;
 use crate::element::{DType, Element};
@@ -55,7 +56,7 @@ pub(crate) struct HostBuffer {
     /// for host placements, whose ops run on the calling thread.
     pub(in crate::backend::host) home: Option<Arc<HostStream>>,
     /// Who wrote the memory last and who used it (simulated devices only).
-    pub(in crate::backend::host) uses: Mutex<Uses>,
+    pub(in crate::backend::host) uses: Booked<HostStream, HostEvent>,
     /// The capture this memory was made in: it belongs to that graph.
     pub(in crate::backend::host) graph: Option<Arc<HostCapture>>,
 }
@@ -171,7 +172,7 @@ impl HostBuffer {
                     track: Track::default(),
                     account,
                     home: stream,
-                    uses: Mutex::new(uses),
+                    uses: Booked::new(uses),
                     graph,
                 })
             }
@@ -210,7 +211,7 @@ impl HostBuffer {
             track: Track::default(),
             account,
             home: stream,
-            uses: Mutex::new(uses),
+            uses: Booked::new(uses),
             graph,
         })
     }
@@ -236,8 +237,8 @@ impl HostBuffer {
     }
 
     /// Who wrote this memory last and who used it.
-    pub(in crate::backend::host) fn uses(&self) -> std::sync::MutexGuard<'_, Uses> {
-        self.uses.lock().unwrap_or_else(|p| p.into_inner())
+    pub(in crate::backend::host) fn uses(&self) -> Guard<'_, HostStream, HostEvent, std::sync::MutexGuard<'_, Uses>> {
+        self.uses.lock()
     }
 
     /// Numbers the write that makes this memory's contents, just queued on its stream:
@@ -358,8 +359,7 @@ impl Drop for HostBuffer {
         }
         if let (Some(owner), true) = (&self.home, hazard::enabled() && self.len > 0) {
             // Stream-ordered free on the home stream, after the streams that used it.
-            let u = self.uses.get_mut().unwrap_or_else(|p| p.into_inner());
-            let users: Vec<_> = u.users.iter().map(|r| r.agent()).collect();
+            let users: Vec<_> = self.uses.get_mut().users.iter().map(|r| r.agent()).collect();
             hazard::freed(self.region(None), owner.agent(), &users);
         }
     }

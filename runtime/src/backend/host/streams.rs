@@ -212,7 +212,7 @@ pub(in crate::backend::host) fn use_on_stream(h: &HostBuffer, on: &Arc<HostStrea
             return Ok(());
         }
     }
-    h.uses().read_on(h.home.as_ref(), on, |w| wait_for(on, w))
+    h.uses.read_on(h.home.as_ref(), on, |w| wait_for(on, w))
 }
 
 /// `on` waits for what the books say (`sync/uses.rs`): on the host a stream's queue up to

@@ -11,8 +11,14 @@
 //!   memory since.
 //! - Every stream but the home stream that used the memory is a user: its free is
 //!   ordered after them (each backend's free reads [`Uses::users`]).
+//!
+//! Each buffer keeps its books in a [`Booked`]: behind a lock, with the writer's stream
+//! readable without it, so that a read on the writer's own stream (every read of a
+//! program of one stream) takes no lock.
 
-use std::sync::Arc;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::backend::sync::count_cross_stream_wait;
 use crate::backend::sync::ordering::{count_skipped, Order};
@@ -200,6 +206,81 @@ impl<S: BookedStream, E> Uses<S, E> {
     }
 }
 
+/// A buffer's [`Uses`] behind a lock, and the stream id of its writer (0: none) beside
+/// it. A read on that stream waits for nothing and records nothing ([`Uses::read_on`]
+/// returns at once), so [`Booked::read_on`] decides it from the id alone. The id changes
+/// only through a [`Guard`], which stores the writer's id when it is dropped, before the
+/// lock is released.
+#[derive(Debug)]
+pub(crate) struct Booked<S: BookedStream, E> {
+    uses: Mutex<Uses<S, E>>,
+    writer: AtomicU64,
+}
+
+/// The books, locked (or owned), for reading and changing; see [`Booked`].
+pub(crate) struct Guard<'a, S: BookedStream, E, B: DerefMut<Target = Uses<S, E>>> {
+    uses: B,
+    writer: &'a AtomicU64,
+}
+
+fn writer_id<S: BookedStream>(w: &Option<Arc<S>>) -> u64 {
+    w.as_ref().map_or(0, |s| s.stream_id())
+}
+
+impl<S: BookedStream, E> Booked<S, E> {
+    pub(crate) fn new(uses: Uses<S, E>) -> Self {
+        Booked { writer: AtomicU64::new(writer_id(&uses.writer)), uses: Mutex::new(uses) }
+    }
+
+    /// The books, locked.
+    pub(crate) fn lock(&self) -> Guard<'_, S, E, MutexGuard<'_, Uses<S, E>>> {
+        Guard { uses: self.uses.lock().unwrap_or_else(|p| p.into_inner()), writer: &self.writer }
+    }
+
+    /// The books of memory only its owner can reach, without a lock.
+    pub(crate) fn get_mut(&mut self) -> Guard<'_, S, E, &mut Uses<S, E>> {
+        Guard { uses: self.uses.get_mut().unwrap_or_else(|p| p.into_inner()), writer: &self.writer }
+    }
+
+    /// [`Uses::read_on`]: nothing to do, and no lock taken, when `on` wrote the memory
+    /// last or no stream did.
+    pub(crate) fn read_on(
+        &self,
+        home: Option<&Arc<S>>,
+        on: &Arc<S>,
+        wait: impl FnOnce(Wait<'_, S, E>) -> Result<()>,
+    ) -> Result<()> {
+        // Acquire: pairs with the guard's release, so the id read is the writer the books
+        // held when that lock was released.
+        let w = self.writer.load(Ordering::Acquire);
+        if w == 0 || w == on.stream_id() {
+            return Ok(());
+        }
+        self.lock().read_on(home, on, wait)
+    }
+}
+
+impl<S: BookedStream, E, B: DerefMut<Target = Uses<S, E>>> Deref for Guard<'_, S, E, B> {
+    type Target = Uses<S, E>;
+
+    fn deref(&self) -> &Uses<S, E> {
+        &self.uses
+    }
+}
+
+impl<S: BookedStream, E, B: DerefMut<Target = Uses<S, E>>> DerefMut for Guard<'_, S, E, B> {
+    fn deref_mut(&mut self) -> &mut Uses<S, E> {
+        &mut self.uses
+    }
+}
+
+impl<S: BookedStream, E, B: DerefMut<Target = Uses<S, E>>> Drop for Guard<'_, S, E, B> {
+    fn drop(&mut self) {
+        // Runs before the lock is released (the guard's fields drop after this).
+        self.writer.store(writer_id(&self.uses.writer), Ordering::Release);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -283,5 +364,18 @@ mod tests {
         assert_eq!(waits(|f| u.read_on(Some(&home), &r, f)), vec![w.id]);
         u.forget_writes(Some(Arc::clone(&home)));
         assert_eq!(waits(|f| u.read_on(Some(&home), &home, f)), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn a_booked_read_skips_the_books_only_on_the_last_writers_stream() {
+        let (home, w, r) = (stream(), stream(), stream());
+        let b: Booked<S, ()> = Booked::new(Uses::new(Some(Arc::clone(&home)), 0));
+        assert_eq!(waits(|f| b.read_on(Some(&home), &home, f)), Vec::<u64>::new(), "the writer reads freely");
+        b.lock().wrote(Some(&home), &w, None);
+        assert_eq!(waits(|f| b.read_on(Some(&home), &home, f)), vec![w.id], "the old writer waits for the new");
+        assert_eq!(waits(|f| b.read_on(Some(&home), &w, f)), Vec::<u64>::new());
+        let mut b = b;
+        b.get_mut().claim(Some(&home), &r);
+        assert_eq!(waits(|f| b.read_on(Some(&home), &w, f)), vec![r.id], "a change without a lock counts too");
     }
 }

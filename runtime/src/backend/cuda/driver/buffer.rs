@@ -1,6 +1,6 @@
 //! Device memory: stream-ordered allocations from the device's pool.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use cudarc::driver::{result, sys};
 
@@ -9,7 +9,7 @@ use crate::backend::cuda::driver::device::{driver, failure, DeviceState, OOM};
 use crate::backend::cuda::driver::event::CudaEvent;
 use crate::backend::cuda::driver::graph::CudaCapture;
 use crate::backend::cuda::driver::stream::{free_all_cached, CudaStream};
-use crate::backend::sync::uses::Wait;
+use crate::backend::sync::uses::{Booked, Guard, Wait};
 use crate::backend::Release;
 use crate::error::Result;
 use crate::faults::{gate, Point};
@@ -26,12 +26,18 @@ pub(crate) struct CudaBuffer {
     dev: &'static DeviceState,
     /// The stream the memory was allocated on, where its free is ordered.
     home: Arc<CudaStream>,
-    uses: Mutex<Uses>,
+    uses: Booked<CudaStream, CudaEvent>,
+    /// Where the memory came from when not from an op outside a capture. Boxed: rare, and
+    /// an op moves its output's buffer a few times.
+    rare: Option<Box<Rare>>,
+}
+
+/// A buffer's origin, when it is not an eager op's.
+enum Rare {
     /// The capture this memory was made in: it belongs to that graph, which frees it.
-    graph: Option<Arc<CudaCapture>>,
+    Graph(Arc<CudaCapture>),
     /// Memory made outside locus: given back to its owner, never freed or cached here.
-    /// Boxed: rare, and an op moves its output's buffer a few times.
-    foreign: Option<Box<Release>>,
+    Foreign(Release),
 }
 
 /// Who wrote a buffer last and who used it (the books both backends keep).
@@ -76,7 +82,8 @@ impl CudaBuffer {
             if let Some(c) = &graph {
                 c.count_buffer(true);
             }
-            CudaBuffer { ptr, bytes, dev, home, uses: Mutex::new(uses), graph, foreign: None }
+            let rare = graph.map(|g| Box::new(Rare::Graph(g)));
+            CudaBuffer { ptr, bytes, dev, home, uses: Booked::new(uses), rare }
         };
         if bytes == 0 {
             return Ok(new(0, uses, home));
@@ -136,9 +143,8 @@ impl CudaBuffer {
             bytes,
             dev,
             home: Arc::clone(stream),
-            uses: Mutex::new(uses),
-            graph: None,
-            foreign: Some(Box::new(release)),
+            uses: Booked::new(uses),
+            rare: Some(Box::new(Rare::Foreign(release))),
         };
         if let Err(e) = dev.account.reserve(bytes) {
             // Not counted, so not released: give the memory back after the stream.
@@ -162,13 +168,13 @@ impl CudaBuffer {
         self.dev
     }
 
-    fn uses(&self) -> std::sync::MutexGuard<'_, Uses> {
-        self.uses.lock().unwrap_or_else(|p| p.into_inner())
+    fn uses(&self) -> Guard<'_, CudaStream, CudaEvent, std::sync::MutexGuard<'_, Uses>> {
+        self.uses.lock()
     }
 
     /// The books of memory only its owner can reach, without a lock, and its home stream.
-    pub(crate) fn owned_books(&mut self) -> (&mut Uses, &Arc<CudaStream>) {
-        (self.uses.get_mut().unwrap_or_else(|p| p.into_inner()), &self.home)
+    pub(crate) fn owned_books(&mut self) -> (Guard<'_, CudaStream, CudaEvent, &mut Uses>, &Arc<CudaStream>) {
+        (self.uses.get_mut(), &self.home)
     }
 
     /// Numbers the write that produced this memory, just queued on its stream.
@@ -188,7 +194,15 @@ impl CudaBuffer {
 
     /// Whether this memory was made in the capture `c`.
     pub(crate) fn made_in(&self, c: &Arc<CudaCapture>) -> bool {
-        self.graph.as_ref().is_some_and(|g| Arc::ptr_eq(g, c))
+        self.graph().is_some_and(|g| Arc::ptr_eq(g, c))
+    }
+
+    /// The capture this memory was made in.
+    fn graph(&self) -> Option<&Arc<CudaCapture>> {
+        match self.rare.as_deref() {
+            Some(Rare::Graph(g)) => Some(g),
+            _ => None,
+        }
     }
 
     /// Prepares this memory to be read on `on`: a stream other than its writer first
@@ -209,7 +223,7 @@ impl CudaBuffer {
                 return c.check_input(self.ptr);
             }
         }
-        self.uses().read_on(Some(&self.home), on, |w| wait_books(on, w))
+        self.uses.read_on(Some(&self.home), on, |w| wait_books(on, w))
     }
 
     /// Prepares this memory to be written in place on `on`: `on` waits for the last

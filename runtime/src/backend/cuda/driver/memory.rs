@@ -96,16 +96,18 @@ pub(in crate::backend::cuda) fn alloc(
 pub(in crate::backend::cuda) fn done(mut out: CudaBuffer) -> Result<CudaBuffer> {
     let dev = out.device();
     let bytes = out.bytes();
-    // The op owns `out`: its books are read and written without a lock.
-    let (uses, home) = out.owned_books();
-    uses.mark_written();
-    let writer = uses.writer.as_ref().unwrap_or(home);
-    // In a capture the event would mark a point of the graph, which nothing outside it
-    // may wait for; a captured reader on another stream waits for the writer instead.
-    if bytes > 0 && !Arc::ptr_eq(writer, &dev.stream) && writer.capture().is_none() {
-        let written = Arc::new(CudaEvent::create(dev.ordinal, dev.ctx.cu_ctx(), false)?);
-        written.record(writer)?;
-        uses.ready = Some(written);
+    {
+        // The op owns `out`: its books are read and written without a lock.
+        let (mut uses, home) = out.owned_books();
+        uses.mark_written();
+        let writer = uses.writer.as_ref().unwrap_or(home);
+        // In a capture the event would mark a point of the graph, which nothing outside it
+        // may wait for; a captured reader on another stream waits for the writer instead.
+        if bytes > 0 && !Arc::ptr_eq(writer, &dev.stream) && writer.capture().is_none() {
+            let written = Arc::new(CudaEvent::create(dev.ordinal, dev.ctx.cu_ctx(), false)?);
+            written.record(writer)?;
+            uses.ready = Some(written);
+        }
     }
     Ok(out)
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use cudarc::driver::result;
 
-use super::{bin, CudaBuffer, CACHE_MAX};
+use super::{bin, CudaBuffer, Rare, CACHE_MAX};
 use crate::backend::blocks;
 use crate::backend::Release;
 
@@ -18,8 +18,7 @@ impl CudaBuffer {
     /// memory is never handed back, rather than handed back in use.
     fn give_back(&mut self, release: Release) {
         self.dev.account.release(self.bytes);
-        let u = self.uses.get_mut().unwrap_or_else(|p| p.into_inner());
-        let users = u.users.take();
+        let users = self.uses.get_mut().users.take();
         let streams = || std::iter::once(&self.home).chain(users.iter());
         if self.dev.bind().is_err() || streams().any(|s| s.capture().is_some()) {
             return release.leak();
@@ -38,11 +37,13 @@ impl CudaBuffer {
 
 impl Drop for CudaBuffer {
     fn drop(&mut self) {
-        if let Some(c) = &self.graph {
+        if let Some(c) = self.graph() {
             c.count_buffer(false);
         }
-        if let Some(release) = self.foreign.take() {
-            self.give_back(*release);
+        if let Some(rare) = self.rare.take_if(|r| matches!(**r, Rare::Foreign(_))) {
+            if let Rare::Foreign(release) = *rare {
+                self.give_back(release);
+            }
             return;
         }
         if self.ptr == 0 {
@@ -59,13 +60,12 @@ impl Drop for CudaBuffer {
             // Without the context nothing can be ordered: the block is not reused.
             return;
         }
-        let u = self.uses.get_mut().unwrap_or_else(|p| p.into_inner());
-        let users = u.users.take();
+        let users = self.uses.get_mut().users.take();
         // Memory of a graph, or memory whose free would be ordered on a stream being
         // captured (the free would become part of the graph): the capture frees it, after
         // the graph and these streams are done with it.
         let capture =
-            self.graph.clone().or_else(|| std::iter::once(&self.home).chain(users.iter()).find_map(|s| s.capture()));
+            self.graph().cloned().or_else(|| std::iter::once(&self.home).chain(users.iter()).find_map(|s| s.capture()));
         if let Some(c) = capture {
             let mut after = users;
             after.push(Arc::clone(&self.home));
