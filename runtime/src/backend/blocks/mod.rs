@@ -10,20 +10,26 @@
 //! `torch.cuda.memory._record_memory_history` keeps them. `pickle` writes them as
 //! PyTorch's snapshot.
 //!
-//! A block is booked under its device's lock: one short critical section per buffer made
-//! or dropped. With history off nothing else is recorded.
+//! A block is booked under its device's lock when it is made and when it goes back for
+//! good. Between the two, each buffer that gets it from its stream's cache and gives it
+//! back writes only the block's cell of bytes asked for ([`Asked`]), which the books read;
+//! with history on each of those steps is also an event, under the lock.
 
+mod asked;
+mod oom;
 pub(crate) mod pickle;
 
+pub(crate) use asked::Asked;
+pub(crate) use oom::out_of_memory;
+
 use std::backtrace::Backtrace;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::backend::fast_map::FastMap;
 use crate::device_id::DeviceId;
-use crate::error::Error;
 
 /// Blocks up to this size are PyTorch's small segments (and locus's cache bins).
 pub(crate) const CACHE_SMALL: usize = 1 << 20;
@@ -61,7 +67,7 @@ impl Action {
     }
 }
 
-/// A live block.
+/// A live block, as a snapshot reads it.
 #[derive(Clone, Debug)]
 pub(crate) struct Block {
     pub size: usize,
@@ -159,9 +165,25 @@ fn library_file(file: &str) -> bool {
     file.starts_with(own) || file.starts_with("/rustc/")
 }
 
+/// A live block as the books hold it: the bytes its buffer asked for (0 while cached) in
+/// a cell the buffer shares ([`Asked`]).
+struct Entry {
+    size: usize,
+    stream: u64,
+    site: Option<Arc<Site>>,
+    asked: Asked,
+}
+
+impl Entry {
+    fn block(&self) -> Block {
+        let requested = self.asked.get();
+        Block { size: self.size, requested, stream: self.stream, cached: requested == 0, site: self.site.clone() }
+    }
+}
+
 #[derive(Default)]
 struct Books {
-    live: FastMap<u64, Block>,
+    live: FastMap<u64, Entry>,
     history: VecDeque<Event>,
     /// Whether anything was booked for this device (`read` lists only those).
     used: bool,
@@ -234,9 +256,12 @@ fn booked(device: DeviceId) -> Option<u32> {
 }
 
 /// A block of `size` bytes at `addr` handed to a buffer of `requested` bytes on `stream`
-/// (`fresh`: just asked of the driver or system, else reused from a cache).
-pub(crate) fn alloc(device: DeviceId, addr: u64, size: usize, requested: usize, stream: u64, fresh: bool) {
-    let Some(ordinal) = booked(device) else { return };
+/// (`fresh`: just asked of the driver or system, else reused from a cache). The cell of
+/// the bytes asked for, which the buffer keeps: a block reused from a cache keeps its
+/// cell, so its buffer can give it back to the cache and take it again without the books'
+/// lock ([`Asked`]). Memory that is not booked (the host's) gets a cell of its own.
+pub(crate) fn alloc(device: DeviceId, addr: u64, size: usize, requested: usize, stream: u64, fresh: bool) -> Asked {
+    let Some(ordinal) = booked(device) else { return Asked::new(requested) };
     let site = history_on().then(|| Arc::new(Site(Backtrace::force_capture())));
     let mut all = books();
     let b = device_books(&mut all, ordinal);
@@ -246,12 +271,17 @@ pub(crate) fn alloc(device: DeviceId, addr: u64, size: usize, requested: usize, 
         }
         note(b, Action::Alloc, addr, size, stream, site.clone());
     }
-    let block = Block { size, requested, stream, cached: false, site };
     // A block reused from a cache is in the books already: updated where it lies.
     match b.live.get_mut(&addr) {
-        Some(known) => *known = block,
+        Some(known) => {
+            known.asked.set(requested);
+            (known.size, known.stream, known.site) = (size, stream, site);
+            known.asked.clone()
+        }
         None => {
-            b.live.insert(addr, block);
+            let asked = Asked::new(requested);
+            b.live.insert(addr, Entry { size, stream, site, asked: asked.clone() });
+            asked
         }
     }
 }
@@ -264,13 +294,12 @@ pub(crate) fn free(device: DeviceId, addr: u64, cached: bool) {
     let record = history_on();
     let block = if cached {
         b.live.get_mut(&addr).and_then(|blk| {
-            blk.cached = true;
-            blk.requested = 0;
+            blk.asked.set(0);
             // The history's entries need the block's details; without history, no copy.
-            record.then(|| blk.clone())
+            record.then(|| blk.block())
         })
     } else {
-        b.live.remove(&addr)
+        b.live.remove(&addr).map(|e| e.block())
     };
     if let (true, Some(blk)) = (record, block) {
         note(b, Action::FreeRequested, addr, blk.size, blk.stream, blk.site.clone());
@@ -307,81 +336,9 @@ pub(crate) fn read() -> Vec<(DeviceId, DeviceBooks)> {
         .enumerate()
         .filter(|(_, b)| b.used)
         .map(|(ordinal, b)| {
-            let mut blocks: Vec<(u64, Block)> = b.live.iter().map(|(a, blk)| (*a, blk.clone())).collect();
+            let mut blocks: Vec<(u64, Block)> = b.live.iter().map(|(a, blk)| (*a, blk.block())).collect();
             blocks.sort_by_key(|(a, _)| *a);
             (DeviceId::Cuda(ordinal as u32), DeviceBooks { blocks, history: b.history.iter().cloned().collect() })
         })
         .collect()
-}
-
-/// An out-of-memory error on `device` for `requested` bytes, with `free` bytes the
-/// driver reports free, that says what is allocated, reserved and free and where the
-/// memory went; with `LOCUS_OOM_SNAPSHOT=path` it also writes the snapshot there.
-pub(crate) fn out_of_memory(device: DeviceId, requested: usize, free: usize) -> Error {
-    let (mut allocated, mut reserved, mut largest_cached) = (0usize, 0usize, 0usize);
-    let mut sites: HashMap<String, (usize, usize)> = HashMap::new();
-    let mut biggest: Vec<(usize, u64)> = Vec::new();
-    {
-        let mut all = books();
-        // Host memory is not booked: its report names the totals only.
-        let mut unbooked = Books::default();
-        let b = match booked(device) {
-            Some(ordinal) => device_books(&mut all, ordinal),
-            None => &mut unbooked,
-        };
-        if history_on() {
-            // PyTorch's oom entry carries the driver's free bytes where others carry an address.
-            note(b, Action::Oom, free as u64, requested, 0, None);
-        }
-        for blk in b.live.values() {
-            reserved += blk.size;
-            if blk.cached {
-                largest_cached = largest_cached.max(blk.size);
-                continue;
-            }
-            allocated += blk.requested;
-            biggest.push((blk.requested, blk.stream));
-            if let Some(f) = blk.site.as_ref().and_then(|s| s.caller()) {
-                let e = sites.entry(format!("{} ({}:{})", f.name, f.filename, f.line)).or_default();
-                e.0 += blk.requested;
-                e.1 += 1;
-            }
-        }
-    }
-    let mib = |b: usize| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64);
-    let mut report = format!(
-        "asked for {}; {} allocated by tensors, {} reserved by locus ({} cached for reuse, the largest cached \
-         block {}), {} free on the device",
-        mib(requested),
-        mib(allocated),
-        mib(reserved),
-        mib(reserved - allocated.min(reserved)),
-        mib(largest_cached),
-        mib(free)
-    );
-    if sites.is_empty() {
-        biggest.sort_unstable_by(|a, b| b.cmp(a));
-        let list: Vec<String> = biggest.iter().take(5).map(|(s, st)| format!("{} on stream {st}", mib(*s))).collect();
-        if !list.is_empty() {
-            report += &format!("; the largest live tensors: {}", list.join(", "));
-        }
-        report += "; set LOCUS_MEMORY_HISTORY=1 to see where the memory was allocated";
-    } else {
-        let mut top: Vec<(String, (usize, usize))> = sites.into_iter().collect();
-        top.sort_by_key(|b| std::cmp::Reverse(b.1 .0));
-        let list: Vec<String> =
-            top.iter().take(5).map(|(at, (bytes, n))| format!("{} in {n} tensors at {at}", mib(*bytes))).collect();
-        report += &format!("; the top allocation sites: {}", list.join("; "));
-    }
-    if let Some(path) = std::env::var_os("LOCUS_OOM_SNAPSHOT").filter(|p| !p.is_empty()) {
-        let path = std::path::PathBuf::from(path);
-        report += &match pickle::write_snapshot(&path) {
-            Ok(()) => format!("; snapshot written to {}", path.display()),
-            Err(e) => format!("; the snapshot could not be written to {}: {e}", path.display()),
-        };
-    }
-    if let Some(fault) = crate::faults::note() {
-        report += &format!("; {fault}");
-    }
-    Error::OutOfMemory { device, requested, free, report }
 }

@@ -20,9 +20,10 @@ mod free;
 /// (stream-ordered) on drop, after every other stream that used it.
 pub(crate) struct CudaBuffer {
     ptr: sys::CUdeviceptr,
-    /// Bytes asked for; a block of `bin(bytes)` bytes is allocated (a cache bin for small
-    /// buffers, else `bytes`).
-    bytes: usize,
+    /// The bytes asked for, in the cell the memory books read them from (`None` for zero
+    /// bytes, and for foreign memory, which keeps its count in [`Rare::Foreign`]); a block
+    /// of `bin(bytes)` bytes is allocated (a cache bin for small buffers, else `bytes`).
+    asked: Option<blocks::Asked>,
     dev: &'static DeviceState,
     /// The stream the memory was allocated on, where its free is ordered.
     home: Arc<CudaStream>,
@@ -36,8 +37,9 @@ pub(crate) struct CudaBuffer {
 enum Rare {
     /// The capture this memory was made in: it belongs to that graph, which frees it.
     Graph(Arc<CudaCapture>),
-    /// Memory made outside locus: given back to its owner, never freed or cached here.
-    Foreign(Release),
+    /// Memory made outside locus, of that many bytes: given back to its owner, never
+    /// freed or cached here.
+    Foreign(Release, usize),
 }
 
 /// Who wrote a buffer last and who used it (the books both backends keep).
@@ -61,7 +63,7 @@ pub(in crate::backend::cuda::driver) fn bin(bytes: usize) -> usize {
 
 impl std::fmt::Debug for CudaBuffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CudaBuffer({} bytes on cuda:{})", self.bytes, self.dev.ordinal)
+        write!(f, "CudaBuffer({} bytes on cuda:{})", self.bytes(), self.dev.ordinal)
     }
 }
 
@@ -77,20 +79,20 @@ impl CudaBuffer {
         };
         let cap = bin(bytes);
         let uses = Uses::new(Some(Arc::clone(stream)), 0);
-        let new = |ptr, mut uses: Uses, home: Arc<CudaStream>| {
+        let new = |ptr, asked, mut uses: Uses, home: Arc<CudaStream>| {
             uses.add_user(Some(&home), stream);
             if let Some(c) = &graph {
                 c.count_buffer(true);
             }
             let rare = graph.map(|g| Box::new(Rare::Graph(g)));
-            CudaBuffer { ptr, bytes, dev, home, uses: Booked::new(uses), rare }
+            CudaBuffer { ptr, asked, dev, home, uses: Booked::new(uses), rare }
         };
         if bytes == 0 {
-            return Ok(new(0, uses, home));
+            return Ok(new(0, None, uses, home));
         }
         let cached = if cap <= CACHE_MAX { home.take_cached(cap) } else { None };
-        let ptr = match cached {
-            Some(p) => p,
+        let ptr = match &cached {
+            Some((p, _)) => *p,
             None => {
                 dev.bind()?;
                 // The memory comes back uninitialised, which is fine for bytes: every op writes its output before a
@@ -118,8 +120,14 @@ impl CudaBuffer {
         // The account has no capacity of its own here: the driver says when memory ends.
         // It counts the bytes asked for, as the host backend does (`memory_allocated`).
         dev.account.reserve(bytes)?;
-        blocks::alloc(dev.id(), ptr, cap, bytes, home.id, cached.is_none());
-        Ok(new(ptr, uses, home))
+        let asked = match cached {
+            Some((_, asked)) => {
+                asked.reused(dev.id(), ptr, cap, bytes, home.id);
+                asked
+            }
+            None => blocks::alloc(dev.id(), ptr, cap, bytes, home.id, true),
+        };
+        Ok(new(ptr, Some(asked), uses, home))
     }
 
     /// Memory made outside locus, `bytes` bytes at `ptr` of `dev`, last written by the
@@ -138,32 +146,38 @@ impl CudaBuffer {
         release: Release,
     ) -> Result<Self> {
         let uses = Uses::new(Some(Arc::clone(stream)), 0);
-        let mut b = CudaBuffer {
+        let counted = dev.account.reserve(bytes);
+        // Not counted, so not released: the memory goes back after the stream, as 0 bytes.
+        let counted_bytes = if counted.is_ok() { bytes } else { 0 };
+        let b = CudaBuffer {
             ptr,
-            bytes,
+            asked: None,
             dev,
             home: Arc::clone(stream),
             uses: Booked::new(uses),
-            rare: Some(Box::new(Rare::Foreign(release))),
+            rare: Some(Box::new(Rare::Foreign(release, counted_bytes))),
         };
-        if let Err(e) = dev.account.reserve(bytes) {
-            // Not counted, so not released: give the memory back after the stream.
-            b.bytes = 0;
-            return Err(e);
-        }
+        counted?;
         // The owner's writes so far are the last write: readers elsewhere wait for them.
         b.after_write(stream)?;
         Ok(b)
     }
 
+    #[inline]
     pub(crate) fn ptr(&self) -> sys::CUdeviceptr {
         self.ptr
     }
 
+    #[inline]
     pub(crate) fn bytes(&self) -> usize {
-        self.bytes
+        match (&self.asked, self.rare.as_deref()) {
+            (Some(asked), _) => asked.get(),
+            (None, Some(Rare::Foreign(_, bytes))) => *bytes,
+            (None, _) => 0,
+        }
     }
 
+    #[inline]
     pub(crate) fn device(&self) -> &'static DeviceState {
         self.dev
     }
@@ -250,7 +264,7 @@ impl CudaBuffer {
         let mut u = self.uses();
         // In a capture the event would mark a point of the graph, which nothing outside it
         // may wait for; a captured reader on another stream waits for the writer instead.
-        let ready = match self.bytes > 0 && !Arc::ptr_eq(on, &self.dev.stream) && on.capture().is_none() {
+        let ready = match self.bytes() > 0 && !Arc::ptr_eq(on, &self.dev.stream) && on.capture().is_none() {
             true => {
                 // The last write's event again when nobody else holds it (a graph's
                 // output, rewritten by every replay): waits already queued on it keep the

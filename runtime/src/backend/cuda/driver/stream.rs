@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use cudarc::cublas::sys::cublasHandle_t;
 use cudarc::driver::{result, sys};
 
+use crate::backend::blocks::Asked;
 use crate::backend::cuda::driver::buffer::{CACHE_MAX, MIN_BIN};
 use crate::backend::cuda::driver::device::{driver, failure, set_current, Handle, OOM, UNKNOWN};
 use crate::backend::cuda::driver::event::CudaEvent;
@@ -49,7 +50,7 @@ pub(in crate::backend::cuda) fn blas_err(device: u32, call: &str, e: impl std::f
 /// stream lives as long as the process).
 /// One list per cache bin (`MIN_BIN`, twice that, ... up to `CACHE_MAX` bytes): a block's
 /// list is found by its size's bit, not by hashing it.
-type Bins = [Vec<sys::CUdeviceptr>; (CACHE_MAX / MIN_BIN).trailing_zeros() as usize + 1];
+type Bins = [Vec<(sys::CUdeviceptr, Asked)>; (CACHE_MAX / MIN_BIN).trailing_zeros() as usize + 1];
 
 /// The list of [`Bins`] for blocks of `cap` bytes; `None` for a size that is no bin.
 fn bin_index(cap: usize) -> Option<usize> {
@@ -209,8 +210,9 @@ impl CudaStream {
         Ok(())
     }
 
-    /// A cached block of `cap` bytes freed on this stream, if any.
-    pub(crate) fn take_cached(&self, cap: usize) -> Option<sys::CUdeviceptr> {
+    /// A cached block of `cap` bytes freed on this stream, if any, with its cell in the
+    /// memory books.
+    pub(crate) fn take_cached(&self, cap: usize) -> Option<(sys::CUdeviceptr, Asked)> {
         let bin = bin_index(cap)?;
         self.cache.lock().unwrap_or_else(|p| p.into_inner())[bin].pop()
     }
@@ -221,15 +223,15 @@ impl CudaStream {
     /// `ptr` is a block of exactly `cap` bytes from `cuMemAllocAsync` on this stream's
     /// device that nothing else owns from here on (it will be handed out again by
     /// `take_cached` and freed by `free_cached`), and every use of it, on any stream, is
-    /// ordered before this point of this stream.
-    pub(crate) unsafe fn put_cached(self: &Arc<Self>, cap: usize, ptr: sys::CUdeviceptr) {
+    /// ordered before this point of this stream. `asked` is its cell in the memory books.
+    pub(crate) unsafe fn put_cached(self: &Arc<Self>, cap: usize, ptr: sys::CUdeviceptr, asked: Asked) {
         let Some(bin) = bin_index(cap) else {
             // Not a bin's size: no `take_cached` would hand it out, so it goes back now.
             // SAFETY: this fn's contract is `give_back`'s.
             unsafe { self.give_back(ptr) };
             return;
         };
-        self.cache.lock().unwrap_or_else(|p| p.into_inner())[bin].push(ptr);
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())[bin].push((ptr, asked));
         // Never with this stream's cache locked: `cached_bytes` locks the list first.
         if !self.listed.load(Ordering::Relaxed) && !self.listed.swap(true, Ordering::Relaxed) {
             let mut list = WITH_CACHE.lock().unwrap_or_else(|p| p.into_inner());
@@ -247,7 +249,7 @@ impl CudaStream {
     /// Frees this stream's cached blocks to the driver's pool, ordered on this stream.
     fn free_cached(&self) {
         let blocks = std::mem::take(&mut *self.cache.lock().unwrap_or_else(|p| p.into_inner()));
-        for ptr in blocks.into_iter().flatten() {
+        for (ptr, _) in blocks.into_iter().flatten() {
             // SAFETY: each cached block came from cuMemAllocAsync on this device, is owned by the cache alone (taken
             // out of it just above), and its last use is queued on this stream (`put_cached`'s contract).
             unsafe { self.give_back(ptr) };

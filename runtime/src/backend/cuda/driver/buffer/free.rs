@@ -16,8 +16,8 @@ impl CudaBuffer {
     /// is done: the home stream waits for the others, the host for the home stream. If
     /// that cannot be known (a lost context, a failed wait, a stream in a capture), the
     /// memory is never handed back, rather than handed back in use.
-    fn give_back(&mut self, release: Release) {
-        self.dev.account.release(self.bytes);
+    fn give_back(&mut self, release: Release, bytes: usize) {
+        self.dev.account.release(bytes);
         let users = self.uses.get_mut().users.take();
         let streams = || std::iter::once(&self.home).chain(users.iter());
         if self.dev.bind().is_err() || streams().any(|s| s.capture().is_some()) {
@@ -40,23 +40,22 @@ impl Drop for CudaBuffer {
         if let Some(c) = self.graph() {
             c.count_buffer(false);
         }
-        if let Some(rare) = self.rare.take_if(|r| matches!(**r, Rare::Foreign(_))) {
-            if let Rare::Foreign(release) = *rare {
-                self.give_back(release);
+        if let Some(rare) = self.rare.take_if(|r| matches!(**r, Rare::Foreign(..))) {
+            if let Rare::Foreign(release, bytes) = *rare {
+                self.give_back(release, bytes);
             }
             return;
         }
-        if self.ptr == 0 {
-            return;
-        }
+        let Some(asked) = self.asked.take().filter(|_| self.ptr != 0) else { return };
         // In the books the block is given back or cached below; a block that must leak
         // (no context, a wait that failed) or that a capture retires leaves them too.
-        let cap = bin(self.bytes);
+        let bytes = asked.get();
+        let cap = bin(bytes);
         let cached = cap <= CACHE_MAX;
         let id = self.dev.id();
         if self.dev.bind().is_err() {
             blocks::free(id, self.ptr, false);
-            self.dev.account.release(self.bytes);
+            self.dev.account.release(bytes);
             // Without the context nothing can be ordered: the block is not reused.
             return;
         }
@@ -69,11 +68,11 @@ impl Drop for CudaBuffer {
         if let Some(c) = capture {
             let mut after = users;
             after.push(Arc::clone(&self.home));
-            c.retire(self.ptr, self.bytes, after);
+            c.retire(self.ptr, bytes, after);
             blocks::free(id, self.ptr, false);
             return;
         }
-        self.dev.account.release(self.bytes);
+        self.dev.account.release(bytes);
         for r in &users {
             if self.home.wait_for(r).is_err() {
                 // A user may still use the memory and its end cannot be ordered before
@@ -84,14 +83,15 @@ impl Drop for CudaBuffer {
         }
         // Work queued later on the home stream runs after every use above, so the memory
         // can be handed out again on this stream at once.
-        blocks::free(id, self.ptr, cached);
         if cached {
-            // The block holds `cap` = `bin(self.bytes)` bytes (a cache bin, allocated on `self.home` or taken from its
+            asked.cached(id, self.ptr);
+            // The block holds `cap` = `bin(bytes)` bytes (a cache bin, allocated on `self.home` or taken from its
             // cache) and this buffer, its only owner, is going; every user's use is ordered before this point of the
             // home stream (the waits above), and the rest is on that stream.
             // SAFETY: for the reasons in the comment just above.
-            unsafe { self.home.put_cached(cap, self.ptr) };
+            unsafe { self.home.put_cached(cap, self.ptr, asked) };
         } else {
+            blocks::free(id, self.ptr, false);
             // The block came from cuMemAllocAsync on `self.home` (a larger-than-cache block is never shared with
             // another buffer) and is freed only here, once;
             // SAFETY: the stream is alive (held by `self`), the device's context is current (bind above), and every
