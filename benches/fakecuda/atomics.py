@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Atomic read-modify-write instructions an op runs (x86-64: `lock`-prefixed ones, and
+`xchg` with memory, which locks without the prefix), from a callgrind file written with
+--dump-instr=yes: each such instruction's executions, per op, by function.
+
+    atomics.py CALLGRIND_FILE OPS
+"""
+import collections
+import re
+import subprocess
+import sys
+
+POS = re.compile(r"^(0x[0-9a-f]+|\+\d+|-\d+|\*)$")
+OB = re.compile(r"^c?ob=\((\d+)\)(?: (.*))?$")
+FN = re.compile(r"^c?fn=\((\d+)\)(?: (.*))?$")
+
+
+def atomic_addresses(path):
+    """Addresses of the atomic instructions of the object file at `path`."""
+    out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", path], capture_output=True, text=True).stdout
+    found = set()
+    for line in out.splitlines():
+        m = re.match(r"^\s*([0-9a-f]+):\s+(.*)$", line)
+        if not m:
+            continue
+        ins = m.group(2)
+        if ins.startswith("lock ") or (ins.startswith("xchg") and "(" in ins):
+            found.add(int(m.group(1), 16))
+    return found
+
+
+def main():
+    path, ops = sys.argv[1], int(sys.argv[2])
+    objs, fns = {}, {}
+    cost = collections.Counter()
+    where = {}
+    ob, fn, addr, after_call = "", "", 0, False
+    for line in open(path):
+        line = line.rstrip("\n")
+        m = OB.match(line)
+        if m:
+            if m.group(2):
+                objs[m.group(1)] = m.group(2)
+            if line.startswith("ob="):
+                ob = objs.get(m.group(1), "")
+            continue
+        m = FN.match(line)
+        if m:
+            if m.group(2):
+                fns[m.group(1)] = m.group(2)
+            if line.startswith("fn="):
+                fn = fns.get(m.group(1), m.group(1))
+            continue
+        if line.startswith("calls="):
+            after_call = True
+            continue
+        parts = line.split()
+        if len(parts) != 3 or not POS.match(parts[0]):
+            continue
+        t = parts[0]
+        if t.startswith("0x"):
+            addr = int(t, 16)
+        elif t[0] == "+":
+            addr += int(t[1:])
+        elif t[0] == "-":
+            addr -= int(t[1:])
+        if after_call:
+            after_call = False
+            continue
+        cost[(ob, addr)] += int(parts[2])
+        where[(ob, addr)] = fn
+    atomics = {o: atomic_addresses(o) for o in {o for o, _ in cost} if o}
+    per_fn = collections.Counter()
+    for (o, a), c in cost.items():
+        if a in atomics.get(o, ()):
+            per_fn[where[(o, a)]] += c / ops
+    total = sum(per_fn.values())
+    print(f"{total:.1f} atomic instructions per op")
+    for name, n in per_fn.most_common():
+        if n >= 0.5:
+            print(f"{n:6.1f}  {name[:150]}")
+
+
+if __name__ == "__main__":
+    main()
