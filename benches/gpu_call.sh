@@ -13,6 +13,12 @@
 #   probe:K,...         benches/graph_probe.sh for those kinds (none: every kind)
 #   cpp                 the C++ baseline alone, built with nvcc, plain and with
 #                       --keep-eager-stream
+#   perfstat:OP,...     host cycles, instructions and instruction-cache misses per op of
+#                       `gpu breakdown-loop OP` (perf stat of a 1 s and a 3 s loop; the
+#                       difference over the ops' difference is per op, start-up excluded).
+#                       The machine has no perf: benches/pack_perf.sh packs this machine's
+#                       into .gpu-perf/ (carry it too). Counters the VM does not expose
+#                       read <not supported>.
 #
 #     bash benches/gpu_call.sh COMMIT STEP...
 #
@@ -88,8 +94,26 @@ for step in "$@"; do
         log "cpp: nvcc failed"; cat "$res/nvcc.txt"
       fi
       ;;
+    perfstat:*)
+      if [ ! -f .gpu-perf/perf.tar.xz ]; then
+        log "perfstat: no .gpu-perf/perf.tar.xz (benches/pack_perf.sh, then carry .gpu-perf)"
+      else
+        mkdir -p "$res/perf" /tmp/locus-perf && xz -dc .gpu-perf/perf.tar.xz | tar xf - -C /tmp/locus-perf
+        perf() { /tmp/locus-perf/perf/ld-linux-x86-64.so.2 --library-path /tmp/locus-perf/perf /tmp/locus-perf/perf/perf "$@"; }
+        lscpu > "$res/perf/lscpu.txt" 2>&1
+        ev=cycles,instructions,L1-icache-load-misses,iTLB-load-misses,branch-misses,L1-dcache-load-misses,task-clock
+        IFS=, read -r -a ops <<< "${step#perfstat:}"
+        for op in "${ops[@]}"; do
+          for s in 1 3; do
+            perf stat -x, -e "$ev" -o "$res/perf/${op}_$s.csv" timeout 8 .gpu/benches/gpu breakdown-loop "$op" "$s" \
+              > "$res/perf/${op}_$s.out" 2>&1
+          done
+          python3 benches/perf_per_op.py "$res/perf" "$op" | tee -a "$res/perf/per_op.txt"
+        done
+      fi
+      ;;
     *)
-      log "unknown step $step (suite, sanitize:A,B, cmpN, probe:K,..., cpp)"
+      log "unknown step $step (suite, sanitize:A,B, cmpN, probe:K,..., cpp, perfstat:OP,...)"
       ;;
   esac
   log "end $step"
