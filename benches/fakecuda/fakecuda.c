@@ -435,9 +435,18 @@ CUresult cuOccupancyMaxPotentialBlockSize(int *grid, int *bs, fake_func *f, void
 CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *grid, int *bs, fake_func *f, void *cb, size_t sm, int limit, unsigned fl) {
     (void)fl; return cuOccupancyMaxPotentialBlockSize(grid, bs, f, cb, sm, limit);
 }
+/* FAKECUDA_POLLUTE=1: each launch runs fake_pollute (pollute.c, genpollute.py), code and
+ * data of the driver's own that evict the program's from the caches, as a real launch's do. */
+void fake_pollute(void);
+static int pollute_on = -1;
 CUresult cuLaunchKernel(fake_func *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shmem, fake_stream *s, void **params, void **extra) {
     (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)s; (void)params; (void)extra;
+    if (pollute_on < 0) {
+        const char *v = getenv("FAKECUDA_POLLUTE");
+        pollute_on = v && v[0] == '1';
+    }
+    if (pollute_on) fake_pollute();
     return OK;
 }
 CUresult cuLaunchKernelEx(const void *cfg, fake_func *f, void **params, void **extra) { (void)cfg; (void)f; (void)params; (void)extra; return OK; }

@@ -128,7 +128,7 @@ pub(crate) fn profile_loop(raw: &Raw, name: &str, seconds: f64) -> Result<(), St
         per_op(&mut f, || if name.starts_with("raw") { raw.sync_ctx() } else { sync() });
         batches += 1;
     }
-    println!("{name}: {} ops in {:.1} s", batches * (BATCHES * BATCH) as u64, start.elapsed().as_secs_f64());
+    println!("{name}: {} ops in {:.4} s", batches * (BATCHES * BATCH) as u64, start.elapsed().as_secs_f64());
     Ok(())
 }
 
@@ -146,7 +146,7 @@ fn replay_loop(seconds: f64) {
         per_op(&mut replay, || stream.synchronize().unwrap());
         batches += 1;
     }
-    println!("replay20: {} ops in {:.1} s", batches * (BATCHES * BATCH) as u64, start.elapsed().as_secs_f64());
+    println!("replay20: {} ops in {:.4} s", batches * (BATCHES * BATCH) as u64, start.elapsed().as_secs_f64());
 }
 
 /// One replay of `replay_loop`'s graph: a function of its own, so that a profiler can
