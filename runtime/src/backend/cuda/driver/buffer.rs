@@ -15,6 +15,9 @@ use crate::error::Result;
 use crate::faults::{gate, Point};
 
 mod free;
+mod home;
+
+use home::Home;
 
 /// `bytes` bytes on one device, allocated on its home stream and freed there
 /// (stream-ordered) on drop, after every other stream that used it.
@@ -26,7 +29,7 @@ pub(crate) struct CudaBuffer {
     asked: Option<blocks::Asked>,
     dev: &'static DeviceState,
     /// The stream the memory was allocated on, where its free is ordered.
-    home: Arc<CudaStream>,
+    home: Home,
     uses: Booked<CudaStream, CudaEvent>,
     /// Where the memory came from when not from an op outside a capture. Boxed: rare, and
     /// an op moves its output's buffer a few times.
@@ -73,13 +76,10 @@ impl CudaBuffer {
     /// stream (never from a cache another stream fills) and freed with the graph.
     pub(crate) fn alloc(dev: &'static DeviceState, stream: &Arc<CudaStream>, bytes: usize) -> Result<Self> {
         let graph = stream.capture();
-        let home = match &graph {
-            Some(c) => Arc::clone(c.pool()),
-            None => Arc::clone(stream),
-        };
+        let home = Home::of(dev, graph.as_ref().map_or(stream, |c| c.pool()));
         let cap = bin(bytes);
         let uses = Uses::new(Some(Arc::clone(stream)), 0);
-        let new = |ptr, asked, mut uses: Uses, home: Arc<CudaStream>| {
+        let new = |ptr, asked, mut uses: Uses, home: Home| {
             uses.add_user(Some(&home), stream);
             if let Some(c) = &graph {
                 c.count_buffer(true);
@@ -153,7 +153,7 @@ impl CudaBuffer {
             ptr,
             asked: None,
             dev,
-            home: Arc::clone(stream),
+            home: Home::of(dev, stream),
             uses: Booked::new(uses),
             rare: Some(Box::new(Rare::Foreign(release, counted_bytes))),
         };
@@ -188,7 +188,7 @@ impl CudaBuffer {
 
     /// The books of memory only its owner can reach, without a lock, and its home stream.
     pub(crate) fn owned_books(&mut self) -> (Guard<'_, CudaStream, CudaEvent, &mut Uses>, &Arc<CudaStream>) {
-        (self.uses.get_mut(), &self.home)
+        (self.uses.get_mut(), &*self.home)
     }
 
     /// Numbers the write that produced this memory, just queued on its stream.
@@ -203,7 +203,7 @@ impl CudaBuffer {
 
     /// The stream that wrote this memory last.
     pub(crate) fn writer(&self) -> Arc<CudaStream> {
-        self.uses().writer.clone().unwrap_or_else(|| Arc::clone(&self.home))
+        self.uses().writer.clone().unwrap_or_else(|| Arc::clone(&*self.home))
     }
 
     /// Whether this memory was made in the capture `c`.
@@ -237,7 +237,7 @@ impl CudaBuffer {
                 return c.check_input(self.ptr);
             }
         }
-        self.uses.read_on(Some(&self.home), on, |w| wait_books(on, w))
+        self.uses.read_on(Some(&*self.home), on, |w| wait_books(on, w))
     }
 
     /// Prepares this memory to be written in place on `on`: `on` waits for the last
@@ -255,7 +255,7 @@ impl CudaBuffer {
     /// stream waits for all of `on`'s work queued by the time of its use. A view that is
     /// never ended (`mem::forget`) is still ordered.
     pub(crate) fn claim_writer(&self, on: &Arc<CudaStream>) {
-        self.uses().claim(Some(&self.home), on);
+        self.uses().claim(Some(&*self.home), on);
     }
 
     /// This memory was just written in place by work queued on `on` (after
@@ -278,7 +278,7 @@ impl CudaBuffer {
             }
             false => None,
         };
-        u.wrote(Some(&self.home), on, ready);
+        u.wrote(Some(&*self.home), on, ready);
         Ok(())
     }
 
@@ -289,14 +289,14 @@ impl CudaBuffer {
     /// write. An event per replay is a driver call on the host and an op on the stream
     /// that the replay's synchronize waits for too.
     pub(crate) fn after_replay(&self, on: &Arc<CudaStream>) -> Result<()> {
-        self.uses().wrote(Some(&self.home), on, None);
+        self.uses().wrote(Some(&*self.home), on, None);
         Ok(())
     }
 
     /// Forgets the writes a capture queued: they have not run, and a replay writes the
     /// memory again (with `before_write` and `after_replay` around it).
     pub(crate) fn forget_captured_writes(&self) {
-        self.uses().forget_writes(Some(Arc::clone(&self.home)));
+        self.uses().forget_writes(Some(Arc::clone(&*self.home)));
     }
 }
 

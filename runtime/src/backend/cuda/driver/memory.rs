@@ -41,6 +41,7 @@ pub(crate) fn with_current<R>(device: DeviceId, stream: Arc<CudaStream>, f: impl
 
 /// The stream ops on `dev` use on this thread: the one `on_stream` made current, else
 /// the device's default stream.
+#[inline]
 pub(in crate::backend::cuda) fn current(dev: &'static DeviceState) -> OpStream {
     match current_of(dev.id()) {
         Some(s) => OpStream::Current(s),

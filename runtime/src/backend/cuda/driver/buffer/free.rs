@@ -19,7 +19,7 @@ impl CudaBuffer {
     fn give_back(&mut self, release: Release, bytes: usize) {
         self.dev.account.release(bytes);
         let users = self.uses.get_mut().users.take();
-        let streams = || std::iter::once(&self.home).chain(users.iter());
+        let streams = || std::iter::once(&*self.home).chain(users.iter());
         if self.dev.bind().is_err() || streams().any(|s| s.capture().is_some()) {
             return release.leak();
         }
@@ -37,6 +37,15 @@ impl CudaBuffer {
 
 impl Drop for CudaBuffer {
     fn drop(&mut self) {
+        self.release();
+        // SAFETY: the one release, with the device the home was made for; the buffer is going.
+        unsafe { self.home.release(self.dev) };
+    }
+}
+
+impl CudaBuffer {
+    /// Frees, caches, retires or hands back the memory (see `Drop`).
+    fn release(&mut self) {
         if let Some(c) = self.graph() {
             c.count_buffer(false);
         }
@@ -63,11 +72,13 @@ impl Drop for CudaBuffer {
         // Memory of a graph, or memory whose free would be ordered on a stream being
         // captured (the free would become part of the graph): the capture frees it, after
         // the graph and these streams are done with it.
-        let capture =
-            self.graph().cloned().or_else(|| std::iter::once(&self.home).chain(users.iter()).find_map(|s| s.capture()));
+        let capture = self
+            .graph()
+            .cloned()
+            .or_else(|| std::iter::once(&*self.home).chain(users.iter()).find_map(|s| s.capture()));
         if let Some(c) = capture {
             let mut after = users;
-            after.push(Arc::clone(&self.home));
+            after.push(Arc::clone(&*self.home));
             c.retire(self.ptr, bytes, after);
             blocks::free(id, self.ptr, false);
             return;
