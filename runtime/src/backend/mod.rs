@@ -23,6 +23,7 @@ pub(crate) mod fast_map;
 pub(crate) mod few;
 pub(crate) mod host;
 pub(crate) mod pinned_pool;
+pub(crate) mod spin_lock;
 pub(crate) mod sync;
 pub(crate) mod transfer;
 pub(crate) mod workers;

@@ -8,7 +8,8 @@
 //! - `driver`: below the rest, importing none of it: `driver/device` (probing the
 //!   driver, a device's context and kernel cache, raw handles), `driver/args` (typed
 //!   kernel arguments), `driver/launch` (grid geometry, the one kernel launch), `driver/buffer` (device
-//!   memory: caching bins, readers) and `driver/buffer/free` (its stream-ordered end),
+//!   memory: caching bins, readers), `driver/buffer/free` (its stream-ordered end) and
+//!   `driver/buffer/home` (its home stream, the default one held without a count),
 //!   `driver/memory` (an op's output on the current stream, the current streams of a
 //!   thread, write marks), `driver/stream` and `driver/event` (streams with their block
 //!   caches and cuBLAS handles, events), `driver/graph` (captures, their private memory,

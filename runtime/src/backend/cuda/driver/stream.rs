@@ -20,6 +20,7 @@ use crate::backend::cuda::driver::device::{driver, failure, set_current, Handle,
 use crate::backend::cuda::driver::event::CudaEvent;
 use crate::backend::cuda::driver::graph::CudaCapture;
 use crate::backend::cuda::driver::timing;
+use crate::backend::spin_lock::SpinLock;
 use crate::backend::sync::ordering::{new_stream_id, Order};
 use crate::error::{Error, Result};
 use crate::faults::{gate, Point};
@@ -46,8 +47,6 @@ pub(in crate::backend::cuda) fn blas_err(device: u32, call: &str, e: impl std::f
     Error::Kernel { device: crate::device_id::DeviceId::Cuda(device), name: call.into(), message }
 }
 
-/// A stream of one device. Destroyed with its last reference (the device's default
-/// stream lives as long as the process).
 /// One list per cache bin (`MIN_BIN`, twice that, ... up to `CACHE_MAX` bytes): a block's
 /// list is found by its size's bit, not by hashing it.
 type Bins = [Vec<(sys::CUdeviceptr, Asked)>; (CACHE_MAX / MIN_BIN).trailing_zeros() as usize + 1];
@@ -58,6 +57,8 @@ fn bin_index(cap: usize) -> Option<usize> {
     ok.then(|| (cap / MIN_BIN).trailing_zeros() as usize)
 }
 
+/// A stream of one device. Destroyed with its last reference (the device's default
+/// stream lives as long as the process).
 pub(crate) struct CudaStream {
     pub raw: Handle<sys::CUstream>,
     pub ordinal: u32,
@@ -66,8 +67,9 @@ pub(crate) struct CudaStream {
     /// The writes queued here and what this stream has waited for.
     pub order: Order,
     ctx: Handle<sys::CUcontext>,
-    /// Freed small blocks ordered on this stream, by capacity.
-    cache: Mutex<Bins>,
+    /// Freed small blocks ordered on this stream, by capacity: taken and given back once
+    /// per eager op each, a push or a pop under the lock.
+    cache: SpinLock<Bins>,
     /// Whether this stream is listed in `WITH_CACHE`.
     listed: AtomicBool,
     /// This stream's own cuBLAS handle, bound to it once: no other thread or stream can
@@ -115,7 +117,7 @@ impl CudaStream {
             id: new_stream_id(),
             order: Order::default(),
             ctx: Handle(ctx),
-            cache: Mutex::new(Bins::default()),
+            cache: SpinLock::new(Bins::default()),
             listed: AtomicBool::new(false),
             blas: OnceLock::new(),
             capturing: AtomicBool::new(false),
@@ -214,7 +216,7 @@ impl CudaStream {
     /// memory books.
     pub(crate) fn take_cached(&self, cap: usize) -> Option<(sys::CUdeviceptr, Asked)> {
         let bin = bin_index(cap)?;
-        self.cache.lock().unwrap_or_else(|p| p.into_inner())[bin].pop()
+        self.cache.lock()[bin].pop()
     }
 
     /// Caches a block of `cap` bytes whose last use is queued on this stream.
@@ -231,7 +233,7 @@ impl CudaStream {
             unsafe { self.give_back(ptr) };
             return;
         };
-        self.cache.lock().unwrap_or_else(|p| p.into_inner())[bin].push((ptr, asked));
+        self.cache.lock()[bin].push((ptr, asked));
         // Never with this stream's cache locked: `cached_bytes` locks the list first.
         if !self.listed.load(Ordering::Relaxed) && !self.listed.swap(true, Ordering::Relaxed) {
             let mut list = WITH_CACHE.lock().unwrap_or_else(|p| p.into_inner());
@@ -242,13 +244,13 @@ impl CudaStream {
 
     /// Bytes of the blocks cached on this stream.
     pub(crate) fn cached_bytes(&self) -> usize {
-        let bins = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let bins = self.cache.lock();
         bins.iter().enumerate().map(|(i, v)| (MIN_BIN << i) * v.len()).sum()
     }
 
     /// Frees this stream's cached blocks to the driver's pool, ordered on this stream.
     fn free_cached(&self) {
-        let blocks = std::mem::take(&mut *self.cache.lock().unwrap_or_else(|p| p.into_inner()));
+        let blocks = std::mem::take(&mut *self.cache.lock());
         for (ptr, _) in blocks.into_iter().flatten() {
             // SAFETY: each cached block came from cuMemAllocAsync on this device, is owned by the cache alone (taken
             // out of it just above), and its last use is queued on this stream (`put_cached`'s contract).
