@@ -10,9 +10,7 @@ import re
 import subprocess
 import sys
 
-POS = re.compile(r"^(0x[0-9a-f]+|\+\d+|-\d+|\*)$")
-OB = re.compile(r"^c?ob=\((\d+)\)(?: (.*))?$")
-FN = re.compile(r"^c?fn=\((\d+)\)(?: (.*))?$")
+from cgcosts import read
 
 
 def atomic_addresses(path):
@@ -31,44 +29,7 @@ def atomic_addresses(path):
 
 def main():
     path, ops = sys.argv[1], int(sys.argv[2])
-    objs, fns = {}, {}
-    cost = collections.Counter()
-    where = {}
-    ob, fn, addr, after_call = "", "", 0, False
-    for line in open(path):
-        line = line.rstrip("\n")
-        m = OB.match(line)
-        if m:
-            if m.group(2):
-                objs[m.group(1)] = m.group(2)
-            if line.startswith("ob="):
-                ob = objs.get(m.group(1), "")
-            continue
-        m = FN.match(line)
-        if m:
-            if m.group(2):
-                fns[m.group(1)] = m.group(2)
-            if line.startswith("fn="):
-                fn = fns.get(m.group(1), m.group(1))
-            continue
-        if line.startswith("calls="):
-            after_call = True
-            continue
-        parts = line.split()
-        if len(parts) != 3 or not POS.match(parts[0]):
-            continue
-        t = parts[0]
-        if t.startswith("0x"):
-            addr = int(t, 16)
-        elif t[0] == "+":
-            addr += int(t[1:])
-        elif t[0] == "-":
-            addr -= int(t[1:])
-        if after_call:
-            after_call = False
-            continue
-        cost[(ob, addr)] += int(parts[2])
-        where[(ob, addr)] = fn
+    cost, where = read(path)
     atomics = {o: atomic_addresses(o) for o in {o for o, _ in cost} if o}
     per_fn = collections.Counter()
     for (o, a), c in cost.items():

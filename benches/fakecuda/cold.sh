@@ -12,13 +12,10 @@
 #   bash benches/fakecuda/cold.sh [BIN] OP...
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-lib=${FAKECUDA_LIB:-target/fakecuda}
-bin=""
-if [ $# -gt 0 ] && [ -x "$1" ] && [ -f "$1" ]; then bin=$(realpath "$1"); shift; fi
-[ -n "$bin" ] || bin=$(realpath "$(ls -t target/release/deps/gpu-* | grep -v '\.d$' | head -1)")
-[ $# -gt 0 ] || { echo "usage: cold.sh [BIN] OP..." >&2; exit 2; }
+usage="cold.sh [BIN] OP..."
 runs=${RUNS:-5}
 secs=${SECONDS_PER_RUN:-1}
+# BIN (shifted off the arguments) and the fake libraries in $lib.
 source "$here/libs.sh"
 export LD_LIBRARY_PATH=$(realpath "$lib") LOCUS_BACKEND=cuda
 # ns per op of one run of `breakdown-loop $1` with FAKECUDA_POLLUTE=$2.

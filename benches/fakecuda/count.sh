@@ -18,11 +18,8 @@
 # lists them by function). Needs gcc, python3, valgrind and objdump.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-lib=${FAKECUDA_LIB:-target/fakecuda}
-bin=""
-if [ $# -gt 0 ] && [ -x "$1" ] && [ -f "$1" ]; then bin=$(realpath "$1"); shift; fi
-[ -n "$bin" ] || bin=$(realpath "$(ls -t target/release/deps/gpu-* | grep -v '\.d$' | head -1)")
-[ $# -gt 0 ] || { echo "usage: count.sh [BIN] OP..." >&2; exit 2; }
+usage="count.sh [BIN] OP..."
+# BIN (shifted off the arguments) and the fake libraries in $lib.
 source "$here/libs.sh"
 export LD_LIBRARY_PATH=$(realpath "$lib") LOCUS_BACKEND=cuda
 for op in "$@"; do

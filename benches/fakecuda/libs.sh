@@ -1,5 +1,12 @@
-# The fake libraries, built into $lib from $here (sourced by count.sh and cold.sh): the
+# Sourced by count.sh and cold.sh, with their arguments: the bench binary `bin` (the first
+# argument when it is an executable file, shifted off; else the newest
+# target/release/deps/gpu-*), and the fake libraries, built into $lib from $here: the
 # hand-written parts, and a stub for every other symbol cudarc can load.
+lib=${FAKECUDA_LIB:-target/fakecuda}
+bin=""
+if [ $# -gt 0 ] && [ -x "$1" ] && [ -f "$1" ]; then bin=$(realpath "$1"); shift; fi
+[ -n "$bin" ] || bin=$(realpath "$(ls -t target/release/deps/gpu-* | grep -v '\.d$' | head -1)")
+[ $# -gt 0 ] || { echo "usage: $usage" >&2; exit 2; }
 cudarc=$(ls -d ~/.cargo/registry/src/*/cudarc-0.19.10 | head -1)
 mkdir -p "$lib/names" "$lib/gen"
 build() { # library, source, cudarc's sys module, other sources

@@ -64,7 +64,7 @@ mod tests {
             let books = read().into_iter().find(|(d, _)| *d == dev)?.1;
             books.blocks.into_iter().find(|(a, _)| *a == addr).map(|(_, b)| (b.requested, b.cached))
         };
-        let asked = alloc(dev, addr, 1024, 1000, 5, true);
+        let asked = alloc(dev, addr, 1024, 1000, 5, true).expect("a GPU's block is booked");
         assert_eq!(find(), Some((1000, false)));
         asked.cached(dev, addr);
         assert_eq!((find(), asked.get()), (Some((0, true)), 0));

@@ -259,9 +259,16 @@ fn booked(device: DeviceId) -> Option<u32> {
 /// (`fresh`: just asked of the driver or system, else reused from a cache). The cell of
 /// the bytes asked for, which the buffer keeps: a block reused from a cache keeps its
 /// cell, so its buffer can give it back to the cache and take it again without the books'
-/// lock ([`Asked`]). Memory that is not booked (the host's) gets a cell of its own.
-pub(crate) fn alloc(device: DeviceId, addr: u64, size: usize, requested: usize, stream: u64, fresh: bool) -> Asked {
-    let Some(ordinal) = booked(device) else { return Asked::new(requested) };
+/// lock ([`Asked`]). Memory that is not booked (the host's) gets none.
+pub(crate) fn alloc(
+    device: DeviceId,
+    addr: u64,
+    size: usize,
+    requested: usize,
+    stream: u64,
+    fresh: bool,
+) -> Option<Asked> {
+    let ordinal = booked(device)?;
     let site = history_on().then(|| Arc::new(Site(Backtrace::force_capture())));
     let mut all = books();
     let b = device_books(&mut all, ordinal);
@@ -276,12 +283,12 @@ pub(crate) fn alloc(device: DeviceId, addr: u64, size: usize, requested: usize, 
         Some(known) => {
             known.asked.set(requested);
             (known.size, known.stream, known.site) = (size, stream, site);
-            known.asked.clone()
+            Some(known.asked.clone())
         }
         None => {
             let asked = Asked::new(requested);
             b.live.insert(addr, Entry { size, stream, site, asked: asked.clone() });
-            asked
+            Some(asked)
         }
     }
 }

@@ -125,7 +125,10 @@ impl CudaBuffer {
                 asked.reused(dev.id(), ptr, cap, bytes, home.id);
                 asked
             }
-            None => blocks::alloc(dev.id(), ptr, cap, bytes, home.id, true),
+            // A GPU's blocks are always booked: the cell comes from the books.
+            None => {
+                blocks::alloc(dev.id(), ptr, cap, bytes, home.id, true).unwrap_or_else(|| blocks::Asked::new(bytes))
+            }
         };
         Ok(new(ptr, Some(asked), uses, home))
     }
