@@ -20,11 +20,11 @@ impl Home {
         if !Arc::ptr_eq(s, &dev.stream) {
             return Home(ManuallyDrop::new(Arc::clone(s)));
         }
-        // `dev.stream` counts the default stream for the process (the device state is never dropped), so an alias
-        // of it with no count of its own stays valid as long as any buffer; `release` gives no count back for it. A
-        // clone of it (`Arc::clone(&*home)`) counts as any other.
-        // SAFETY: as said just above; the pointer comes from a live `Arc` of the same type.
-        Home(ManuallyDrop::new(unsafe { Arc::from_raw(Arc::as_ptr(&dev.stream)) }))
+        // A bitwise copy of `dev.stream`, which counts the default stream for the process (the device state is never
+        // dropped): the copy stays valid as long as any buffer, and is never dropped (`ManuallyDrop`; `release` skips
+        // it), so no count is given back for it. A clone of it (`Arc::clone(&*home)`) counts as any other.
+        // SAFETY: as said just above: `&dev.stream` is valid to read, and neither the copy nor the original is dropped.
+        Home(ManuallyDrop::new(unsafe { std::ptr::read(&dev.stream) }))
     }
 
     /// Gives back the count this home holds, if any.
