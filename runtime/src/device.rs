@@ -5,7 +5,9 @@
 
 use std::fmt;
 
-use crate::placement::{SameEventDevice, SameGraphDevice, SameKernelDevice, SamePlacement, SameStreamDevice};
+use crate::placement::{
+    PlacedWith, SameEventDevice, SameGraphDevice, SameKernelDevice, SamePlacement, SameStreamDevice,
+};
 
 pub use crate::device_id::DeviceId;
 use crate::role::Role;
@@ -18,7 +20,7 @@ mod sealed {
 ///
 /// Implemented by [`Cpu`], [`Pinned`], [`Cuda<N>`], [`Dyn`] and roles
 /// ([`Role`](crate::Role), declared with [`role!`](crate::role)) only. The supertraits
-/// `SamePlacement<Self>`, `SameStreamDevice<Self>`, `SameEventDevice<Self>` and `SameGraphDevice<Self>` let
+/// `SamePlacement<Self>`, `PlacedWith<Self>`, `SameStreamDevice<Self>`, `SameEventDevice<Self>` and `SameGraphDevice<Self>` let
 /// generic code combine two tensors, or a tensor, a stream and an event, of one
 /// placement `D` with no extra bound.
 ///
@@ -39,6 +41,7 @@ pub trait Device:
     + fmt::Debug
     + 'static
     + SamePlacement<Self>
+    + PlacedWith<Self>
     + SameStreamDevice<Self>
     + SameEventDevice<Self>
     + SameGraphDevice<Self>

@@ -113,7 +113,7 @@ pub use memory::{max_memory_allocated, memory_allocated, memory_reserved, reset_
 pub use nn::Parameters;
 pub use optim::GraphedStep;
 pub use parallel::{can_access_peer, enable_peer_access, DataParallel, Module, PeerAccess};
-pub use placement::{SameEventDevice, SameGraphDevice, SameKernelDevice, SamePlacement, SameStreamDevice};
+pub use placement::{PlacedWith, SameEventDevice, SameGraphDevice, SameKernelDevice, SamePlacement, SameStreamDevice};
 pub use raw::{RawView, RawViewMut};
 pub use role::{bind, bound, Local, Role};
 pub use stream::{

@@ -29,6 +29,16 @@ use crate::role::Role;
 )]
 pub trait SamePlacement<Rhs> {}
 
+/// A later operand on `Self` may join an op whose first operand is on `First`: the rule of
+/// [`SamePlacement`] for ops whose placements come from several arguments (`where_`'s
+/// mask and two branches), so that the error points at the operand that is elsewhere.
+#[diagnostic::on_unimplemented(
+    message = "tensors on `{First}` and `{Self}` cannot be used in one op",
+    label = "this operand is on `{Self}`, the first on `{First}`",
+    note = "locus never moves data between placements implicitly: copy this operand first, e.g. `.to::<{First}>()`"
+)]
+pub trait PlacedWith<First> {}
+
 /// A stream of `S` may order work on a tensor on `Self`.
 ///
 /// ```text
@@ -117,4 +127,4 @@ macro_rules! placement_rule {
         impl$(<const $n: usize>)? $Trait<$p> for Dyn {}
     )*};
 }
-placement_rule!(SamePlacement, SameStreamDevice, SameEventDevice, SameGraphDevice, SameKernelDevice);
+placement_rule!(SamePlacement, PlacedWith, SameStreamDevice, SameEventDevice, SameGraphDevice, SameKernelDevice);

@@ -8,7 +8,7 @@ use crate::backend::CompareOp;
 use crate::device::Device;
 use crate::element::{DType, Element};
 use crate::error::Result;
-use crate::placement::SamePlacement;
+use crate::placement::{PlacedWith, SamePlacement};
 use crate::shape;
 
 impl<D: Device, T: Element> Tensor<D, T> {
@@ -237,7 +237,8 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// ```
     pub fn where_<E: Device, F: Device>(mask: &Tensor<D, u8>, a: &Tensor<E, T>, b: &Tensor<F, T>) -> Result<Self>
     where
-        D: SamePlacement<E> + SamePlacement<F>,
+        E: PlacedWith<D>,
+        F: PlacedWith<D>,
     {
         mask.same_device_as("where", a.device())?;
         mask.same_device_as("where", b.device())?;
