@@ -235,10 +235,10 @@ impl<D: Device, T: Element> Tensor<D, T> {
     /// let b = Tensor::<Cpu>::zeros([2]).unwrap();
     /// let _ = Tensor::where_(&m, &a, &b); // tensors on `Cuda<0>` and `Cpu` cannot be used in one op
     /// ```
-    pub fn where_<E: Device, F: Device>(mask: &Tensor<D, u8>, a: &Tensor<E, T>, b: &Tensor<F, T>) -> Result<Self>
+    pub fn where_<E, F>(mask: &Tensor<D, u8>, a: &Tensor<E, T>, b: &Tensor<F, T>) -> Result<Self>
     where
-        E: PlacedWith<D>,
-        F: PlacedWith<D>,
+        E: Device + PlacedWith<D>,
+        F: Device + PlacedWith<D>,
     {
         mask.same_device_as("where", a.device())?;
         mask.same_device_as("where", b.device())?;
